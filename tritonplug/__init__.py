@@ -1,0 +1,17 @@
+"""tritonplug: call hand-written Triton kernels from JAX, through pluggable backends."""
+
+from tritonplug.api import triton_call
+from tritonplug.compiler import compile_stats
+from tritonplug.errors import CompileError, KernelSourceError, PluginError, TritonplugError, WorkerError
+from tritonplug.host import backends, register_plugin
+from tritonplug.jaxlib_compat import export_disabled_checks
+from tritonplug.logs import configure_logging
+from tritonplug.utils import cdiv, next_power_of_2, strides_from_shape
+
+__all__ = [
+    "CompileError", "KernelSourceError", "PluginError", "TritonplugError", "WorkerError", "backends", "cdiv",
+    "compile_stats", "export_disabled_checks", "next_power_of_2", "register_plugin", "strides_from_shape",
+    "triton_call",
+]
+
+configure_logging()

@@ -1,0 +1,3 @@
+from tritonplug.cli import main
+
+raise SystemExit(main())

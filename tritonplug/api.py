@@ -1,0 +1,154 @@
+"""``triton_call``: the public entry point, source-compatible with ``jax_triton.triton_call``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from tritonplug import binding, triton_compat
+from tritonplug.call import CallSpec
+from tritonplug.primitive import triton_call_p
+from tritonplug.records import BufferSpec
+
+GridSpec = int | tuple[int, ...] | Callable[[Mapping[str, Any]], tuple[int, ...]]
+
+
+def triton_call(
+    *args: Any,
+    kernel: Any,
+    out_shape: Any = None,
+    grid: GridSpec,
+    name: str = "",
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    num_ctas: int = 1,
+    compute_capability: int | None = None,
+    enable_fp_fusion: bool = True,
+    backend_options: Mapping[str, Any] | None = None,
+    input_output_aliases: Mapping[int, int] | None = None,
+    zeroed_outputs: Sequence[int] | Callable[[Mapping[str, Any]], Sequence[int]] = (),
+    debug: bool = False,
+    serialized_metadata: bytes = b"",
+    cost_estimate: Mapping[str, Any] | None = None,
+    has_side_effect: bool = False,
+    out_type: Any = None,
+    **metaparams: Any,
+) -> Any:
+    """Call a Triton kernel on JAX arrays, eagerly or inside ``jax.jit``.
+
+    Positional ``args`` (and keywords naming non-constexpr kernel parameters) are the
+    kernel's operands: arrays become pointers, Python/NumPy scalars are passed by value.
+    Pointers to the outputs described by ``out_shape`` (any pytree of objects with
+    ``shape`` and ``dtype``; ``out_type`` is an alias) fill the remaining non-constexpr
+    parameters in order. Other keywords are ``tl.constexpr`` values; missing ones take the
+    kernel's defaults or come from ``triton.autotune``/``triton.heuristics``. ``grid`` is
+    an int, up to three ints, or a callable of the metaparameters.
+    ``input_output_aliases`` maps an operand index (scalars counted) to an output index.
+    """
+    kernel_parts = triton_compat.unwrap(kernel)
+    out_tree_value = _pick_out_shape(out_shape, out_type)
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out_tree_value)
+    out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
+    if not out_specs:
+        raise ValueError("out_shape is empty: a kernel call must produce at least one output")
+    _check_grid(grid)
+    options = _call_options(num_warps, num_stages, num_ctas, compute_capability, enable_fp_fusion,
+                            backend_options, debug)
+    param_names = {p.name for p in triton_compat.parameters(kernel_parts.fn)}
+    operand_kwargs = {k: v for k, v in metaparams.items()
+                      if k in param_names and not _is_constexpr(kernel_parts.fn, k)}
+    constexpr_kwargs = {k: v for k, v in metaparams.items() if k not in operand_kwargs}
+    _check_metaparams(kernel_parts, constexpr_kwargs, param_names)
+    bound, arrays = binding.bind(kernel_parts.fn, args, operand_kwargs, out_specs,
+                                 dict(input_output_aliases or {}), constexpr_kwargs)
+    if not callable(zeroed_outputs):
+        zeroed_outputs = tuple(zeroed_outputs)
+        for i in zeroed_outputs:
+            if not isinstance(i, (int, np.integer)) or not 0 <= i < len(out_specs):
+                raise ValueError(f"zeroed_outputs: output index {i!r} is out of range; out_shape has "
+                                 f"{len(out_specs)} outputs")
+    call = CallSpec(
+        kernel=kernel, bound=bound, metaparams=tuple(sorted(constexpr_kwargs.items())), out_specs=out_specs,
+        grid=tuple(grid) if isinstance(grid, list) else grid, zeroed_outputs=zeroed_outputs,
+        call_options=tuple(sorted(options.items())), name=name, serialized_metadata=bytes(serialized_metadata),
+        cost_estimate=tuple(sorted(cost_estimate.items())) if cost_estimate else None,
+        has_side_effect=bool(has_side_effect))
+    results = triton_call_p.bind(*arrays, call=call)
+    return jax.tree_util.tree_unflatten(out_tree, results)
+
+
+def _pick_out_shape(out_shape: Any, out_type: Any) -> Any:
+    if out_shape is not None and out_type is not None:
+        raise TypeError("pass out_shape or out_type, not both (out_type is an alias of out_shape)")
+    value = out_shape if out_shape is not None else out_type
+    if value is None:
+        raise TypeError("triton_call() missing required keyword argument: 'out_shape'")
+    return value
+
+
+def _buffer_spec(leaf: Any, index: int) -> BufferSpec:
+    if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+        raise TypeError(f"out_shape leaf {index} must have .shape and .dtype (e.g. jax.ShapeDtypeStruct), "
+                        f"got {type(leaf).__name__}: {leaf!r}")
+    shape = tuple(leaf.shape)
+    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+        raise TypeError(f"out_shape leaf {index} has a non-static or negative shape {shape}")
+    dtype = np.dtype(leaf.dtype)
+    binding.pointer_type(dtype, f"out_shape leaf {index}")
+    return BufferSpec(tuple(int(d) for d in shape), dtype.name)
+
+
+def _check_grid(grid: Any) -> None:
+    if callable(grid):
+        return
+    from tritonplug.frontend import grid_for
+
+    grid_for(tuple(grid) if isinstance(grid, list) else grid, {})
+
+
+def _is_constexpr(fn: Any, name: str) -> bool:
+    return any(p.name == name and p.is_constexpr for p in triton_compat.parameters(fn))
+
+
+def _check_metaparams(kernel: triton_compat.UnwrappedKernel, constexprs: Mapping[str, Any],
+                      param_names: set[str]) -> None:
+    name = triton_compat.kernel_name(kernel.fn)
+    for key, value in constexprs.items():
+        if key not in param_names:
+            raise TypeError(f"triton_call() got an unexpected keyword argument {key!r}: it is neither a "
+                            f"parameter of kernel {name!r} nor an option of triton_call")
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"metaparameter {key!r} of kernel {name!r} must be hashable, got "
+                            f"{type(value).__name__}") from None
+
+
+def _call_options(num_warps: Any, num_stages: Any, num_ctas: Any, compute_capability: Any,
+                  enable_fp_fusion: Any, backend_options: Mapping[str, Any] | None, debug: Any) -> dict[str, Any]:
+    explicit = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas if num_ctas != 1 else None,
+                "enable_fp_fusion": enable_fp_fusion if enable_fp_fusion is not True else None,
+                "debug": debug or None}
+    extra = dict(backend_options or {})
+    if not isinstance(backend_options or {}, Mapping):
+        raise TypeError(f"backend_options must be a mapping, got {type(backend_options).__name__}")
+    conflicts = sorted(k for k, v in explicit.items() if v is not None and k in extra)
+    if conflicts:
+        raise ValueError(f"backend_options sets {conflicts}, also passed as triton_call arguments: set each once")
+    for key, value in extra.items():
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"backend_options[{key!r}] must be hashable, got {type(value).__name__}") from None
+    if compute_capability is not None and (isinstance(compute_capability, bool)
+                                           or not isinstance(compute_capability, (int, np.integer))):
+        raise TypeError(f"compute_capability must be an int such as 90, got {compute_capability!r}")
+    defaults = {"num_ctas": 1, "enable_fp_fusion": True, "debug": False}
+    merged = {**defaults, **{k: v for k, v in explicit.items() if v is not None}, **extra}
+    merged.setdefault("num_warps", None)
+    merged.setdefault("num_stages", None)
+    merged["compute_capability"] = None if compute_capability is None else int(compute_capability)
+    return merged

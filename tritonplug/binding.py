@@ -1,0 +1,200 @@
+"""Bind ``triton_call``'s arguments to the kernel's parameters.
+
+Each kernel parameter becomes one node: an operand array, an output buffer, a scalar,
+a constexpr, or a tuple of nodes. The result is hashable, so it can be a primitive
+parameter, and it is all the lowering needs to build a launch for any configuration.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tritonplug import triton_compat
+
+POINTER_TYPES = {
+    "bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
+    "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "float8_e4m3fnuz": "fp8e4b8", "float8_e5m2fnuz": "fp8e5b16",
+}
+
+
+@dataclass(frozen=True)
+class ArrayArg:
+    index: int  # position among the call's array operands
+
+
+@dataclass(frozen=True)
+class OutputArg:
+    index: int  # position among the flattened outputs
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    value: bool | int | float
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ConstArg:
+    value: Any
+
+
+@dataclass(frozen=True)
+class UnsetConst:
+    """A constexpr with no value yet: an autotune config or heuristic must supply it."""
+
+
+@dataclass(frozen=True)
+class BoundArgs:
+    names: tuple[str, ...]
+    nodes: tuple[Any, ...]  # one per kernel parameter
+    do_not_specialize: frozenset[str]
+    aliases: tuple[tuple[int, int], ...]  # (array operand index, output index)
+    aliased_params: tuple[tuple[int, int], ...]  # (output index, array operand index) for outputs with no parameter
+
+
+def pointer_type(dtype: Any, where: str) -> str:
+    name = np.dtype(dtype).name
+    if name not in POINTER_TYPES:
+        raise TypeError(f"{where}: dtype {name} is not supported by Triton kernels "
+                        f"(supported: {', '.join(POINTER_TYPES)})")
+    return POINTER_TYPES[name]
+
+
+def scalar_type(value: Any, where: str) -> str:
+    """Triton's type for a Python or NumPy scalar: ints by range, floats fp32 when exact."""
+    if isinstance(value, (bool, np.bool_)):
+        return "i1"
+    if isinstance(value, np.integer):
+        name = value.dtype.name
+        return {"uint32": "u32", "int64": "i64", "uint64": "u64"}.get(name, "i32")
+    if isinstance(value, int):
+        if -(2**31) <= value < 2**31:
+            return "i32"
+        if 2**31 <= value < 2**32:
+            return "u32"
+        if -(2**63) <= value < 2**63:
+            return "i64"
+        if 2**63 <= value < 2**64:
+            return "u64"
+        raise ValueError(f"{where}: integer {value} does not fit in 64 bits")
+    if isinstance(value, np.float32):
+        return "fp32"
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")) or float(np.float32(value)) == value:
+            return "fp32"
+        return "fp64"
+    raise TypeError(f"{where}: expected an array, a tuple or a Python/NumPy scalar, got {type(value).__name__}")
+
+
+def is_array(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic)
+
+
+def python_scalar(value: Any) -> bool | int | float:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return float(value)
+
+
+def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Sequence[Any],
+         input_output_aliases: Mapping[int, int], metaparams: Mapping[str, Any]) -> tuple[BoundArgs, list[Any]]:
+    """Bind operands; returns the bound arguments and the array operands in order."""
+    params = triton_compat.parameters(fn)
+    kernel = triton_compat.kernel_name(fn)
+    by_name = {p.name: p for p in params}
+    signature = inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                   for p in params])
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except TypeError as exc:
+        raise TypeError(f"triton_call of kernel {kernel!r}: {exc}") from None
+
+    arrays: list[Any] = []
+    flat_inputs: list[Any] = []  # every leaf operand, scalars included (input_output_aliases counts them)
+
+    def operand_node(value: Any, where: str) -> Any:
+        if isinstance(value, tuple):
+            return tuple(operand_node(v, f"{where}[{i}]") for i, v in enumerate(value))
+        if is_array(value):
+            pointer_type(value.dtype, where)
+            arrays.append(value)
+            node: Any = ArrayArg(len(arrays) - 1)
+        else:
+            node = ScalarArg(python_scalar(value) if not isinstance(value, np.float32) else float(value),
+                             scalar_type(value, where))
+        flat_inputs.append(node)
+        return node
+
+    nodes: dict[str, Any] = {}
+    for p in params:
+        if p.is_constexpr:
+            if p.name in bound:
+                value = bound[p.name]
+            elif p.name in metaparams:
+                value = metaparams[p.name]
+            elif p.has_default:
+                value = p.default
+            else:
+                nodes[p.name] = UnsetConst()
+                continue
+            if is_array(value):
+                raise TypeError(f"argument {p.name!r} of kernel {kernel!r} is a tl.constexpr, but an array was "
+                                f"passed; constexprs must be Python values")
+            nodes[p.name] = ConstArg(value)
+        elif p.name in bound:
+            nodes[p.name] = operand_node(bound[p.name], f"argument {p.name!r} of kernel {kernel!r}")
+
+    aliases = _check_aliases(input_output_aliases, flat_inputs, arrays, out_specs, kernel)
+    missing = [p.name for p in params if not p.is_constexpr and p.name not in nodes]
+    aliased_outputs = {o for _, o in aliases}
+    if len(missing) == len(out_specs):  # every output has its own parameter (jax-triton 0.3 style)
+        free_outputs = list(range(len(out_specs)))
+        aliased_params: tuple[tuple[int, int], ...] = ()
+    elif len(missing) == len(out_specs) - len(aliased_outputs):  # aliased outputs reuse their input (0.4 style)
+        free_outputs = [o for o in range(len(out_specs)) if o not in aliased_outputs]
+        aliased_params = tuple((o, i) for i, o in aliases)
+    else:
+        raise TypeError(f"kernel {kernel!r} has {len(missing)} parameters without an argument {missing}, but "
+                        f"out_shape has {len(out_specs)} outputs ({len(aliased_outputs)} aliased to inputs): "
+                        f"each output needs one of the remaining parameters")
+    for name, out in zip(missing, free_outputs):
+        nodes[name] = OutputArg(out)
+    dns = frozenset(p.name for p in params if p.do_not_specialize)
+    return BoundArgs(tuple(p.name for p in params), tuple(nodes[p.name] for p in params), dns,
+                     aliases, aliased_params), arrays
+
+
+def _check_aliases(input_output_aliases: Mapping[int, int], flat_inputs: list[Any], arrays: list[Any],
+                   out_specs: Sequence[Any], kernel: str) -> tuple[tuple[int, int], ...]:
+    pairs = []
+    if not isinstance(input_output_aliases, Mapping):
+        raise TypeError(f"input_output_aliases must be a dict {{input index: output index}}, "
+                        f"got {type(input_output_aliases).__name__}")
+    if len(set(input_output_aliases.values())) != len(input_output_aliases):
+        raise ValueError(f"input_output_aliases maps two inputs to one output: {dict(input_output_aliases)}")
+    for i, o in sorted(input_output_aliases.items()):
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < len(flat_inputs):
+            raise ValueError(f"input_output_aliases: input index {i!r} is out of range; kernel {kernel!r} got "
+                             f"{len(flat_inputs)} operands")
+        if not isinstance(o, (int, np.integer)) or not 0 <= o < len(out_specs):
+            raise ValueError(f"input_output_aliases: output index {o!r} is out of range; out_shape has "
+                             f"{len(out_specs)} outputs")
+        node = flat_inputs[i]
+        if not isinstance(node, ArrayArg):
+            raise ValueError(f"input_output_aliases: input {i} is a scalar ({node.value!r}); only arrays alias")
+        array, out = arrays[node.index], out_specs[o]
+        if tuple(array.shape) != tuple(out.shape) or np.dtype(array.dtype) != np.dtype(out.dtype):
+            raise ValueError(f"input_output_aliases: input {i} is {np.dtype(array.dtype).name}{list(array.shape)} "
+                             f"but output {o} is {np.dtype(out.dtype).name}{list(out.shape)}; they must match")
+        pairs.append((node.index, int(o)))
+    return tuple(pairs)

@@ -1,0 +1,120 @@
+"""Emit kernel objects into the program being lowered.
+
+``GpuKernel``s become one call of jaxlib's Triton custom-call target (an autotuned call
+when there are several configurations); a ``HostKernel`` becomes a host callback that
+runs it on NumPy buffers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental import io_callback
+from jax.interpreters import mlir
+
+from tritonplug import jaxlib_compat
+from tritonplug.call import CallSpec
+from tritonplug.kernel_call import encode_kernel_call
+from tritonplug.records import ArrayParam, GpuKernel, HostKernel, Launch
+
+
+def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
+    if all(isinstance(k, GpuKernel) for k in kernels):
+        return _emit_gpu(ctx, args, kernels, call, platform)
+    if len(kernels) == 1 and isinstance(kernels[0], HostKernel):
+        return _emit_host(ctx, args, kernels[0], call)
+    raise TypeError(f"backend for {platform!r} returned unsupported kernel objects: "
+                    f"{sorted({type(k).__name__ for k in kernels})}")
+
+
+def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec,
+              platform: str) -> Sequence[Any]:
+    launch = kernels[0].launch
+    aliases = [(i, o, _nbytes(launch.operands[i].shape, launch.operands[i].dtype)) for i, o in launch.aliases]
+    name = call.name or launch.kernel_name
+    proto = encode_kernel_call(kernels, name=name, metadata=call.serialized_metadata,
+                               descriptions=[k.launch.description for k in kernels], aliases=aliases)
+    opaque = zlib.compress(proto)
+    operand_output_aliases = {i: o for i, o in launch.aliases}
+    target = jaxlib_compat.custom_call_target(platform)
+    if target == jaxlib_compat.FFI_TARGET:
+        attributes: dict[str, Any] = {"opaque": opaque}
+        if call.cost_estimate and jaxlib_compat.accepts_cost_estimate():
+            attributes["cost_estimate_json"] = json.dumps(dict(call.cost_estimate))
+        rule = jax.ffi.ffi_lowering(target, api_version=4, operand_output_aliases=operand_output_aliases,
+                                    has_side_effect=call.has_side_effect)
+        results = rule(ctx, *args, **attributes)
+    else:
+        result_types = [mlir.aval_to_ir_type(a) for a in ctx.avals_out]
+        results = mlir.custom_call(target, result_types=result_types, operands=list(args), backend_config=opaque,
+                                   api_version=2, operand_output_aliases=operand_output_aliases,
+                                   has_side_effect=call.has_side_effect).results
+    if call.cost_estimate:
+        _annotate(results, call.cost_estimate)
+    return results
+
+
+def _annotate(results: Sequence[Any], cost_estimate: Any) -> None:
+    """Record the cost estimate as a frontend attribute, visible to profilers on every jaxlib."""
+    from jax._src.lib.mlir import ir
+
+    owner = results[0].owner if results else None
+    if owner is None:
+        return
+    attrs = {k: ir.StringAttr.get(str(v)) for k, v in cost_estimate}
+    owner.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+        {f"tritonplug_{k}": v for k, v in attrs.items()})
+
+
+def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec) -> Sequence[Any]:
+    launch = kernel.launch
+    out_types = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_out]
+    zero_buffers = _zeroed_buffers(launch)
+
+    def run_on_host(*operands: np.ndarray) -> tuple[np.ndarray, ...]:
+        results = [np.empty(t.shape, t.dtype) for t in out_types]
+        for i, o in launch.aliases:
+            results[o][...] = operands[i]
+        for b in zero_buffers:
+            results[_result_of(launch, b)][...] = 0
+        kernel.run([np.asarray(x) for x in operands], results)
+        return tuple(results)
+
+    def body(*xs: Any) -> Any:
+        if call.has_side_effect:
+            return io_callback(run_on_host, tuple(out_types), *xs, ordered=False)
+        return jax.pure_callback(run_on_host, tuple(out_types), *xs)
+
+    return mlir.lower_fun(body, multiple_results=True)(ctx, *args)
+
+
+def _zeroed_buffers(launch: Launch) -> list[int]:
+    found = []
+
+    def visit(p: Any) -> None:
+        if isinstance(p, tuple):
+            for q in p:
+                visit(q)
+        elif isinstance(p, ArrayParam) and p.bytes_to_zero:
+            found.append(p.buffer)
+
+    for p in launch.params:
+        visit(p)
+    return found
+
+
+def _result_of(launch: Launch, buffer: int) -> int:
+    """The result index a buffer is written through (an aliased operand writes its result)."""
+    if buffer >= len(launch.operands):
+        return buffer - len(launch.operands)
+    return dict(launch.aliases)[buffer]
+
+
+def _nbytes(shape: Sequence[int], dtype: str) -> int:
+    return math.prod(shape) * np.dtype(dtype).itemsize

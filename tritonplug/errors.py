@@ -1,0 +1,21 @@
+"""Exception classes raised by tritonplug."""
+
+
+class TritonplugError(Exception):
+    """Base class of every error tritonplug raises on its own account."""
+
+
+class PluginError(TritonplugError, RuntimeError):
+    """A backend plugin is missing, broken, or conflicts with another."""
+
+
+class CompileError(TritonplugError, RuntimeError):
+    """Compiling a kernel failed: the compiler raised, crashed or timed out."""
+
+
+class WorkerError(CompileError):
+    """A compile worker died or exceeded its timeout while compiling a job."""
+
+
+class KernelSourceError(CompileError):
+    """Triton's front end rejected the kernel; the message points at the kernel's source line."""

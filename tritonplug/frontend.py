@@ -1,0 +1,214 @@
+"""From a bound call to compile requests: configurations, specialisation, TTIR and cache keys.
+
+``expand_configs`` turns autotune/heuristics wrappers into concrete configurations;
+``specialize`` computes Triton's signature, constexprs and attributes for one of them and
+the runtime parameters of its launch; ``make_ttir`` runs Triton's front end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tritonplug import triton_compat
+from tritonplug.binding import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, pointer_type
+from tritonplug.errors import KernelSourceError
+from tritonplug.records import ArrayParam, BackendInfo, BufferSpec, ConstexprParam, Options, ScalarParam, Target
+
+try:
+    from importlib.metadata import version as _dist_version
+
+    TRITONPLUG_VERSION = _dist_version("tritonplug")
+except Exception:  # running from a source tree
+    TRITONPLUG_VERSION = "0+source"
+
+DIVISIBILITY = 16  # XLA buffers are at least 16-byte aligned, as Triton assumes for its own tensors
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One concrete configuration: every constexpr value and the options for it."""
+
+    metaparams: tuple[tuple[str, Any], ...]
+    call_options: tuple[tuple[str, Any], ...]
+    description: str
+
+
+@dataclass(frozen=True)
+class Specialization:
+    signature: dict
+    constexprs: dict
+    attrs: dict
+    params: tuple[Any, ...]
+
+
+def expand_configs(kernel: triton_compat.UnwrappedKernel, bound: BoundArgs, metaparams: Mapping[str, Any],
+                   call_options: Mapping[str, Any], named_args: Mapping[str, Any]) -> list[Configuration]:
+    """The configurations to compile: one per surviving autotune config, heuristics applied."""
+    name = triton_compat.kernel_name(kernel.fn)
+    if kernel.autotuner is None:
+        raw = [({}, {})]
+    else:
+        raw = []
+        configs = [c for c in kernel.autotuner.configs
+                   if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
+        configs = triton_compat.early_prune(kernel.autotuner, configs, dict(named_args))
+        if not configs:
+            raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
+                             f"{dict(metaparams)}")
+        for config in configs:
+            kwargs, options, pre_hook = triton_compat.config_fields(config)
+            if pre_hook is not None:
+                raise NotImplementedError(f"kernel {name!r}: autotune config {config} has a pre_hook; pre_hook "
+                                          f"runs Python between launches and cannot run inside an XLA program")
+            raw.append((kwargs, options))
+    result = []
+    for kwargs, options in raw:
+        values = {**metaparams, **kwargs}
+        for heuristics in kernel.heuristics:
+            for key, rule in heuristics.values.items():
+                values[key] = rule({**named_args, **values})
+        for param_name, node in zip(bound.names, bound.nodes):
+            if isinstance(node, UnsetConst) and param_name not in values:
+                raise TypeError(f"kernel {name!r} is missing a value for its tl.constexpr parameter "
+                                f"{param_name!r}: pass {param_name}=... to triton_call")
+        merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
+        description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
+        result.append(Configuration(tuple(values.items()), tuple(merged.items()), description))
+    return result
+
+
+def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Normalise an int, a tuple of up to three ints, or a callable of the metaparameters."""
+    value = grid(dict(metaparams)) if callable(grid) else grid
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3:
+        raise ValueError(f"grid must be an int or a tuple of 1 to 3 ints{' (returned by the grid callable)' if callable(grid) else ''}, "
+                         f"got {value!r}")
+    dims = []
+    for d in value:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"grid dimensions must be Python ints, got {d!r} ({type(d).__name__}) in grid {value!r}")
+        if d < 0 or d >= 2**31:
+            raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}")
+        dims.append(int(d))
+    return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int) -> frozenset[int]:
+    value = zeroed_outputs(dict(metaparams)) if callable(zeroed_outputs) else zeroed_outputs
+    try:
+        indices = [int(i) for i in value]
+    except TypeError:
+        raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable returning one, "
+                        f"got {value!r}") from None
+    for i in indices:
+        if not 0 <= i < n_outputs:
+            raise ValueError(f"zeroed_outputs: output index {i} is out of range; out_shape has {n_outputs} outputs")
+    return frozenset(indices)
+
+
+def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequence[BufferSpec],
+               results: Sequence[BufferSpec], zeroed: frozenset[int]) -> Specialization:
+    """Triton's signature/constexprs/attrs for one configuration, and the launch's parameters."""
+    zero_param_of = {out: ("in", i) for out, i in bound.aliased_params}
+    bytes_to_zero = {}
+    for out in zeroed:
+        size = math.prod(results[out].shape) * np.dtype(results[out].dtype).itemsize
+        bytes_to_zero[zero_param_of.get(out, ("out", out))] = size
+    signature: dict[str, Any] = {}
+    constexprs: dict[Any, Any] = {}
+    attrs: dict[tuple, list] = {}
+
+    def visit(node: Any, path: tuple[int, ...], specializable: bool) -> Any:
+        if isinstance(node, tuple):
+            items = [visit(n, path + (i,), specializable) for i, n in enumerate(node)]
+            return tuple(t for t, _ in items), tuple(p for _, p in items)
+        if isinstance(node, (ArrayArg, OutputArg)):
+            spec = operands[node.index] if isinstance(node, ArrayArg) else results[node.index]
+            zero = bytes_to_zero.get(("in", node.index) if isinstance(node, ArrayArg) else ("out", node.index), 0)
+            divisibility = DIVISIBILITY if specializable else 0
+            if divisibility:
+                attrs[path] = [["tt.divisibility", DIVISIBILITY]]
+            buffer = node.index if isinstance(node, ArrayArg) else len(operands) + node.index
+            return "*" + pointer_type(spec.dtype, "operand"), ArrayParam(buffer, zero, divisibility)
+        if isinstance(node, ScalarArg):
+            if specializable and node.dtype != "i1" and isinstance(node.value, int) and node.value == 1 \
+                    and len(path) == 1:
+                constexprs[path] = 1
+                return "constexpr", ConstexprParam(1)
+            if specializable and node.dtype in ("i32", "u32", "i64", "u64") and node.value % DIVISIBILITY == 0:
+                attrs[path] = [["tt.divisibility", DIVISIBILITY]]
+            return node.dtype, ScalarParam(node.value, node.dtype)
+        raise AssertionError(node)
+
+    params = []
+    for i, (name, node) in enumerate(zip(bound.names, bound.nodes)):
+        if isinstance(node, (ConstArg, UnsetConst)):
+            value = metaparams[name] if name in metaparams else node.value
+            signature[name] = "constexpr"
+            constexprs[(i,)] = value
+            params.append(ConstexprParam(value))
+            continue
+        sig, param = visit(node, (i,), name not in bound.do_not_specialize)
+        signature[name] = sig
+        params.append(param)
+    return Specialization(signature, constexprs, attrs, tuple(params))
+
+
+def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec: Specialization) -> str:
+    """Everything that changes the binary, hashed: versions, target, options, source, specialisation."""
+    payload = {
+        "tritonplug": TRITONPLUG_VERSION,
+        "triton": triton_compat.TRITON_VERSION,
+        "backend": [info.name, info.version],
+        "target": [target.backend, target.platform, str(target.arch), target.warp_size, target.triton_backend],
+        "options": [[k, repr(v)] for k, v in options.values],
+        "kernel": triton_compat.source_key(fn),
+        "signature": repr(sorted(spec.signature.items())),
+        "constexprs": [[list(k), triton_compat.source_key(v)] for k, v in sorted(spec.constexprs.items())],
+        "attrs": repr(sorted(spec.attrs.items())),
+        "env": triton_compat.environment_key(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def make_ttir(fn: Any, target: Target, options: Options, spec: Specialization) -> str:
+    """Run Triton's front end; a kernel error becomes a ``KernelSourceError`` pointing at its line."""
+    assert target.triton_backend is not None
+    constexprs = {k: v for k, v in spec.constexprs.items()}
+    try:
+        return triton_compat.frontend_ttir(fn, (target.triton_backend, target.arch, target.warp_size),
+                                           options.as_dict(), spec.signature, constexprs, spec.attrs)
+    except Exception as exc:
+        if type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"):
+            raise KernelSourceError(f"Triton could not compile kernel {triton_compat.kernel_name(fn)!r}:\n{exc}") from exc
+        raise
+
+
+def named_args_for_heuristics(bound: BoundArgs, operands: Sequence[Any], results: Sequence[Any],
+                              metaparams: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``triton.heuristics`` rules and ``early_config_prune`` see: arrays as shape/dtype records."""
+    def value(node: Any) -> Any:
+        if isinstance(node, tuple):
+            return tuple(value(n) for n in node)
+        if isinstance(node, ArrayArg):
+            return operands[node.index]
+        if isinstance(node, OutputArg):
+            return results[node.index]
+        if isinstance(node, (ScalarArg, ConstArg)):
+            return node.value
+        return None
+    named = {n: value(node) for n, node in zip(bound.names, bound.nodes) if not isinstance(node, UnsetConst)}
+    named.update(metaparams)
+    return named
+
+
+KeyFn = Callable[[Any], str]

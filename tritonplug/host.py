@@ -1,0 +1,199 @@
+"""The plugin manager: loads backends from entry points and picks one per JAX platform.
+
+A plugin that fails to import, implements hooks that do not match the specs, or raises
+while describing itself is reported with a warning naming it; the others keep working.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import threading
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import pluggy
+
+from tritonplug import hookspecs
+from tritonplug.errors import PluginError
+from tritonplug.records import BackendInfo, Binary, CompileJob, KernelObject, Launch, Options, Target
+
+REQUIRED_HOOKS = (
+    "tritonplug_backend_info",
+    "tritonplug_detect_target",
+    "tritonplug_parse_options",
+    "tritonplug_compile",
+    "tritonplug_make_kernel",
+)
+# Errors that describe the user's call rather than a broken plugin: they pass through.
+USER_ERRORS = (ValueError, TypeError, NotImplementedError)
+
+
+class Backend:
+    """One loaded plugin: its description and typed access to its hooks."""
+
+    def __init__(self, manager: pluggy.PluginManager, plugin: object, info: BackendInfo, source: str):
+        self._manager = manager
+        self.plugin = plugin
+        self.info = info
+        self.source = source
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def _call(self, hook: str, **kwargs: Any) -> Any:
+        others = [p for p in self._manager.get_plugins() if p is not self.plugin]
+        caller = self._manager.subset_hook_caller(hook, remove_plugins=others)
+        try:
+            return caller(**kwargs)
+        except USER_ERRORS:
+            raise
+        except PluginError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"backend {self.name!r} raised in {hook}: {type(exc).__name__}: {exc}") from exc
+
+    def detect_target(self, platform: str, device: Any | None, call_options: Mapping[str, Any]) -> Target | None:
+        return self._call("tritonplug_detect_target", platform=platform, device=device, call_options=call_options)
+
+    def parse_options(self, target: Target, call_options: Mapping[str, Any]) -> Options:
+        return self._call("tritonplug_parse_options", target=target, call_options=call_options)
+
+    def compile(self, job: CompileJob) -> Binary:
+        return self._call("tritonplug_compile", job=job)
+
+    def make_kernel(self, target: Target, binary: Binary, launch: Launch) -> KernelObject:
+        return self._call("tritonplug_make_kernel", target=target, binary=binary, launch=launch)
+
+
+class Host:
+    """Owns the pluggy manager and the map from backend names to loaded backends."""
+
+    def __init__(self) -> None:
+        self.manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.manager.add_hookspecs(hookspecs)
+        self.backends: dict[str, Backend] = {}
+        self.problems: list[str] = []
+        self._lock = threading.RLock()
+
+    def load_entry_points(self) -> None:
+        disabled = _names_from_env("TRITONPLUG_DISABLE_PLUGINS")
+        for ep in importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+            if ep.name in disabled or ep.name in self.backends:
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                self._report(f"plugin {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc}")
+                continue
+            self.register(plugin, name=ep.name, source=f"entry point {ep.name} = {ep.value}", strict=False)
+
+    def register(self, plugin: object, name: str | None = None, source: str = "register_plugin",
+                 strict: bool = True) -> Backend | None:
+        """Register ``plugin``; a broken one raises ``PluginError`` if ``strict``, else is reported."""
+        with self._lock:
+            try:
+                return self._register(plugin, name, source)
+            except PluginError as exc:
+                if strict:
+                    raise
+                self._report(str(exc))
+                return None
+
+    def _register(self, plugin: object, name: str | None, source: str) -> Backend:
+        label = name or getattr(plugin, "__name__", type(plugin).__name__)
+        try:
+            self.manager.register(plugin, name=f"{label}@{id(plugin)}")
+        except (pluggy.PluginValidationError, ValueError) as exc:
+            raise PluginError(f"plugin {label!r} does not match the tritonplug hook specs: {exc}") from exc
+        try:
+            implemented = {caller.name for caller in self.manager.get_hookcallers(plugin) or []}
+            unknown = sorted(n for n in implemented if not getattr(self.manager.hook, n).has_spec())
+            missing = [h for h in REQUIRED_HOOKS if h not in implemented]
+            if unknown or missing:
+                raise PluginError(f"plugin {label!r} implements unknown hooks {unknown} / lacks hooks {missing}")
+            backend_info = self.manager.subset_hook_caller(
+                "tritonplug_backend_info", [p for p in self.manager.get_plugins() if p is not plugin])
+            try:
+                info = backend_info()
+            except Exception as exc:
+                raise PluginError(f"plugin {label!r} raised in tritonplug_backend_info: {exc}") from exc
+            if not isinstance(info, BackendInfo):
+                raise PluginError(f"plugin {label!r}: tritonplug_backend_info returned {info!r}, not a BackendInfo")
+            if info.name in self.backends:
+                raise PluginError(f"plugin {label!r}: a backend named {info.name!r} is already loaded "
+                                  f"({self.backends[info.name].source})")
+        except PluginError:
+            self.manager.unregister(plugin)
+            raise
+        backend = Backend(self.manager, plugin, info, source)
+        self.backends[info.name] = backend
+        return backend
+
+    def _report(self, message: str) -> None:
+        self.problems.append(message)
+        warnings.warn(f"tritonplug: {message}", RuntimeWarning, stacklevel=3)
+
+    def backend_for(self, platform: str) -> Backend:
+        """The backend serving a JAX platform; errors name the candidates and the fix."""
+        chosen = dict(_pairs_from_env("TRITONPLUG_BACKENDS"))
+        if platform in chosen:
+            name = chosen[platform]
+            if name not in self.backends:
+                raise PluginError(f"TRITONPLUG_BACKENDS picks backend {name!r} for platform {platform!r}, "
+                                  f"but it is not loaded (loaded: {sorted(self.backends)})")
+            return self.backends[name]
+        claims = [b for b in self.backends.values() if platform in b.info.platforms]
+        if not claims:
+            raise PluginError(
+                f"no tritonplug backend serves the JAX platform {platform!r} (loaded: "
+                f"{ {b.name: list(b.info.platforms) for b in self.backends.values()} }); install its plugin, "
+                f"e.g. `pip install tritonplug-{'interpret' if platform == 'cpu' else platform}`")
+        if len(claims) > 1:
+            names = " and ".join(repr(b.name) for b in claims)
+            raise PluginError(f"backends {names} both serve platform {platform!r}; choose one with "
+                              f"TRITONPLUG_BACKENDS={platform}:{claims[0].name}")
+        return claims[0]
+
+
+def _names_from_env(variable: str) -> set[str]:
+    return {n.strip() for n in os.environ.get(variable, "").split(",") if n.strip()}
+
+
+def _pairs_from_env(variable: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in _names_from_env(variable):
+        platform, sep, name = item.partition(":")
+        if not sep or not platform or not name:
+            raise ValueError(f"{variable} entries must look like platform:backend, got {item!r}")
+        pairs.append((platform.strip(), name.strip()))
+    return pairs
+
+
+_host: Host | None = None
+_host_lock = threading.Lock()
+
+
+def get_host() -> Host:
+    """The process-wide host, loading entry points on first use."""
+    global _host
+    with _host_lock:
+        if _host is None:
+            host = Host()
+            host.load_entry_points()
+            _host = host
+        return _host
+
+
+def register_plugin(plugin: object, name: str | None = None) -> BackendInfo:
+    """Register a backend plugin object at run time; returns its description."""
+    backend = get_host().register(plugin, name=name)
+    assert backend is not None
+    return backend.info
+
+
+def backends() -> list[BackendInfo]:
+    """The loaded backends and the platforms each serves."""
+    return [b.info for b in get_host().backends.values()]

@@ -1,0 +1,51 @@
+"""What ``tritonplug info`` reports: versions, backends, targets, cache and workers."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def collect_info() -> dict[str, Any]:
+    import jax
+    import jaxlib
+    import triton
+
+    from tritonplug import frontend
+    from tritonplug.cache import cache_from_env
+    from tritonplug.host import get_host
+    from tritonplug.workers import pool_size
+
+    host = get_host()
+    backends: dict[str, Any] = {}
+    for backend in host.backends.values():
+        entry: dict[str, Any] = {"version": backend.info.version, "platforms": ", ".join(backend.info.platforms),
+                                 "source": backend.source}
+        for platform in backend.info.platforms:
+            entry[f"target[{platform}]"] = _target(backend, platform)
+        backends[backend.name] = entry
+    cache = cache_from_env()
+    return {
+        "versions": {"tritonplug": frontend.TRITONPLUG_VERSION, "triton": triton.__version__,
+                     "jax": jax.__version__, "jaxlib": jaxlib.__version__},
+        "backends": backends or "none installed",
+        "problems": host.problems or "none",
+        "jax devices": ", ".join(str(d) for d in jax.devices()),
+        "cache": dict(vars(cache.stats())) if cache is not None else "disabled",
+        "compile workers": pool_size(),
+        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TRITONPLUG_")} or "none",
+    }
+
+
+def _target(backend: Any, platform: str) -> str:
+    import jax
+
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        devices = []
+    try:
+        target = backend.detect_target(platform, devices[0] if devices else None, {})
+    except Exception as exc:
+        return f"not detected ({exc})"
+    return target.describe() if target is not None else "none"

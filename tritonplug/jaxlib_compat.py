@@ -1,0 +1,47 @@
+"""The host's one adapter over jaxlib's Triton runtime: which custom-call target to emit."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jaxlib
+
+FFI_TARGET = "triton_kernel_call_ffi"
+LEGACY_TARGET = "triton_kernel_call"
+JAXLIB_VERSION = tuple(int(p) for p in jaxlib.__version__.split(".")[:3] if p.isdigit())
+
+
+@functools.cache
+def _registrations(platform: str) -> frozenset[str] | None:
+    """Custom-call targets jaxlib's Triton module registered for ``platform``; None if unknown here."""
+    try:
+        from jax._src.lib import gpu_triton
+    except ImportError:
+        return None
+    module = getattr(gpu_triton, "_cuda_triton" if platform == "cuda" else "_hip_triton", None)
+    if module is None:
+        return None
+    names = set(getattr(module, "registrations", dict)())
+    names.add(LEGACY_TARGET)
+    return frozenset(names)
+
+
+def custom_call_target(platform: str) -> str:
+    """The FFI target where registered; every supported jaxlib (0.10+) registers it, so it is
+    also the answer when lowering for a platform whose plugin is not installed here."""
+    registered = _registrations(platform)
+    if registered is None or FFI_TARGET in registered:
+        return FFI_TARGET
+    return LEGACY_TARGET
+
+
+def accepts_cost_estimate() -> bool:
+    """jaxlib newer than 0.11.0 reads ``cost_estimate_json`` on the FFI target."""
+    return JAXLIB_VERSION > (0, 11, 0)
+
+
+def export_disabled_checks() -> list:
+    """What ``jax.export.export(..., disabled_checks=...)`` needs for programs calling kernels."""
+    checks = jax.export.DisabledSafetyCheck
+    return [checks.custom_call(FFI_TARGET), checks.custom_call(LEGACY_TARGET)]

@@ -1,0 +1,85 @@
+"""The lowering pipeline for one platform: backend → target → configurations → kernels.
+
+Data path: host picks the backend for the platform → detect target → per configuration:
+parse options, specialise, cache lookup, compile on a miss → kernel objects → emitter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tritonplug import emitters, frontend, triton_compat
+from tritonplug.call import CallSpec
+from tritonplug.compiler import CompileRequest, service
+from tritonplug.errors import PluginError
+from tritonplug.host import get_host
+from tritonplug.records import BufferSpec, CompileJob, Launch
+
+
+def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
+    backend = get_host().backend_for(platform)
+    call_options = dict(call.call_options)
+    target = backend.detect_target(platform, _device_of(ctx, platform), call_options)
+    if target is None:
+        raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
+    kernel = triton_compat.unwrap(call.kernel)
+    operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
+    named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
+    configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call_options, named)
+    if target.triton_backend is None:
+        configs = configs[:1]  # host backends run one configuration: the first that survives pruning
+    name = triton_compat.kernel_name(kernel.fn)
+
+    launches, requests = [], []
+    for config in configs:
+        metaparams = dict(config.metaparams)
+        options = backend.parse_options(target, dict(config.call_options))
+        grid = frontend.grid_for(call.grid, metaparams)
+        zeroed = frontend.zeroed_for(call.zeroed_outputs, metaparams, len(call.out_specs))
+        spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed)
+        description = f"kernel {name!r} [{config.description}]"
+        launches.append(Launch(name, grid, spec.params, call.bound.names, operands, call.out_specs,
+                               call.bound.aliases, kernel.fn, config.description))
+        if target.triton_backend is None:
+            ttir_of = _no_ttir
+        else:
+            ttir_of = _ttir_maker(kernel.fn, target, options, spec)
+        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec)
+        requests.append(CompileRequest(key, _job_maker(backend.name, name, target, options, ttir_of, description),
+                                       description))
+    binaries = service.compile(backend, target, requests)
+    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches)]
+    return emitters.emit(ctx, args, kernels, call, platform)
+
+
+def _no_ttir() -> str:
+    return ""
+
+
+def _ttir_maker(fn: Any, target: Any, options: Any, spec: Any):
+    return lambda: frontend.make_ttir(fn, target, options, spec)
+
+
+def _job_maker(backend: str, name: str, target: Any, options: Any, ttir_of: Any, description: str):
+    return lambda: CompileJob(backend, name, target, options, ttir_of(), description)
+
+
+def _device_of(ctx: Any, platform: str) -> Any | None:
+    """The device this computation runs on, when this process has devices of ``platform``."""
+    axis_context = ctx.module_context.axis_context
+    devices = getattr(axis_context, "device_assignment", None)
+    if not devices:
+        mesh = getattr(axis_context, "mesh", None)
+        devices = list(getattr(mesh, "devices", []).flat) if mesh is not None and hasattr(mesh, "devices") else None
+    if devices:
+        device = devices[0]
+        if getattr(device, "platform", None) == platform:
+            return device
+    try:
+        import jax
+
+        local = jax.devices(platform)
+    except RuntimeError:
+        return None
+    return local[0] if local else None

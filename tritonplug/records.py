@@ -1,0 +1,186 @@
+"""Frozen records shared by the host, the backend plugins and the compile workers.
+
+These are the only types a plugin needs from the host besides the hook markers in
+:mod:`tritonplug.hookspecs`. Records that cross the process boundary (``CompileJob``,
+``Binary``) hold plain data only, so they pickle and serialise to JSON without surprises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+#: Scalar parameter types understood by jaxlib's kernel-call runtime.
+SCALAR_DTYPES = ("i1", "i32", "u32", "i64", "u64", "fp32", "fp64")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What a plugin is: its name, the JAX platforms it serves and its version."""
+
+    name: str
+    platforms: tuple[str, ...]
+    version: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The machine a kernel is compiled for.
+
+    ``triton_backend``/``arch``/``warp_size`` are the three fields of Triton's
+    ``GPUTarget``; ``triton_backend`` is ``None`` for backends that need no TTIR
+    (the interpreter).
+    """
+
+    backend: str
+    platform: str
+    arch: int | str
+    warp_size: int = 32
+    triton_backend: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.backend}:{self.arch}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Validated, hashable compiler options for one configuration.
+
+    ``values`` are the options handed to Triton's backend (``num_warps`` …); they are
+    sorted by name so equal options compare and hash equal.
+    """
+
+    values: tuple[tuple[str, Hashable], ...] = ()
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Hashable]) -> Options:
+        return cls(tuple(sorted(mapping.items())))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.as_dict().get(name, default)
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One TTIR → binary compilation, run by the backend's compile hook in a worker."""
+
+    backend: str
+    kernel_name: str
+    target: Target
+    options: Options
+    ttir: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Binary:
+    """A compiled kernel: named images (``ptx``, ``cubin``, ``hsaco`` …) and JSON metadata.
+
+    ``metadata`` must be JSON-serialisable: the disk cache stores it as JSON, never as
+    a pickle. Treat both mappings as read-only.
+    """
+
+    kernel_name: str
+    format: str
+    images: Mapping[str, bytes] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ArrayParam:
+    """A pointer parameter bound to the next buffer (operands first, then results)."""
+
+    buffer: int
+    bytes_to_zero: int = 0
+    divisibility: int = 16
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    """A scalar passed by value; ``dtype`` is one of :data:`SCALAR_DTYPES`."""
+
+    value: bool | int | float
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ConstexprParam:
+    """A parameter compiled into the kernel (``tl.constexpr`` or specialised to 1)."""
+
+    value: Any
+
+
+Param = Union[ArrayParam, ScalarParam, ConstexprParam]
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """Shape and dtype (a NumPy dtype name) of one operand or result buffer."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One configuration of one call: what the kernel object must launch.
+
+    ``params`` has one entry per kernel parameter, in the kernel's order; a tuple
+    parameter is a (possibly nested) tuple of entries. A GPU backend passes the
+    flattened non-constexpr entries to the runtime; a host backend rebuilds the whole
+    argument list. ``arg_names`` names each top-level entry. ``kernel`` is the
+    ``@triton.jit`` function itself, for backends that run Python. ``aliases`` pairs
+    (operand index, result index) whose buffers are shared.
+    """
+
+    kernel_name: str
+    grid: tuple[int, int, int]
+    params: tuple[Any, ...]
+    arg_names: tuple[str, ...]
+    operands: tuple[BufferSpec, ...]
+    results: tuple[BufferSpec, ...]
+    aliases: tuple[tuple[int, int], ...] = ()
+    kernel: Any = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class GpuKernel:
+    """A kernel for jaxlib's GPU kernel-call runtime (CUDA and ROCm share it).
+
+    ``image`` is what the runtime's ``ptx`` field carries: PTX text on CUDA, the path of
+    an HSACO file on ROCm. ``module_image`` optionally carries a ready cubin.
+    """
+
+    kernel_name: str
+    num_warps: int
+    num_ctas: int
+    shared_mem_bytes: int
+    image: str
+    ttir: str
+    compute_capability: int
+    launch: Launch
+    module_image: bytes | None = None
+    global_scratch_size: int = 0
+    global_scratch_align: int = 1
+
+
+@dataclass(frozen=True)
+class HostKernel:
+    """A kernel run on the host: ``run(operands, results)`` fills ``results`` in place.
+
+    ``operands`` are read-only NumPy arrays, ``results`` writable NumPy arrays already
+    holding their initial contents (aliased inputs copied in, zeroed outputs zeroed).
+    """
+
+    kernel_name: str
+    run: Callable[[list, list], None]
+    launch: Launch
+
+
+KernelObject = Union[GpuKernel, HostKernel]

@@ -1,0 +1,114 @@
+"""The host's one adapter over Triton's Python API (triton 3.6 through 3.9).
+
+Everything the host needs from Triton beyond ``triton.jit`` goes through here: unwrapping
+``autotune``/``heuristics`` wrappers, reading kernel parameters, the front end (AST → TTIR)
+and the kernel's source hash.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+from triton.runtime.autotuner import Autotuner, Heuristics
+from triton.runtime.jit import JITFunction
+
+TRITON_VERSION = triton.__version__
+
+
+@dataclass(frozen=True)
+class KernelParameter:
+    name: str
+    is_constexpr: bool
+    do_not_specialize: bool
+    default: Any
+    has_default: bool
+
+
+@dataclass(frozen=True)
+class UnwrappedKernel:
+    """A kernel with its wrappers peeled off, outermost first."""
+
+    fn: JITFunction
+    autotuner: Autotuner | None
+    heuristics: tuple[Heuristics, ...]
+
+
+def is_triton_kernel(obj: object) -> bool:
+    return isinstance(obj, (JITFunction, Autotuner, Heuristics))
+
+
+def unwrap(kernel: object) -> UnwrappedKernel:
+    autotuner, heuristics, fn = None, [], kernel
+    while not isinstance(fn, JITFunction):
+        if isinstance(fn, Autotuner):
+            if autotuner is not None:
+                raise ValueError("kernel: two triton.autotune wrappers on one kernel are not supported")
+            autotuner = fn
+        elif isinstance(fn, Heuristics):
+            heuristics.append(fn)
+        else:
+            raise TypeError(f"kernel must be a @triton.jit function (optionally wrapped by triton.autotune or "
+                            f"triton.heuristics), got {type(kernel).__name__}: {kernel!r}")
+        fn = fn.fn
+    return UnwrappedKernel(fn, autotuner, tuple(heuristics))
+
+
+def parameters(fn: JITFunction) -> tuple[KernelParameter, ...]:
+    return tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default, p.has_default)
+                 for p in fn.params)
+
+
+def kernel_name(fn: JITFunction) -> str:
+    return fn.fn.__name__
+
+
+def source_key(value: Any) -> str:
+    """A stable identity for a constexpr or kernel: Triton's own hash for jit functions.
+
+    ``JITFunction.cache_key`` hashes the kernel's source and, recursively, every
+    ``@triton.jit`` function and global it refers to.
+    """
+    if isinstance(value, JITFunction):
+        return f"jit:{value.cache_key}"
+    return repr(value)
+
+
+def config_fields(config: triton.Config) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """(kwargs, options, pre_hook) of an autotune configuration."""
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages, "num_ctas": config.num_ctas}
+    if getattr(config, "maxnreg", None) is not None:
+        options["maxnreg"] = config.maxnreg
+    return dict(config.kwargs), options, config.pre_hook
+
+
+def early_prune(autotuner: Autotuner, configs: list, named_args: dict[str, Any]) -> list:
+    prune = autotuner.early_config_prune
+    return list(prune(configs, named_args)) if prune else configs
+
+
+def frontend_ttir(fn: JITFunction, target: tuple[str, int | str, int], options: dict[str, Any],
+                  signature: dict[str, str], constexprs: dict[str, Any], attrs: dict[tuple, list]) -> str:
+    """Run Triton's front end (Python AST → TTIR) and return the module as text."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+
+    gpu_target = GPUTarget(*target)
+    backend = make_backend(gpu_target)
+    parsed = backend.parse_options(options)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    source = ASTSource(fn, signature, constexprs, attrs)
+    module = source.make_ir(gpu_target, parsed, backend.get_codegen_implementation(parsed),
+                            backend.get_module_map(), context)
+    return str(module)
+
+
+def environment_key() -> tuple[tuple[str, str], ...]:
+    """``TRITON_*`` variables can change generated code, so they enter the cache key."""
+    ignored = {"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR"}
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("TRITON_") and k not in ignored))
