@@ -20,7 +20,7 @@ else:
 
 
 @triton.jit
-def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq_len, scale,
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, seq_len, scale, o_ptr,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr):
     start_m = tl.program_id(0)

@@ -17,7 +17,7 @@ else:
 
 
 @triton.jit
-def softmax_kernel(x_ptr, out_ptr, n_cols, row_stride, BLOCK: tl.constexpr):
+def softmax_kernel(x_ptr, n_cols, row_stride, out_ptr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols

@@ -21,14 +21,14 @@ rocm = requires_backend("rocm")
 
 
 @triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def add_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
 @triton.jit
-def scalars_kernel(x_ptr, out_ptr, a, b, c, d, e, f, flag, one, BLOCK: tl.constexpr):
+def scalars_kernel(x_ptr, a, b, c, d, e, f, flag, one, out_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
     x = x + a + b + c + d + e + f + one
@@ -63,8 +63,9 @@ def test_add_lowers_for_sm90_without_a_gpu():
     assert "tt.func public @add_kernel" in kernel["ttir"]
     assert (kernel_call["grid_0"], kernel_call.get("grid_1", 0), kernel_call.get("grid_2", 0)) == (4, 1, 1)
     params = kernel_call["parameters"]
-    assert params[:3] == [{"array": {"ptr_divisibility": 16}}] * 3
-    assert params[3] == {"i32": 1000}
+    assert params[:2] == [{"array": {"ptr_divisibility": 16}}] * 2
+    assert params[2] == {"i32": 1000}
+    assert params[3] == {"array": {"ptr_divisibility": 16}}
     assert len(params) == 4
 
 
@@ -82,7 +83,7 @@ def test_no_device_and_no_arch_is_a_clear_error(monkeypatch):
     if any(d.platform == "cuda" for d in jax.devices()):
         pytest.skip("a CUDA device is visible, so the target is detected")
     with pytest.raises(ValueError, match="compute_capability=90.*TRITONPLUG_CUDA_ARCH=90"):
-        lower(add, spec((512,)), spec((512,)))
+        lower(add, spec((520,)), spec((520,)))  # a shape no other test lowers: JAX caches lowerings
 
 
 @cuda
@@ -95,19 +96,14 @@ def test_scalar_parameters_are_typed_and_one_is_specialized():
     (call,) = kernel_calls(lower(f, spec((128,))))
     params = call["kernel_call"]["parameters"]
     assert params == [
-        {"array": {"ptr_divisibility": 16}}, {"array": {"ptr_divisibility": 16}},
+        {"array": {"ptr_divisibility": 16}},
         {"i32": -7}, {"u32": 2**31 + 5}, {"i64": -(2**40)}, {"u64": 2**63 + 9},
-        {"f32": 0.5}, {"f64": 0.1}, {"bool_": True},
+        {"f32": 0.5}, {"f64": 0.1}, {"bool_": True}, {"array": {"ptr_divisibility": 16}},
     ]  # `one` == 1 is specialised into the kernel, as Triton does
 
 
 @cuda
 def test_zeroed_outputs_and_aliases_reach_the_payload():
-    def f(x, acc):
-        return tritonplug.triton_call(
-            x, acc, x.size, kernel=add_kernel, out_shape=(spec((256,)), spec((256,))), grid=1,
-            input_output_aliases={1: 1}, zeroed_outputs=(0,), compute_capability=90, BLOCK=256)[0]
-
     @triton.jit
     def two_out(x_ptr, acc_ptr, n, out_ptr, acc_out_ptr, BLOCK: tl.constexpr):
         pass
@@ -122,13 +118,13 @@ def test_zeroed_outputs_and_aliases_reach_the_payload():
     params = call["kernel_call"]["parameters"]
     assert params[3] == {"array": {"bytes_to_zero": 1024, "ptr_divisibility": 16}}
     assert "tf.aliasing_output = 1" in text or "output_operand_aliases" in text
-    del f
 
 
 @cuda
-def test_autotuned_matmul_carries_every_config_with_its_grid():
+def test_autotuned_matmul_carries_every_config_with_its_grid(monkeypatch):
     from matmul import CONFIGS, matmul
 
+    monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
     text = lower(lambda a, b: matmul(a, b), spec((256, 256), jnp.float16), spec((256, 256), jnp.float16))
     (call,) = kernel_calls(text)
     configs = call["autotuned_kernel_call"]["configs"]
@@ -156,7 +152,8 @@ def test_autotuned_call_records_aliases():
 
     (call,) = kernel_calls(lower(f, spec((512,))))
     autotuned = call["autotuned_kernel_call"]
-    assert autotuned["input_output_aliases"] == [{"output_buffer_idx": 0, "buffer_size_bytes": 2048}]
+    (alias,) = autotuned["input_output_aliases"]  # proto3 leaves zero indices out
+    assert (alias.get("input_buffer_idx", 0), alias.get("output_buffer_idx", 0), alias["buffer_size_bytes"]) == (0, 0, 2048)
     assert [c["kernel_call"]["grid_0"] for c in autotuned["configs"]] == [8, 4]
 
 
@@ -177,7 +174,7 @@ def test_add_lowers_for_gfx942_without_a_gpu(monkeypatch):
 def test_rocm_without_arch_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("TRITONPLUG_ROCM_ARCH", raising=False)
     with pytest.raises(ValueError, match="TRITONPLUG_ROCM_ARCH=gfx942"):
-        lower(add, spec((512,)), spec((512,)), platform="rocm")
+        lower(add, spec((528,)), spec((528,)), platform="rocm")
 
 
 @cuda

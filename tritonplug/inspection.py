@@ -13,7 +13,7 @@ from tritonplug.jaxlib_compat import FFI_TARGET, LEGACY_TARGET
 from tritonplug.kernel_call import decode_kernel_call
 
 _CALL = re.compile(r'custom_call @(?P<target>%s|%s)\(' % (FFI_TARGET, LEGACY_TARGET))
-_PAYLOAD = re.compile(r'(?:opaque = |backend_config = )"((?:[^"\\]|\\.)*)"')
+_PAYLOAD = re.compile(r'(?:opaque = |backend_config = )"((?:[^"\\]|\\.)+)"')
 
 
 def unescape_mlir_string(text: str) -> bytes:

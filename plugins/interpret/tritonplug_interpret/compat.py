@@ -1,0 +1,111 @@
+"""This plugin's one adapter over Triton's interpreter internals (triton 3.6 through 3.9).
+
+The runner does not go through ``InterpretedFunction.run``: its ``GridExecutor`` copies
+arguments with torch's storage API. It drives the interpreter's pieces itself, all taken
+from here: the AST rewrite of a ``@triton.jit`` function, the patching of
+``triton.language`` onto the global ``InterpreterBuilder``, the builder itself and its
+``TensorHandle``.
+
+What differs between the versions, and how it is absorbed:
+
+* memory ops' trailing arguments: 3.6 has ``create_masked_load(ptrs, mask, other,
+  cache_modifier, eviction_policy, is_volatile)`` and ``create_masked_store(ptrs, value,
+  mask, cache_modifier, eviction_policy)``, 3.9 ``(..., cache_policy, is_volatile)`` and
+  ``(..., cache_policy)``. Wrappers take the leading arguments and pass ``*rest`` through.
+* what reaches those two ops: 3.9 routes ``atomic_load``/``atomic_store``/``atomic_poll``,
+  tensor descriptors and plain loads through them, 3.6 also its block pointers; wrapping
+  :data:`MEMORY_OPS` covers every access of both.
+* ``get_bf16``: 3.9's builder has it, 3.6's lacks it although 3.6's semantic calls it for a
+  non-zero bf16 constant; :func:`bf16.install` always supplies one.
+* bf16 <-> fp16 in ``create_fp_to_fp`` exists only in 3.9; the bf16 layer handles every
+  bf16 conversion itself on both.
+* the fast reductions: 3.9 also recognises the ``tie_break_fast`` arg-min/max combiners
+  (3.6 sends them to the generic path); :data:`FAST_REDUCE_COMBINERS` lists whichever exist.
+* ``InterpretedFunction.__call__`` re-patches the language and wraps errors in
+  ``InterpreterError`` (both versions); nested calls are redirected to
+  :func:`interpreted` instead, see :data:`JIT_CALLABLE_TYPES`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import triton
+import triton.language as tl
+from triton._C.libtriton import interpreter as _native
+from triton.language import standard as _standard
+from triton.runtime import interpreter as _interp
+from triton.runtime.jit import JITFunction
+
+TRITON_VERSION = triton.__version__
+
+TensorHandle = _interp.TensorHandle
+#: The one builder every patched ``triton.language`` builtin calls into.
+builder = _interp.interpreter_builder
+
+#: Builder methods that touch memory (see the module docstring).
+MEMORY_OPS = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+
+#: Classes whose instances kernels call as helpers (``@triton.jit`` functions, interpreted or not).
+JIT_CALLABLE_TYPES: tuple[type, ...] = (JITFunction, _interp.InterpretedFunction)
+
+RMW_FADD = _native.RMW_OP.FADD
+RMW_XCHG = _native.RMW_OP.XCHG
+
+
+def _existing(module: Any, *names: str) -> frozenset:
+    return frozenset(getattr(module, n) for n in names if hasattr(module, n))
+
+
+#: Combiners the interpreter's ``tl.reduce`` computes with one NumPy call on the raw data.
+FAST_REDUCE_COMBINERS = _existing(
+    _standard, "_sum_combine", "_elementwise_max", "_elementwise_min",
+    "_argmin_combine_tie_break_left", "_argmax_combine_tie_break_left",
+    "_argmin_combine_tie_break_fast", "_argmax_combine_tie_break_fast")
+#: Combiners the interpreter's ``tl.associative_scan`` computes with one NumPy call.
+FAST_SCAN_COMBINERS = _existing(_standard, "_sum_combine", "_prod_combine")
+
+# ``_patch_lang(fn)`` patches the language modules visible from ``fn.__globals__``; this
+# carrier makes it patch all of them (tl, tl.core, tl.math, tensor methods), once per run.
+_LANGUAGE_CARRIER = types.SimpleNamespace(__globals__={"tl": tl, "core": tl.core})
+
+
+def patch_language() -> Any:
+    """Point ``triton.language`` at the interpreter; returns an object with ``restore()``."""
+    return _interp._patch_lang(_LANGUAGE_CARRIER)
+
+
+def python_function(kernel: Any) -> Callable:
+    """The plain Python function behind a ``@triton.jit`` function (or autotuner/heuristics)."""
+    fn = kernel
+    for _ in range(16):
+        if inspect.isfunction(fn):
+            return fn
+        fn = getattr(fn, "fn", None)
+    raise TypeError(f"{kernel!r} is not a @triton.jit function")
+
+
+def interpreted(fn: Callable) -> Callable:
+    """``fn`` with the interpreter's AST rewrite applied (cached, shared with Triton's own cache)."""
+    cache = _interp.InterpretedFunction.rewritten_fn
+    rewritten = cache.get(fn)
+    if rewritten is None:
+        rewritten = cache[fn] = _interp.FunctionRewriter(fn).rewrite_ast()
+    return rewritten
+
+
+def np_dtype(tl_dtype: Any) -> np.dtype:
+    """The NumPy dtype the interpreter stores a Triton type in (bf16 as uint16)."""
+    return _interp._get_np_dtype(tl_dtype)
+
+
+def raw_load(addresses: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return _native.load(addresses, mask, other, dtype)
+
+
+def raw_store(addresses: np.ndarray, values: np.ndarray, mask: np.ndarray) -> None:
+    _native.store(addresses, values, mask)

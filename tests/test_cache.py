@@ -1,0 +1,479 @@
+"""The disk cache: format, damage, eviction, degradation, safety and several processes at once."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import stat
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tritonplug.cache import MAGIC, DiskCache, UnsafeCacheDir, cache_from_env
+from tritonplug.errors import TritonplugError
+from tritonplug.records import Binary
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def key(tag: object) -> str:
+    return hashlib.sha256(str(tag).encode()).hexdigest()
+
+
+def make_binary(tag: int, size: int) -> Binary:
+    """A binary whose contents can be checked against its own metadata (so torn writes show)."""
+    return Binary(kernel_name=f"kernel_{tag:03d}", format="cubin",
+                  images={"cubin": bytes([tag % 256]) * size, "ptx": f"// ptx {tag:03d}\n".encode()},
+                  metadata={"tag": tag, "size": size, "num_warps": 4, "cluster": [1, 1, 1]})
+
+
+def is_consistent(binary: Binary) -> bool:
+    tag, size = binary.metadata["tag"], binary.metadata["size"]
+    return binary == make_binary(tag, size)
+
+
+def entry_path(cache: DiskCache, k: str) -> Path:
+    return cache.directory / "entries" / k[:2] / f"{k}.bin"
+
+
+def temp_files(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*.tmp"))
+
+
+def set_age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> DiskCache:
+    return DiskCache(tmp_path / "cache")
+
+
+# --- format and round trip ------------------------------------------------------------------------
+
+def test_roundtrip(cache: DiskCache, caplog: pytest.LogCaptureFixture) -> None:
+    k = key("roundtrip")
+    binary = Binary(kernel_name="añadir_kernel", format="hsaco",
+                    images={"hsaco": bytes(range(256)) * 40, "empty": b"", "asm": b"s_endpgm\n"},
+                    metadata={"shared": 1024, "name": "ünïcode", "nested": {"a": [1, 2.5, None, True]}})
+    with caplog.at_level(logging.DEBUG, logger="tritonplug.cache"):
+        assert cache.get(k) is None
+        assert cache.put(k, binary) is True
+        got = cache.get(k)
+    assert got == binary
+    assert isinstance(got.images["hsaco"], bytes)
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "miss" in messages and "put" in messages and "hit" in messages
+    assert cache.stats().entries == 1
+    assert cache.stats().total_bytes == entry_path(cache, k).stat().st_size
+
+
+def test_file_format_is_magic_json_images_checksum(cache: DiskCache) -> None:
+    k = key("format")
+    cache.put(k, make_binary(7, 100))
+    data = entry_path(cache, k).read_bytes()
+    assert data.startswith(MAGIC)
+    assert hashlib.sha256(data[:-32]).digest() == data[-32:]
+    line_end = data.index(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC):line_end])
+    assert header["kernel_name"] == "kernel_007" and header["format"] == "cubin" and header["key"] == k
+    payload = data[line_end + 1:-32]
+    cubin = next(i for i in header["images"] if i["name"] == "cubin")
+    assert payload[cubin["offset"]:cubin["offset"] + cubin["size"]] == bytes([7]) * 100
+
+
+def test_miss(cache: DiskCache) -> None:
+    assert cache.get(key("absent")) is None
+    assert cache.stats().entries == 0
+
+
+def test_modes_of_created_directories_and_files(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "a" / "b" / "c")
+    for path in (tmp_path / "a", tmp_path / "a" / "b", cache.directory):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    k = key("modes")
+    cache.put(k, make_binary(1, 10))
+    assert stat.S_IMODE(entry_path(cache, k).parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(entry_path(cache, k).stat().st_mode) == 0o600
+
+
+# --- damaged entries ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("keep", [0, 10, 0.5, -1])
+def test_truncated_entry_is_a_miss_and_is_rewritten(cache: DiskCache, keep: float) -> None:
+    k, binary = key("truncated"), make_binary(3, 5000)
+    cache.put(k, binary)
+    path = entry_path(cache, k)
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep) if isinstance(keep, float) else keep])
+    assert cache.get(k) is None
+    assert not path.exists()
+    assert cache.put(k, binary)
+    assert cache.get(k) == binary
+
+
+@pytest.mark.parametrize("where", ["magic", "header", "payload", "checksum"])
+def test_flipped_byte_is_a_miss(cache: DiskCache, where: str) -> None:
+    k = key("flipped")
+    cache.put(k, make_binary(5, 3000))
+    path = entry_path(cache, k)
+    data = bytearray(path.read_bytes())
+    positions = {"magic": 3, "header": len(MAGIC) + 9, "payload": len(data) - 999, "checksum": len(data) - 1}
+    position = positions[where]
+    data[position] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert cache.get(k) is None
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("header", [b"{not json", b"[1, 2]", b'"text"',
+                                    b'{"key": "%s", "payload_size": 4, "kernel_name": "k", "format": "f", '
+                                    b'"metadata": {}, "images": [{"name": "x", "offset": 2, "size": 9}]}'])
+def test_unparsable_entry_with_a_valid_checksum_is_a_miss(cache: DiskCache, header: bytes) -> None:
+    k = key("unparsable")
+    path = entry_path(cache, k)
+    path.parent.mkdir(parents=True)
+    body = MAGIC + header.replace(b"%s", k.encode()) + b"\nabcd"
+    path.write_bytes(body + hashlib.sha256(body).digest())
+    assert cache.get(k) is None
+    assert not path.exists()
+
+
+def test_entry_stored_under_another_key_is_a_miss(cache: DiskCache) -> None:
+    a, b = key("a"), key("b")
+    cache.put(a, make_binary(1, 100))
+    entry_path(cache, b).parent.mkdir(parents=True, exist_ok=True)
+    entry_path(cache, b).write_bytes(entry_path(cache, a).read_bytes())
+    assert cache.get(b) is None
+    assert cache.get(a) == make_binary(1, 100)
+
+
+def test_orphaned_temp_file_is_ignored_by_get_and_removed_by_prune(cache: DiskCache) -> None:
+    k = key("orphan")
+    bucket = entry_path(cache, k).parent
+    bucket.mkdir(parents=True)
+    old = bucket / f".{k}.4242.deadbeef.tmp"
+    fresh = bucket / f".{key('other')}.4243.cafebabe.tmp"
+    old.write_bytes(MAGIC + b"half an entry")
+    fresh.write_bytes(b"a put in progress")
+    set_age(old, 11 * 60)
+    assert cache.get(k) is None
+    assert old.exists(), "get must not scan or clean up"
+    assert cache.stats().entries == 0
+    assert cache.prune() == 0
+    assert not old.exists()
+    assert fresh.exists(), "a temp file younger than 10 minutes may belong to a live writer"
+
+
+# --- keys -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", ["", "abc", "A" * 64, "g" * 64, "a" * 15, "a" * 129, "../" + "a" * 32,
+                                 "a" * 32 + "\n", "a" * 16 + "/x", 1234567890123456789])
+@pytest.mark.parametrize("method", ["get", "put", "key_lock"])
+def test_key_validation(cache: DiskCache, bad: object, method: str) -> None:
+    args = (bad, make_binary(1, 1)) if method == "put" else (bad,)
+    with pytest.raises(ValueError, match="key"):
+        getattr(cache, method)(*args)
+    assert not (cache.directory / "entries").exists()
+
+
+@pytest.mark.parametrize("good", ["0123456789abcdef", "f" * 128, key("sha")])
+def test_good_keys(cache: DiskCache, good: str) -> None:
+    assert cache.put(good, make_binary(2, 2))
+    assert cache.get(good) == make_binary(2, 2)
+
+
+# --- eviction -------------------------------------------------------------------------------------
+
+def _three_entries(cache: DiskCache, ages: tuple[int, int, int]) -> tuple[list[str], int]:
+    keys = [key(f"lru-{i}") for i in range(5)]
+    for i, k in enumerate(keys[:3]):
+        assert cache.put(k, make_binary(i, 1000))
+    for k, age in zip(keys[:3], ages, strict=True):
+        set_age(entry_path(cache, k), age)
+    sizes = {entry_path(cache, k).stat().st_size for k in keys[:3]}
+    assert len(sizes) == 1
+    return keys, sizes.pop()
+
+
+def present(cache: DiskCache, keys: list[str]) -> list[bool]:
+    return [entry_path(cache, k).exists() for k in keys]
+
+
+def test_over_the_bound_evicts_least_recently_used_first(cache: DiskCache) -> None:
+    keys, size = _three_entries(cache, ages=(300, 100, 200))
+    cache.max_bytes = 3 * size + size // 2
+    assert cache.put(keys[3], make_binary(3, 1000))
+    assert present(cache, keys) == [False, True, True, True, False]
+    assert cache.put(keys[4], make_binary(4, 1000))
+    assert present(cache, keys) == [False, True, False, True, True]
+    assert cache.stats().total_bytes <= cache.max_bytes
+
+
+def test_a_get_refreshes_an_entry(cache: DiskCache) -> None:
+    keys, size = _three_entries(cache, ages=(300, 200, 100))
+    assert cache.get(keys[0]) is not None
+    assert entry_path(cache, keys[0]).stat().st_mtime > time.time() - 60
+    cache.max_bytes = 3 * size + size // 2
+    assert cache.put(keys[3], make_binary(3, 1000))
+    assert present(cache, keys) == [True, False, True, True, False]
+
+
+def test_prune_and_clear(cache: DiskCache) -> None:
+    keys, size = _three_entries(cache, ages=(300, 100, 200))
+    assert cache.prune() == 0
+    assert cache.prune(max_bytes=size) == 2
+    assert present(cache, keys) == [False, True, False, False, False]
+    assert cache.clear() == 1
+    assert cache.stats().entries == 0 and cache.stats().total_bytes == 0
+
+
+def test_entry_bigger_than_the_bound_is_not_stored(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "small", max_bytes=2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache.put(key("big"), make_binary(1, 5000)) is False
+        assert cache.put(key("fits"), make_binary(1, 500)) is True
+    assert cache.get(key("big")) is None
+    assert cache.stats().entries == 1
+
+
+# --- degradation ----------------------------------------------------------------------------------
+
+def test_unwritable_entries_directory_degrades_with_one_warning(cache: DiskCache) -> None:
+    readable = key("readable")
+    assert cache.put(readable, make_binary(1, 100))
+    blocked = [k for k in (key(f"blocked-{i}") for i in range(64)) if k[:2] != readable[:2]][:2]
+    for k in blocked:  # a regular file where the bucket directory belongs: mkdir fails with an OSError
+        entry_path(cache, k).parent.write_bytes(b"")
+    with pytest.warns(RuntimeWarning, match=str(cache.directory)) as caught:
+        assert cache.put(blocked[0], make_binary(2, 100)) is False
+        assert cache.put(blocked[1], make_binary(3, 100)) is False
+        assert cache.put(blocked[0], make_binary(2, 100)) is False
+    assert len([w for w in caught if w.category is RuntimeWarning]) == 1
+    assert cache.get(readable) == make_binary(1, 100)
+    assert cache.get(blocked[0]) is None
+    assert temp_files(cache.directory) == []
+
+
+def test_entries_path_is_a_file(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o700)
+    (directory / "entries").write_bytes(b"not a directory")
+    cache = DiskCache(directory)
+    with pytest.warns(RuntimeWarning, match="cannot write") as caught:
+        assert cache.put(key(1), make_binary(1, 10)) is False
+        assert cache.put(key(2), make_binary(2, 10)) is False
+    assert len(caught) == 1
+    assert cache.get(key(1)) is None
+    assert cache.stats().entries == 0
+
+
+def test_read_only_directory(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "ro")
+    k = key("ro")
+    cache.put(k, make_binary(1, 100))
+    for path in [cache.directory, *cache.directory.rglob("*")]:
+        if path.is_dir():
+            path.chmod(0o500)
+    try:
+        if os.access(entry_path(cache, k).parent, os.W_OK):
+            pytest.skip("chmod 0500 does not stop this user (root) from writing; the other degradation tests "
+                        "make writes fail in ways root cannot bypass")
+        with pytest.warns(RuntimeWarning, match=str(cache.directory)):
+            assert cache.put(key("new"), make_binary(2, 100)) is False
+            assert cache.put(k, make_binary(2, 100)) is False
+        assert cache.get(k) == make_binary(1, 100)
+    finally:
+        for path in [cache.directory, *cache.directory.rglob("*")]:
+            if path.is_dir():
+                path.chmod(0o700)
+
+
+def _put_under_file_size_limit(directory: str, limit: int) -> tuple[bool, bool, bool, list[str]]:
+    """In a child: writes past ``limit`` bytes fail (EFBIG) like a full disk, midway through the temp file."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    cache = DiskCache(directory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = cache.put(key("too-big-1"), make_binary(9, 10 * limit))
+        second = cache.put(key("too-big-2"), make_binary(9, 10 * limit))
+        hit = cache.get(key("small")) == make_binary(1, 10)
+    return first, second, hit, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_failed_write_midway_leaves_no_temp_file(cache: DiskCache) -> None:
+    cache.put(key("small"), make_binary(1, 10))
+    with SPAWN.Pool(1) as pool:
+        first, second, hit, messages = pool.apply(_put_under_file_size_limit, (str(cache.directory), 4096))
+    assert (first, second, hit) == (False, False, True)
+    assert len(messages) == 1 and str(cache.directory) in messages[0]
+    assert temp_files(cache.directory) == []
+    assert cache.get(key("too-big-1")) is None and cache.stats().entries == 1
+
+
+def test_metadata_must_be_json(cache: DiskCache) -> None:
+    binary = Binary(kernel_name="k", format="cubin", images={}, metadata={"bad": object()})
+    with pytest.raises(TypeError, match="JSON"):
+        cache.put(key("json"), binary)
+    assert temp_files(cache.directory) == [] and cache.stats().entries == 0
+
+
+# --- environment and safety -----------------------------------------------------------------------
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    for name in ("TRITONPLUG_CACHE", "TRITONPLUG_CACHE_DIR", "TRITONPLUG_CACHE_MAX_BYTES", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return monkeypatch
+
+
+def test_cache_from_env_defaults(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cache = cache_from_env()
+    assert cache is not None
+    assert cache.directory == tmp_path / "home" / ".cache" / "tritonplug"
+    assert cache.max_bytes == 1 << 30
+    assert stat.S_IMODE((tmp_path / "home").stat().st_mode) == 0o700
+    env.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_from_env().directory == tmp_path / "xdg" / "tritonplug"
+    env.setenv("TRITONPLUG_CACHE_DIR", str(tmp_path / "explicit"))
+    env.setenv("TRITONPLUG_CACHE_MAX_BYTES", "12345")
+    cache = cache_from_env()
+    assert (cache.directory, cache.max_bytes) == (tmp_path / "explicit", 12345)
+    assert cache.stats().max_bytes == 12345
+
+
+@pytest.mark.parametrize("value", ["0", "off", "OFF"])
+def test_cache_disabled(env: pytest.MonkeyPatch, tmp_path: Path, value: str) -> None:
+    env.setenv("TRITONPLUG_CACHE", value)
+    assert cache_from_env() is None
+    assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("value", ["lots", "1.5e9", "-1"])
+def test_bad_max_bytes(env: pytest.MonkeyPatch, value: str) -> None:
+    env.setenv("TRITONPLUG_CACHE_MAX_BYTES", value)
+    with pytest.raises(ValueError, match="TRITONPLUG_CACHE_MAX_BYTES"):
+        cache_from_env()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
+def test_directory_writable_by_others_is_refused(env: pytest.MonkeyPatch, tmp_path: Path, mode: int) -> None:
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    directory.chmod(mode)
+    env.setenv("TRITONPLUG_CACHE_DIR", str(directory))
+    with pytest.warns(RuntimeWarning, match=f"{directory}.*writable by group or others"):
+        assert cache_from_env() is None
+    with pytest.raises(UnsafeCacheDir):
+        DiskCache(directory)
+    assert issubclass(UnsafeCacheDir, TritonplugError)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
+def test_directory_owned_by_another_user_is_refused(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    directory = tmp_path / "theirs"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, 65534, 65534)
+    env.setenv("TRITONPLUG_CACHE_DIR", str(directory))
+    with pytest.warns(RuntimeWarning, match=f"{directory}.*owned by uid 65534"):
+        assert cache_from_env() is None
+
+
+def test_uncreatable_directory_warns(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    env.setenv("TRITONPLUG_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    with pytest.warns(RuntimeWarning, match="cannot create"):
+        assert cache_from_env() is None
+
+
+# --- several processes ----------------------------------------------------------------------------
+
+def _hammer(directory: str, worker: int, rounds: int, max_bytes: int) -> tuple[int, int, list[str]]:
+    cache = DiskCache(directory, max_bytes)
+    shared, own, neighbour = key("shared"), key(f"own-{worker}"), key(f"own-{(worker + 1) % 6}")
+    mine = make_binary(100 + worker, 20_000)
+    hits = misses = 0
+    problems = []
+    for i in range(rounds):
+        if not cache.put(shared, make_binary(worker, 40_000 + 3_000 * worker + i)):
+            problems.append(f"put of the shared key failed in round {i}")
+        if not cache.put(own, mine):
+            problems.append(f"put of the own key failed in round {i}")
+        for k in (shared, own, neighbour):
+            got = cache.get(k)
+            if got is None:
+                if k != neighbour:  # the neighbour may not have started yet; the others were just put
+                    misses += 1
+            elif not is_consistent(got) or (k == own and got != mine):
+                problems.append(f"bad entry for {k[:8]} in round {i}: {got.kernel_name}")
+            else:
+                hits += 1
+    return hits, misses, problems
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "evicting"])
+def test_concurrent_writers_and_readers(tmp_path: Path, bounded: bool) -> None:
+    directory = tmp_path / "shared-cache"
+    max_bytes = 150_000 if bounded else 1 << 30
+    DiskCache(directory, max_bytes)
+    with SPAWN.Pool(6) as pool:
+        results = pool.starmap(_hammer, [(str(directory), w, 40, max_bytes) for w in range(6)])
+    problems = [p for _, _, found in results for p in found]
+    assert problems == []
+    assert sum(hits for hits, _, _ in results) > 0
+    if not bounded:
+        assert sum(misses for _, misses, _ in results) == 0, "a get after one's own put must hit"
+    cache = DiskCache(directory, max_bytes)
+    assert temp_files(directory) == []
+    assert cache.stats().total_bytes <= max_bytes
+    got = cache.get(key("shared"))
+    assert (bounded and got is None) or is_consistent(got)
+
+
+def _critical_section(directory: str, k: str, barrier, log_path: str, use_lock: bool) -> None:
+    cache = DiskCache(directory)
+    barrier.wait()
+    for _ in range(3):
+        with cache.key_lock(k) if use_lock else contextlib.nullcontext():
+            with open(log_path, "a") as f:
+                f.write(f"enter {os.getpid()}\n")
+            time.sleep(0.15)
+            with open(log_path, "a") as f:
+                f.write(f"leave {os.getpid()}\n")
+
+
+def _most_inside_at_once(log_path: Path) -> int:
+    inside = most = 0
+    for line in log_path.read_text().splitlines():
+        inside += 1 if line.startswith("enter") else -1
+        most = max(most, inside)
+    return most
+
+
+@pytest.mark.parametrize("use_lock", [True, False], ids=["key_lock", "control-without-lock"])
+def test_key_lock_serialises_processes(tmp_path: Path, use_lock: bool) -> None:
+    directory, log_path = tmp_path / "cache", tmp_path / "log"
+    DiskCache(directory)
+    barrier = SPAWN.Barrier(2)
+    args = (str(directory), key("lock"), barrier, str(log_path), use_lock)
+    procs = [SPAWN.Process(target=_critical_section, args=args) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert len(log_path.read_text().splitlines()) == 12
+    assert _most_inside_at_once(log_path) == (1 if use_lock else 2)

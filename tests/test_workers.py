@@ -1,0 +1,236 @@
+"""The compile-worker pool, with real subprocesses: results, concurrency, crashes, hangs, parent death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import worker_tasks
+
+from tritonplug import workers
+from tritonplug.errors import CompileError, WorkerError
+from tritonplug.workers import Task, WorkerPool
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _children_import_worker_tasks():
+    """Workers import task functions by module name: put this directory on their PYTHONPATH."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+        yield
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = WorkerPool(2, timeout=60, preload=())
+    pool.warm()
+    yield pool
+    pool.shutdown()
+
+
+def gone(pid: int) -> bool:
+    """True once the process has exited (a zombie nobody reaps counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def wait_gone(pids: list[int], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not all(gone(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def assert_usable(pool: WorkerPool) -> None:
+    assert pool.run([Task(worker_tasks.square, (i,)) for i in range(3)]) == [0, 1, 4]
+
+
+def test_results_come_back_in_task_order(pool):
+    tasks = [Task(worker_tasks.square, (i,), f"square {i}") for i in range(7)]
+    assert pool.run(tasks) == [i * i for i in range(7)]
+    assert pool.run([]) == []
+    assert len(pool.worker_pids()) == 2
+
+
+def test_tasks_run_concurrently_on_separate_workers(pool):
+    start = time.monotonic()
+    pids = pool.run([Task(worker_tasks.sleep_then_pid, (1.0,)) for _ in range(2)])
+    elapsed = time.monotonic() - start
+    assert len(set(pids)) == 2 and set(pids) <= set(pool.worker_pids())
+    assert elapsed < 1.8, f"two 1 s tasks on two warm workers took {elapsed:.2f} s: they did not overlap"
+
+
+def test_concurrent_run_calls_share_the_workers(pool):
+    results: dict[int, list[int]] = {}
+
+    def call(n: int) -> None:
+        results[n] = pool.run([Task(worker_tasks.square, (n + i,)) for i in range(3)])
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(0, 40, 10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {n: [(n + i) ** 2 for i in range(3)] for n in range(0, 40, 10)}
+
+
+def test_exception_in_the_child_is_a_compile_error_with_traceback_and_stderr(pool):
+    description = "kernel 'matmul' config BLOCK_M=64 num_warps=4"
+    tasks = [Task(worker_tasks.square, (3,)), Task(worker_tasks.fail_loudly, ("no valid layout",), description)]
+    with pytest.raises(CompileError) as info:
+        pool.run(tasks)
+    message = str(info.value)
+    assert not isinstance(info.value, WorkerError)
+    assert description in message and "ValueError: no valid layout" in message
+    assert "fail_loudly" in message and "Traceback" in message
+    assert "ptxas says: register spill overflow" in message and "a print() on stdout" in message
+    assert_usable(pool)
+
+
+def test_a_task_that_cannot_be_pickled_is_a_compile_error(pool):
+    with pytest.raises(CompileError, match="cannot send"):
+        pool.run([Task(worker_tasks.square, (threading.Lock(),), "unpicklable")])
+
+
+def test_a_worker_killed_twice_is_a_worker_error(pool, tmp_path):
+    attempts = tmp_path / "attempts"
+    with pytest.raises(WorkerError) as info:
+        pool.run([Task(worker_tasks.kill_self, (str(attempts),), "kernel 'crashy'")])
+    message = str(info.value)
+    assert "kernel 'crashy'" in message and "killed by signal SIGKILL" in message
+    assert "about to be killed" in message
+    pids = attempts.read_text().split()
+    assert len(pids) == 2 and pids[0] != pids[1], "retried exactly once, on a fresh worker"
+    assert_usable(pool)
+
+
+def test_a_worker_that_dies_once_is_replaced_and_the_task_retried(pool, tmp_path):
+    marker = tmp_path / "died-once"
+    assert pool.run([Task(worker_tasks.die_once, (str(marker),))]) == ["survived"]
+    assert marker.exists()
+    assert len(pool.worker_pids()) == 2
+
+
+def test_abort_in_the_child_is_a_worker_error(pool):
+    with pytest.raises(WorkerError, match="SIGABRT") as info:
+        pool.run([Task(worker_tasks.abort, (), "kernel 'aborts'")])
+    assert "kernel 'aborts'" in str(info.value)
+    assert_usable(pool)
+
+
+def test_workers_killed_from_outside_between_runs_are_replaced(pool):
+    old = pool.worker_pids()
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    assert wait_gone(old)
+    pids = pool.run([Task(worker_tasks.sleep_then_pid, (0.3,)) for _ in range(2)])
+    assert not set(pids) & set(old)
+    assert_usable(pool)
+
+
+def test_a_hung_task_is_killed_with_its_process_group(tmp_path):
+    pool = WorkerPool(1, timeout=1.0, preload=())
+    try:
+        pool.warm()
+        pid_file = tmp_path / "grandchild"
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as info:
+            pool.run([Task(worker_tasks.hang_with_child, (str(pid_file),), "kernel 'hangs'")])
+        assert time.monotonic() - start < 10
+        message = str(info.value)
+        assert "kernel 'hangs'" in message and "timeout of 1 s" in message
+        assert "TRITONPLUG_COMPILE_TIMEOUT" in message
+        assert wait_gone([int(pid_file.read_text())], 5), "the worker's child process survived the timeout"
+        assert_usable(pool)
+    finally:
+        pool.shutdown()
+
+
+def test_workers_started_from_a_short_lived_thread_outlive_it():
+    """PR_SET_PDEATHSIG fires when the *thread* that started a child exits: the pool must not care."""
+    pool = WorkerPool(1, timeout=60, preload=())
+    try:
+        first: list[int] = []
+        thread = threading.Thread(target=lambda: first.extend(pool.run([Task(worker_tasks.getpid)])))
+        thread.start()
+        thread.join()
+        time.sleep(0.3)
+        assert pool.run([Task(worker_tasks.getpid)]) == first
+    finally:
+        pool.shutdown()
+    assert wait_gone(first)
+    with pytest.raises(WorkerError, match="shut down"):
+        pool.run([Task(worker_tasks.getpid)])
+
+
+def test_workers_exit_when_the_parent_dies():
+    script = textwrap.dedent("""
+        import time
+        from tritonplug.workers import WorkerPool
+        pool = WorkerPool(2, preload=())
+        pool.warm()
+        print(*pool.worker_pids(), flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env=workers._child_env())
+    try:
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 2 and not any(gone(pid) for pid in pids)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_gone(pids, 5), "compile workers outlived their parent"
+
+
+def test_zero_workers_runs_tasks_in_process(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_COMPILE_WORKERS", "0")
+    workers.shutdown_pool()
+    try:
+        assert workers.run_tasks([Task(worker_tasks.getpid), Task(worker_tasks.square, (5,))]) == [os.getpid(), 25]
+        assert workers.get_pool().worker_pids() == []
+        with pytest.raises(CompileError, match="kernel 'x' failed: ValueError: boom"):
+            workers.run_tasks([Task(worker_tasks.fail_loudly, ("boom",), "kernel 'x'")])
+    finally:
+        workers.shutdown_pool()
+
+
+def test_pool_settings_come_from_the_environment(monkeypatch):
+    monkeypatch.delenv("TRITONPLUG_COMPILE_WORKERS", raising=False)
+    monkeypatch.setenv("TRITONPLUG_COMPILE_TIMEOUT", "12.5")
+    workers.shutdown_pool()
+    try:
+        pool = workers.get_pool()
+        assert (pool.size, pool.timeout) == (min(os.cpu_count() or 1, 8), 12.5)
+        assert workers.get_pool() is pool and pool.worker_pids() == []
+    finally:
+        workers.shutdown_pool()
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("TRITONPLUG_COMPILE_WORKERS", "many"), ("TRITONPLUG_COMPILE_WORKERS", "-1"),
+    ("TRITONPLUG_COMPILE_WORKERS", "2.5"), ("TRITONPLUG_COMPILE_TIMEOUT", "soon"),
+    ("TRITONPLUG_COMPILE_TIMEOUT", "0"), ("TRITONPLUG_COMPILE_TIMEOUT", "nan"),
+])
+def test_bad_environment_values_name_the_variable(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    workers.shutdown_pool()
+    with pytest.raises(ValueError, match=name):
+        workers.get_pool()
