@@ -6,11 +6,11 @@ from tritonplug.errors import CompileError, KernelSourceError, PluginError, Trit
 from tritonplug.host import backends, register_plugin
 from tritonplug.jaxlib_compat import export_disabled_checks
 from tritonplug.logs import configure_logging
-from tritonplug.utils import cdiv, next_power_of_2, strides_from_shape
+from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
 
 __all__ = [
     "CompileError", "KernelSourceError", "PluginError", "TritonplugError", "WorkerError", "backends", "cdiv",
-    "compile_stats", "export_disabled_checks", "next_power_of_2", "register_plugin", "strides_from_shape",
+    "compile_stats", "export_disabled_checks", "get_compute_capability", "next_power_of_2", "register_plugin", "strides_from_shape",
     "triton_call",
 ]
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-_HEADER = struct.Struct(">Q")
+HEADER = struct.Struct(">Q")  # the length of the cloudpickle payload that follows
 _PR_SET_PDEATHSIG = 1
 
 
@@ -62,14 +62,15 @@ def _read_exact(fd: int, size: int) -> bytes | None:
 
 def _receive(fd: int) -> bytes | None:
     """The next request's bytes, or None at end of file (the parent closed the pipe or died)."""
-    header = _read_exact(fd, _HEADER.size)
+    header = _read_exact(fd, HEADER.size)
     if header is None:
         return None
-    return _read_exact(fd, _HEADER.unpack(header)[0])
+    return _read_exact(fd, HEADER.unpack(header)[0])
 
 
-def _send(fd: int, payload: bytes) -> None:
-    view = memoryview(_HEADER.pack(len(payload)) + payload)
+def send(fd: int, payload: bytes) -> None:
+    """Write one message (also used by the parent)."""
+    view = memoryview(HEADER.pack(len(payload)) + payload)
     while view:
         view = view[os.write(fd, view):]
 
@@ -142,9 +143,9 @@ def main(argv: list[str]) -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
-    _send(replies, cloudpickle.dumps(("ready", os.getpid(), _preload(argv[1:]))))
+    send(replies, cloudpickle.dumps(("ready", os.getpid(), _preload(argv[1:]))))
     while (data := _receive(requests)) is not None:
-        _send(replies, _serve(data))
+        send(replies, _serve(data))
     return 0
 
 

@@ -57,6 +57,7 @@ class BoundArgs:
     do_not_specialize: frozenset[str]
     aliases: tuple[tuple[int, int], ...]  # (array operand index, output index)
     aliased_params: tuple[tuple[int, int], ...]  # (output index, array operand index) for outputs with no parameter
+    refs: tuple[int, ...] = ()  # array operands that are mutable refs (jax.new_ref), updated in place
 
 
 def pointer_type(dtype: Any, where: str) -> str:
@@ -96,6 +97,17 @@ def scalar_type(value: Any, where: str) -> str:
 
 def is_array(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic)
+
+
+def is_ref(value: Any) -> bool:
+    """A mutable array reference made by ``jax.new_ref``: the kernel updates it in place."""
+    from jax._src import core
+    from jax._src.state.types import AbstractRef
+
+    try:
+        return isinstance(core.typeof(value), AbstractRef)
+    except TypeError:
+        return False
 
 
 def python_scalar(value: Any) -> bool | int | float:
@@ -154,6 +166,10 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
         elif p.name in bound:
             nodes[p.name] = operand_node(bound[p.name], f"argument {p.name!r} of kernel {kernel!r}")
 
+    refs = tuple(i for i, a in enumerate(arrays) if is_ref(a))
+    if refs and input_output_aliases:
+        raise ValueError("input_output_aliases cannot be combined with Ref arguments (jax.new_ref): a Ref is "
+                         "already updated in place")
     aliases = _check_aliases(input_output_aliases, flat_inputs, arrays, out_specs, kernel)
     missing = [p.name for p in params if not p.is_constexpr and p.name not in nodes]
     aliased_outputs = {o for _, o in aliases}
@@ -171,7 +187,7 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
         nodes[name] = OutputArg(out)
     dns = frozenset(p.name for p in params if p.do_not_specialize)
     return BoundArgs(tuple(p.name for p in params), tuple(nodes[p.name] for p in params), dns,
-                     aliases, aliased_params), arrays
+                     aliases, aliased_params, refs), arrays
 
 
 def _check_aliases(input_output_aliases: Mapping[int, int], flat_inputs: list[Any], arrays: list[Any],

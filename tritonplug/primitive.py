@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import jax
 from jax._src import dispatch
+from jax._src.state import discharge, types
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
 from tritonplug.call import CallSpec
+from tritonplug.records import BufferSpec
 
 triton_call_p = Primitive("tritonplug_call")
 triton_call_p.multiple_results = True
@@ -19,24 +23,46 @@ LOWERED_PLATFORMS = ("cuda", "rocm", "cpu")
 
 
 def _impl(*args: Any, call: CallSpec) -> Any:
+    if call.bound.refs:  # refs are discharged into aliased outputs, which needs tracing
+        with jax.disable_jit(False):
+            return jax.jit(functools.partial(triton_call_p.bind, call=call))(*args)
     return dispatch.apply_primitive(triton_call_p, *args, call=call)
 
 
-def _abstract_eval(*avals: Any, call: CallSpec) -> list[jax.core.ShapedArray]:
-    return [jax.core.ShapedArray(s.shape, s.dtype) for s in call.out_specs]
+def _abstract_eval(*avals: Any, call: CallSpec) -> tuple[list[jax.core.ShapedArray], set]:
+    effects = {effect(i) for i in call.bound.refs for effect in (types.ReadEffect, types.WriteEffect)}
+    return [jax.core.ShapedArray(s.shape, s.dtype) for s in call.out_specs], effects
+
+
+def _discharge(in_avals: Any, out_avals: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
+    """Each ref becomes an extra output aliased to its operand; the kernel writes it in place."""
+    refs = call.bound.refs
+    extra = tuple(BufferSpec(tuple(in_avals[i].shape), in_avals[i].inner_aval.dtype.name) for i in refs)
+    first = len(call.out_specs)
+    new_aliases = tuple((i, first + k) for k, i in enumerate(refs))
+    bound = dataclasses.replace(call.bound, refs=(), aliases=call.bound.aliases + new_aliases,
+                                aliased_params=call.bound.aliased_params + tuple((o, i) for i, o in new_aliases))
+    new_call = dataclasses.replace(call, bound=bound, out_specs=call.out_specs + extra)
+    outs = triton_call_p.bind(*args, call=new_call)
+    new_invals: list[Any] = [None] * len(in_avals)
+    for k, i in enumerate(refs):
+        new_invals[i] = outs[first + k]
+    return new_invals, outs[:first]
 
 
 def _dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
     """Drop a call whose results are unused, unless it declared side effects."""
-    if any(used_outputs) or eqn.params["call"].has_side_effect:
+    call = eqn.params["call"]
+    if any(used_outputs) or call.has_side_effect or call.bound.refs:
         return [True] * len(eqn.invars), eqn
     return [False] * len(eqn.invars), None
 
 
 def _no_autodiff(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError(
-        "tritonplug.triton_call has no automatic differentiation rule: a Triton kernel is opaque to JAX. "
-        "Wrap the call in jax.custom_vjp (or jax.custom_jvp) with a backward kernel; see examples/layer_norm.py.")
+        "A Triton kernel is opaque to JAX, so tritonplug's drop-in for jax_triton.triton_call does not support "
+        "automatic differentiation. Use jax.custom_jvp or jax.custom_vjp to give the call a derivative, "
+        "typically a backward kernel (see examples/layer_norm.py).")
 
 
 def _lowering(platform: str):
@@ -48,7 +74,8 @@ def _lowering(platform: str):
 
 
 triton_call_p.def_impl(_impl)
-triton_call_p.def_abstract_eval(_abstract_eval)
+triton_call_p.def_effectful_abstract_eval(_abstract_eval)
+discharge.register_discharge_rule(triton_call_p)(_discharge)
 pe.dce_rules[triton_call_p] = _dce
 ad.primitive_jvps[triton_call_p] = _no_autodiff
 ad.primitive_transposes[triton_call_p] = _no_autodiff

@@ -17,3 +17,24 @@ def next_power_of_2(n: int) -> int:
 def strides_from_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major element strides of a shape."""
     return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+
+
+def get_compute_capability(device: int = 0) -> int:
+    """The compute capability kernels are compiled for on CUDA device ``device`` (e.g. 90).
+
+    Without a CUDA device this is what lowering for ``cuda`` would use:
+    ``TRITONPLUG_CUDA_ARCH`` if set, else 0 (so ``get_compute_capability(0) < 70`` style
+    guards skip GPU-only work).
+    """
+    import os
+
+    import jax
+
+    try:
+        devices = jax.devices("cuda")
+    except RuntimeError:
+        devices = []
+    if devices:
+        return int(float(devices[device].compute_capability) * 10)
+    arch = os.environ.get("TRITONPLUG_CUDA_ARCH", "").lower().removeprefix("sm_").rstrip("a")
+    return int(float(arch) * 10) if "." in arch else int(arch or 0)

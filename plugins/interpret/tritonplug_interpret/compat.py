@@ -37,6 +37,7 @@ import numpy as np
 import triton
 import triton.language as tl
 from triton._C.libtriton import interpreter as _native
+from triton._C.libtriton import ir as _ir
 from triton.language import standard as _standard
 from triton.runtime import interpreter as _interp
 from triton.runtime.jit import JITFunction
@@ -53,8 +54,9 @@ MEMORY_OPS = ("create_masked_load", "create_masked_store", "create_atomic_rmw", 
 #: Classes whose instances kernels call as helpers (``@triton.jit`` functions, interpreted or not).
 JIT_CALLABLE_TYPES: tuple[type, ...] = (JITFunction, _interp.InterpretedFunction)
 
-RMW_FADD = _native.RMW_OP.FADD
-RMW_XCHG = _native.RMW_OP.XCHG
+ATOMIC_FADD = _ir.ATOMIC_OP.FADD
+ATOMIC_XCHG = _ir.ATOMIC_OP.XCHG
+ROUND_TOWARD_ZERO = _ir.ROUNDING_MODE.RTZ
 
 
 def _existing(module: Any, *names: str) -> frozenset:
