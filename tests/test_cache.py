@@ -235,6 +235,21 @@ def test_prune_and_clear(cache: DiskCache) -> None:
     assert cache.stats().entries == 0 and cache.stats().total_bytes == 0
 
 
+def test_bound_holds_across_instances_sharing_a_directory(tmp_path: Path) -> None:
+    sizer = DiskCache(tmp_path / "sizer")
+    sizer.put(key("size"), make_binary(0, 1000))
+    size = entry_path(sizer, key("size")).stat().st_size
+    first, second = (DiskCache(tmp_path / "shared", max_bytes=3 * size + size // 2) for _ in range(2))
+    for i in range(12):
+        if i == 6:
+            (first.directory / "size").write_text("garbled")  # a bad ledger only forces a scan
+        assert (first if i % 2 else second).put(key(f"shared-{i}"), make_binary(i, 1000))
+        assert first.stats().total_bytes <= first.max_bytes
+    assert first.stats().entries == 3
+    assert [k for k in map(key, (f"shared-{i}" for i in range(12))) if first.get(k)] == \
+        [key(f"shared-{i}") for i in (9, 10, 11)]
+
+
 def test_entry_bigger_than_the_bound_is_not_stored(tmp_path: Path) -> None:
     cache = DiskCache(tmp_path / "small", max_bytes=2000)
     with warnings.catch_warnings():

@@ -93,7 +93,8 @@ def test_concurrent_run_calls_share_the_workers(pool):
 
 def test_exception_in_the_child_is_a_compile_error_with_traceback_and_stderr(pool):
     description = "kernel 'matmul' config BLOCK_M=64 num_warps=4"
-    tasks = [Task(worker_tasks.square, (3,)), Task(worker_tasks.fail_loudly, ("no valid layout",), description)]
+    tasks = [Task(worker_tasks.square, (3,)),
+             Task(worker_tasks.fail_loudly, ("no valid layout",), description)]
     with pytest.raises(CompileError) as info:
         pool.run(tasks)
     message = str(info.value)
@@ -143,6 +144,22 @@ def test_workers_killed_from_outside_between_runs_are_replaced(pool):
     pids = pool.run([Task(worker_tasks.sleep_then_pid, (0.3,)) for _ in range(2)])
     assert not set(pids) & set(old)
     assert_usable(pool)
+
+
+def test_a_worker_that_cannot_start_is_a_worker_error_with_its_log(monkeypatch):
+    monkeypatch.setenv("WORKER_TASKS_EXIT_ON_IMPORT", "1")
+    pool = WorkerPool(1, timeout=60, preload=("worker_tasks",))
+    try:
+        with pytest.raises(WorkerError, match="exited with code 3 before it was ready") as info:
+            pool.warm()
+        assert "cannot import the compiler" in str(info.value)
+        with pytest.raises(WorkerError, match="exited with code 3, then the fresh worker") as info:
+            pool.run([Task(worker_tasks.square, (2,), "kernel 'early'")])
+        assert "kernel 'early'" in str(info.value) and "cannot import the compiler" in str(info.value)
+        monkeypatch.delenv("WORKER_TASKS_EXIT_ON_IMPORT")
+        assert pool.run([Task(worker_tasks.square, (2,))]) == [4]
+    finally:
+        pool.shutdown()
 
 
 def test_a_hung_task_is_killed_with_its_process_group(tmp_path):
@@ -204,7 +221,8 @@ def test_zero_workers_runs_tasks_in_process(monkeypatch):
     monkeypatch.setenv("TRITONPLUG_COMPILE_WORKERS", "0")
     workers.shutdown_pool()
     try:
-        assert workers.run_tasks([Task(worker_tasks.getpid), Task(worker_tasks.square, (5,))]) == [os.getpid(), 25]
+        tasks = [Task(worker_tasks.getpid), Task(worker_tasks.square, (5,))]
+        assert workers.run_tasks(tasks) == [os.getpid(), 25]
         assert workers.get_pool().worker_pids() == []
         with pytest.raises(CompileError, match="kernel 'x' failed: ValueError: boom"):
             workers.run_tasks([Task(worker_tasks.fail_loudly, ("boom",), "kernel 'x'")])

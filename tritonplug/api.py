@@ -52,8 +52,6 @@ def triton_call(
     out_tree_value = _pick_out_shape(out_shape, out_type)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_tree_value)
     out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
-    if not out_specs:
-        raise ValueError("out_shape is empty: a kernel call must produce at least one output")
     _check_grid(grid)
     options = _call_options(num_warps, num_stages, num_ctas, compute_capability, enable_fp_fusion,
                             backend_options, debug)
@@ -64,6 +62,8 @@ def triton_call(
     _check_metaparams(kernel_parts, constexpr_kwargs, param_names)
     bound, arrays = binding.bind(kernel_parts.fn, args, operand_kwargs, out_specs,
                                  dict(input_output_aliases or {}), constexpr_kwargs)
+    if not out_specs and not bound.refs:
+        raise ValueError("out_shape is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
     if not callable(zeroed_outputs):
         zeroed_outputs = tuple(zeroed_outputs)
         for i in zeroed_outputs:

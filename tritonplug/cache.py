@@ -8,7 +8,9 @@ reader sees either nothing or a whole entry. Entry format (no pickle)::
      "images": [{"name", "offset", "size"}]}\\n   one line of JSON
     <images back to back><sha256 of all the bytes before it, 32 raw bytes>
 
-A file's mtime is its LRU clock: a hit bumps it, and eviction removes the oldest first.
+A file's mtime is its LRU clock: a hit bumps it, and eviction removes the oldest first. Beside
+``entries/`` live ``lock`` (the cache-wide lock for eviction), ``size`` (the running total that spares
+most puts a scan) and ``locks/`` (per-key locks for single-flight compiles).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ MAGIC = b"tritonplug-cache 1\n"
 _DIGEST = 32
 _KEY = re.compile(r"[0-9a-f]{16,128}")
 _ORPHAN_AGE_S = 600.0  # a temp file this old belongs to a writer that died
+_LOW_WATER = 0.9  # a put that finds the cache full evicts down to 90%, so the next puts need no scan
 _EVICT_LOCK_TIMEOUT_S = 30.0  # a put gives up evicting (the next put retries) rather than hang
 _DISABLED = {"0", "off", "false", "no"}
 
@@ -67,6 +70,9 @@ class DiskCache:
         self.directory = Path(directory).expanduser().absolute()
         self.max_bytes = int(max_bytes)
         self._warned = False
+        self._first_put = True
+        # One lock object per cache: re-entrant in a thread, exclusive between threads and processes.
+        self._lock = filelock.FileLock(self.directory / "lock", mode=0o600)
         try:
             _makedirs(self.directory)
             st = self.directory.stat()
@@ -135,10 +141,25 @@ class DiskCache:
                     os.unlink(tmp)
         log.debug("put %s (%s, %d bytes)", key[:12], binary.kernel_name, len(blob))
         try:
-            self._prune(self.max_bytes, timeout=_EVICT_LOCK_TIMEOUT_S)
-        except OSError as exc:  # includes filelock.Timeout
+            self._account(len(blob))
+        except OSError as exc:  # includes filelock.Timeout: the next put evicts instead
             log.info("skipped eviction after put: %s", exc)
         return True
+
+    def _account(self, size: int) -> None:
+        """Add a new entry to the ledger (``<dir>/size``); scan and evict only when it says we may be over.
+
+        The ledger, read and written under the cache-wide lock, may only overstate the total (a key written
+        twice counts twice), which just brings the next scan forward. A writer that died between publishing
+        and accounting leaves it short; each DiskCache scans on its first put to correct that.
+        """
+        with self._lock.acquire(timeout=_EVICT_LOCK_TIMEOUT_S):
+            total = None if self._first_put else _read_int(self.directory / "size")
+            self._first_put = False
+            if total is None or total + size > self.max_bytes:
+                self._evict(int(self.max_bytes * _LOW_WATER))
+            else:
+                (self.directory / "size").write_text(str(total + size))
 
     def key_lock(self, key: str) -> contextlib.AbstractContextManager:
         """An inter-process lock for ``key``: hold it while compiling so one process compiles, others wait.
@@ -170,35 +191,37 @@ class DiskCache:
 
     def clear(self) -> int:
         """Remove every entry (and stale temp files); returns the number of entries removed."""
-        return self._prune(0, timeout=-1)
+        with self._lock:
+            return self._evict(0)
 
     def prune(self, max_bytes: int | None = None) -> int:
         """Evict least-recently-used entries until they total ``<= max_bytes``; remove stale temp files."""
-        return self._prune(self.max_bytes if max_bytes is None else max_bytes, timeout=-1)
+        with self._lock:
+            return self._evict(self.max_bytes if max_bytes is None else max_bytes)
 
-    def _prune(self, max_bytes: int, timeout: float) -> int:
-        # One scan per put, under the lock: milliseconds for thousands of entries, after a compile of seconds.
-        # Gets never scan. The lock keeps concurrent evictors from each removing their own "oldest" entries.
-        with filelock.FileLock(self.directory / "lock", timeout=timeout, mode=0o600):
-            entries, temps = self._scan()
-            now = time.time()
-            for path, mtime in temps:
-                if now - mtime > _ORPHAN_AGE_S:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-                        log.info("removed orphaned temp file %s", path)
-            total = sum(size for _, size, _ in entries)
-            removed = 0
-            for path, size, _ in sorted(entries, key=lambda e: e[2]):
-                if total <= max_bytes:
-                    break
-                with contextlib.suppress(FileNotFoundError):
+    def _evict(self, max_bytes: int) -> int:
+        """Scan; remove stale temp files, and the oldest entries down to ``max_bytes``. Needs the lock."""
+        entries, temps = self._scan()
+        now = time.time()
+        for path, mtime in temps:
+            if now - mtime > _ORPHAN_AGE_S:
+                with contextlib.suppress(OSError):
                     os.unlink(path)
-                    removed += 1
-                total -= size
-            if removed:
-                log.info("evicted %d entries from %s; %d bytes remain", removed, self.directory, total)
-            return removed
+                    log.info("removed orphaned temp file %s", path)
+        total = sum(size for _, size, _ in entries)
+        removed = 0
+        for path, size, _ in sorted(entries, key=lambda e: e[2]):
+            if total <= max_bytes:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed += 1
+            total -= size
+        if removed:
+            log.info("evicted %d entries from %s; %d bytes remain", removed, self.directory, total)
+        with contextlib.suppress(OSError):
+            (self.directory / "size").write_text(str(total))
+        return removed
 
     def _scan(self) -> tuple[list[tuple[str, int, float]], list[tuple[str, float]]]:
         """Entry files as (path, size, mtime) and temp files as (path, mtime)."""
@@ -261,6 +284,13 @@ def _decode(key: str, data: bytes) -> Binary:
         images[str(image["name"])] = payload[start:start + size]
     return Binary(kernel_name=str(header["kernel_name"]), format=str(header["format"]), images=images,
                   metadata=dict(header["metadata"]))
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _makedirs(path: Path) -> None:

@@ -15,10 +15,9 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental import io_callback
 from jax.interpreters import mlir
 
-from tritonplug import jaxlib_compat
+from tritonplug import host_ffi, jaxlib_compat
 from tritonplug.call import CallSpec
 from tritonplug.kernel_call import encode_kernel_call
 from tritonplug.records import ArrayParam, GpuKernel, HostKernel, Launch
@@ -73,25 +72,20 @@ def _annotate(results: Sequence[Any], cost_estimate: Any) -> None:
 
 
 def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec) -> Sequence[Any]:
+    """An XLA FFI call on the CPU whose handler runs the kernel on the buffers in place, so
+    aliasing and donation behave as on a GPU (a ``pure_callback`` would copy every result)."""
     launch = kernel.launch
-    out_types = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_out]
     zero_buffers = _zeroed_buffers(launch)
 
-    def run_on_host(*operands: np.ndarray) -> tuple[np.ndarray, ...]:
-        results = [np.empty(t.shape, t.dtype) for t in out_types]
-        for i, o in launch.aliases:
-            results[o][...] = operands[i]
+    def run_on_host(operands: list[np.ndarray], results: list[np.ndarray]) -> None:
         for b in zero_buffers:
             results[_result_of(launch, b)][...] = 0
-        kernel.run([np.asarray(x) for x in operands], results)
-        return tuple(results)
+        kernel.run(operands, results)
 
-    def body(*xs: Any) -> Any:
-        if call.has_side_effect:
-            return io_callback(run_on_host, tuple(out_types), *xs, ordered=False)
-        return jax.pure_callback(run_on_host, tuple(out_types), *xs)
-
-    return mlir.lower_fun(body, multiple_results=True)(ctx, *args)
+    extra = {"cost_estimate_json": json.dumps(dict(call.cost_estimate))} if call.cost_estimate else None
+    return host_ffi.lower_host_call(ctx, args, function_id=host_ffi.register_function(run_on_host),
+                                    operand_output_aliases=dict(launch.aliases),
+                                    has_side_effect=call.has_side_effect, extra_attributes=extra)
 
 
 def _zeroed_buffers(launch: Launch) -> list[int]:

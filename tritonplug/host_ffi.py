@@ -95,8 +95,8 @@ class _ApiPrefix(ctypes.Structure):  # XLA_FFI_Api up to its first function poin
 
 
 _FFI_API_VERSION = (0, 3)  # the c_api.h these mirrors follow
-_EXTENSION_METADATA, _STAGE_EXECUTE, _ARG_BUFFER = 1, 3, 1
-_ATTR_SCALAR, _ERROR_INTERNAL = 3, 13
+_EXTENSION_METADATA, _STAGE_EXECUTE, _ARG_BUFFER, _ATTR_SCALAR, _ERROR_INTERNAL = 1, 3, 1, 3, 13
+_METADATA_SIZE = _Metadata.traits.offset + ctypes.sizeof(ctypes.c_uint32)
 _CALL_FRAME_SIZE = _CallFrame.future.offset  # XLA_FFI_STRUCT_SIZE(XLA_FFI_CallFrame, attrs)
 _ERROR_ARGS_SIZE = _ErrorCreateArgs.errc.offset + ctypes.sizeof(ctypes.c_int)
 
@@ -139,8 +139,10 @@ def _view(address: int, writable: bool) -> np.ndarray:
         raise TypeError(f"unsupported XLA_FFI_DataType {buf.dtype}")
     shape = tuple(buf.dims[d] for d in range(buf.rank))
     count = int(np.prod(shape, dtype=np.int64))
-    if count == 0 or not buf.data:
+    if count == 0:
         array = np.zeros(shape, dtype)  # nothing to read or write; data may be NULL
+    elif not buf.data:
+        raise ValueError(f"XLA passed a NULL data pointer for a buffer of shape {shape}")
     else:
         raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(buf.data)
         array = np.frombuffer(raw, dtype=dtype).reshape(shape)
@@ -184,6 +186,8 @@ def _handle(frame_ptr: Any) -> int | None:
     ext = frame.extension_start
     if ext and ext.contents.type == _EXTENSION_METADATA:  # registration-time query, stage reads EXECUTE
         metadata = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
+        if metadata.struct_size < _METADATA_SIZE:
+            return _make_error(frame.api, f"XLA_FFI_Metadata is {metadata.struct_size} bytes, too small")
         xla = _ApiPrefix.from_address(frame.api).api_version
         metadata.api_version = _ApiVersion(ctypes.sizeof(_ApiVersion), None,
                                            *min(_FFI_API_VERSION, (xla.major, xla.minor)))
@@ -227,12 +231,8 @@ def _ensure_registered() -> None:
 def _attribute(name: str, value: Any) -> Any:
     if isinstance(value, str):
         return value
-    if isinstance(value, (bool, np.bool_)):
-        return np.bool_(value)
-    if isinstance(value, (int, np.integer)):
-        return np.int64(value)
-    if isinstance(value, (float, np.floating)):
-        return np.float64(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return np.int64(value)  # always i64, whatever jax_enable_x64 says
     raise TypeError(f"attribute {name!r} must be a str or an int, got {type(value).__name__}")
 
 

@@ -20,7 +20,6 @@ import os
 import select
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,13 +34,13 @@ from typing import Any
 
 import cloudpickle
 
+from tritonplug._worker_main import HEADER, send
 from tritonplug.errors import CompileError, WorkerError
 
 log = logging.getLogger("tritonplug.workers")
 
 SIZE_ENV = "TRITONPLUG_COMPILE_WORKERS"
 TIMEOUT_ENV = "TRITONPLUG_COMPILE_TIMEOUT"
-_HEADER = struct.Struct(">Q")
 _MIN_STARTUP_TIMEOUT = 60.0  # importing jax and triton on a busy machine must not fail a short job timeout
 
 
@@ -77,22 +76,21 @@ class _Worker:
 
     def wait_ready(self, timeout: float) -> None:
         if not self.ready:
-            self._receive(time.monotonic() + timeout)  # ("ready", pid, preload failures)
+            _, _, failures = self._receive(time.monotonic() + timeout)  # ("ready", pid, preload failures)
+            for failure in failures:
+                log.warning("compile worker pid %d could not preload %s", self.pid, failure)
             self.ready = True
 
     def call(self, payload: bytes, timeout: float, startup_timeout: float) -> tuple:
         self.wait_ready(startup_timeout)
-        view = memoryview(_HEADER.pack(len(payload)) + payload)
         try:
-            while view:
-                view = view[os.write(self.proc.stdin.fileno(), view):]
+            send(self.proc.stdin.fileno(), payload)
         except BrokenPipeError:
             raise _Died() from None
         return self._receive(time.monotonic() + timeout)
 
     def _receive(self, deadline: float) -> Any:
-        size = _HEADER.unpack(self._read(_HEADER.size, deadline))[0]
-        return cloudpickle.loads(self._read(size, deadline))
+        return cloudpickle.loads(self._read(HEADER.unpack(self._read(HEADER.size, deadline))[0], deadline))
 
     def _read(self, size: int, deadline: float) -> bytes:
         chunks = []
@@ -118,14 +116,18 @@ class _Worker:
         code = self.proc.returncode
         if code >= 0:
             return f"exited with code {code}"
-        try:
+        with contextlib.suppress(ValueError):
             return f"was killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
+        return f"was killed by signal {-code}"
 
 
 class WorkerPool:
-    """Up to ``size`` warm worker processes shared by every thread; ``size=0`` runs tasks in-process."""
+    """Up to ``size`` warm worker processes shared by every thread; ``size=0`` runs tasks in-process.
+
+    The pool has ``size`` slots, each empty or holding one worker. ``run`` drives up to ``size``
+    tasks at a time from threads of its own; each takes a free slot (starting its worker if needed)
+    for one task, so the tasks of concurrent ``run`` calls queue for free workers.
+    """
 
     def __init__(self, size: int, timeout: float = 600.0, preload: Sequence[str] = ("triton",)) -> None:
         if not isinstance(size, int) or size < 0:
@@ -133,12 +135,11 @@ class WorkerPool:
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"a worker pool's timeout must be a positive number of seconds, got {timeout!r}")
         self.size, self.timeout, self.preload = size, float(timeout), tuple(preload)
-        self._startup_timeout = max(self.timeout, _MIN_STARTUP_TIMEOUT)
         self.closed = False
+        self._startup_timeout = max(self.timeout, _MIN_STARTUP_TIMEOUT)
         self._cond = threading.Condition()
+        self._free: list[_Worker | None] = [None] * size  # free slots; the last one is handed out first
         self._workers: dict[_Worker, None] = {}  # live workers, in start order
-        self._idle: list[_Worker] = []
-        self._slots = 0  # live workers plus those being started; at most size
         self._ids = itertools.count(1)
         self._dir = tempfile.mkdtemp(prefix="tritonplug-workers-") if size else ""
         if size:
@@ -146,16 +147,15 @@ class WorkerPool:
 
     def warm(self) -> None:
         """Start the missing workers now and wait until each has imported its preload modules."""
-        started: list[_Worker] = []
+        with self._cond:
+            self._ensure_open()
+            empty = self._free.count(None)
+            self._free = [worker for worker in self._free if worker is not None]
+        started: list[_Worker | None] = [None] * empty
         try:
-            while True:
-                with self._cond:
-                    self._ensure_open()
-                    if self._slots >= self.size:
-                        break
-                    self._slots += 1
-                started.append(self._start())
-            for worker in started:
+            for i in range(empty):
+                started[i] = self._start()
+            for worker in filter(None, started):
                 try:
                     worker.wait_ready(self._startup_timeout)
                 except (_Died, _TimedOut):
@@ -164,7 +164,7 @@ class WorkerPool:
                                                worker_log=_take_text(worker.log_path))) from None
         finally:
             for worker in started:
-                self._release(worker)
+                self._put_back(worker)
 
     def run(self, tasks: Sequence[Task]) -> list[Any]:
         """Run the tasks on up to ``size`` workers; results in task order.
@@ -175,12 +175,13 @@ class WorkerPool:
         tasks = list(tasks)
         if self.size == 0:
             return [_run_here(task) for task in tasks]
+        self._ensure_open()
         results: list[Any] = [None] * len(tasks)
         failures: list[Exception | None] = [None] * len(tasks)
         pending = collections.deque(enumerate(tasks))
 
         def lane() -> None:
-            while pending:
+            while True:
                 try:
                     index, task = pending.popleft()
                 except IndexError:
@@ -190,6 +191,7 @@ class WorkerPool:
                 except Exception as exc:
                     failures[index] = exc
 
+        # Daemon threads: a task hung until its timeout must not hold up interpreter exit.
         helpers = [threading.Thread(target=lane, name="tritonplug-compile-lane", daemon=True)
                    for _ in range(min(self.size, len(tasks)) - 1)]
         for thread in helpers:
@@ -211,27 +213,27 @@ class WorkerPool:
             return [worker.pid for worker in self._workers]
 
     def shutdown(self) -> None:
-        """Kill every worker (a busy one's thread then reports a WorkerError). Idempotent."""
+        """Kill every worker (a busy one's task then fails with a WorkerError). Idempotent."""
         with self._cond:
             if self.closed:
                 return
-            self.closed = True
-            workers, idle, self._idle = list(self._workers), self._idle, []
-            for worker in idle:
-                self._forget(worker)
+            idle = [worker for worker in self._free if worker is not None]
+            busy = [worker for worker in self._workers if worker not in idle]
+            self.closed, self._free = True, []
             self._cond.notify_all()
-        for worker in workers:
+        for worker in busy:  # only kill: the thread using it reads its pipe, and cleans up
             worker.kill()
+        for worker in idle:
+            self._drop(worker)
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
-        log.info("shut down %d compile workers", len(workers))
+        log.info("shut down %d compile workers", len(idle) + len(busy))
 
     def _ensure_open(self) -> None:
         if self.closed:
             raise WorkerError("the compile worker pool has been shut down")
 
     def _start(self) -> _Worker:
-        """Start a worker in a slot the caller holds (freed again if that fails)."""
         log_path = os.path.join(self._dir, f"worker-{next(self._ids)}.log")
         command = [sys.executable, "-m", "tritonplug._worker_main", str(os.getpid()), *self.preload]
 
@@ -240,55 +242,51 @@ class WorkerPool:
                 return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=log_file, close_fds=True, start_new_session=True,
                                         env=_child_env(), bufsize=0)
-        try:
-            worker = _Worker(_spawner.submit(popen).result(), log_path)
-        except BaseException:
-            with self._cond:
-                self._slots -= 1
-                self._cond.notify()
-            raise
+        worker = _Worker(_spawner.submit(popen).result(), log_path)
         with self._cond:
             self._workers[worker] = None
         log.info("started compile worker pid %d (%d of %d)", worker.pid, len(self._workers), self.size)
         return worker
 
-    def _checkout(self) -> _Worker:
-        """An idle live worker, else a new one if there is room, else wait for either."""
-        with self._cond:
-            while True:
-                self._ensure_open()
-                while self._idle:
-                    worker = self._idle.pop()
-                    if worker.alive():
-                        return worker
-                    log.warning("compile worker pid %d %s while idle", worker.pid, worker.kill())
-                    self._forget(worker)
-                if self._slots < self.size:
-                    self._slots += 1
-                    break
-                self._cond.wait()
-        return self._start()
-
-    def _release(self, worker: _Worker) -> None:
-        with self._cond:
-            if not self.closed and worker.alive():
-                self._idle.append(worker)
-                self._cond.notify()
-                return
-            worker.kill()
-            self._forget(worker)
-
-    def _forget(self, worker: _Worker, free_slot: bool = True) -> None:
-        """Drop a killed worker; the caller holds the lock. Idempotent."""
+    def _drop(self, worker: _Worker) -> str:
+        """Kill a worker and forget it; returns how it ended."""
+        fate = worker.kill()
         for pipe in (worker.proc.stdin, worker.proc.stdout):
             with contextlib.suppress(OSError):
                 pipe.close()
         with contextlib.suppress(OSError):
             os.remove(worker.log_path)
-        if worker in self._workers:
-            del self._workers[worker]
-            if free_slot:
-                self._slots -= 1
+        with self._cond:
+            self._workers.pop(worker, None)
+        return fate
+
+    def _checkout(self) -> _Worker:
+        """Take a free slot (waiting for one) and return its live worker, started if need be."""
+        with self._cond:
+            while True:
+                self._ensure_open()
+                if self._free:
+                    break
+                self._cond.wait()
+            worker = self._free.pop()
+        if worker is not None and worker.alive():
+            return worker
+        if worker is not None:
+            log.warning("compile worker pid %d %s while idle", worker.pid, self._drop(worker))
+        try:
+            return self._start()
+        except BaseException:
+            self._put_back(None)
+            raise
+
+    def _put_back(self, worker: _Worker | None) -> None:
+        """Free a slot; a dead worker, or any worker once the pool is shut down, is dropped."""
+        if worker is not None and (self.closed or not worker.alive()):
+            self._drop(worker)
+            worker = None
+        with self._cond:
+            if not self.closed:
+                self._free.append(worker)
                 self._cond.notify()
 
     def _run_one(self, task: Task) -> Any:
@@ -305,26 +303,28 @@ class WorkerPool:
             try:
                 reply = worker.call(payload, self.timeout, self._startup_timeout)
             except BaseException as exc:
-                old, fate = worker, worker.kill()
-                startup_log = "" if old.ready else _take_text(old.log_path)
-                stderr = _take_text(stderr_path)
-                with self._cond:
-                    replace = not self.closed
-                    self._forget(old, free_slot=not replace)
-                worker = self._start() if replace else None  # the replacement takes over the slot
-                if worker is not None:
+                old, startup_log = worker, "" if worker.ready else _take_text(worker.log_path)
+                fate, stderr = self._drop(old), _take_text(stderr_path)
+                if isinstance(exc, _TimedOut):
+                    log.warning("%s timed out; killed worker pid %d and its process group", label, old.pid)
+                worker = None
+                if not self.closed:  # replace the worker in the slot this thread holds
+                    try:
+                        worker = self._start()
+                    except BaseException:
+                        self._put_back(None)
+                        raise
                     log.warning("replaced compile worker pid %d (%s) by pid %d", old.pid, fate, worker.pid)
                 if isinstance(exc, _Died) and not first_death and worker is not None:
                     first_death = f"pid {old.pid} {fate}"
                     log.warning("retrying %s on the fresh worker", label)
                     continue
-                if worker is not None:
-                    self._release(worker)
+                self._put_back(worker)
                 if not isinstance(exc, Exception):
                     raise
-                raise self._failure(exc, label, old, fate, first_death, stderr, startup_log) from (
-                    None if isinstance(exc, (_Died, _TimedOut)) else exc)
-            self._release(worker)
+                failure = self._failure(exc, label, old, fate, first_death, stderr, startup_log)
+                raise failure from (None if isinstance(failure, WorkerError) else exc)
+            self._put_back(worker)
             stderr = _take_text(stderr_path)
             if reply[1] == "ok":
                 return reply[2]
@@ -334,22 +334,17 @@ class WorkerPool:
 
     def _failure(self, exc: Exception, label: str, old: _Worker, fate: str, first_death: str, stderr: str,
                  startup_log: str) -> Exception:
-        if isinstance(exc, _TimedOut) and startup_log:
-            return WorkerError(_compose(f"the compile worker for {label} (pid {old.pid}) did not start "
-                                        f"within {self._startup_timeout:g} s and was killed",
-                                        worker_log=startup_log))
-        if isinstance(exc, _TimedOut):
-            log.warning("%s exceeded the timeout of %g s; killed worker pid %d and its process group",
-                        label, self.timeout, old.pid)
-            return WorkerError(_compose(f"{label} exceeded the compile timeout of {self.timeout:g} s (set "
-                                        f"{TIMEOUT_ENV} to change it); worker pid {old.pid} and its process "
-                                        f"group were killed", stderr=stderr))
-        if isinstance(exc, _Died):
+        if isinstance(exc, _TimedOut) and not old.ready:
+            message = f"compile worker pid {old.pid} for {label} did not start in {self._startup_timeout:g} s"
+        elif isinstance(exc, _TimedOut):
+            message = (f"{label} exceeded the compile timeout of {self.timeout:g} s (set {TIMEOUT_ENV} to "
+                       f"change it); worker pid {old.pid} and its process group were killed")
+        elif isinstance(exc, _Died):
             history = f"{first_death}, then the fresh worker " if first_death else ""
-            return WorkerError(_compose(f"the compile worker died while running {label}: {history}"
-                                        f"pid {old.pid} {fate}", stderr=stderr, worker_log=startup_log))
-        return CompileError(f"{label}: bad reply from compile worker pid {old.pid}: {type(exc).__name__}: "
-                            f"{exc}")
+            message = f"the compile worker died while running {label}: {history}pid {old.pid} {fate}"
+        else:
+            return CompileError(f"{label}: bad reply from compile worker pid {old.pid}: {exc!r}")
+        return WorkerError(_compose(message, stderr=stderr, worker_log=startup_log))
 
 
 def _run_here(task: Task) -> Any:
@@ -393,38 +388,35 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _env_number(name: str, default: float, parse: Callable[[str], float], ok: Callable[[float], bool],
-                expected: str) -> Any:
+def _from_env(name: str, default: float, parse: Callable[[str], float], ok: Callable[[float], bool],
+              expected: str) -> Any:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
-    try:
-        value = parse(raw)
-    except ValueError:
-        value = None
-    if value is None or not ok(value):
-        raise ValueError(f"{name} must be {expected}, got {raw!r}")
-    return value
+    with contextlib.suppress(ValueError):
+        if ok(value := parse(raw)):
+            return value
+    raise ValueError(f"{name} must be {expected}, got {raw!r}")
 
 
 def pool_size() -> int:
     """Workers ``get_pool`` starts: ``TRITONPLUG_COMPILE_WORKERS``, default min(CPU count, 8)."""
-    return _env_number(SIZE_ENV, min(os.cpu_count() or 1, 8), int, lambda n: n >= 0,
-                       "a non-negative integer (0 compiles in-process)")
+    return _from_env(SIZE_ENV, min(os.cpu_count() or 1, 8), int, lambda n: n >= 0,
+                     "a non-negative integer (0 compiles in-process)")
 
 
 def pool_timeout() -> float:
     """Seconds one compile job may take: ``TRITONPLUG_COMPILE_TIMEOUT``, default 600."""
-    return _env_number(TIMEOUT_ENV, 600.0, float, lambda t: math.isfinite(t) and t > 0,
-                       "a positive number of seconds")
+    return _from_env(TIMEOUT_ENV, 600.0, float, lambda t: math.isfinite(t) and t > 0,
+                     "a positive number of seconds")
 
 
 def _new_spawner() -> ThreadPoolExecutor:
-    """One long-lived thread starts every worker.
+    """The one long-lived thread that starts every worker.
 
     Linux sends PR_SET_PDEATHSIG when the *thread* that started the child exits, not the process:
-    workers started from a lane of ``run`` or from a user's short-lived thread would die with it.
-    (An idle executor thread lives until interpreter exit.)
+    workers started from a user's short-lived thread would die with it. (An executor's thread
+    lives until interpreter exit.)
     """
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="tritonplug-worker-spawner")
 
@@ -458,7 +450,7 @@ def run_tasks(tasks: Sequence[Task]) -> list[Any]:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child must not share its parent's workers, nor a lock or thread that stayed behind."""
+    """A forked child must not share its parent's workers, nor a lock or thread left behind."""
     global _pool, _pool_lock, _spawner
     _pool, _pool_lock, _spawner = None, threading.Lock(), _new_spawner()
 

@@ -225,12 +225,9 @@ def install(scope: Any) -> None:
     def get_bf16(value):
         return compat.TensorHandle(to_bits(np.array([value], dtype=np.float64)), BF16)
 
-    for name, fn in (("binary_op", binary_op), ("unary_op", unary_op), ("ternary_op", ternary_op),
-                     ("cast_impl", cast_impl), ("create_fp_to_fp", create_fp_to_fp), ("create_fma", create_fma),
-                     ("create_dot", create_dot), ("create_erf", create_erf), ("create_rsqrt", create_rsqrt),
-                     ("create_atomic_rmw", create_atomic_rmw), ("create_print", create_print),
-                     ("get_bf16", get_bf16)):
-        scope.set_attr(b, name, fn)
+    for fn in (binary_op, unary_op, ternary_op, cast_impl, create_fp_to_fp, create_fma, create_dot, create_erf,
+               create_rsqrt, create_atomic_rmw, create_print, get_bf16):
+        scope.set_attr(b, fn.__name__, fn)
     _install_reductions(scope)
 
 
@@ -239,9 +236,9 @@ def _bf16_atomic(op: Any, ptr: Any, val: Any, mask: Any) -> Any:
     if op not in (compat.ATOMIC_FADD, compat.ATOMIC_XCHG):
         raise NotImplementedError(f"the interpreter backend has no bf16 atomic {op}")
     values = np.asarray(val.data)
-    addresses = np.broadcast_to(ptr.data, values.shape).reshape(-1)
+    addresses = np.array(np.broadcast_to(ptr.data, values.shape), dtype=np.uint64).reshape(-1)
     active = np.broadcast_to(mask.data, values.shape).reshape(-1)
-    flat = values.reshape(-1)
+    flat = np.array(values, dtype=_U16).reshape(-1)
     old = np.zeros(flat.shape, dtype=_U16)
     one, zero = np.ones(1, dtype=bool), np.zeros(1, dtype=_U16)
     for i in np.flatnonzero(active):
@@ -264,11 +261,11 @@ def _install_reductions(scope: Any) -> None:
             flags = [_is_bf16_tensor(t) for t in items]
             if id(combine_fn) not in fast or not any(flags):
                 return inner(input, axis, combine_fn, *args, **kwargs)
-            wide = tuple(_wide_tensor(t) if f else t for t, f in zip(items, flags))
+            wide = tuple(_wide_tensor(t) if f else t for t, f in zip(items, flags, strict=True))
             out = inner(wide if isinstance(input, tuple) else wide[0], axis, combine_fn, *args, **kwargs)
             outs = out if isinstance(out, tuple) else (out, )
             outs = tuple(_narrow_tensor(t) if f and isinstance(t, tl.tensor) and t.dtype == F32 else t
-                         for t, f in zip(outs, flags + [False] * (len(outs) - len(flags))))
+                         for t, f in zip(outs, flags + [False] * (len(outs) - len(flags)), strict=False))
             return outs if isinstance(out, tuple) else outs[0]
         return run
 

@@ -52,7 +52,8 @@ class AddressMap:
         self.kernel_name = kernel_name
         self.regions = regions
         self.real = np.array(addresses, dtype=np.int64).reshape(-1)
-        self.virtual = np.array([virtual_base(t, a) for t, a in enumerate(addresses)], dtype=np.int64).reshape(-1)
+        virtual = [virtual_base(t, a) for t, a in enumerate(addresses)]
+        self.virtual = np.array(virtual, dtype=np.int64).reshape(-1)
         self.nbytes = np.array([r.nbytes for r in regions], dtype=np.int64).reshape(-1)
 
     def translate(self, pointers: Any, mask: Any, itemsize: int, access: str) -> np.ndarray:
@@ -78,16 +79,16 @@ class AddressMap:
         where = f"program {tuple(pid)}" if pid is not None else "a program"
         lane_text = f" at lane {tuple(int(i) for i in lane)}" if lane else ""
         others = f" ({lanes - 1} other lane(s) of this access are out of bounds too)" if lanes > 1 else ""
+        head = f"kernel {self.kernel_name!r}: out-of-bounds {access} of {itemsize} byte(s)"
         if not bool(known[lane]):
-            raise OutOfBoundsAccess(
-                f"kernel {self.kernel_name!r}: out-of-bounds {access} of {itemsize} byte(s) in {where}{lane_text}: "
-                f"address {int(vp[lane]):#x} is not derived from any pointer argument{others}")
+            raise OutOfBoundsAccess(f"{head} in {where}{lane_text}: address {int(vp[lane]):#x} is not derived "
+                                    f"from any pointer argument{others}")
         region = self.regions[int(tag[lane])]
         off = int(offset[lane])
         raise OutOfBoundsAccess(
-            f"kernel {self.kernel_name!r}: out-of-bounds {access} of {itemsize} byte(s) through argument "
-            f"{region.name!r} at byte offset {off} (element {off // max(itemsize, 1)}), in {where}{lane_text}; "
-            f"{region.name!r} is a {region.dtype}{list(region.shape)} buffer of {region.nbytes} bytes{others}")
+            f"{head} through argument {region.name!r} at byte offset {off} (element {off // max(itemsize, 1)}), "
+            f"in {where}{lane_text}; {region.name!r} is a {region.dtype}{list(region.shape)} buffer of "
+            f"{region.nbytes} bytes{others}")
 
 
 def _itemsize(ptr: Any) -> int:
@@ -116,6 +117,6 @@ def install(scope: Any, amap: AddressMap) -> None:
     def create_atomic_cas(ptr, cmp, val, *rest, **kwargs):
         return o_cas(real(ptr, None, "atomic compare-and-swap"), cmp, val, *rest, **kwargs)
 
-    for name, fn in zip(compat.MEMORY_OPS, (create_masked_load, create_masked_store, create_atomic_rmw,
-                                            create_atomic_cas)):
+    wrappers = (create_masked_load, create_masked_store, create_atomic_rmw, create_atomic_cas)
+    for name, fn in zip(compat.MEMORY_OPS, wrappers, strict=True):
         scope.set_attr(b, name, fn)

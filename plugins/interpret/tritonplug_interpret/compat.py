@@ -21,6 +21,9 @@ What differs between the versions, and how it is absorbed:
   bf16 conversion itself on both.
 * the fast reductions: 3.9 also recognises the ``tie_break_fast`` arg-min/max combiners
   (3.6 sends them to the generic path); :data:`FAST_REDUCE_COMBINERS` lists whichever exist.
+* ``tensor.__index__`` (``range(K)`` on a runtime scalar): 3.6 does ``int(handle.data)``,
+  which NumPy 2 rejects for the shape-(1,) arrays scalars live in; 3.9 squeezes first.
+  :func:`patch_language` installs 3.9's version on both.
 * ``InterpretedFunction.__call__`` re-patches the language and wraps errors in
   ``InterpreterError`` (both versions); nested calls are redirected to
   :func:`interpreted` instead, see :data:`JIT_CALLABLE_TYPES`.
@@ -76,9 +79,15 @@ FAST_SCAN_COMBINERS = _existing(_standard, "_sum_combine", "_prod_combine")
 _LANGUAGE_CARRIER = types.SimpleNamespace(__globals__={"tl": tl, "core": tl.core})
 
 
+def _index(self: Any) -> int:
+    return int(np.asarray(self.handle.data).squeeze())
+
+
 def patch_language() -> Any:
     """Point ``triton.language`` at the interpreter; returns an object with ``restore()``."""
-    return _interp._patch_lang(_LANGUAGE_CARRIER)
+    scope = _interp._patch_lang(_LANGUAGE_CARRIER)
+    scope.set_attr(tl.tensor, "__index__", _index)
+    return scope
 
 
 def python_function(kernel: Any) -> Callable:

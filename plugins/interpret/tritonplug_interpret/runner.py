@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 import triton.language as tl
-from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
 
+from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
 from tritonplug_interpret import bf16, checked, compat
 from tritonplug_interpret.checked import OutOfBoundsAccess
 
@@ -63,7 +63,7 @@ class _Scope:
         self.changes: list[tuple[Any, str, bool, Any]] = []
 
     def set_attr(self, obj: Any, name: str, value: Any) -> None:
-        had = name in vars(obj) if isinstance(obj, type) else hasattr(obj, "__dict__") and name in obj.__dict__
+        had = name in vars(obj)
         self.changes.append((obj, name, had, getattr(obj, name, None)))
         setattr(obj, name, value)
 
@@ -114,19 +114,20 @@ class Prepared:
         self.buffer_dtypes = [str(s.dtype) for s in specs]
         self.slots: list[tuple[int, Any, checked.Region]] = []  # (buffer, pointer type, region)
         names = list(launch.arg_names) + [f"arg{i}" for i in range(len(launch.arg_names), len(launch.params))]
-        self.template = tuple(self._convert(p, name) for p, name in zip(launch.params, names))
+        self.template = tuple(self._convert(p, name) for p, name in zip(launch.params, names, strict=False))
         self._rewritten: Callable | None = None
 
     def _convert(self, param: Any, name: str) -> Any:
         if isinstance(param, ArrayParam):
             buffer = int(param.buffer)
             if not 0 <= buffer < len(self.buffer_dtypes):
-                raise ValueError(f"{self.name}: argument {name!r} points to buffer {buffer}, but the launch has "
-                                 f"{len(self.buffer_dtypes)} buffers")
+                raise ValueError(f"{self.name}: argument {name!r} points to buffer {buffer}, but the launch "
+                                 f"has {len(self.buffer_dtypes)} buffers")
             spec = (list(self.launch.operands) + list(self.launch.results))[buffer]
             pointer_type = _element_type(self.buffer_dtypes[buffer], f"argument {name!r}")
             nbytes = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(_np_name(spec.dtype)).itemsize
-            self.slots.append((buffer, pointer_type, checked.Region(name, nbytes, str(spec.dtype), tuple(spec.shape))))
+            region = checked.Region(name, nbytes, str(spec.dtype), tuple(spec.shape))
+            self.slots.append((buffer, pointer_type, region))
             return _Pointer(len(self.slots) - 1)
         if isinstance(param, ScalarParam):
             try:
@@ -152,8 +153,8 @@ class Prepared:
 
     def _buffers(self, operands: Sequence[Any], results: Sequence[Any]) -> tuple[list, list]:
         if len(operands) != self.n_operands or len(results) != self.n_results:
-            raise ValueError(f"{self.name}: expected {self.n_operands} operand(s) and {self.n_results} result(s), "
-                             f"got {len(operands)} and {len(results)}")
+            raise ValueError(f"{self.name}: expected {self.n_operands} operand(s) and {self.n_results} "
+                             f"result(s), got {len(operands)} and {len(results)}")
         buffers: list[Any] = [None] * (self.n_operands + self.n_results)
         write_back = []
         for o, array in enumerate(results):
@@ -175,7 +176,7 @@ class Prepared:
 
     def _arguments(self, addresses: list[int]) -> list[Any]:
         pointers = [tl.tensor(compat.TensorHandle(np.array([a], dtype=np.uint64), ty), ty)
-                    for a, (_, ty, _) in zip(addresses, self.slots)]
+                    for a, (_, ty, _) in zip(addresses, self.slots, strict=True)]
 
         def fill(entry: Any) -> Any:
             if isinstance(entry, _Pointer):
