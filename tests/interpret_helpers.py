@@ -1,6 +1,7 @@
 """@triton.jit helpers living in another module, for tests/test_interpret_runner.py."""
 
 import triton
+import triton.language as tl
 
 
 @triton.jit
@@ -10,8 +11,8 @@ def _twice(x):
 
 @triton.jit
 def scale_shift(x, shift):
-    # a helper calling another helper of its own module
-    return _twice(x) + shift
+    # a helper calling another helper of its own module, and a builtin through this module's `tl`
+    return _twice(x) + tl.cast(shift, x.dtype)
 
 
 @triton.jit

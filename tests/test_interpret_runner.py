@@ -5,12 +5,12 @@ from __future__ import annotations
 import ast
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
 import triton
 import triton.language as tl
 
@@ -25,6 +25,11 @@ from tritonplug.records import (
     ScalarParam,
     Target,
 )
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = None
 
 PLUGIN_ROOT = Path(__file__).resolve().parent.parent / "plugins" / "interpret"
 sys.path.insert(0, str(PLUGIN_ROOT))
@@ -109,6 +114,13 @@ def atomic_kernel(x_ptr, total_ptr, bins_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def cas_kernel(lock_ptr, old_ptr, swapped_ptr):
+    pid = tl.program_id(0)
+    tl.store(old_ptr + pid, tl.atomic_cas(lock_ptr, 0, pid + 1))  # only the first program finds 0
+    tl.store(swapped_ptr + pid, tl.atomic_xchg(lock_ptr + 1, pid))
+
+
+@triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -152,6 +164,20 @@ def tuple_kernel(args, out_ptr, n, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + offs, mask=mask)
     y = tl.load(y_ptr + offs, mask=mask)
     tl.store(out_ptr + offs, x * scale + y + args[2], mask=mask)
+
+
+@triton.jit
+def descriptor_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    src = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [BM, BN])
+    dst = tl.make_tensor_descriptor(out_ptr, [M, N], [N, 1], [BM, BN])
+    dst.store([pid * BM, 0], src.load([pid * BM, 0]) * 2)  # BN > N: the padding lanes are masked
+
+
+@triton.jit
+def failing_kernel(out_ptr, BLOCK: tl.constexpr):
+    tl.store(out_ptr, 1.0)
+    tl.static_assert(BLOCK < 0, "BLOCK must be negative")
 
 
 @triton.jit
@@ -267,7 +293,7 @@ def bf16_round_exact(values: np.ndarray) -> np.ndarray:
         candidates = [np.uint16(int(guess) + d) for d in (-1, 0, 1) if 0 <= int(guess) + d <= 0xFFFF]
         candidates = [c for c in candidates if np.isfinite(np.array([c], np.uint16).view(bfloat16)[0])]
 
-        def distance(c):
+        def distance(c, x=x):
             value = Fraction(float(np.array([c], np.uint16).view(bfloat16)[0]))
             same_sign = (value >= 0) == (x >= 0) or value == 0
             return (abs(Fraction(float(x)) - value), not same_sign, int(c) & 1)
@@ -305,7 +331,8 @@ def test_every_dtype_round_trips(dtype):
     x = np.abs(x) if dtype.startswith("u") else x
     x = (x > 0) if dtype == "bool" else x.astype(bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
     out = np.zeros_like(x)
-    run(copy_kernel, (cdiv(n, block), ), [ArrayParam(0), ArrayParam(1), ScalarParam(n, "i32"), ConstexprParam(block)],
+    run(copy_kernel, (cdiv(n, block), ),
+        [ArrayParam(0), ArrayParam(1), ScalarParam(n, "i32"), ConstexprParam(block)],
         ["x_ptr", "out_ptr", "n", "BLOCK"], [x], [out], check=True)
     np.testing.assert_array_equal(out.view(np.uint8), x.view(np.uint8))
 
@@ -381,6 +408,17 @@ def test_atomic_add_into_zeroed_result(check):
 
 
 @CHECK
+def test_atomic_cas_and_xchg(check):
+    lock, old, swapped = np.zeros(2, np.int32), np.full(3, -1, np.int32), np.full(3, -1, np.int32)
+    lock[1] = 42
+    run(cas_kernel, (3, ), [ArrayParam(0), ArrayParam(1), ArrayParam(2)],
+        ["lock_ptr", "old_ptr", "swapped_ptr"], [], [lock, old, swapped], check)
+    np.testing.assert_array_equal(lock, [1, 2])
+    np.testing.assert_array_equal(old, [0, 1, 1])
+    np.testing.assert_array_equal(swapped, [42, 0, 1])
+
+
+@CHECK
 def test_dot_16x16x16_fp32(check):
     m = n = k = 32
     a = RNG.standard_normal((m, k)).astype(np.float32)
@@ -423,6 +461,30 @@ def test_nested_tuple_argument(check):
          ScalarParam(n, "i32"), ConstexprParam(block)],
         ["args", "out_ptr", "n", "BLOCK"], [x, y], [out], check)
     np.testing.assert_allclose(out, x * 3 + y + 1, rtol=1e-6)
+
+
+@CHECK
+def test_tensor_descriptors(check):
+    m, n = 10, 12
+    x = RNG.standard_normal((m, n)).astype(np.float32)
+    out = np.zeros_like(x)
+    run(descriptor_kernel, (3, ), [ArrayParam(0), ArrayParam(1), ScalarParam(m, "i32"), ScalarParam(n, "i32"),
+                                   ConstexprParam(4), ConstexprParam(16)],
+        ["x_ptr", "out_ptr", "M", "N", "BM", "BN"], [x], [out], check)
+    np.testing.assert_array_equal(out, 2 * x)
+
+
+def test_concurrent_runs_are_serialised():
+    n, block = 500, 128
+    params = [ArrayParam(0), ArrayParam(1), ArrayParam(2), ScalarParam(n, "i32"), ConstexprParam(block)]
+    names = ["x_ptr", "y_ptr", "out_ptr", "n", "BLOCK"]
+    y = np.arange(n, dtype=np.float32)
+    jobs = [(np.full(n, i, np.float32), y, np.zeros(n, np.float32)) for i in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda job: run(add_kernel, (cdiv(n, block), ), params, names, job[:2], job[2:],
+                                      check=bool(job[0][0] % 2)), jobs))
+    for x, y, out in jobs:
+        np.testing.assert_array_equal(out, x + y)
 
 
 def test_zero_sized_grid_does_nothing():
@@ -469,7 +531,8 @@ def test_bf16_row_sum_accumulates_then_rounds_once():
     rows, cols = 4, 100
     x = RNG.standard_normal((rows, cols)).astype(bfloat16)
     out = np.zeros(rows, bfloat16)
-    run(bf16_sum_kernel, (rows, ), [ArrayParam(0), ArrayParam(1), ScalarParam(cols, "i32"), ConstexprParam(128)],
+    run(bf16_sum_kernel, (rows, ),
+        [ArrayParam(0), ArrayParam(1), ScalarParam(cols, "i32"), ConstexprParam(128)],
         ["x_ptr", "out_ptr", "cols", "BLOCK_C"], [x], [out], check=True)
     expected = bf16_round(x.astype(np.float32).sum(axis=1, dtype=np.float64))
     np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), rtol=1e-2, atol=1e-3)
@@ -477,12 +540,13 @@ def test_bf16_row_sum_accumulates_then_rounds_once():
 
 @pytest.mark.parametrize("source", ["float32", "float64"])
 def test_conversion_to_bf16_rounds_to_nearest_even(source):
-    special = [0.0, -0.0, 1.0, 1.00390625, 1.01171875, 1 + 2 ** -8 + 2 ** -30, -3.0e38, 3.4e38, np.inf, -np.inf,
-               1e-40, 5e-324 if source == "float64" else 1e-45]
+    special = [0.0, -0.0, 1.0, 1.00390625, 1.01171875, 1 + 2 ** -8 + 2 ** -30, -3.0e38, 3.4e38, np.inf,
+               -np.inf, 1e-40, 5e-324 if source == "float64" else 1e-45]
     x = np.concatenate([np.array(special), RNG.standard_normal(200) * 10 ** RNG.uniform(-30, 30, 200)])
     x = x.astype(source)
     out = np.zeros(x.size, bfloat16)
-    run(bf16_convert_kernel, (1, ), [ArrayParam(0), ArrayParam(1), ScalarParam(x.size, "i32"), ConstexprParam(256)],
+    run(bf16_convert_kernel, (1, ),
+        [ArrayParam(0), ArrayParam(1), ScalarParam(x.size, "i32"), ConstexprParam(256)],
         ["x_ptr", "bf_ptr", "n", "BLOCK"], [x], [out], check=True)
     np.testing.assert_array_equal(out.view(np.uint16), bf16_round_exact(x).view(np.uint16))
     if source == "float32":
@@ -550,8 +614,9 @@ def test_checked_mode_catches_out_of_bounds_atomic():
 def test_checked_mode_names_the_tuple_entry():
     x, y, out = np.zeros(10, np.float32), np.zeros(3, np.float32), np.zeros(64, np.float32)
     with pytest.raises(OutOfBoundsAccess, match=r"'args\[1\]\[0\]'.*byte offset 12"):
-        run(tuple_kernel, (1, ), [(ArrayParam(0), (ArrayParam(1), ScalarParam(1.0, "fp32")), ConstexprParam(0)),
-                                  ArrayParam(2), ScalarParam(10, "i32"), ConstexprParam(64)],
+        run(tuple_kernel, (1, ),
+            [(ArrayParam(0), (ArrayParam(1), ScalarParam(1.0, "fp32")), ConstexprParam(0)), ArrayParam(2),
+             ScalarParam(10, "i32"), ConstexprParam(64)],
             ["args", "out_ptr", "n", "BLOCK"], [x, y], [out], check=True)
 
 
@@ -571,6 +636,12 @@ def test_interpreter_state_is_restored_after_a_run_and_after_an_error():
     test_checked_mode_catches_out_of_bounds_store()
     test_add_with_masks("float32", True)
     assert (tl.load, tl.core.load, tl.reduce, tl.tensor.__add__, JITFunction.__call__) == before
+    with pytest.raises(AssertionError, match="BLOCK must be negative"):
+        run(failing_kernel, (1, ), [ArrayParam(0), ConstexprParam(4)], ["out_ptr", "BLOCK"], [],
+            [np.zeros(1, np.float32)])
+    assert (tl.load, tl.core.load, tl.reduce, tl.tensor.__add__, JITFunction.__call__) == before
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return  # helpers are InterpretedFunctions, callable anywhere
     with pytest.raises(RuntimeError, match="outside of the scope of a kernel"):
         negate(1.0)
 
@@ -602,11 +673,22 @@ def test_non_contiguous_result_is_written_back():
     np.testing.assert_array_equal(storage[1::2], 0)
 
 
+def test_launch_setup_is_cached():
+    from tritonplug_interpret import runner
+
+    x, out = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    params = [ArrayParam(0), ArrayParam(1), ScalarParam(4, "i32"), ConstexprParam(4)]
+    launch = make_launch(copy_kernel, (1, ), params, ["x_ptr", "out_ptr", "n", "BLOCK"], [x], [out])
+    assert runner.prepare(launch, False) is runner.prepare(launch, False)
+    assert runner.prepare(launch, True) is not runner.prepare(launch, False)
+    assert plugin.OutOfBoundsAccess is OutOfBoundsAccess and issubclass(OutOfBoundsAccess, IndexError)
+
+
 def test_wrong_buffer_count_or_dtype_is_an_error():
     n = 8
     x, out = np.zeros(n, np.float32), np.zeros(n, np.float32)
-    launch = make_launch(copy_kernel, (1, ), [ArrayParam(0), ArrayParam(1), ScalarParam(n, "i32"),
-                                              ConstexprParam(8)], ["x_ptr", "out_ptr", "n", "BLOCK"], [x], [out])
+    params = [ArrayParam(0), ArrayParam(1), ScalarParam(n, "i32"), ConstexprParam(8)]
+    launch = make_launch(copy_kernel, (1, ), params, ["x_ptr", "out_ptr", "n", "BLOCK"], [x], [out])
     with pytest.raises(ValueError, match="1 operand"):
         run_launch(launch, [], [out], False)
     with pytest.raises(TypeError, match="float64"):
@@ -619,7 +701,8 @@ def test_backend_info_and_target():
     info = plugin.tritonplug_backend_info()
     assert info.name == "interpret" and info.platforms == ("cpu", ) and info.version
     target = plugin.tritonplug_detect_target("cpu", None, {})
-    assert target == Target(backend="interpret", platform="cpu", arch="host", warp_size=1, triton_backend=None)
+    assert target == Target(backend="interpret", platform="cpu", arch="host", warp_size=1,
+                            triton_backend=None)
     assert plugin.tritonplug_detect_target("cuda", None, {}) is None
 
 
@@ -650,12 +733,13 @@ def test_compile_and_make_kernel(monkeypatch):
     n = 10
     x = np.arange(n, dtype=np.float32)
     out = np.zeros(2, np.float32)
-    launch = make_launch(copy_kernel, (1, ), [ArrayParam(0), ArrayParam(1), ScalarParam(n, "i32"),
-                                              ConstexprParam(16)], ["x_ptr", "out_ptr", "n", "BLOCK"], [x], [out])
+    params = [ArrayParam(0), ArrayParam(1), ScalarParam(n, "i32"), ConstexprParam(16)]
+    launch = make_launch(copy_kernel, (1, ), params, ["x_ptr", "out_ptr", "n", "BLOCK"], [x], [out])
     for flag, raises in (("1", True), ("0", False)):
         monkeypatch.setenv(plugin.CHECK_VARIABLE, flag)
         kernel = plugin.tritonplug_make_kernel(target, binary, launch)
-        assert isinstance(kernel, HostKernel) and kernel.kernel_name == "copy_kernel" and kernel.launch is launch
+        assert isinstance(kernel, HostKernel) and kernel.launch is launch
+        assert kernel.kernel_name == "copy_kernel"
         if raises:
             with pytest.raises(OutOfBoundsAccess, match="out_ptr"):
                 kernel.run([x], [out])
@@ -666,6 +750,7 @@ def test_compile_and_make_kernel(monkeypatch):
             np.testing.assert_array_equal(big, x)
 
 
+@pytest.mark.skipif(tomllib is None, reason="needs tomllib (Python 3.11+)")
 def test_distribution_metadata():
     meta = tomllib.loads((PLUGIN_ROOT / "pyproject.toml").read_text())
     project = meta["project"]

@@ -197,7 +197,7 @@ def test_workers_started_from_a_short_lived_thread_outlive_it():
         pool.run([Task(worker_tasks.getpid)])
 
 
-def test_workers_exit_when_the_parent_dies():
+def test_workers_exit_when_the_parent_dies(tmp_path):
     script = textwrap.dedent("""
         import time
         from tritonplug.workers import WorkerPool
@@ -206,8 +206,8 @@ def test_workers_exit_when_the_parent_dies():
         print(*pool.worker_pids(), flush=True)
         time.sleep(600)
     """)
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                              env=workers._child_env())
+    env = {**workers._child_env(), "TMPDIR": str(tmp_path)}  # the pool's directory, left behind
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     try:
         pids = [int(pid) for pid in parent.stdout.readline().split()]
         assert len(pids) == 2 and not any(gone(pid) for pid in pids)

@@ -14,8 +14,8 @@ output of C++ compiler passes and of ``ptxas`` children lands there too); betwee
 point at the worker's log, which the parent created. The protocol uses private duplicates of
 the original stdin/stdout, so a task that prints or reads cannot corrupt it.
 
-This module imports only the standard library and cloudpickle; keep it that way, the pool
-starts one interpreter per worker.
+``-m`` imports the ``tritonplug`` package (and jax with it) before this module; the module itself
+needs only the standard library and cloudpickle, since ``tritonplug.workers`` imports its framing.
 """
 
 from __future__ import annotations

@@ -321,13 +321,12 @@ def cache_from_env() -> DiskCache | None:
     raw = os.environ.get("TRITONPLUG_CACHE_MAX_BYTES", "").strip()
     try:
         max_bytes = int(raw) if raw else 1 << 30
-        if max_bytes < 0:
-            raise ValueError("negative")
     except ValueError:
-        raise ValueError(f"TRITONPLUG_CACHE_MAX_BYTES must be a non-negative integer, got {raw!r}") from None
-    directory = default_directory()
+        max_bytes = -1
+    if max_bytes < 0:
+        raise ValueError(f"TRITONPLUG_CACHE_MAX_BYTES must be a non-negative integer, got {raw!r}")
     try:
-        return DiskCache(directory, max_bytes)
+        return DiskCache(default_directory(), max_bytes)
     except CacheDirError as exc:
         warnings.warn(f"tritonplug: not using the kernel cache: {exc}", RuntimeWarning, stacklevel=2)
         return None

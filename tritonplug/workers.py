@@ -143,7 +143,8 @@ class WorkerPool:
         self._ids = itertools.count(1)
         self._dir = tempfile.mkdtemp(prefix="tritonplug-workers-") if size else ""
         if size:
-            weakref.finalize(self, shutil.rmtree, self._dir, True)
+            weakref.finalize(self, _remove_dir, self._dir, os.getpid())
+            _pools.add(self)
 
     def warm(self) -> None:
         """Start the missing workers now and wait until each has imported its preload modules."""
@@ -214,9 +215,14 @@ class WorkerPool:
 
     def shutdown(self) -> None:
         """Kill every worker (a busy one's task then fails with a WorkerError). Idempotent."""
+        if count := self._close():
+            log.info("shut down %d compile workers", count)
+
+    def _close(self) -> int:
+        """``shutdown`` without logging, for interpreter exit (log streams may be closed by then)."""
         with self._cond:
             if self.closed:
-                return
+                return 0
             idle = [worker for worker in self._free if worker is not None]
             busy = [worker for worker in self._workers if worker not in idle]
             self.closed, self._free = True, []
@@ -227,7 +233,7 @@ class WorkerPool:
             self._drop(worker)
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
-        log.info("shut down %d compile workers", len(idle) + len(busy))
+        return len(idle) + len(busy)
 
     def _ensure_open(self) -> None:
         if self.closed:
@@ -281,16 +287,19 @@ class WorkerPool:
 
     def _put_back(self, worker: _Worker | None) -> None:
         """Free a slot; a dead worker, or any worker once the pool is shut down, is dropped."""
-        if worker is not None and (self.closed or not worker.alive()):
-            self._drop(worker)
-            worker = None
+        alive = worker is not None and worker.alive()
         with self._cond:
             if not self.closed:
-                self._free.append(worker)
+                if alive:
+                    self._free.append(worker)
+                else:
+                    self._free.insert(0, None)  # live workers are handed out first
                 self._cond.notify()
+        if worker is not None and (self.closed or not alive):
+            self._drop(worker)
 
     def _run_one(self, task: Task) -> Any:
-        label = task.description or f"task {getattr(task.func, '__qualname__', task.func)!r}"
+        label = _label(task)
         worker: _Worker | None = None
         first_death = ""
         while True:
@@ -353,8 +362,11 @@ def _run_here(task: Task) -> Any:
     except CompileError:
         raise
     except Exception as exc:
-        label = task.description or f"task {getattr(task.func, '__qualname__', task.func)!r}"
-        raise CompileError(f"{label} failed: {type(exc).__name__}: {exc}") from exc
+        raise CompileError(f"{_label(task)} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _label(task: Task) -> str:
+    return task.description or f"task {getattr(task.func, '__qualname__', task.func)!r}"
 
 
 def _compose(headline: str, **sections: str) -> str:
@@ -376,6 +388,11 @@ def _take_text(path: str) -> str:
         return text
     except OSError:
         return ""
+
+
+def _remove_dir(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # not in a forked child, which inherits the finalizer
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _child_env() -> dict[str, str]:
@@ -422,6 +439,7 @@ def _new_spawner() -> ThreadPoolExecutor:
 
 
 _spawner = _new_spawner()
+_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()  # shut down at exit: kills busy workers' children
 _pool: WorkerPool | None = None
 _pool_lock = threading.Lock()
 
@@ -449,11 +467,18 @@ def run_tasks(tasks: Sequence[Task]) -> list[Any]:
     return get_pool().run(tasks)
 
 
+def _shutdown_all() -> None:
+    global _pool
+    _pool = None
+    for pool in list(_pools):
+        pool._close()
+
+
 def _after_fork_in_child() -> None:
     """A forked child must not share its parent's workers, nor a lock or thread left behind."""
-    global _pool, _pool_lock, _spawner
-    _pool, _pool_lock, _spawner = None, threading.Lock(), _new_spawner()
+    global _pool, _pool_lock, _spawner, _pools
+    _pool, _pool_lock, _spawner, _pools = None, threading.Lock(), _new_spawner(), weakref.WeakSet()
 
 
-atexit.register(shutdown_pool)
+atexit.register(_shutdown_all)
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -225,8 +225,8 @@ def install(scope: Any) -> None:
     def get_bf16(value):
         return compat.TensorHandle(to_bits(np.array([value], dtype=np.float64)), BF16)
 
-    for fn in (binary_op, unary_op, ternary_op, cast_impl, create_fp_to_fp, create_fma, create_dot, create_erf,
-               create_rsqrt, create_atomic_rmw, create_print, get_bf16):
+    for fn in (binary_op, unary_op, ternary_op, cast_impl, create_fp_to_fp, create_fma, create_dot,
+               create_erf, create_rsqrt, create_atomic_rmw, create_print, get_bf16):
         scope.set_attr(b, fn.__name__, fn)
     _install_reductions(scope)
 

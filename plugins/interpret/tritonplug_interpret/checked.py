@@ -81,13 +81,14 @@ class AddressMap:
         others = f" ({lanes - 1} other lane(s) of this access are out of bounds too)" if lanes > 1 else ""
         head = f"kernel {self.kernel_name!r}: out-of-bounds {access} of {itemsize} byte(s)"
         if not bool(known[lane]):
-            raise OutOfBoundsAccess(f"{head} in {where}{lane_text}: address {int(vp[lane]):#x} is not derived "
-                                    f"from any pointer argument{others}")
+            raise OutOfBoundsAccess(f"{head} in {where}{lane_text}: address {int(vp[lane]):#x} is not "
+                                    f"derived from any pointer argument{others}")
         region = self.regions[int(tag[lane])]
         off = int(offset[lane])
         raise OutOfBoundsAccess(
-            f"{head} through argument {region.name!r} at byte offset {off} (element {off // max(itemsize, 1)}), "
-            f"in {where}{lane_text}; {region.name!r} is a {region.dtype}{list(region.shape)} buffer of "
+            f"{head} through argument {region.name!r} at byte offset {off} "
+            f"(element {off // max(itemsize, 1)}), in {where}{lane_text}; "
+            f"{region.name!r} is a {region.dtype}{list(region.shape)} buffer of "
             f"{region.nbytes} bytes{others}")
 
 

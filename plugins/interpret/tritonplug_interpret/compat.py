@@ -20,7 +20,8 @@ What differs between the versions, and how it is absorbed:
 * bf16 <-> fp16 in ``create_fp_to_fp`` exists only in 3.9; the bf16 layer handles every
   bf16 conversion itself on both.
 * the fast reductions: 3.9 also recognises the ``tie_break_fast`` arg-min/max combiners
-  (3.6 sends them to the generic path); :data:`FAST_REDUCE_COMBINERS` lists whichever exist.
+  (3.6 sends them to the generic path). :data:`FAST_REDUCE_COMBINERS` is the union; the
+  bf16 layer widens bf16 inputs for all of them, which is exact for min/max either way.
 * ``tensor.__index__`` (``range(K)`` on a runtime scalar): 3.6 does ``int(handle.data)``,
   which NumPy 2 rejects for the shape-(1,) arrays scalars live in; 3.9 squeezes first.
   :func:`patch_language` installs 3.9's version on both.

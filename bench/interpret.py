@@ -1,0 +1,288 @@
+"""CPU: tritonplug's interpret backend vs Triton's own interpreter on the same kernel and data.
+
+    python bench/interpret.py [--reps 7] [--warmup 2] [--out bench/results/interpret-cpu.json]
+                              [--only add,softmax] [--profile add-2^20]
+
+``tritonplug``: a jitted function around ``tritonplug.triton_call`` on the CPU platform (the
+interpret plugin runs the kernel in an XLA FFI call). ``direct``: Triton's interpreter called
+as Triton runs it under ``TRITON_INTERPRET=1`` —
+``InterpretedFunction(kernel.fn)[grid](...)`` — on torch-free stand-ins for CPU tensors that,
+like torch CPU tensors, are never copied (the approach of plugins/interpret/bench_runner.py).
+Both run the examples' kernels on the same NumPy data, alternating call by call; the ratio is
+tritonplug / direct (goal: ≤ 1.2). ``--profile NAME`` prints a cProfile of the tritonplug
+path of one case instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import ROOT, Results, format_table, interleaved_seconds, load_example, summarize, write_json  # noqa: E402
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # before jax is imported: no GPU plugin probing here
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+import tritonplug  # noqa: E402
+
+DEFAULT_OUT = ROOT / "bench" / "results" / "interpret-cpu.json"
+_TL_TYPES = {"float32": tl.float32, "float16": tl.float16, "int32": tl.int32}
+
+
+# ------------------------------------------------------------------ torch-free CPU tensors
+
+
+class _Storage:
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def data_ptr(self) -> int:
+        return self.array.__array_interface__["data"][0]
+
+    def cpu(self) -> _Storage:
+        return self
+
+    def copy_(self, other: _Storage) -> None:
+        if other.data_ptr() != self.data_ptr():
+            np.copyto(self.array, other.array)
+
+
+class HostTensor:
+    """The part of a torch CPU tensor that Triton's ``GridExecutor`` uses (no copies)."""
+
+    def __init__(self, array: np.ndarray | None, dtype: Any) -> None:
+        self.array, self.dtype = array, dtype
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> HostTensor:
+        return cls(array, _TL_TYPES[array.dtype.name])
+
+    def data_ptr(self) -> int:
+        return self.array.__array_interface__["data"][0]
+
+    def untyped_storage(self) -> _Storage:
+        return _Storage(self.array)
+
+    def new_empty(self, *_: Any, **__: Any) -> HostTensor:
+        return HostTensor(None, self.dtype)
+
+    def set_(self, storage: _Storage, *_: Any) -> HostTensor:
+        self.array = storage.array
+        return self
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def size(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    def stride(self) -> tuple[int, ...]:
+        return tuple(s // self.array.itemsize for s in self.array.strides)
+
+
+# ------------------------------------------------------------------ Triton's interpreter, as under TRITON_INTERPRET=1
+
+_INTERPRETED: dict[int, tuple[JITFunction, InterpretedFunction]] = {}  # by id: hashing a JITFunction parses it
+
+
+def _call_as_interpreted(self: JITFunction, *args: Any, **kwargs: Any) -> Any:
+    """A nested ``@triton.jit`` call (``tl.max``, ``tl.cdiv`` …) as TRITON_INTERPRET=1 makes it:
+    Triton's ``InterpretedFunction.__call__`` of that function."""
+    hit = _INTERPRETED.get(id(self))
+    if hit is None or hit[0] is not self:
+        hit = _INTERPRETED[id(self)] = (self, InterpretedFunction(self.fn))
+    return hit[1](*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _nested_calls_interpreted() -> Iterator[None]:
+    """With TRITON_INTERPRET=1 set before import, ``triton.jit`` makes every function (the
+    kernel's helpers and ``triton.language.standard``'s) an ``InterpretedFunction``; here triton
+    is imported normally, so during a direct run ``JITFunction.__call__`` is pointed at one."""
+    saved = JITFunction.__dict__.get("__call__")
+    JITFunction.__call__ = _call_as_interpreted
+    try:
+        yield
+    finally:
+        if saved is None:
+            del JITFunction.__call__
+        else:
+            JITFunction.__call__ = saved
+
+
+def direct_launch(kernel: Any, grid: tuple[int, ...]) -> Callable[..., None]:
+    """``InterpretedFunction(kernel.fn)[grid]`` with nested jit calls interpreted."""
+    launcher = InterpretedFunction(kernel.fn)[grid]
+
+    def launch(*args: Any, **kwargs: Any) -> None:
+        with _nested_calls_interpreted():
+            launcher(*args, **kwargs)
+
+    return launch
+
+
+# ------------------------------------------------------------------ cases
+
+
+@dataclass
+class Case:
+    name: str
+    description: str
+    ours: Callable[[], Any]      # returns a jax array (synchronised by the timer)
+    direct: Callable[[], Any]    # fills `direct_out` in place
+    direct_out: np.ndarray
+    reference: np.ndarray
+    tolerance: float
+
+
+def _sync(out: Any) -> None:
+    if out is not None and hasattr(out, "block_until_ready"):
+        out.block_until_ready()
+
+
+def add_case(n: int, block: int = 1024) -> Case:
+    ex = load_example("add")
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    jx, jy = jnp.asarray(x), jnp.asarray(y)
+    ours = jax.jit(lambda a, b: ex.add(a, b, block))
+    out = np.empty_like(x)
+    grid = (tritonplug.cdiv(n, block), )
+    kernel = direct_launch(ex.add_kernel, grid)
+    hx, hy, hout = HostTensor.of(x), HostTensor.of(y), HostTensor.of(out)
+    log2 = n.bit_length() - 1
+    label = f"2^{log2}" if n == 1 << log2 else str(n)
+    return Case(f"add-{label}", f"add fp32 n={label} BLOCK={block} ({grid[0]} programs)",
+                lambda: ours(jx, jy), lambda: kernel(hx, hy, n, hout, BLOCK=block), out, x + y, 0.0)
+
+
+def softmax_case(rows: int = 256, cols: int = 1024) -> Case:
+    ex = load_example("softmax")
+    x = np.random.default_rng(1).standard_normal((rows, cols), dtype=np.float32)
+    jx = jnp.asarray(x)
+    ours = jax.jit(ex.softmax)
+    block = 1 << (cols - 1).bit_length()
+    out = np.empty_like(x)
+    kernel = direct_launch(ex.softmax_kernel, (rows, ))
+    hx, hout = HostTensor.of(x), HostTensor.of(out)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return Case(f"softmax-{rows}x{cols}", f"softmax fp32 {rows} rows x {cols} cols BLOCK={block} ({rows} programs)",
+                lambda: ours(jx), lambda: kernel(hx, cols, cols, hout, BLOCK=block), out,
+                e / e.sum(axis=1, keepdims=True), 1e-5)
+
+
+def matmul_case(m: int = 128, n: int = 128, k: int = 128, block: int = 32) -> Case:
+    ex = load_example("matmul")
+    jit_fn = ex.matmul_kernel.fn  # the @triton.jit function under the example's autotuner
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    ja, jb = jnp.asarray(a), jnp.asarray(b)
+    meta = {"BLOCK_M": block, "BLOCK_N": block, "BLOCK_K": block, "GROUP_M": 8}
+    programs = tritonplug.cdiv(m, block) * tritonplug.cdiv(n, block)
+
+    def call(a: jax.Array, b: jax.Array) -> jax.Array:
+        return tritonplug.triton_call(a, b, m, n, k, k, 1, n, 1, n, 1, kernel=jit_fn,
+                                      out_shape=jax.ShapeDtypeStruct((m, n), a.dtype), grid=(programs, ), **meta)
+
+    ours = jax.jit(call)
+    out = np.empty((m, n), np.float32)
+    kernel = direct_launch(jit_fn, (programs, ))
+    ha, hb, hc = HostTensor.of(a), HostTensor.of(b), HostTensor.of(out)
+    return Case(f"matmul-{m}x{n}x{k}", f"matmul fp32 {m}x{n}x{k} blocks {block}^3 ({programs} programs)",
+                lambda: ours(ja, jb), lambda: kernel(ha, hb, m, n, k, k, 1, n, 1, n, 1, hc, **meta),
+                out, a @ b, 1e-3)
+
+
+CASES: dict[str, Callable[[], Case]] = {
+    "add-2^16": lambda: add_case(1 << 16),
+    "add-2^20": lambda: add_case(1 << 20),
+    "softmax-256x1024": softmax_case,
+    "matmul-128x128x128": matmul_case,
+}
+
+
+# ------------------------------------------------------------------ run
+
+
+def _check(case: Case) -> None:
+    ours = np.asarray(case.ours())
+    case.direct()
+    for label, got in (("tritonplug", ours), ("direct", case.direct_out)):
+        np.testing.assert_allclose(got, case.reference, rtol=case.tolerance, atol=case.tolerance,
+                                   err_msg=f"{case.name}: {label} result differs from NumPy")
+
+
+def profile(case: Case, calls: int, top: int) -> str:
+    case.ours().block_until_ready()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        case.ours().block_until_ready()
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).sort_stats("tottime")
+    stats.print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return text.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=7, help="timed calls per implementation (median taken)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--out", default=str(DEFAULT_OUT))
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(CASES)}")
+    parser.add_argument("--profile", default="", help="cProfile the tritonplug path of this case and exit")
+    parser.add_argument("--profile-calls", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    platform = jax.devices()[0].platform
+    if platform != "cpu":
+        print(f"note: default JAX platform is {platform!r}; tritonplug runs on the CPU platform here", file=sys.stderr)
+        jax.config.update("jax_platforms", "cpu")
+    if args.profile:
+        print(profile(CASES[args.profile](), args.profile_calls, 30))
+        return 0
+
+    names = [n for n in args.only.split(",") if n] or list(CASES)
+    results = Results()
+    for name in names:
+        with results.guard(name, "setup"):
+            case = CASES[name]()
+            _check(case)
+            samples = interleaved_seconds({"tritonplug": case.ours, "direct": case.direct}, args.reps,
+                                          args.warmup, _sync)
+            for impl, s in samples.items():
+                results.add(name, impl, **summarize(s), median_ms=statistics.median(s) * 1e3,
+                            description=case.description)
+            print(f"{name}: done", file=sys.stderr)
+    results.add_ratios("direct", "ratio")
+    results.add_ratios("direct", "ratio_of_min", of="min_us")
+    print(format_table(results.records, ["bench", "impl", "median_ms", "ratio", "ratio_of_min", "min_us", "max_us",
+                                         "samples"]))
+    path = write_json(args.out, results.records, reps=args.reps, warmup=args.warmup,
+                      goal="ratio tritonplug/direct <= 1.2")
+    print(f"wrote {path}")
+    return 0 if all("error" not in r for r in results.records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
