@@ -6,7 +6,11 @@ import jax
 
 
 def platform() -> str:
-    return jax.devices()[0].platform
+    """The lowering platform of the default device (JAX calls CUDA and ROCm devices "gpu")."""
+    device = jax.devices()[0]
+    if device.platform == "gpu":
+        return "rocm" if "rocm" in device.client.platform_version.lower() else "cuda"
+    return device.platform
 
 
 def backend_name() -> str:

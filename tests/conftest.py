@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("TRITONPLUG_INTERPRET_CHECK", "1")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # several pytest-xdist workers share one GPU
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 

@@ -53,6 +53,7 @@ def triton_call(
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_tree_value)
     out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
     _check_grid(grid)
+    _check_misc(name, serialized_metadata, cost_estimate, has_side_effect, input_output_aliases)
     options = _call_options(num_warps, num_stages, num_ctas, compute_capability, enable_fp_fusion,
                             backend_options, debug)
     param_names = {p.name for p in triton_compat.parameters(kernel_parts.fn)}
@@ -64,12 +65,9 @@ def triton_call(
                                  dict(input_output_aliases or {}), constexpr_kwargs)
     if not out_specs and not bound.refs:
         raise ValueError("out_shape is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
-    if not callable(zeroed_outputs):
-        zeroed_outputs = tuple(zeroed_outputs)
-        for i in zeroed_outputs:
-            if not isinstance(i, (int, np.integer)) or not 0 <= i < len(out_specs):
-                raise ValueError(f"zeroed_outputs: output index {i!r} is out of range; out_shape has "
-                                 f"{len(out_specs)} outputs")
+    zeroed_outputs = _check_zeroed_outputs(zeroed_outputs, len(out_specs))
+    if kernel_parts.autotuner is None and not kernel_parts.heuristics:
+        _check_complete(kernel_parts, bound, constexpr_kwargs, grid, zeroed_outputs, len(out_specs))
     call = CallSpec(
         kernel=kernel, bound=bound, metaparams=tuple(sorted(constexpr_kwargs.items())), out_specs=out_specs,
         grid=tuple(grid) if isinstance(grid, list) else grid, zeroed_outputs=zeroed_outputs,
@@ -102,11 +100,64 @@ def _buffer_spec(leaf: Any, index: int) -> BufferSpec:
 
 
 def _check_grid(grid: Any) -> None:
+    """Check a literal grid here; a callable grid is checked once its metaparameters are known."""
     if callable(grid):
         return
     from tritonplug.frontend import grid_for
 
     grid_for(tuple(grid) if isinstance(grid, list) else grid, {})
+
+
+def _check_misc(name: Any, serialized_metadata: Any, cost_estimate: Any, has_side_effect: Any,
+                input_output_aliases: Any) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str (the custom call's name), got {type(name).__name__}: {name!r}")
+    if not isinstance(serialized_metadata, (bytes, bytearray, memoryview)):
+        raise TypeError(f"serialized_metadata must be bytes, got {type(serialized_metadata).__name__}")
+    if cost_estimate is not None:
+        if not isinstance(cost_estimate, Mapping):
+            raise TypeError(f"cost_estimate must be a mapping such as {{'flops': 1e9}}, got "
+                            f"{type(cost_estimate).__name__}")
+        for key, value in cost_estimate.items():
+            if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"cost_estimate entries must map str to a number, got {key!r}: {value!r}")
+    if not isinstance(has_side_effect, (bool, np.bool_)):
+        raise TypeError(f"has_side_effect must be a bool, got {has_side_effect!r}")
+    if input_output_aliases is not None and not isinstance(input_output_aliases, Mapping):
+        raise TypeError(f"input_output_aliases must be a dict {{input index: output index}}, got "
+                        f"{type(input_output_aliases).__name__}: {input_output_aliases!r}")
+
+
+def _check_zeroed_outputs(zeroed_outputs: Any, n_outputs: int) -> Any:
+    """A literal ``zeroed_outputs`` becomes a tuple of checked indices; a callable is kept for later."""
+    if callable(zeroed_outputs):
+        return zeroed_outputs
+    if isinstance(zeroed_outputs, (str, bytes)) or not isinstance(zeroed_outputs, Sequence):
+        raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable of the "
+                        f"metaparameters, got {type(zeroed_outputs).__name__}: {zeroed_outputs!r}")
+    for i in zeroed_outputs:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"zeroed_outputs: output indices must be ints, got {i!r}")
+        if not 0 <= i < n_outputs:
+            raise ValueError(f"zeroed_outputs: output index {i!r} is out of range; out_shape has "
+                             f"{n_outputs} outputs")
+    return tuple(int(i) for i in zeroed_outputs)
+
+
+def _check_complete(kernel: triton_compat.UnwrappedKernel, bound: binding.BoundArgs, constexprs: Mapping[str, Any],
+                    grid: Any, zeroed_outputs: Any, n_outputs: int) -> None:
+    """Without autotune or heuristics every metaparameter is known here: check what depends on them now."""
+    from tritonplug.frontend import grid_for, zeroed_for
+
+    kernel_name = triton_compat.kernel_name(kernel.fn)
+    for param_name, node in zip(bound.names, bound.nodes, strict=True):
+        if isinstance(node, binding.UnsetConst):
+            raise TypeError(f"kernel {kernel_name!r} is missing a value for its tl.constexpr parameter "
+                            f"{param_name!r}: pass {param_name}=... to triton_call")
+    if callable(grid):
+        grid_for(grid, constexprs)
+    if callable(zeroed_outputs):
+        zeroed_for(zeroed_outputs, constexprs, n_outputs)
 
 
 def _is_constexpr(fn: Any, name: str) -> bool:
@@ -120,6 +171,12 @@ def _check_metaparams(kernel: triton_compat.UnwrappedKernel, constexprs: Mapping
         if key not in param_names:
             raise TypeError(f"triton_call() got an unexpected keyword argument {key!r}: it is neither a "
                             f"parameter of kernel {name!r} nor an option of triton_call")
+        if binding.is_ref(value):
+            raise TypeError(f"argument {key!r} of kernel {name!r} is a tl.constexpr, but a Ref (jax.new_ref) was "
+                            f"passed; constexprs must be hashable Python values")
+        if binding.is_array(value):
+            raise TypeError(f"argument {key!r} of kernel {name!r} is a tl.constexpr, but an array was passed; "
+                            f"constexprs must be hashable Python values")
         try:
             hash(value)
         except TypeError:
@@ -127,22 +184,37 @@ def _check_metaparams(kernel: triton_compat.UnwrappedKernel, constexprs: Mapping
                             f"{type(value).__name__}") from None
 
 
+# triton_call's own arguments that backend_options must not smuggle in under another spelling.
+_CALL_ARGUMENTS = {"compute_capability", "grid", "out_shape", "out_type", "kernel", "name",
+                   "input_output_aliases", "zeroed_outputs"}
+
+
 def _call_options(num_warps: Any, num_stages: Any, num_ctas: Any, compute_capability: Any,
                   enable_fp_fusion: Any, backend_options: Mapping[str, Any] | None, debug: Any) -> dict[str, Any]:
+    """Check the options every backend shares here; backends check the rest (ranges, arch) at lowering."""
+    num_warps = _int_option("num_warps", num_warps, minimum=1, power_of_two=True)
+    num_stages = _int_option("num_stages", num_stages, minimum=0)
+    num_ctas = _int_option("num_ctas", num_ctas, minimum=1)
+    for flag, value in (("enable_fp_fusion", enable_fp_fusion), ("debug", debug)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{flag} must be a bool, got {type(value).__name__}: {value!r}")
     explicit = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas if num_ctas != 1 else None,
-                "enable_fp_fusion": enable_fp_fusion if enable_fp_fusion is not True else None,
-                "debug": debug or None}
-    extra = dict(backend_options or {})
-    if not isinstance(backend_options or {}, Mapping):
+                "enable_fp_fusion": False if not enable_fp_fusion else None, "debug": True if debug else None}
+    if backend_options is not None and not isinstance(backend_options, Mapping):
         raise TypeError(f"backend_options must be a mapping, got {type(backend_options).__name__}")
-    conflicts = sorted(k for k, v in explicit.items() if v is not None and k in extra)
-    if conflicts:
-        raise ValueError(f"backend_options sets {conflicts}, also passed as triton_call arguments: set each once")
+    extra = dict(backend_options or {})
     for key, value in extra.items():
+        if not isinstance(key, str):
+            raise TypeError(f"backend_options keys must be option names (str), got {key!r}")
+        if key in _CALL_ARGUMENTS:
+            raise ValueError(f"backend_options[{key!r}] is an argument of triton_call: pass {key}=... instead")
         try:
             hash(value)
         except TypeError:
             raise TypeError(f"backend_options[{key!r}] must be hashable, got {type(value).__name__}") from None
+    conflicts = sorted(k for k, v in explicit.items() if v is not None and k in extra)
+    if conflicts:
+        raise ValueError(f"backend_options sets {conflicts}, also passed as triton_call arguments: set each once")
     if compute_capability is not None and (isinstance(compute_capability, bool)
                                            or not isinstance(compute_capability, (int, np.integer))):
         raise TypeError(f"compute_capability must be an int such as 90, got {compute_capability!r}")
@@ -152,3 +224,16 @@ def _call_options(num_warps: Any, num_stages: Any, num_ctas: Any, compute_capabi
     merged.setdefault("num_stages", None)
     merged["compute_capability"] = None if compute_capability is None else int(compute_capability)
     return merged
+
+
+def _int_option(name: str, value: Any, minimum: int, power_of_two: bool = False) -> int | None:
+    """``None`` stays unset; anything else must be an int (NumPy ints become Python ints) in range."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}: {value!r}")
+    value = int(value)
+    if value < minimum or (power_of_two and value & (value - 1)):
+        kind = "a power of two" if power_of_two else "an int"
+        raise ValueError(f"{name} must be {kind} >= {minimum}, got {value}")
+    return value

@@ -123,7 +123,6 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
     """Bind operands; returns the bound arguments and the array operands in order."""
     params = triton_compat.parameters(fn)
     kernel = triton_compat.kernel_name(fn)
-    by_name = {p.name: p for p in params}
     signature = inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                                    for p in params])
     try:
@@ -134,16 +133,17 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
     arrays: list[Any] = []
     flat_inputs: list[Any] = []  # every leaf operand, scalars included (input_output_aliases counts them)
 
-    def operand_node(value: Any, where: str) -> Any:
+    def operand_node(value: Any, name: str, path: str = "") -> Any:
         if isinstance(value, tuple):
-            return tuple(operand_node(v, f"{where}[{i}]") for i, v in enumerate(value))
+            return tuple(operand_node(v, name, f"{path}[{i}]") for i, v in enumerate(value))
+        where = f"argument {name!r}{path} of kernel {kernel!r}"
         if is_array(value):
             pointer_type(value.dtype, where)
             arrays.append(value)
             node: Any = ArrayArg(len(arrays) - 1)
         else:
-            node = ScalarArg(python_scalar(value) if not isinstance(value, np.float32) else float(value),
-                             scalar_type(value, where))
+            dtype = scalar_type(value, where)  # first: it names the argument when the value is no scalar
+            node = ScalarArg(python_scalar(value) if not isinstance(value, np.float32) else float(value), dtype)
         flat_inputs.append(node)
         return node
 
@@ -160,11 +160,13 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
                 nodes[p.name] = UnsetConst()
                 continue
             if is_array(value):
+                how = (f" as positional argument {list(bound).index(p.name) + 1} (too many positional "
+                       f"arguments?)" if p.name in bound and p.name not in kwargs else "")
                 raise TypeError(f"argument {p.name!r} of kernel {kernel!r} is a tl.constexpr, but an array was "
-                                f"passed; constexprs must be Python values")
+                                f"passed{how}; constexprs must be Python values")
             nodes[p.name] = ConstArg(value)
         elif p.name in bound:
-            nodes[p.name] = operand_node(bound[p.name], f"argument {p.name!r} of kernel {kernel!r}")
+            nodes[p.name] = operand_node(bound[p.name], p.name)
 
     refs = tuple(i for i, a in enumerate(arrays) if is_ref(a))
     if refs and input_output_aliases:
@@ -179,11 +181,15 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
     elif len(missing) == len(out_specs) - len(aliased_outputs):  # aliased outputs reuse their input (0.4 style)
         free_outputs = [o for o in range(len(out_specs)) if o not in aliased_outputs]
         aliased_params = tuple((o, i) for i, o in aliases)
+    elif len(missing) < len(out_specs) - len(aliased_outputs):
+        raise TypeError(f"triton_call of kernel {kernel!r} got too many operands: {len(flat_inputs)} operands "
+                        f"leave {len(missing)} parameters {missing} for the {len(out_specs)} outputs of out_shape "
+                        f"({len(aliased_outputs)} aliased to inputs); each output needs a parameter of its own")
     else:
-        raise TypeError(f"kernel {kernel!r} has {len(missing)} parameters without an argument {missing}, but "
-                        f"out_shape has {len(out_specs)} outputs ({len(aliased_outputs)} aliased to inputs): "
-                        f"each output needs one of the remaining parameters")
-    for name, out in zip(missing, free_outputs):
+        raise TypeError(f"triton_call of kernel {kernel!r} got too few operands: parameters {missing} have no "
+                        f"argument, but out_shape has only {len(out_specs)} outputs ({len(aliased_outputs)} "
+                        f"aliased to inputs) to fill them; pass the missing operands")
+    for name, out in zip(missing, free_outputs, strict=True):
         nodes[name] = OutputArg(out)
     dns = frozenset(p.name for p in params if p.do_not_specialize)
     return BoundArgs(tuple(p.name for p in params), tuple(nodes[p.name] for p in params), dns,

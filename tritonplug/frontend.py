@@ -74,7 +74,7 @@ def expand_configs(kernel: triton_compat.UnwrappedKernel, bound: BoundArgs, meta
         for heuristics in kernel.heuristics:
             for key, rule in heuristics.values.items():
                 values[key] = rule({**named_args, **values})
-        for param_name, node in zip(bound.names, bound.nodes):
+        for param_name, node in zip(bound.names, bound.nodes, strict=True):
             if isinstance(node, UnsetConst) and param_name not in values:
                 raise TypeError(f"kernel {name!r} is missing a value for its tl.constexpr parameter "
                                 f"{param_name!r}: pass {param_name}=... to triton_call")
@@ -90,8 +90,8 @@ def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         value = (value,)
     if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3:
-        raise ValueError(f"grid must be an int or a tuple of 1 to 3 ints{' (returned by the grid callable)' if callable(grid) else ''}, "
-                         f"got {value!r}")
+        source = " (returned by the grid callable)" if callable(grid) else ""
+        raise ValueError(f"grid must be an int or a tuple of 1 to 3 ints{source}, got {value!r}")
     dims = []
     for d in value:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
@@ -150,7 +150,7 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
         raise AssertionError(node)
 
     params = []
-    for i, (name, node) in enumerate(zip(bound.names, bound.nodes)):
+    for i, (name, node) in enumerate(zip(bound.names, bound.nodes, strict=True)):
         if isinstance(node, (ConstArg, UnsetConst)):
             value = metaparams[name] if name in metaparams else node.value
             signature[name] = "constexpr"
@@ -189,8 +189,27 @@ def make_ttir(fn: Any, target: Target, options: Options, spec: Specialization) -
                                            options.as_dict(), spec.signature, constexprs, spec.attrs)
     except Exception as exc:
         if type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"):
-            raise KernelSourceError(f"Triton could not compile kernel {triton_compat.kernel_name(fn)!r}:\n{exc}") from exc
+            name = triton_compat.kernel_name(fn)
+            raise KernelSourceError(f"Triton could not compile kernel {name!r}{_source_location(fn, exc)}:\n"
+                                    f"{exc}") from exc
         raise
+
+
+def _source_location(fn: Any, exc: Exception) -> str:
+    """`` (File "kernels.py", line 12)`` for Triton's error, whose line numbers count from the ``def`` line."""
+    import inspect
+
+    node = getattr(exc, "node", None)
+    line = getattr(node, "lineno", None)
+    try:
+        lines, first = inspect.getsourcelines(fn.fn)
+        filename = inspect.getsourcefile(fn.fn)
+    except (OSError, TypeError):
+        return ""
+    if not isinstance(line, int) or filename is None:
+        return f' (File "{filename}")' if filename else ""
+    def_offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
+    return f' (File "{filename}", line {first + def_offset + line - 1})'
 
 
 def named_args_for_heuristics(bound: BoundArgs, operands: Sequence[Any], results: Sequence[Any],
@@ -206,7 +225,8 @@ def named_args_for_heuristics(bound: BoundArgs, operands: Sequence[Any], results
         if isinstance(node, (ScalarArg, ConstArg)):
             return node.value
         return None
-    named = {n: value(node) for n, node in zip(bound.names, bound.nodes) if not isinstance(node, UnsetConst)}
+    named = {n: value(node) for n, node in zip(bound.names, bound.nodes, strict=True)
+             if not isinstance(node, UnsetConst)}
     named.update(metaparams)
     return named
 

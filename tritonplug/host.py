@@ -2,6 +2,10 @@
 
 A plugin that fails to import, implements hooks that do not match the specs, or raises
 while describing itself is reported with a warning naming it; the others keep working.
+A hook that raises (other than ``ValueError``/``TypeError``/``NotImplementedError``, which
+describe the user's call) or returns the wrong type becomes a ``PluginError`` naming the
+backend. Two backends claiming one platform is recorded as a problem (``tritonplug info``)
+and is an error when that platform is lowered, until ``TRITONPLUG_BACKENDS`` picks one.
 """
 
 from __future__ import annotations
@@ -10,14 +14,24 @@ import importlib.metadata
 import os
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pluggy
 
 from tritonplug import hookspecs
 from tritonplug.errors import PluginError
-from tritonplug.records import BackendInfo, Binary, CompileJob, KernelObject, Launch, Options, Target
+from tritonplug.records import (
+    BackendInfo,
+    Binary,
+    CompileJob,
+    GpuKernel,
+    HostKernel,
+    KernelObject,
+    Launch,
+    Options,
+    Target,
+)
 
 REQUIRED_HOOKS = (
     "tritonplug_backend_info",
@@ -43,29 +57,36 @@ class Backend:
     def name(self) -> str:
         return self.info.name
 
-    def _call(self, hook: str, **kwargs: Any) -> Any:
+    def _call(self, hook: str, returns: tuple[type, ...], **kwargs: Any) -> Any:
         others = [p for p in self._manager.get_plugins() if p is not self.plugin]
         caller = self._manager.subset_hook_caller(hook, remove_plugins=others)
         try:
-            return caller(**kwargs)
+            result = caller(**kwargs)
         except USER_ERRORS:
             raise
         except PluginError:
             raise
         except Exception as exc:
             raise PluginError(f"backend {self.name!r} raised in {hook}: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(result, returns):
+            expected = " or ".join("None" if t is type(None) else t.__name__ for t in returns)
+            raise PluginError(f"backend {self.name!r}: {hook} returned {type(result).__name__} {result!r:.200}, "
+                              f"not {expected}")
+        return result
 
     def detect_target(self, platform: str, device: Any | None, call_options: Mapping[str, Any]) -> Target | None:
-        return self._call("tritonplug_detect_target", platform=platform, device=device, call_options=call_options)
+        return self._call("tritonplug_detect_target", (Target, type(None)), platform=platform, device=device,
+                          call_options=call_options)
 
     def parse_options(self, target: Target, call_options: Mapping[str, Any]) -> Options:
-        return self._call("tritonplug_parse_options", target=target, call_options=call_options)
+        return self._call("tritonplug_parse_options", (Options,), target=target, call_options=call_options)
 
     def compile(self, job: CompileJob) -> Binary:
-        return self._call("tritonplug_compile", job=job)
+        return self._call("tritonplug_compile", (Binary,), job=job)
 
     def make_kernel(self, target: Target, binary: Binary, launch: Launch) -> KernelObject:
-        return self._call("tritonplug_make_kernel", target=target, binary=binary, launch=launch)
+        return self._call("tritonplug_make_kernel", (GpuKernel, HostKernel), target=target, binary=binary,
+                          launch=launch)
 
 
 class Host:
@@ -79,49 +100,61 @@ class Host:
         self._lock = threading.RLock()
 
     def load_entry_points(self) -> None:
+        """Load every plugin of the entry-point group but those ``TRITONPLUG_DISABLE_PLUGINS`` names."""
         disabled = _names_from_env("TRITONPLUG_DISABLE_PLUGINS")
         for ep in importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
             if ep.name in disabled or ep.name in self.backends:
                 continue
             try:
                 plugin = ep.load()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a plugin's import must never take the user's process down
                 self._report(f"plugin {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc}")
                 continue
-            self.register(plugin, name=ep.name, source=f"entry point {ep.name} = {ep.value}", strict=False)
+            self.register(plugin, name=ep.name, source=f"entry point {ep.name} = {ep.value}", strict=False,
+                          disabled=disabled)
+        for message in self.conflicts():
+            self.problems.append(message)
+
+    def conflicts(self) -> list[str]:
+        """Platforms claimed by several backends that ``TRITONPLUG_BACKENDS`` does not settle."""
+        chosen = dict(_pairs_from_env("TRITONPLUG_BACKENDS"))
+        claims: dict[str, list[str]] = {}
+        for backend in self.backends.values():
+            for platform in backend.info.platforms:
+                claims.setdefault(platform, []).append(backend.name)
+        return [_conflict_message(platform, names) for platform, names in claims.items()
+                if len(names) > 1 and platform not in chosen]
 
     def register(self, plugin: object, name: str | None = None, source: str = "register_plugin",
-                 strict: bool = True) -> Backend | None:
-        """Register ``plugin``; a broken one raises ``PluginError`` if ``strict``, else is reported."""
+                 strict: bool = True, disabled: Collection[str] = ()) -> Backend | None:
+        """Register ``plugin``; a broken one raises ``PluginError`` if ``strict``, else is reported.
+
+        A plugin whose backend name is in ``disabled`` is unregistered again without a word.
+        """
         with self._lock:
             try:
-                return self._register(plugin, name, source)
+                backend = self._register(plugin, name, source)
             except PluginError as exc:
                 if strict:
                     raise
                 self._report(str(exc))
                 return None
+            if backend.name in disabled:
+                self.manager.unregister(plugin)
+                del self.backends[backend.name]
+                return None
+            return backend
 
     def _register(self, plugin: object, name: str | None, source: str) -> Backend:
         label = name or getattr(plugin, "__name__", type(plugin).__name__)
+        if self.manager.is_registered(plugin):
+            raise PluginError(f"plugin {label!r} is already registered")
         try:
             self.manager.register(plugin, name=f"{label}@{id(plugin)}")
         except (pluggy.PluginValidationError, ValueError) as exc:
             raise PluginError(f"plugin {label!r} does not match the tritonplug hook specs: {exc}") from exc
         try:
-            implemented = {caller.name for caller in self.manager.get_hookcallers(plugin) or []}
-            unknown = sorted(n for n in implemented if not getattr(self.manager.hook, n).has_spec())
-            missing = [h for h in REQUIRED_HOOKS if h not in implemented]
-            if unknown or missing:
-                raise PluginError(f"plugin {label!r} implements unknown hooks {unknown} / lacks hooks {missing}")
-            backend_info = self.manager.subset_hook_caller(
-                "tritonplug_backend_info", [p for p in self.manager.get_plugins() if p is not plugin])
-            try:
-                info = backend_info()
-            except Exception as exc:
-                raise PluginError(f"plugin {label!r} raised in tritonplug_backend_info: {exc}") from exc
-            if not isinstance(info, BackendInfo):
-                raise PluginError(f"plugin {label!r}: tritonplug_backend_info returned {info!r}, not a BackendInfo")
+            info = self._describe(plugin, label)
             if info.name in self.backends:
                 raise PluginError(f"plugin {label!r}: a backend named {info.name!r} is already loaded "
                                   f"({self.backends[info.name].source})")
@@ -131,6 +164,29 @@ class Host:
         backend = Backend(self.manager, plugin, info, source)
         self.backends[info.name] = backend
         return backend
+
+    def _describe(self, plugin: object, label: str) -> BackendInfo:
+        """Check a registered plugin's hooks and ask it for its :class:`BackendInfo`."""
+        implemented = {caller.name for caller in self.manager.get_hookcallers(plugin) or []}
+        unknown = sorted(n for n in implemented if not getattr(self.manager.hook, n).has_spec())
+        missing = [h for h in REQUIRED_HOOKS if h not in implemented]
+        if unknown or missing:
+            raise PluginError(f"plugin {label!r} implements unknown hooks {unknown} / lacks hooks {missing} "
+                              f"(each hook is a function decorated with tritonplug.hookspecs.hookimpl)")
+        backend_info = self.manager.subset_hook_caller(
+            "tritonplug_backend_info", [p for p in self.manager.get_plugins() if p is not plugin])
+        try:
+            info = backend_info()
+        except Exception as exc:
+            raise PluginError(f"plugin {label!r} raised in tritonplug_backend_info: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(info, BackendInfo):
+            raise PluginError(f"plugin {label!r}: tritonplug_backend_info returned {info!r:.200}, not a BackendInfo")
+        if not isinstance(info.name, str) or not info.name or not isinstance(info.platforms, tuple) \
+                or not all(isinstance(p, str) and p for p in info.platforms):
+            raise PluginError(f"plugin {label!r}: its BackendInfo needs a name and a tuple of platform names, "
+                              f"got name={info.name!r}, platforms={info.platforms!r}")
+        return info
 
     def _report(self, message: str) -> None:
         self.problems.append(message)
@@ -144,6 +200,9 @@ class Host:
             if name not in self.backends:
                 raise PluginError(f"TRITONPLUG_BACKENDS picks backend {name!r} for platform {platform!r}, "
                                   f"but it is not loaded (loaded: {sorted(self.backends)})")
+            if platform not in self.backends[name].info.platforms:
+                raise PluginError(f"TRITONPLUG_BACKENDS picks backend {name!r} for platform {platform!r}, but it "
+                                  f"serves only {list(self.backends[name].info.platforms)}")
             return self.backends[name]
         claims = [b for b in self.backends.values() if platform in b.info.platforms]
         if not claims:
@@ -152,10 +211,14 @@ class Host:
                 f"{ {b.name: list(b.info.platforms) for b in self.backends.values()} }); install its plugin, "
                 f"e.g. `pip install tritonplug-{'interpret' if platform == 'cpu' else platform}`")
         if len(claims) > 1:
-            names = " and ".join(repr(b.name) for b in claims)
-            raise PluginError(f"backends {names} both serve platform {platform!r}; choose one with "
-                              f"TRITONPLUG_BACKENDS={platform}:{claims[0].name}")
+            raise PluginError(_conflict_message(platform, [b.name for b in claims]))
         return claims[0]
+
+
+def _conflict_message(platform: str, names: list[str]) -> str:
+    listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
+    return (f"backends {listed} all serve platform {platform!r}; choose one with "
+            f"TRITONPLUG_BACKENDS={platform}:<name>, e.g. TRITONPLUG_BACKENDS={platform}:{names[0]}")
 
 
 def _names_from_env(variable: str) -> set[str]:

@@ -42,6 +42,14 @@ def accepts_cost_estimate() -> bool:
 
 
 def export_disabled_checks() -> list:
-    """What ``jax.export.export(..., disabled_checks=...)`` needs for programs calling kernels."""
+    """What ``jax.export.export(..., disabled_checks=...)`` needs for programs calling kernels.
+
+    The GPU targets are jaxlib's. The CPU target (``tritonplug_host_kernel``) names a Python
+    function registered in *this* process by id: a CPU export deserializes anywhere but runs
+    only in the process that exported it; elsewhere the call fails with "no host function is
+    registered under id N". Export for ``cuda``/``rocm`` to ship a program.
+    """
+    from tritonplug.host_ffi import TARGET_NAME
+
     checks = jax.export.DisabledSafetyCheck
-    return [checks.custom_call(FFI_TARGET), checks.custom_call(LEGACY_TARGET)]
+    return [checks.custom_call(FFI_TARGET), checks.custom_call(LEGACY_TARGET), checks.custom_call(TARGET_NAME)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -34,20 +35,37 @@ def _abstract_eval(*avals: Any, call: CallSpec) -> tuple[list[jax.core.ShapedArr
     return [jax.core.ShapedArray(s.shape, s.dtype) for s in call.out_specs], effects
 
 
-def _discharge(in_avals: Any, out_avals: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
-    """Each ref becomes an extra output aliased to its operand; the kernel writes it in place."""
+def refs_as_outputs(call: CallSpec, ref_specs: Sequence[BufferSpec]) -> CallSpec:
+    """The same call with each Ref operand turned into an extra output aliased to it.
+
+    ``ref_specs`` are the Refs' shapes and dtypes, in ``call.bound.refs`` order. The kernel
+    parameter stays bound to the operand buffer, which XLA now shares with the new output.
+    """
     refs = call.bound.refs
-    extra = tuple(BufferSpec(tuple(in_avals[i].shape), in_avals[i].inner_aval.dtype.name) for i in refs)
     first = len(call.out_specs)
     new_aliases = tuple((i, first + k) for k, i in enumerate(refs))
     bound = dataclasses.replace(call.bound, refs=(), aliases=call.bound.aliases + new_aliases,
                                 aliased_params=call.bound.aliased_params + tuple((o, i) for i, o in new_aliases))
-    new_call = dataclasses.replace(call, bound=bound, out_specs=call.out_specs + extra)
-    outs = triton_call_p.bind(*args, call=new_call)
+    return dataclasses.replace(call, bound=bound, out_specs=call.out_specs + tuple(ref_specs))
+
+
+def _discharge(in_avals: Any, out_avals: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
+    """Each ref becomes an extra output aliased to its operand; the kernel writes it in place."""
+    refs = call.bound.refs
+    specs = [BufferSpec(tuple(in_avals[i].shape), in_avals[i].inner_aval.dtype.name) for i in refs]
+    first = len(call.out_specs)
+    outs = triton_call_p.bind(*args, call=refs_as_outputs(call, specs))
     new_invals: list[Any] = [None] * len(in_avals)
     for k, i in enumerate(refs):
         new_invals[i] = outs[first + k]
     return new_invals, outs[:first]
+
+
+if hasattr(discharge, "DischargeContext"):  # jax >= 0.12 passes a context object
+    def _discharge_rule(ctx: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
+        return _discharge(ctx.in_avals, ctx.out_avals, *args, call=call)
+else:
+    _discharge_rule = _discharge
 
 
 def _dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
@@ -75,7 +93,7 @@ def _lowering(platform: str):
 
 triton_call_p.def_impl(_impl)
 triton_call_p.def_effectful_abstract_eval(_abstract_eval)
-discharge.register_discharge_rule(triton_call_p)(_discharge)
+discharge.register_discharge_rule(triton_call_p)(_discharge_rule)
 pe.dce_rules[triton_call_p] = _dce
 ad.primitive_jvps[triton_call_p] = _no_autodiff
 ad.primitive_transposes[triton_call_p] = _no_autodiff
@@ -86,7 +104,7 @@ for _platform in LOWERED_PLATFORMS:
 def _register_batching() -> None:
     from tritonplug.batching import batch_rule
 
-    batching.primitive_batchers[triton_call_p] = batch_rule
+    batching.fancy_primitive_batchers[triton_call_p] = batch_rule
 
 
 _register_batching()
