@@ -40,6 +40,13 @@ def requires_backend(name: str) -> pytest.MarkDecorator:
                                      f"(its tests run in `tox -e {'cpu' if name == 'interpret' else name}`)")
 
 
+def for_backend(name: str):
+    """Mark a test as exercising backend ``name`` (tox selects by marker) and skip it where not installed."""
+    def apply(test):
+        return getattr(pytest.mark, name)(requires_backend(name)(test))
+    return apply
+
+
 requires_cuda_device = pytest.mark.skipif(
     "cuda" not in os.environ.get("TRITONPLUG_TEST_PLATFORMS", "cuda") or not any(p == "cuda" for p in gpu_platforms()),
     reason="no CUDA device is visible")
@@ -48,7 +55,7 @@ requires_cuda_device = pytest.mark.skipif(
 def execution_platforms() -> list:
     """Platforms numeric tests run on: the interpreter on CPU, and each visible GPU."""
     params = [pytest.param("cpu", marks=requires_backend("interpret"))]
-    params.append(pytest.param("cuda", marks=[requires_backend("cuda"), requires_cuda_device]))
+    params.append(pytest.param("cuda", marks=[pytest.mark.cuda, requires_backend("cuda"), requires_cuda_device]))
     return params
 
 

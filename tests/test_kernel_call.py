@@ -212,6 +212,7 @@ SINGLE_CASES = {
 }
 
 
+@pytest.mark.cuda
 @requires_jaxlib_triton
 @pytest.mark.parametrize("case", sorted(SINGLE_CASES))
 def test_bytes_match_jaxlib_to_proto(case):

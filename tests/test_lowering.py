@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from conftest import requires_backend
+from conftest import for_backend
 
 import tritonplug
 from tritonplug.inspection import kernel_calls
 
-cuda = requires_backend("cuda")
-rocm = requires_backend("rocm")
+cuda = for_backend("cuda")
+rocm = for_backend("rocm")
 
 
 @triton.jit

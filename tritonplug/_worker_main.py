@@ -1,8 +1,8 @@
 """Entry point of a compile worker: ``python -m tritonplug._worker_main PARENT_PID [MODULE ...]``.
 
-The worker imports the preload modules, announces itself, then serves one request at a time
-over its stdin/stdout until stdin reaches end of file. Every message is an 8-byte big-endian
-length followed by that many bytes of cloudpickle:
+The worker imports the preload modules (and calls ``module:function`` entries), announces itself,
+then serves one request at a time over its stdin/stdout until stdin reaches end of file. Every
+message is an 8-byte big-endian length followed by that many bytes of cloudpickle:
 
 - worker → parent, once at start-up: ``("ready", pid, [preload failures])``
 - parent → worker: ``(task_id, func, args, stderr_path)``
@@ -125,11 +125,17 @@ def _serve(data: bytes) -> bytes:
 
 
 def _preload(modules: list[str]) -> list[str]:
-    """Import the preload modules; a failure is reported, not fatal (the job will say more)."""
+    """Import the preload modules (``module:function`` also calls the function, without arguments).
+
+    A failure is reported, not fatal (the job will say more).
+    """
     failures = []
     for name in modules:
         try:
-            importlib.import_module(name)
+            module_name, _, function = name.partition(":")
+            module = importlib.import_module(module_name)
+            if function:
+                getattr(module, function)()
         except BaseException as exc:
             traceback.print_exc()
             failures.append(f"{name}: {type(exc).__name__}: {exc}")

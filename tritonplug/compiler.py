@@ -69,6 +69,7 @@ class CompileService:
                 if r.key in self._memory:
                     found[r.key] = self._memory[r.key]
                     self.stats["memory_hits"] += 1
+                    log.info("memory cache hit for %s (key %s)", r.description, r.key[:12])
                 elif r.key in self._inflight:
                     waits[r.key] = self._inflight[r.key]
                 else:
@@ -110,10 +111,11 @@ class CompileService:
                     self.stats["compiled"] += len(missing)
                     self.stats["compile_seconds"] += elapsed
                 for r, binary in zip(missing, binaries):
-                    log.info("compiled %s in %.3fs (key %s)", r.description, elapsed, r.key[:12])
-                    if cache is not None:
-                        cache.put(r.key, binary)
+                    log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
+                    if cache is not None and cache.put(r.key, binary):
+                        log.info("cached %s in %s", r.description, cache.directory)
                     found[r.key] = binary
+                log.info("compiled %d configuration(s) in %.3f s", len(missing), elapsed)
         return found
 
     def _from_disk(self, cache: Any, requests: list[CompileRequest]) -> dict[str, Binary]:
@@ -145,6 +147,11 @@ def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary
         raise
     except Exception as exc:
         raise CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def prepare_worker() -> None:
+    """Runs once in each compile worker before its first job: load the backend plugins (and Triton)."""
+    get_host()
 
 
 def compile_in_worker(job: CompileJob) -> Binary:

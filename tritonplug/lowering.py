@@ -6,6 +6,7 @@ parse options, specialise, cache lookup, compile on a miss â†’ kernel objects â†
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from tritonplug.records import BufferSpec, CompileJob, Launch
 
 
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
+    check_not_partitioned(ctx)
     backend = get_host().backend_for(platform)
     call_options = dict(call.call_options)
     target = backend.detect_target(platform, _device_of(ctx, platform), call_options)
@@ -66,16 +68,21 @@ def _job_maker(backend: str, name: str, target: Any, options: Any, ttir_of: Any,
 
 
 def _device_of(ctx: Any, platform: str) -> Any | None:
-    """The device this computation runs on, when this process has devices of ``platform``."""
-    axis_context = ctx.module_context.axis_context
-    devices = getattr(axis_context, "device_assignment", None)
-    if not devices:
-        mesh = getattr(axis_context, "mesh", None)
-        devices = list(getattr(mesh, "devices", []).flat) if mesh is not None and hasattr(mesh, "devices") else None
+    """The device this computation runs on, when this process has devices of ``platform``.
+
+    The primitive is registered in ``prim_requires_devices_during_lowering``, so JAX hands
+    the lowering the real device assignment (not just device 0): the devices of a jit's
+    arguments, or the mesh of a ``shard_map``/``pmap``. One program has one kernel binary,
+    so every device it runs on must be the same kind of device.
+    """
+    devices = [d for d in _assigned_devices(ctx.module_context.axis_context)
+               if getattr(d, "platform", None) == platform]
+    kinds = {(getattr(d, "device_kind", None), getattr(d, "compute_capability", None)) for d in devices}
+    if len(kinds) > 1:
+        raise ValueError(f"triton_call: this program runs on devices of different kinds {sorted(map(str, kinds))}, "
+                         f"but one program carries one compiled kernel; run it on devices of one kind")
     if devices:
-        device = devices[0]
-        if getattr(device, "platform", None) == platform:
-            return device
+        return devices[0]
     try:
         import jax
 
@@ -83,3 +90,37 @@ def _device_of(ctx: Any, platform: str) -> Any | None:
     except RuntimeError:
         return None
     return local[0] if local else None
+
+
+def _assigned_devices(axis_context: Any) -> list[Any]:
+    mesh = getattr(axis_context, "mesh", None)
+    if mesh is not None:  # SPMDAxisContext: inside shard_map / pmap
+        try:
+            return list(mesh.devices.flat)
+        except AttributeError:  # an AbstractMesh has no devices
+            return []
+    return list(getattr(axis_context, "device_assignment", None) or ())
+
+
+def check_not_partitioned(ctx: Any) -> None:
+    """Refuse a call XLA would have to partition: a kernel sees whole buffers, never shards.
+
+    Inside ``shard_map`` (and ``pmap``, built on it) the axes are manual: each device runs the
+    kernel on its own block. A jit over several devices outside it (a sharded ``jax.Array``,
+    eager or jitted) would leave XLA to split an opaque custom call, so it is an error.
+    """
+    axis_context = ctx.module_context.axis_context
+    mesh = getattr(axis_context, "mesh", None)
+    if mesh is not None:
+        manual = getattr(axis_context, "manual_axes", frozenset())
+        auto = {name: size for name, size in dict(mesh.shape).items() if name not in manual}
+        partitions = math.prod(auto.values())
+        where = f"over the mesh axes {sorted(auto)} that the enclosing shard_map leaves automatic"
+    else:
+        partitions = getattr(axis_context, "num_devices", 1) or 1
+        where = "by jit (its operands are sharded or placed on several devices)"
+    if partitions > 1:
+        raise ValueError(
+            f"triton_call: the computation is partitioned over {partitions} devices {where}, but a Triton kernel "
+            f"works on whole buffers and XLA cannot split it. Call the kernel inside jax.shard_map (each device "
+            f"runs it on its own shard), or put the operands on a single device.")

@@ -95,6 +95,9 @@ triton_call_p.def_impl(_impl)
 triton_call_p.def_effectful_abstract_eval(_abstract_eval)
 discharge.register_discharge_rule(triton_call_p)(_discharge_rule)
 pe.dce_rules[triton_call_p] = _dce
+# The lowering detects the target of the device the program runs on (not device 0), so it
+# needs the real device assignment; this also keys JAX's lowering cache by device.
+dispatch.prim_requires_devices_during_lowering.add(triton_call_p)
 ad.primitive_jvps[triton_call_p] = _no_autodiff
 ad.primitive_transposes[triton_call_p] = _no_autodiff
 for _platform in LOWERED_PLATFORMS:

@@ -41,6 +41,8 @@ log = logging.getLogger("tritonplug.workers")
 
 SIZE_ENV = "TRITONPLUG_COMPILE_WORKERS"
 TIMEOUT_ENV = "TRITONPLUG_COMPILE_TIMEOUT"
+#: What the process-wide pool's workers import (``module:function`` is also called) before their first job.
+WORKER_PRELOAD = ("tritonplug.compiler:prepare_worker",)
 _MIN_STARTUP_TIMEOUT = 60.0  # importing jax and triton on a busy machine must not fail a short job timeout
 
 
@@ -65,7 +67,7 @@ class _Worker:
     """One worker process, used by one thread at a time (the pool hands it out)."""
 
     def __init__(self, proc: subprocess.Popen, log_path: str) -> None:
-        self.proc, self.pid, self.log_path, self.ready = proc, proc.pid, log_path, False
+        self.proc, self.pid, self.log_path, self.ready, self.busy = proc, proc.pid, log_path, False, False
         self._lock = threading.Lock()  # orders killpg before reaping: a reaped pid may be reused
         self._poll = select.poll()
         self._poll.register(proc.stdout.fileno(), select.POLLIN)
@@ -83,11 +85,14 @@ class _Worker:
 
     def call(self, payload: bytes, timeout: float, startup_timeout: float) -> tuple:
         self.wait_ready(startup_timeout)
+        self.busy = True
         try:
             send(self.proc.stdin.fileno(), payload)
+            return self._receive(time.monotonic() + timeout)
         except BrokenPipeError:
             raise _Died() from None
-        return self._receive(time.monotonic() + timeout)
+        finally:
+            self.busy = False
 
     def _receive(self, deadline: float) -> Any:
         return cloudpickle.loads(self._read(HEADER.unpack(self._read(HEADER.size, deadline))[0], deadline))
@@ -124,9 +129,10 @@ class _Worker:
 class WorkerPool:
     """Up to ``size`` warm worker processes shared by every thread; ``size=0`` runs tasks in-process.
 
-    The pool has ``size`` slots, each empty or holding one worker. ``run`` drives up to ``size``
-    tasks at a time from threads of its own; each takes a free slot (starting its worker if needed)
-    for one task, so the tasks of concurrent ``run`` calls queue for free workers.
+    The pool has ``size`` slots, each empty or holding one worker. ``run`` first starts a worker in
+    every empty slot (they import in the background, so the pool is warm after its first use), then
+    drives up to ``size`` tasks at a time from threads of its own; each takes a free slot for one
+    task, so the tasks of concurrent ``run`` calls queue for free workers.
     """
 
     def __init__(self, size: int, timeout: float = 600.0, preload: Sequence[str] = ("triton",)) -> None:
@@ -177,6 +183,8 @@ class WorkerPool:
         if self.size == 0:
             return [_run_here(task) for task in tasks]
         self._ensure_open()
+        if tasks:
+            self._fill()
         results: list[Any] = [None] * len(tasks)
         failures: list[Exception | None] = [None] * len(tasks)
         pending = collections.deque(enumerate(tasks))
@@ -213,6 +221,11 @@ class WorkerPool:
         with self._cond:
             return [worker.pid for worker in self._workers]
 
+    def busy_worker_pids(self) -> list[int]:
+        """The workers running a task right now (it has been sent, its reply has not come)."""
+        with self._cond:
+            return [worker.pid for worker in self._workers if worker.busy]
+
     def shutdown(self) -> None:
         """Kill every worker (a busy one's task then fails with a WorkerError). Idempotent."""
         if count := self._close():
@@ -234,6 +247,31 @@ class WorkerPool:
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
         return len(idle) + len(busy)
+
+    def _fill(self) -> None:
+        """Start a worker in every empty free slot, without waiting for it to be ready.
+
+        Starting is a fork and exec (milliseconds); the imports then run in the new processes while
+        this run's first tasks wait for theirs. A worker that cannot start leaves its slot empty:
+        the task that takes the slot retries the start and reports the failure.
+        """
+        with self._cond:
+            empty = self._free.count(None)
+            if not empty or self.closed:
+                return
+            self._free = [worker for worker in self._free if worker is not None]
+        for _ in range(empty):
+            worker = None
+            try:
+                worker = self._start()
+            except Exception as exc:
+                log.warning("could not start a compile worker: %s", exc)
+            with self._cond:  # at the back of the line: the ready workers are handed out first
+                if not self.closed:
+                    self._free.insert(0, worker)
+                    self._cond.notify()
+            if self.closed and worker is not None:
+                self._drop(worker)
 
     def _ensure_open(self) -> None:
         if self.closed:
@@ -449,7 +487,7 @@ def get_pool() -> WorkerPool:
     global _pool
     with _pool_lock:
         if _pool is None or _pool.closed:
-            _pool = WorkerPool(pool_size(), pool_timeout())
+            _pool = WorkerPool(pool_size(), pool_timeout(), preload=WORKER_PRELOAD)
         return _pool
 
 

@@ -1,0 +1,81 @@
+"""The example backend's five hooks.
+
+It serves JAX's ``cpu`` platform under the name ``example``. Its "binary" is a small record of
+what was asked for; running a kernel is delegated to the interpret backend (a distribution this
+one depends on), wrapped so every run is recorded. ``RECORD`` lets tests see each hook at work.
+
+Like every plugin it imports nothing from the host but ``tritonplug.hookspecs`` and
+``tritonplug.records``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from tritonplug_interpret import plugin as interpret
+
+from tritonplug.hookspecs import hookimpl
+from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, Launch, Options, Target
+from tritonplug_example import __version__
+
+NAME = "example"
+BINARY_FORMAT = "example-v1"
+#: Options this backend understands: triton_call's own plus one of its own, passed as
+#: ``backend_options={"example_tag": "..."}``.
+OPTION_NAMES = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "example_tag"}
+
+#: What each hook saw, in order: tests read it; a real backend would not keep this.
+RECORD: dict[str, list[Any]] = {"detect_target": [], "parse_options": [], "compile": [], "make_kernel": [], "run": []}
+
+
+@hookimpl
+def tritonplug_backend_info() -> BackendInfo:
+    return BackendInfo(NAME, ("cpu",), __version__, "example backend: runs kernels through the interpreter")
+
+
+@hookimpl
+def tritonplug_detect_target(platform: str, device: Any | None, call_options: Mapping[str, Any]) -> Target | None:
+    if platform != "cpu":
+        return None
+    RECORD["detect_target"].append(platform)
+    # triton_backend=None: this backend needs no TTIR, so the host skips Triton's front end.
+    return Target(backend=NAME, platform="cpu", arch="host", warp_size=1, triton_backend=None)
+
+
+@hookimpl
+def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
+    options = {k: v for k, v in call_options.items() if k != "compute_capability" and v is not None}
+    unknown = sorted(set(options) - OPTION_NAMES)
+    if unknown:  # a ValueError/TypeError describes the user's call and reaches them unchanged
+        raise ValueError(f"unknown option(s) {unknown} for the example backend; it knows {sorted(OPTION_NAMES)}")
+    tag = options.get("example_tag", "")
+    if not isinstance(tag, str):
+        raise TypeError(f"backend_options['example_tag'] must be a str, got {tag!r}")
+    checked = interpret.tritonplug_parse_options(target, options)  # the interpreter's GPU-like checks
+    RECORD["parse_options"].append(checked.as_dict())
+    return checked
+
+
+@hookimpl
+def tritonplug_compile(job: CompileJob) -> Binary:
+    # Runs in a compile worker or in-process; returns plain data only (JSON metadata, bytes images).
+    manifest = {"kernel": job.kernel_name, "options": [[k, repr(v)] for k, v in job.options.values]}
+    RECORD["compile"].append(job.kernel_name)
+    return Binary(job.kernel_name, BINARY_FORMAT, {"manifest": json.dumps(manifest).encode()},
+                  {"tag": job.options.get("example_tag", "")})
+
+
+@hookimpl
+def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel:
+    if binary.format != BINARY_FORMAT:
+        raise RuntimeError(f"the example backend cannot run a {binary.format!r} binary")
+    RECORD["make_kernel"].append((binary.format, launch.kernel_name, launch.grid))
+    inner = interpret.tritonplug_make_kernel(target=target, binary=binary, launch=launch)
+
+    def run(operands: list, results: list) -> None:
+        RECORD["run"].append((launch.kernel_name, binary.metadata.get("tag", "")))
+        inner.run(operands, results)
+
+    return HostKernel(launch.kernel_name, run, launch)
