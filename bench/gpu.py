@@ -105,6 +105,9 @@ class Run:
         self.batch_seconds = 0.002 if self.smoke else 0.05
         self.torch, self.torch_reason = self._import_torch()
         self.jt, self.jt_reason = import_jax_triton()
+        self.jt_lowers = self.jt is not None  # lowering for sm_90 works without a GPU (compile group)
+        if self.jt is not None and not self.on_gpu:
+            self.jt, self.jt_reason = None, "jax_triton lowers only for GPUs (no CPU platform)"
         self.copy_gbps: float | None = None
 
     def _import_torch(self) -> tuple[Any, str]:
@@ -413,7 +416,8 @@ def matmul_one(run: Run, dtype_str: str) -> None:
         with run.results.guard(bench, "triton_native", **common):
             native = autotuned_matmul()
             tdtype = getattr(torch, dtype_str)
-            tsets = [(torch.randn((m, k), device="cuda", dtype=tdtype), torch.randn((k, n), device="cuda", dtype=tdtype),
+            tsets = [(torch.randn((m, k), device="cuda", dtype=tdtype),
+                      torch.randn((k, n), device="cuda", dtype=tdtype),
                       torch.empty((m, n), device="cuda", dtype=tdtype)) for _ in range(sets_n)]
 
             def launch(i: int) -> None:
@@ -429,7 +433,8 @@ def matmul_one(run: Run, dtype_str: str) -> None:
             r["tflops"] = flops / (r["median_us"] * 1e-6) / 1e12
             a, b, c = tsets[0]
             launch(0)
-            check(r, to_numpy(c), to_numpy(a.float() @ b.float()), 0.05 * float((a.float() @ b.float()).abs().max()) + 0.5)
+            ref = a.float() @ b.float()
+            check(r, to_numpy(c), to_numpy(ref), 0.05 * float(ref.abs().max()) + 0.5)
             del tsets
     del sets
     run.free()
@@ -454,7 +459,8 @@ def bench_softmax(run: Run) -> None:
         keys = jax.random.split(jax.random.key(13 + cols), sets_n)
         sets = [(jax.random.normal(key, (rows, cols), dtype), ) for key in keys]
         want = jax.nn.softmax(sets[0][0], axis=-1)
-        impls: dict[str, Callable] = {"tritonplug": jax.jit(ex.softmax), "xla": jax.jit(lambda x: jax.nn.softmax(x, -1))}
+        impls: dict[str, Callable] = {"tritonplug": jax.jit(ex.softmax),
+                                      "xla": jax.jit(lambda x: jax.nn.softmax(x, axis=-1))}
         if not run.skip_jt(bench, **common):
             jt = run.jt
             impls["jax_triton"] = jax.jit(lambda x, jt=jt, cols=cols, block=block, warps=warps: jt.triton_call(
@@ -472,7 +478,8 @@ def bench_softmax(run: Run) -> None:
                 tsets = [(torch.randn((rows, cols), device="cuda"), torch.empty((rows, cols), device="cuda"))
                          for _ in range(sets_n)]
 
-                def launch(i: int, tsets: list = tsets, cols: int = cols, block: int = block, warps: int = warps) -> None:
+                def launch(i: int, tsets: list = tsets, cols: int = cols, block: int = block,
+                           warps: int = warps) -> None:
                     x, out = tsets[i % len(tsets)]
                     ex.softmax_kernel[(rows, )](x, cols, x.stride(0), out, BLOCK=block, num_warps=warps)
 
@@ -518,7 +525,7 @@ def bench_attention(run: Run) -> None:
         if not run.skip_jt(bench, **common):
             jt = run.jt
             grid = (tritonplug.cdiv(seq, block_m), batch * heads)
-            impls["jax_triton"] = (jax.jit(lambda q, k, v, c=causal, jt=jt: jt.triton_call(
+            impls["jax_triton"] = (jax.jit(lambda q, k, v, c=causal, jt=jt, grid=grid: jt.triton_call(
                 q, k, v, seq, np.float32(scale), kernel=ex.attention_fwd_kernel,
                 out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=grid, num_warps=4, num_stages=2,
                 HEAD_DIM=dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=c)), None)
@@ -542,7 +549,7 @@ def bench_attention(run: Run) -> None:
                          + (torch.empty(shape, device="cuda", dtype=torch.float16), ) for _ in range(sets_n)]
                 tgrid = (tritonplug.cdiv(seq, block_m), batch * heads)
 
-                def launch(i: int, tsets: list = tsets, causal: bool = causal) -> None:
+                def launch(i: int, tsets: list = tsets, causal: bool = causal, tgrid: tuple = tgrid) -> None:
                     q, k, v, o = tsets[i % len(tsets)]
                     ex.attention_fwd_kernel[tgrid](q, k, v, seq, scale, o, HEAD_DIM=dim, BLOCK_M=block_m,
                                                    BLOCK_N=block_n, CAUSAL=causal, num_warps=4, num_stages=2)
@@ -612,9 +619,10 @@ def bench_launch_overhead(run: Run) -> None:
         if not run.skip_native(bench, **common):
             torch = run.torch
             with run.results.guard(bench, "triton_native", **common):
-                tx, ty, tout = (torch.randn(n, device="cuda"), torch.randn(n, device="cuda"), torch.empty(n, device="cuda"))
+                buffers = (torch.randn(n, device="cuda"), torch.randn(n, device="cuda"), torch.empty(n, device="cuda"))
 
-                def loop() -> None:
+                def loop(buffers: tuple = buffers, torch: Any = torch) -> None:
+                    tx, ty, tout = buffers
                     for _ in range(steps):
                         ex.add_kernel[(1, )](tx, ty, n, tout, BLOCK=block)
                     torch.cuda.synchronize()
@@ -730,7 +738,7 @@ def bench_compile(run: Run) -> None:
             if r.get("lower_s") is not None:
                 r["median_us"] = r["lower_s"] * 1e6
             run.write()
-        if run.jt is None:
+        if not run.jt_lowers:
             run.results.skip("compile_cold", "jax_triton", run.jt_reason, **common)
         else:
             result = run_child("compile_jax_triton", args, child_env(run, os.path.join(scratch, "jt")))

@@ -130,7 +130,7 @@ def main() -> None:
     np.testing.assert_allclose(np.asarray(y), np.asarray(layer_norm_reference(x, w, b)), rtol=1e-4, atol=1e-4)
     grads = jax.jit(jax.grad(loss(layer_norm), argnums=(0, 1, 2)))(x, w, b)
     expected = jax.grad(loss(layer_norm_reference), argnums=(0, 1, 2))(x, w, b)
-    for name, got, want in zip(("dx", "dw", "db"), grads, expected):
+    for name, got, want in zip(("dx", "dw", "db"), grads, expected, strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-3, atol=1e-3, err_msg=name)
     print(f"layer norm of {rows}x{cols} on platform {platform()!r} by backend {backend_name()!r}: "
           f"y, dx, dw and db match jax.grad of the jnp reference")

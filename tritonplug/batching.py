@@ -57,7 +57,7 @@ def batch_rule(axis_data: Any, args: Sequence[Any], dims: Sequence[int | None], 
 
     batched: list[Any] = []  # operands the loop slices, batch first
     sliced = []
-    for i, (value, d) in enumerate(zip(values, dims)):
+    for i, (value, d) in enumerate(zip(values, dims, strict=True)):
         if d is None and i in aliased:
             value, d = jnp.broadcast_to(value, (size, *jnp.shape(value))), 0
         sliced.append(d is not None)
@@ -66,7 +66,7 @@ def batch_rule(axis_data: Any, args: Sequence[Any], dims: Sequence[int | None], 
 
     def one(xs: Sequence[Any]) -> list[Any]:
         it = iter(xs)
-        return list(triton_call_p.bind(*[next(it) if s else v for v, s in zip(values, sliced)], call=call))
+        return list(triton_call_p.bind(*[next(it) if s else v for v, s in zip(values, sliced, strict=True)], call=call))
 
     outs = jax.lax.map(one, batched)
     for k, i in enumerate(refs):

@@ -53,3 +53,18 @@ def export_disabled_checks() -> list:
 
     checks = jax.export.DisabledSafetyCheck
     return [checks.custom_call(FFI_TARGET), checks.custom_call(LEGACY_TARGET), checks.custom_call(TARGET_NAME)]
+
+
+TMA_MIN_JAXLIB = (0, 11, 1)  # jax-triton: host-side TMA descriptors need jaxlib > 0.11.0
+
+
+def tma_descriptor_support() -> str | None:
+    """None when the installed jaxlib can pass host-side TMA descriptors, else why not."""
+    try:
+        from jax._src.lib import gpu_triton
+    except ImportError:
+        gpu_triton = None
+    if JAXLIB_VERSION >= TMA_MIN_JAXLIB and hasattr(gpu_triton, "create_tma_descriptor_parameter"):
+        return None
+    return (f"host-side TMA descriptors need jaxlib > 0.11.0 with gpu_triton.create_tma_descriptor_parameter; "
+            f"the installed jaxlib is {jaxlib.__version__}")

@@ -51,7 +51,7 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
         requests.append(CompileRequest(key, _job_maker(backend.name, name, target, options, ttir_of, description),
                                        description))
     binaries = service.compile(backend, target, requests)
-    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches)]
+    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches, strict=True)]
     return emitters.emit(ctx, args, kernels, call, platform)
 
 
