@@ -105,7 +105,7 @@ def batched_seconds(call: Callable[[int], Any], calls: int, reps: int, warmup_ca
     out = None
     for i in range(warmup_calls):
         out = call(i)
-    if out is not None:
+    if warmup_calls:
         sync(out)
     samples = []
     for _ in range(reps):
@@ -189,7 +189,8 @@ def format_table(records: Sequence[Record], columns: Sequence[str]) -> str:
     rows = [[_cell(r.get(c)) for c in columns] for r in records]
     notes = []
     for r in records:
-        note = r.get("error") and f"ERROR {r['error']}" or r.get("skipped") and f"skipped: {r['skipped']}"
+        note = (r.get("error") and f"ERROR {r['error']}" or r.get("skipped") and f"skipped: {r['skipped']}"
+                or r.get("note"))
         notes.append((note or "").splitlines()[0][:160] if note else "")
     widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
@@ -209,12 +210,11 @@ def environment() -> dict[str, Any]:
         module = sys.modules.get(name)
         if module is not None:
             info[name] = getattr(module, "__version__", "?")
-    try:
-        import jax
-
-        info["devices"] = [str(d) for d in jax.devices()]
-    except Exception as exc:  # noqa: BLE001 - informational only
-        info["devices"] = f"unavailable: {exc}"
+    if "jax" in sys.modules:  # only describe devices a run has already initialised
+        try:
+            info["devices"] = [str(d) for d in sys.modules["jax"].devices()]
+        except Exception as exc:  # noqa: BLE001 - informational only
+            info["devices"] = f"unavailable: {exc}"
     info["env"] = {k: v for k, v in sorted(os.environ.items())
                    if k.startswith(("TRITONPLUG_", "TRITON_", "XLA_", "JAX_", "CUDA_VISIBLE"))}
     return info

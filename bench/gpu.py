@@ -98,7 +98,7 @@ class Run:
         self.smoke = args.smoke
         self.results = Results()
         self.platform = jax.devices()[0].platform
-        self.on_gpu = self.platform in ("cuda", "rocm")
+        self.on_gpu = self.platform in ("cuda", "rocm", "gpu")  # Device.platform may say "gpu" for CUDA
         if not self.smoke and not self.on_gpu:
             raise SystemExit(f"no GPU visible to JAX (platform {self.platform!r}); use --smoke on a CPU machine")
         self.reps = args.reps or (3 if self.smoke else 10)
@@ -145,7 +145,7 @@ class Run:
         one = min(sample_seconds(lambda: call(0), 3, warmup=1, sync=jax.block_until_ready))
         calls = self.calls_for(one, out_bytes)
         samples = batched_seconds(call, calls, self.reps, warmup_calls=len(sets), sync=jax.block_until_ready)
-        return {**summarize(samples), "calls_per_sample": calls, "input_sets": len(sets)}
+        return {**summarize(samples), "calls_per_sample": calls, "input_sets": len(sets), "one_call_us": one * 1e6}
 
     def time_torch(self, launch: Callable[[int], Any], n_sets: int) -> dict[str, Any]:
         torch = self.torch
@@ -156,7 +156,7 @@ class Run:
         one = min(sample_seconds(lambda: launch(0), 3, warmup=1, sync=sync))
         calls = self.calls_for(one, 0)
         samples = batched_seconds(launch, calls, self.reps, warmup_calls=n_sets, sync=sync)
-        record = {**summarize(samples), "calls_per_sample": calls, "input_sets": n_sets}
+        record = {**summarize(samples), "calls_per_sample": calls, "input_sets": n_sets, "one_call_us": one * 1e6}
         with contextlib.suppress(Exception):  # Triton's own measure, for reference
             import triton.testing
 
@@ -786,7 +786,7 @@ def bench_module_image(run: Run) -> None:
         else:
             verdict = "jaxlib ignores module_image (ptxas ran, and failed, with the cubin passed too)"
         run.results.add("ptx_vs_cubin_probe", "tritonplug", median_us=None, ptx_run=probe["0"], cubin_run=probe["1"],
-                        verdict=verdict)
+                        verdict=verdict, note=verdict)
 
 
 # ------------------------------------------------------------------ children (fresh processes)
@@ -946,6 +946,18 @@ BENCHES: dict[str, Callable[[Run], None]] = {
 COLUMNS = ["bench", "impl", "median_us", "ratio_vs_triton_native", "gbps", "tflops", "check", "config"]
 
 
+def merge(paths: Sequence[str], out: str) -> int:
+    """One file from several runs (e.g. a run split in two to fit a time limit)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    records = [r for run in runs for r in run["records"]]
+    sources = [{"file": str(p), "command": run.get("command"), "environment": run.get("environment")}
+               for p, run in zip(paths, runs, strict=True)]
+    write_json(out, records, merged_from=sources)
+    print(format_table(records, COLUMNS))
+    print(f"wrote {out}")
+    return 0
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -955,6 +967,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=0, help="timed batches per measurement (default 10, smoke 3)")
     parser.add_argument("--compile-configs", type=int, default=0, help="matmul configs compiled in the compile group "
                                                                        "(default 8, smoke 2)")
+    parser.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                        help="combine the records of earlier runs' files into --out, and print the table")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child-args", default="{}", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -964,6 +978,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
         return child_main(args.child, args.child_args)
+    if args.merge:
+        return merge(args.merge, args.out)
     if args.smoke:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     run = Run(args)

@@ -186,11 +186,11 @@ def lower_in_thread(lower) -> tuple[threading.Thread, dict]:
     return thread, outcome
 
 
-def kill_busy_workers(thread: threading.Thread, rounds: int) -> list[int]:
-    """SIGKILL each worker seen compiling while ``thread`` lowers, ``rounds`` times at most; returns the pids."""
+def kill_busy_workers(thread: threading.Thread, limit: int | None = None) -> list[int]:
+    """SIGKILL each worker seen compiling while ``thread`` lowers (``limit`` of them at most); returns the pids."""
     pool, killed = workers.get_pool(), []
-    while thread.is_alive() and len(killed) < rounds * 2:
-        for pid in pool.busy_worker_pids():
+    while thread.is_alive() and (limit is None or len(killed) < limit):
+        for pid in pool.busy_worker_pids()[:None if limit is None else limit - len(killed)]:
             if pid not in killed:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -226,19 +226,19 @@ def test_a_worker_killed_mid_compile_is_replaced_and_the_job_retried(new_kernels
     kernels, counters = new_kernels(), Counters()
     with caplog.at_level(logging.WARNING, logger="tritonplug.workers"):
         thread, outcome = lower_in_thread(kernels.lower_tuned_dot)
-        killed = kill_busy_workers(thread, rounds=1)
+        killed = kill_busy_workers(thread, limit=1)
     assert "text" in outcome, outcome.get("error")
     assert len(ptx_of(outcome["text"])) == 2
     assert killed and not set(killed) & set(workers.get_pool().worker_pids())
     retried = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
-    assert retried and all("tuned_dot_kernel" in m for m in retried)
+    assert len(retried) == 1 and "kernel 'tuned_dot_kernel' [BLOCK=" in retried[0]
     assert counters["compiled"] == 2
 
 
 def test_a_worker_killed_on_every_attempt_is_a_worker_error_and_the_process_carries_on(new_kernels):
     kernels, counters = new_kernels(), Counters()
     thread, outcome = lower_in_thread(kernels.lower_tuned_dot)
-    kill_busy_workers(thread, rounds=2)
+    kill_busy_workers(thread)
     error = outcome.get("error")
     assert isinstance(error, WorkerError) and isinstance(error, RuntimeError) and isinstance(error, TritonplugError)
     message = str(error)
@@ -258,18 +258,32 @@ def test_a_job_over_the_timeout_is_killed_with_its_process_group(new_kernels, mo
     try:
         workers.get_pool().warm()  # start-up is not a compile: it has a timeout of its own
         with pytest.raises(WorkerError) as info:
-            kernels.lower_scale()
+            kernels.lower_tuned_dot()
     finally:
         workers.shutdown_pool()
         monkeypatch.delenv("TRITONPLUG_COMPILE_TIMEOUT")
+    assert isinstance(info.value, RuntimeError)
     message = str(info.value)
-    assert "kernel 'scale_kernel' [default] exceeded the compile timeout of 0.05 s" in message
+    assert re.search(r"kernel 'tuned_dot_kernel' \[BLOCK=\d+, num_warps=4.*\] exceeded the compile timeout of 0.05 s",
+                     message), message
     assert "TRITONPLUG_COMPILE_TIMEOUT" in message
     pid = int(re.search(r"worker pid (\d+) and its process group were killed", message).group(1))
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
     assert counters["compiled"] == 0
-    kernels.lower_scale()
+    kernels.lower_tuned_dot()
+    assert counters["compiled"] == 2
+
+
+def test_zero_workers_compiles_in_this_process(new_kernels, monkeypatch):
+    kernels, counters = new_kernels(), Counters()
+    monkeypatch.setenv("TRITONPLUG_COMPILE_WORKERS", "0")
+    workers.shutdown_pool()
+    try:
+        assert ".target sm_90" in ptx_of(kernels.lower_scale())[0]
+        assert workers.get_pool().size == 0 and workers.get_pool().worker_pids() == []
+    finally:
+        workers.shutdown_pool()
     assert counters["compiled"] == 1
 
 
@@ -294,7 +308,7 @@ def test_processes_started_together_compile_once_and_a_new_process_reads_the_cac
     finally:
         for p in procs:
             p.kill()
-    for p, (out, err) in zip(procs, outputs):
+    for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
     stats = [json.loads(out.splitlines()[-1])["stats"] for out, _ in outputs]
     logs = "".join(err for _, err in outputs)

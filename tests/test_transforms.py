@@ -71,12 +71,12 @@ def test_vmap_with_a_scalar_and_two_outputs(device):
 
     def f(x):
         s = jax.ShapeDtypeStruct(x.shape, x.dtype)
-        return tritonplug.triton_call(x, 1.5, x.size, kernel=two_outputs_kernel, out_shape={"sum": s, "prod": s},
+        return tritonplug.triton_call(x, 1.5, x.size, kernel=two_outputs_kernel, out_shape={"a_sum": s, "b_prod": s},
                                       grid=(3,), BLOCK=32)
 
     out = jax.jit(jax.vmap(f))(x)
     assert_same(out, loop(f, (0,), [x]))
-    np.testing.assert_allclose(np.asarray(out["prod"]), np.asarray(x) * 1.5, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out["b_prod"]), np.asarray(x) * 1.5, rtol=1e-6)
 
 
 @pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0)])
@@ -97,8 +97,9 @@ def test_vmap_zeroes_outputs_per_element(device):
     (x,) = put(device, normal(3, 300))
 
     def total(x):
-        return tritonplug.triton_call(x, x.size, kernel=atomic_sum_kernel, out_shape=jax.ShapeDtypeStruct((1,), x.dtype),
-                                      grid=(3,), zeroed_outputs=(0,), BLOCK=128)
+        return tritonplug.triton_call(x, x.size, kernel=atomic_sum_kernel,
+                                      out_shape=jax.ShapeDtypeStruct((1,), x.dtype), grid=(3,), zeroed_outputs=(0,),
+                                      BLOCK=128)
 
     out = jax.jit(jax.vmap(total))(x)
     np.testing.assert_allclose(np.asarray(out), loop(total, (0,), [x]), rtol=1e-5)
@@ -140,6 +141,24 @@ def test_vmap_of_a_call_on_a_ref(device, in_axes):
     np.testing.assert_allclose(want, np.asarray(loop(lambda x, a: x + a, in_axes, [xd, accd])), rtol=1e-6)
     assert_same(jax.vmap(accumulate_into_ref, in_axes=in_axes)(xd, accd), want)
     assert_same(jax.jit(jax.vmap(accumulate_into_ref, in_axes=in_axes))(xd, accd), want)
+
+
+def test_nested_vmap_of_a_call_on_a_ref(device):
+    x, acc = put(device, normal(2, 3, 16), normal(3, 16))
+    nested = jax.vmap(jax.vmap(accumulate_into_ref), in_axes=(0, None))
+    want = loop(lambda x: loop(accumulate_into_ref, (0, 0), [x, acc]), (0,), [x])
+    assert_same(jax.jit(nested)(x, acc), want)
+
+
+def test_vmap_over_a_ref_argument_updates_it(device):
+    x, acc = put(device, normal(3, 16), normal(3, 16))
+    ref = jax.new_ref(acc)
+
+    def f(x, r):
+        return tritonplug.triton_call(x, r, x.size, kernel=accumulate_kernel, out_shape=(), grid=(1,), BLOCK=16)
+
+    assert jax.vmap(f)(x, ref) == ()
+    np.testing.assert_allclose(np.asarray(ref[...]), np.asarray(acc) + np.asarray(x), rtol=1e-6)
 
 
 def test_vmap_refuses_an_unbatched_ref_written_by_a_batched_call(device):

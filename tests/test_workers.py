@@ -91,6 +91,43 @@ def test_concurrent_run_calls_share_the_workers(pool):
     assert results == {n: [(n + i) ** 2 for i in range(3)] for n in range(0, 40, 10)}
 
 
+def test_busy_worker_pids_are_the_workers_running_a_task(pool):
+    thread = threading.Thread(target=pool.run, args=([Task(worker_tasks.sleep_then_pid, (0.5,))],))
+    thread.start()
+    busy: set[int] = set()
+    while thread.is_alive():
+        busy.update(pool.busy_worker_pids())
+        time.sleep(0.005)
+    thread.join()
+    assert len(busy) == 1 and busy <= set(pool.worker_pids())
+    assert pool.busy_worker_pids() == []
+
+
+def test_the_first_run_starts_every_worker():
+    pool = WorkerPool(3, timeout=60, preload=())
+    try:
+        assert pool.worker_pids() == []
+        assert pool.run([Task(worker_tasks.square, (4,))]) == [16]
+        started = pool.worker_pids()
+        assert len(started) == 3, "the pool is not warm after its first use"
+        assert pool.run([Task(worker_tasks.getpid) for _ in range(6)]) and pool.worker_pids() == started
+    finally:
+        pool.shutdown()
+
+
+def test_preload_entries_may_name_a_function_to_call(monkeypatch):
+    import faulthandler
+
+    monkeypatch.delenv("PYTHONFAULTHANDLER", raising=False)
+    plain, preloaded = WorkerPool(1, preload=("faulthandler",)), WorkerPool(1, preload=("faulthandler:enable",))
+    try:
+        assert plain.run([Task(faulthandler.is_enabled)]) == [False]
+        assert preloaded.run([Task(faulthandler.is_enabled)]) == [True]
+    finally:
+        plain.shutdown()
+        preloaded.shutdown()
+
+
 def test_exception_in_the_child_is_a_compile_error_with_traceback_and_stderr(pool):
     description = "kernel 'matmul' config BLOCK_M=64 num_warps=4"
     tasks = [Task(worker_tasks.square, (3,)),

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import binding, triton_compat
+from tritonplug import binding, frontend, triton_compat
 from tritonplug.call import CallSpec
 from tritonplug.primitive import triton_call_p
 from tritonplug.records import BufferSpec
@@ -66,7 +66,9 @@ def triton_call(
     if not out_specs and not bound.refs:
         raise ValueError("out_shape is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
     zeroed_outputs = _check_zeroed_outputs(zeroed_outputs, len(out_specs))
-    if kernel_parts.autotuner is None and not kernel_parts.heuristics:
+    if kernel_parts.autotuner is not None:
+        frontend.compatible_configs(kernel_parts, constexpr_kwargs)
+    elif not kernel_parts.heuristics:
         _check_complete(kernel_parts, bound, constexpr_kwargs, grid, zeroed_outputs, len(out_specs))
     call = CallSpec(
         kernel=kernel, bound=bound, metaparams=tuple(sorted(constexpr_kwargs.items())), out_specs=out_specs,
@@ -103,9 +105,7 @@ def _check_grid(grid: Any) -> None:
     """Check a literal grid here; a callable grid is checked once its metaparameters are known."""
     if callable(grid):
         return
-    from tritonplug.frontend import grid_for
-
-    grid_for(tuple(grid) if isinstance(grid, list) else grid, {})
+    frontend.grid_for(tuple(grid) if isinstance(grid, list) else grid, {})
 
 
 def _check_misc(name: Any, serialized_metadata: Any, cost_estimate: Any, has_side_effect: Any,
@@ -132,32 +132,23 @@ def _check_zeroed_outputs(zeroed_outputs: Any, n_outputs: int) -> Any:
     """A literal ``zeroed_outputs`` becomes a tuple of checked indices; a callable is kept for later."""
     if callable(zeroed_outputs):
         return zeroed_outputs
-    if isinstance(zeroed_outputs, (str, bytes)) or not isinstance(zeroed_outputs, Sequence):
-        raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable of the "
-                        f"metaparameters, got {type(zeroed_outputs).__name__}: {zeroed_outputs!r}")
-    for i in zeroed_outputs:
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"zeroed_outputs: output indices must be ints, got {i!r}")
-        if not 0 <= i < n_outputs:
-            raise ValueError(f"zeroed_outputs: output index {i!r} is out of range; out_shape has "
-                             f"{n_outputs} outputs")
-    return tuple(int(i) for i in zeroed_outputs)
+    if isinstance(zeroed_outputs, (list, tuple, range)):
+        zeroed_outputs = tuple(zeroed_outputs)
+    return tuple(sorted(frontend.zeroed_for(zeroed_outputs, {}, n_outputs)))
 
 
 def _check_complete(kernel: triton_compat.UnwrappedKernel, bound: binding.BoundArgs, constexprs: Mapping[str, Any],
                     grid: Any, zeroed_outputs: Any, n_outputs: int) -> None:
     """Without autotune or heuristics every metaparameter is known here: check what depends on them now."""
-    from tritonplug.frontend import grid_for, zeroed_for
-
     kernel_name = triton_compat.kernel_name(kernel.fn)
     for param_name, node in zip(bound.names, bound.nodes, strict=True):
         if isinstance(node, binding.UnsetConst):
             raise TypeError(f"kernel {kernel_name!r} is missing a value for its tl.constexpr parameter "
                             f"{param_name!r}: pass {param_name}=... to triton_call")
     if callable(grid):
-        grid_for(grid, constexprs)
+        frontend.grid_for(grid, constexprs)
     if callable(zeroed_outputs):
-        zeroed_for(zeroed_outputs, constexprs, n_outputs)
+        frontend.zeroed_for(zeroed_outputs, constexprs, n_outputs)
 
 
 def _is_constexpr(fn: Any, name: str) -> bool:

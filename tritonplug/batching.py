@@ -70,5 +70,7 @@ def batch_rule(axis_data: Any, args: Sequence[Any], dims: Sequence[int | None], 
 
     outs = jax.lax.map(one, batched)
     for k, i in enumerate(refs):
-        args[i][...] = jnp.moveaxis(outs[n_results + k], 0, dims[i])
+        # full slices, not ``[...]``: JAX's swap batching rule moves the value's batch axis to the
+        # Ref's only when indexers are present, which matters under an enclosing vmap
+        args[i][(slice(None),) * jnp.ndim(values[i])] = jnp.moveaxis(outs[n_results + k], 0, dims[i])
     return list(outs[:n_results]), [0] * n_results

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from tritonplug import triton_compat
+from tritonplug import tensor_descriptor, triton_compat
+from tritonplug.tensor_descriptor import TensorDescriptor
 
 POINTER_TYPES = {
     "bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -137,6 +138,8 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
         if isinstance(value, tuple):
             return tuple(operand_node(v, name, f"{path}[{i}]") for i, v in enumerate(value))
         where = f"argument {name!r}{path} of kernel {kernel!r}"
+        if isinstance(value, TensorDescriptor):
+            raise tensor_descriptor.unsupported_error(where)
         if is_array(value):
             pointer_type(value.dtype, where)
             arrays.append(value)

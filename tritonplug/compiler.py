@@ -110,7 +110,7 @@ class CompileService:
                 with self._lock:
                     self.stats["compiled"] += len(missing)
                     self.stats["compile_seconds"] += elapsed
-                for r, binary in zip(missing, binaries):
+                for r, binary in zip(missing, binaries, strict=True):
                     log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
                     if cache is not None and cache.put(r.key, binary):
                         log.info("cached %s in %s", r.description, cache.directory)
@@ -135,8 +135,8 @@ class CompileService:
         jobs = [r.make_job() for r in requests]
         in_process = target.triton_backend is None or not backend.source.startswith("entry point")
         if in_process:
-            return [_compile_here(backend, job, r.description) for job, r in zip(jobs, requests)]
-        tasks = [workers.Task(compile_in_worker, (job,), r.description) for job, r in zip(jobs, requests)]
+            return [_compile_here(backend, job, r.description) for job, r in zip(jobs, requests, strict=True)]
+        tasks = [workers.Task(compile_in_worker, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
         return workers.run_tasks(tasks)
 
 

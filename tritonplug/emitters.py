@@ -7,6 +7,7 @@ runs it on NumPy buffers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import zlib
@@ -34,6 +35,8 @@ def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, 
 
 def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec,
               platform: str) -> Sequence[Any]:
+    if not jaxlib_compat.accepts_module_image():
+        kernels = [dataclasses.replace(k, module_image=None) for k in kernels]
     launch = kernels[0].launch
     aliases = [(i, o, _nbytes(launch.operands[i].shape, launch.operands[i].dtype)) for i, o in launch.aliases]
     name = call.name or launch.kernel_name

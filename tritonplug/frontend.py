@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,24 @@ class Specialization:
     params: tuple[Any, ...]
 
 
+def compatible_configs(kernel: triton_compat.UnwrappedKernel, metaparams: Mapping[str, Any]) -> list[Any]:
+    """The autotune configs that agree with the call's metaparameters; ``triton_call`` checks them early.
+
+    A config with a ``pre_hook`` is refused: the hook runs Python between launches, which cannot
+    happen inside an XLA program.
+    """
+    name = triton_compat.kernel_name(kernel.fn)
+    configs = [c for c in kernel.autotuner.configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
+    if not configs:
+        raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
+                         f"{dict(metaparams)}")
+    for config in configs:
+        if triton_compat.config_fields(config)[2] is not None:
+            raise NotImplementedError(f"kernel {name!r}: autotune config {config} has a pre_hook; pre_hook "
+                                      f"runs Python between launches and cannot run inside an XLA program")
+    return configs
+
+
 def expand_configs(kernel: triton_compat.UnwrappedKernel, bound: BoundArgs, metaparams: Mapping[str, Any],
                    call_options: Mapping[str, Any], named_args: Mapping[str, Any]) -> list[Configuration]:
     """The configurations to compile: one per surviving autotune config, heuristics applied."""
@@ -55,19 +73,12 @@ def expand_configs(kernel: triton_compat.UnwrappedKernel, bound: BoundArgs, meta
     if kernel.autotuner is None:
         raw = [({}, {})]
     else:
-        raw = []
-        configs = [c for c in kernel.autotuner.configs
-                   if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
-        configs = triton_compat.early_prune(kernel.autotuner, configs, dict(named_args))
+        configs = triton_compat.early_prune(kernel.autotuner, compatible_configs(kernel, metaparams),
+                                            dict(named_args))
         if not configs:
-            raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
-                             f"{dict(metaparams)}")
-        for config in configs:
-            kwargs, options, pre_hook = triton_compat.config_fields(config)
-            if pre_hook is not None:
-                raise NotImplementedError(f"kernel {name!r}: autotune config {config} has a pre_hook; pre_hook "
-                                          f"runs Python between launches and cannot run inside an XLA program")
-            raw.append((kwargs, options))
+            raise ValueError(f"kernel {name!r}: early_config_prune left no autotune configuration for the "
+                             f"metaparameters {dict(metaparams)}")
+        raw = [triton_compat.config_fields(config)[:2] for config in configs]
     result = []
     for kwargs, options in raw:
         values = {**metaparams, **kwargs}
@@ -103,15 +114,20 @@ def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
 
 
 def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int) -> frozenset[int]:
+    """The output indices to zero: a sequence of ints, or what a callable of the metaparameters returns."""
+    source = " (returned by the zeroed_outputs callable)" if callable(zeroed_outputs) else ""
     value = zeroed_outputs(dict(metaparams)) if callable(zeroed_outputs) else zeroed_outputs
-    try:
-        indices = [int(i) for i in value]
-    except TypeError:
-        raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable returning one, "
-                        f"got {value!r}") from None
-    for i in indices:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable of the metaparameters "
+                        f"returning one, got {type(value).__name__}: {value!r}{source}")
+    indices = []
+    for i in value:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"zeroed_outputs: output indices must be ints, got {i!r}{source}")
         if not 0 <= i < n_outputs:
-            raise ValueError(f"zeroed_outputs: output index {i} is out of range; out_shape has {n_outputs} outputs")
+            raise ValueError(f"zeroed_outputs: output index {i} is out of range; out_shape has {n_outputs} "
+                             f"outputs{source}")
+        indices.append(int(i))
     return frozenset(indices)
 
 

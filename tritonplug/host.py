@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import threading
 import warnings
 from collections.abc import Collection, Mapping
@@ -152,7 +153,8 @@ class Host:
         try:
             self.manager.register(plugin, name=f"{label}@{id(plugin)}")
         except (pluggy.PluginValidationError, ValueError) as exc:
-            raise PluginError(f"plugin {label!r} does not match the tritonplug hook specs: {exc}") from exc
+            detail = re.sub(r"@\d+'", "'", " ".join(str(exc).split()))  # one line, without our registration id
+            raise PluginError(f"plugin {label!r} does not match the tritonplug hook specs: {detail}") from exc
         try:
             info = self._describe(plugin, label)
             if info.name in self.backends:

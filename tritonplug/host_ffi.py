@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import secrets
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -112,7 +113,9 @@ _DTYPES: dict[int, np.dtype] = {code: np.dtype(t) for code, t in {
 }.items()}
 
 _functions: dict[int, HostFunction] = {}
-_ids = itertools.count(1)
+# A random start: an exported CPU program run by another process must find no function under its id
+# (a clear error), never a kernel that process happened to register under the same small id.
+_ids = itertools.count(secrets.randbits(48) + 1)
 _lock = threading.Lock()
 _registered = False
 

@@ -14,7 +14,7 @@ def collect_info() -> dict[str, Any]:
     from tritonplug import frontend
     from tritonplug.cache import cache_from_env
     from tritonplug.host import get_host
-    from tritonplug.workers import pool_size
+    from tritonplug.workers import pool_size, pool_timeout
 
     host = get_host()
     backends: dict[str, Any] = {}
@@ -32,9 +32,17 @@ def collect_info() -> dict[str, Any]:
         "problems": host.problems or "none",
         "jax devices": ", ".join(str(d) for d in jax.devices()),
         "cache": dict(vars(cache.stats())) if cache is not None else "disabled",
-        "compile workers": pool_size(),
+        "compile workers": _setting(pool_size),
+        "compile timeout (s)": _setting(pool_timeout),
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TRITONPLUG_")} or "none",
     }
+
+
+def _setting(read: Any) -> Any:
+    try:
+        return read()
+    except ValueError as exc:  # a bad environment variable: report it, with the rest
+        return f"invalid ({exc})"
 
 
 def _target(backend: Any, platform: str) -> str:

@@ -41,6 +41,12 @@ def accepts_cost_estimate() -> bool:
     return JAXLIB_VERSION > (0, 11, 0)
 
 
+def accepts_module_image() -> bool:
+    """jaxlib 0.11 loads a ready cubin from ``module_image`` (seen on 0.11.2: no ptxas ran); older
+    jaxlib protos lack the field."""
+    return JAXLIB_VERSION >= (0, 11, 0)
+
+
 def export_disabled_checks() -> list:
     """What ``jax.export.export(..., disabled_checks=...)`` needs for programs calling kernels.
 

@@ -40,7 +40,21 @@ def is_triton_kernel(obj: object) -> bool:
     return isinstance(obj, (JITFunction, Autotuner, Heuristics))
 
 
+_UNWRAPPED: dict[int, tuple[object, UnwrappedKernel]] = {}
+_PARAMETERS: dict[int, tuple[JITFunction, tuple[KernelParameter, ...]]] = {}
+
+
 def unwrap(kernel: object) -> UnwrappedKernel:
+    """Peel wrappers off a kernel; memoised per kernel object, since eager calls repeat it."""
+    cached = _UNWRAPPED.get(id(kernel))
+    if cached is not None and cached[0] is kernel:
+        return cached[1]
+    result = _unwrap(kernel)
+    _UNWRAPPED[id(kernel)] = (kernel, result)
+    return result
+
+
+def _unwrap(kernel: object) -> UnwrappedKernel:
     autotuner, heuristics, fn = None, [], kernel
     while not isinstance(fn, JITFunction):
         if isinstance(fn, Autotuner):
@@ -57,8 +71,13 @@ def unwrap(kernel: object) -> UnwrappedKernel:
 
 
 def parameters(fn: JITFunction) -> tuple[KernelParameter, ...]:
-    return tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default, p.has_default)
-                 for p in fn.params)
+    cached = _PARAMETERS.get(id(fn))
+    if cached is not None and cached[0] is fn:
+        return cached[1]
+    params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
+                                   p.has_default) for p in fn.params)
+    _PARAMETERS[id(fn)] = (fn, params)
+    return params
 
 
 def kernel_name(fn: JITFunction) -> str:

@@ -153,15 +153,14 @@ class WorkerPool:
             _pools.add(self)
 
     def warm(self) -> None:
-        """Start the missing workers now and wait until each has imported its preload modules."""
+        """Start the missing workers now and wait until each idle one has imported its preload modules."""
         with self._cond:
             self._ensure_open()
-            empty = self._free.count(None)
-            self._free = [worker for worker in self._free if worker is not None]
-        started: list[_Worker | None] = [None] * empty
+            started: list[_Worker | None] = [w for w in self._free if w is None or not w.ready]
+            self._free = [w for w in self._free if w is not None and w.ready]
         try:
-            for i in range(empty):
-                started[i] = self._start()
+            for i, worker in enumerate(started):
+                started[i] = worker or self._start()
             for worker in filter(None, started):
                 try:
                     worker.wait_ready(self._startup_timeout)

@@ -87,7 +87,7 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> GpuKernel:
     meta = binary.metadata
-    use_cubin = os.environ.get(MODULE_IMAGE_VARIABLE, "0") == "1"
+    use_cubin = os.environ.get(MODULE_IMAGE_VARIABLE, "1") != "0"
     return GpuKernel(
         kernel_name=meta["name"], num_warps=meta["num_warps"], num_ctas=meta.get("num_ctas", 1),
         shared_mem_bytes=meta.get("shared", 0), image=binary.images["ptx"].decode(),

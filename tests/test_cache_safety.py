@@ -1,0 +1,153 @@
+"""The kernel cache is never a way in: unsafe directories are refused, entries are never unpickled.
+
+Only backends that compile TTIR use the disk cache, so these tests lower for sm_90 through the
+CUDA backend (no GPU needed); each call must still work, compiling without the cache if need be.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pickle
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+import triton
+import triton.language as tl
+from conftest import requires_backend
+
+import tritonplug
+from tritonplug import cache as cache_module
+from tritonplug.compiler import service
+from tritonplug.inspection import kernel_calls
+
+pytestmark = requires_backend("cuda")
+
+N = 2304  # a size no other test module lowers
+
+
+@triton.jit
+def scale_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 3.0, mask=mask)
+
+
+def lower_for_sm90() -> None:
+    """Lower a fresh program (so JAX runs the lowering rule again) and check the kernel reached it."""
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+
+    def f(x):
+        return tritonplug.triton_call(x, N, kernel=scale_kernel, out_shape=spec, grid=(tritonplug.cdiv(N, 256),),
+                                      BLOCK=256)
+
+    text = jax.jit(f).trace(spec).lower(lowering_platforms=("cuda",)).as_text()
+    (call,) = kernel_calls(text)
+    assert ".target sm_90" in call["kernel_call"]["kernel"]["ptx"]
+
+
+@pytest.fixture
+def use_cache_dir(monkeypatch: pytest.MonkeyPatch):
+    """Point the compile service at a directory, forgetting what it compiled or cached so far."""
+    monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
+    monkeypatch.delenv("TRITONPLUG_CACHE", raising=False)
+
+    def use(directory: Path) -> None:
+        monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
+        service.reset()
+
+    yield use
+    service.reset()
+
+
+def entry_files(directory: Path) -> list[Path]:
+    return sorted((directory / "entries").rglob("*.bin")) if (directory / "entries").exists() else []
+
+
+def compiled() -> int:
+    return int(tritonplug.compile_stats()["compiled"])
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o707], ids=oct)
+def test_directory_writable_by_others_is_refused_and_the_call_still_works(tmp_path: Path, use_cache_dir, mode: int):
+    directory = tmp_path / "shared-cache"
+    directory.mkdir()
+    directory.chmod(mode)
+    use_cache_dir(directory)
+    before = compiled()
+    with pytest.warns(RuntimeWarning, match=rf"not using the kernel cache: .*{directory}.*writable by group or others"):
+        lower_for_sm90()
+    assert compiled() == before + 1  # compiled without the cache
+    assert entry_files(directory) == [] and not (directory / "lock").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a directory away needs root")
+def test_directory_owned_by_another_user_is_refused_and_the_call_still_works(tmp_path: Path, use_cache_dir):
+    directory = tmp_path / "their-cache"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, 65534, 65534)
+    use_cache_dir(directory)
+    before = compiled()
+    with pytest.warns(RuntimeWarning, match=rf"not using the kernel cache: .*{directory} is owned by uid 65534"):
+        lower_for_sm90()
+    assert compiled() == before + 1
+    assert entry_files(directory) == []
+
+
+class _TouchWhenUnpickled:
+    """Unpickling this creates ``path``: a stand-in for an attacker's payload."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return pathlib.Path.touch, (pathlib.Path(self.path),)
+
+
+def _raw_pickle(payload: bytes) -> bytes:
+    return payload
+
+
+def _pickle_behind_magic_with_valid_checksum(payload: bytes) -> bytes:
+    import hashlib
+
+    body = cache_module.MAGIC + payload
+    return body + hashlib.sha256(body).digest()
+
+
+@pytest.mark.parametrize("craft", [_raw_pickle, _pickle_behind_magic_with_valid_checksum])
+def test_a_pickle_planted_in_an_entry_is_never_unpickled(tmp_path: Path, use_cache_dir, craft) -> None:
+    live = tmp_path / "proof-the-payload-works"
+    pickle.loads(pickle.dumps(_TouchWhenUnpickled(live)))
+    assert live.exists()
+
+    directory = tmp_path / "cache"
+    use_cache_dir(directory)
+    lower_for_sm90()
+    (entry,) = entry_files(directory)
+
+    marker = tmp_path / "unpickled"
+    entry.write_bytes(craft(pickle.dumps(_TouchWhenUnpickled(marker), protocol=pickle.HIGHEST_PROTOCOL)))
+    service.reset()  # forget the in-memory binary: the next lowering reads the disk
+    before = dict(tritonplug.compile_stats())
+    lower_for_sm90()
+    after = tritonplug.compile_stats()
+    assert not marker.exists()
+    assert after["compiled"] == before["compiled"] + 1 and after["disk_hits"] == before["disk_hits"]
+    assert entry_files(directory) == [entry] and entry.read_bytes().startswith(cache_module.MAGIC)
+    assert b"pathlib" not in entry.read_bytes()  # the damaged entry was replaced by the fresh binary
+
+
+@pytest.mark.parametrize("module", ["cache", "compiler"])
+def test_the_cache_path_imports_no_deserialiser_that_runs_code(module: str) -> None:
+    import ast
+    import importlib
+
+    tree = ast.parse(Path(importlib.import_module(f"tritonplug.{module}").__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert not imported & {"pickle", "cloudpickle", "dill", "marshal", "shelve", "joblib"}
