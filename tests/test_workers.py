@@ -267,6 +267,18 @@ def test_zero_workers_runs_tasks_in_process(monkeypatch):
         workers.shutdown_pool()
 
 
+def test_set_pool_installs_a_process_wide_pool():
+    mine = WorkerPool(1, timeout=60, preload=())
+    previous = workers.set_pool(mine)
+    try:
+        assert workers.get_pool() is mine
+        assert workers.run_tasks([Task(worker_tasks.getpid)]) == mine.worker_pids()
+    finally:
+        assert workers.set_pool(previous) is mine
+        mine.shutdown()
+    assert workers.get_pool() is not mine
+
+
 def test_pool_settings_come_from_the_environment(monkeypatch):
     monkeypatch.delenv("TRITONPLUG_COMPILE_WORKERS", raising=False)
     monkeypatch.setenv("TRITONPLUG_COMPILE_TIMEOUT", "12.5")

@@ -1,19 +1,53 @@
-"""tritonplug: call hand-written Triton kernels from JAX, through pluggable backends."""
+"""tritonplug: call hand-written Triton kernels from JAX, through pluggable backends.
 
-from tritonplug.api import triton_call
-from tritonplug.compiler import compile_stats
+Public names load on first use, so processes that only need the records and hooks (compile
+workers, plugins) never import JAX.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tritonplug.errors import CompileError, KernelSourceError, PluginError, TritonplugError, WorkerError
-from tritonplug.host import backends, register_plugin
-from tritonplug.jaxlib_compat import FFI_TARGET as CUSTOM_CALL_TARGET_NAME
-from tritonplug.jaxlib_compat import export_disabled_checks
 from tritonplug.logs import configure_logging
-from tritonplug.tensor_descriptor import TensorDescriptor
-from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
 
-__all__ = [
-    "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
-    "TritonplugError", "WorkerError", "backends", "cdiv", "compile_stats", "export_disabled_checks",
-    "get_compute_capability", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
-]
+_LAZY = {
+    "triton_call": "tritonplug.api",
+    "compile_stats": "tritonplug.compiler",
+    "backends": "tritonplug.host",
+    "register_plugin": "tritonplug.host",
+    "export_disabled_checks": "tritonplug.jaxlib_compat",
+    "TensorDescriptor": "tritonplug.tensor_descriptor",
+    "cdiv": "tritonplug.utils",
+    "get_compute_capability": "tritonplug.utils",
+    "next_power_of_2": "tritonplug.utils",
+    "strides_from_shape": "tritonplug.utils",
+}
+CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
+
+__all__ = ["CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TritonplugError",
+           "WorkerError", *sorted(_LAZY)]
+
+if TYPE_CHECKING:
+    from tritonplug.api import triton_call
+    from tritonplug.compiler import compile_stats
+    from tritonplug.host import backends, register_plugin
+    from tritonplug.jaxlib_compat import export_disabled_checks
+    from tritonplug.tensor_descriptor import TensorDescriptor
+    from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tritonplug' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 configure_logging()

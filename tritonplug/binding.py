@@ -7,7 +7,6 @@ parameter, and it is all the lowering needs to build a launch for any configurat
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,11 +60,18 @@ class BoundArgs:
     refs: tuple[int, ...] = ()  # array operands that are mutable refs (jax.new_ref), updated in place
 
 
+_POINTER_TYPE_OF: dict[Any, str] = {}
+
+
 def pointer_type(dtype: Any, where: str) -> str:
+    known = _POINTER_TYPE_OF.get(dtype)
+    if known is not None:
+        return known
     name = np.dtype(dtype).name
     if name not in POINTER_TYPES:
         raise TypeError(f"{where}: dtype {name} is not supported by Triton kernels "
                         f"(supported: {', '.join(POINTER_TYPES)})")
+    _POINTER_TYPE_OF[dtype] = POINTER_TYPES[name]
     return POINTER_TYPES[name]
 
 
@@ -102,7 +108,11 @@ def is_array(value: Any) -> bool:
 
 def is_ref(value: Any) -> bool:
     """A mutable array reference made by ``jax.new_ref``: the kernel updates it in place."""
+    import jax
     from jax._src import core
+
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return False
     from jax._src.state.types import AbstractRef
 
     try:
@@ -124,8 +134,7 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
     """Bind operands; returns the bound arguments and the array operands in order."""
     params = triton_compat.parameters(fn)
     kernel = triton_compat.kernel_name(fn)
-    signature = inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                                   for p in params])
+    signature = triton_compat.python_signature(fn)
     try:
         bound = signature.bind_partial(*args, **kwargs).arguments
     except TypeError as exc:

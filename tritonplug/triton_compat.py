@@ -7,6 +7,8 @@ and the kernel's source hash.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +80,13 @@ def parameters(fn: JITFunction) -> tuple[KernelParameter, ...]:
                                    p.has_default) for p in fn.params)
     _PARAMETERS[id(fn)] = (fn, params)
     return params
+
+
+@functools.cache
+def python_signature(fn: JITFunction) -> inspect.Signature:
+    """The kernel's parameters as a plain signature, to bind ``triton_call``'s arguments like a call."""
+    return inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                              for p in parameters(fn)])
 
 
 def kernel_name(fn: JITFunction) -> str:

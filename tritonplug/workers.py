@@ -490,6 +490,18 @@ def get_pool() -> WorkerPool:
         return _pool
 
 
+def set_pool(pool: WorkerPool | None) -> WorkerPool | None:
+    """Make ``pool`` the process-wide pool and return the previous one, which keeps running.
+
+    With ``None``, the next ``get_pool`` makes a pool from the environment. For benchmarks and
+    embedders that keep pools of several sizes warm side by side.
+    """
+    global _pool
+    with _pool_lock:
+        previous, _pool = _pool, pool
+    return previous
+
+
 def shutdown_pool() -> None:
     """Shut the process-wide pool down; the next ``get_pool`` reads the environment again."""
     global _pool
