@@ -131,7 +131,7 @@ def test_autotuned_matmul_carries_every_config_with_its_grid(monkeypatch):
     (call,) = kernel_calls(text)
     configs = call["autotuned_kernel_call"]["configs"]
     assert len(configs) == len(CONFIGS) == 4
-    for config, expected in zip(configs, CONFIGS):
+    for config, expected in zip(configs, CONFIGS, strict=True):
         bm, bn = expected.kwargs["BLOCK_M"], expected.kwargs["BLOCK_N"]
         assert config["kernel_call"]["grid_0"] == tritonplug.cdiv(256, bm) * tritonplug.cdiv(256, bn)
         assert config["kernel_call"]["kernel"]["num_warps"] == expected.num_warps
@@ -155,7 +155,8 @@ def test_autotuned_call_records_aliases():
     (call,) = kernel_calls(lower(f, spec((512,))))
     autotuned = call["autotuned_kernel_call"]
     (alias,) = autotuned["input_output_aliases"]  # proto3 leaves zero indices out
-    assert (alias.get("input_buffer_idx", 0), alias.get("output_buffer_idx", 0), alias["buffer_size_bytes"]) == (0, 0, 2048)
+    assert alias.get("input_buffer_idx", 0) == alias.get("output_buffer_idx", 0) == 0
+    assert alias["buffer_size_bytes"] == 2048
     assert [c["kernel_call"]["grid_0"] for c in autotuned["configs"]] == [8, 4]
 
 

@@ -10,8 +10,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-from kernels import (accumulate_kernel, add_kernel, atomic_sum_kernel, grid3_kernel, heuristic_add_kernel,
-                     two_outputs_kernel, tuple_add_kernel, uses_helpers_kernel, where_rowsum_kernel)
+from kernels import (
+    accumulate_kernel,
+    add_kernel,
+    atomic_sum_kernel,
+    grid3_kernel,
+    heuristic_add_kernel,
+    tuple_add_kernel,
+    two_outputs_kernel,
+    uses_helpers_kernel,
+    where_rowsum_kernel,
+)
 
 import tritonplug
 

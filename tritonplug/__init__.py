@@ -26,8 +26,11 @@ _LAZY = {
 }
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
-__all__ = ["CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TritonplugError",
-           "WorkerError", *sorted(_LAZY)]
+__all__ = [
+    "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
+    "TritonplugError", "WorkerError", "backends", "cdiv", "compile_stats", "export_disabled_checks",
+    "get_compute_capability", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
+]
 
 if TYPE_CHECKING:
     from tritonplug.api import triton_call

@@ -12,7 +12,7 @@ import zlib
 from tritonplug.jaxlib_compat import FFI_TARGET, LEGACY_TARGET
 from tritonplug.kernel_call import decode_kernel_call
 
-_CALL = re.compile(r'custom_call @(?P<target>%s|%s)\(' % (FFI_TARGET, LEGACY_TARGET))
+_CALL = re.compile(rf"custom_call @(?P<target>{FFI_TARGET}|{LEGACY_TARGET})\(")
 _PAYLOAD = re.compile(r'(?:opaque = |backend_config = )"((?:[^"\\]|\\.)+)"')
 
 

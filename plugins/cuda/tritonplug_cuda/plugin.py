@@ -8,7 +8,6 @@ from typing import Any
 
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
-
 from tritonplug_cuda import __version__, compat
 
 ARCH_VARIABLE = "TRITONPLUG_CUDA_ARCH"
@@ -93,4 +92,5 @@ def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> Gp
         shared_mem_bytes=meta.get("shared", 0), image=binary.images["ptx"].decode(),
         ttir=binary.images.get("ttir", b"").decode(), compute_capability=int(target.arch), launch=launch,
         module_image=binary.images["cubin"] if use_cubin else None,
-        global_scratch_size=meta.get("global_scratch_size", 0), global_scratch_align=meta.get("global_scratch_align", 1))
+        global_scratch_size=meta.get("global_scratch_size", 0),
+        global_scratch_align=meta.get("global_scratch_align", 1))

@@ -10,7 +10,6 @@ from typing import Any
 
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
-
 from tritonplug_rocm import __version__, compat
 
 ARCH_VARIABLE = "TRITONPLUG_ROCM_ARCH"
@@ -84,4 +83,5 @@ def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> Gp
         kernel_name=meta["name"], num_warps=meta["num_warps"], num_ctas=meta.get("num_ctas", 1),
         shared_mem_bytes=meta.get("shared", 0), image=path, ttir=binary.images.get("ttir", b"").decode(),
         compute_capability=0, launch=launch,
-        global_scratch_size=meta.get("global_scratch_size", 0), global_scratch_align=meta.get("global_scratch_align", 1))
+        global_scratch_size=meta.get("global_scratch_size", 0),
+        global_scratch_align=meta.get("global_scratch_align", 1))
