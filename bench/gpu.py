@@ -137,15 +137,32 @@ class Run:
         return calls
 
     def time_jax(self, fn: Callable, sets: Sequence[tuple], out_bytes: int) -> dict[str, Any]:
+        """Device time per call. Short kernels run ``per_program`` times (on distinct input buffers,
+        so XLA cannot merge the calls) inside one jitted program, so that one dispatch from Python
+        covers many kernels and the host's dispatch cost does not hide the kernel's time."""
         import jax
+        import jax.numpy as jnp
 
-        def call(i: int) -> Any:
-            return fn(*sets[i % len(sets)])
+        one = min(sample_seconds(lambda: fn(*sets[0]), 3, warmup=1, sync=jax.block_until_ready))
+        per_program = 1 if self.smoke or one > DISPATCH_BOUND_S else min(32, math.ceil(DISPATCH_BOUND_S / one))
+        set_bytes = sum(a.nbytes for a in sets[0])
+        per_program = max(1, min(per_program, PROGRAM_BYTES // max(set_bytes + out_bytes, 1)))
+        group = [sets[i] if i < len(sets) else tuple(jnp.array(a, copy=True) for a in sets[i % len(sets)])
+                 for i in range(max(per_program, 1))][:per_program]
+        if per_program == 1:
+            def call(i: int) -> Any:
+                return fn(*sets[i % len(sets)])
+        else:
+            many = jax.jit(lambda group: [fn(*inputs) for inputs in group])
 
-        one = min(sample_seconds(lambda: call(0), 3, warmup=1, sync=jax.block_until_ready))
-        calls = self.calls_for(one, out_bytes)
-        samples = batched_seconds(call, calls, self.reps, warmup_calls=len(sets), sync=jax.block_until_ready)
-        return {**summarize(samples), "calls_per_sample": calls, "input_sets": len(sets), "one_call_us": one * 1e6}
+            def call(i: int) -> Any:
+                return many(group)
+        calls = self.calls_for(one * per_program, out_bytes * per_program)
+        samples = batched_seconds(call, calls, self.reps, warmup_calls=max(1, len(sets) // per_program),
+                                  sync=jax.block_until_ready)
+        samples = [s / per_program for s in samples]
+        return {**summarize(samples), "calls_per_sample": calls * per_program, "calls_per_program": per_program,
+                "input_sets": len(sets), "one_call_us": one * 1e6}
 
     def time_torch(self, launch: Callable[[int], Any], n_sets: int) -> dict[str, Any]:
         torch = self.torch
@@ -198,6 +215,10 @@ def import_jax_triton() -> tuple[Any, str]:
         else:
             os.environ["TRITON_CACHE_DIR"] = saved
     return jax_triton, ""
+
+
+DISPATCH_BOUND_S = 400e-6  # below this, one jitted call per kernel would time the host's dispatch
+PROGRAM_BYTES = 24 << 30  # inputs + outputs one amortised program may hold on the device
 
 
 def n_sets_for(set_bytes: int, smoke: bool) -> int:
