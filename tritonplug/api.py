@@ -56,9 +56,8 @@ def triton_call(
     _check_misc(name, serialized_metadata, cost_estimate, has_side_effect, input_output_aliases)
     options = _call_options(num_warps, num_stages, num_ctas, compute_capability, enable_fp_fusion,
                             backend_options, debug)
-    param_names = {p.name for p in triton_compat.parameters(kernel_parts.fn)}
-    operand_kwargs = {k: v for k, v in metaparams.items()
-                      if k in param_names and not _is_constexpr(kernel_parts.fn, k)}
+    param_names, constexpr_names = triton_compat.parameter_names(kernel_parts.fn)
+    operand_kwargs = {k: v for k, v in metaparams.items() if k in param_names and k not in constexpr_names}
     constexpr_kwargs = {k: v for k, v in metaparams.items() if k not in operand_kwargs}
     _check_metaparams(kernel_parts, constexpr_kwargs, param_names)
     bound, arrays = binding.bind(kernel_parts.fn, args, operand_kwargs, out_specs,
@@ -149,10 +148,6 @@ def _check_complete(kernel: triton_compat.UnwrappedKernel, bound: binding.BoundA
         frontend.grid_for(grid, constexprs)
     if callable(zeroed_outputs):
         frontend.zeroed_for(zeroed_outputs, constexprs, n_outputs)
-
-
-def _is_constexpr(fn: Any, name: str) -> bool:
-    return any(p.name == name and p.is_constexpr for p in triton_compat.parameters(fn))
 
 
 def _check_metaparams(kernel: triton_compat.UnwrappedKernel, constexprs: Mapping[str, Any],

@@ -134,11 +134,7 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
     """Bind operands; returns the bound arguments and the array operands in order."""
     params = triton_compat.parameters(fn)
     kernel = triton_compat.kernel_name(fn)
-    signature = triton_compat.python_signature(fn)
-    try:
-        bound = signature.bind_partial(*args, **kwargs).arguments
-    except TypeError as exc:
-        raise TypeError(f"triton_call of kernel {kernel!r}: {exc}") from None
+    bound = _bind_like_a_call(tuple(p.name for p in params), args, kwargs, kernel)
 
     arrays: list[Any] = []
     flat_inputs: list[Any] = []  # every leaf operand, scalars included (input_output_aliases counts them)
@@ -206,6 +202,20 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
     dns = frozenset(p.name for p in params if p.do_not_specialize)
     return BoundArgs(tuple(p.name for p in params), tuple(nodes[p.name] for p in params), dns,
                      aliases, aliased_params, refs), arrays
+
+
+def _bind_like_a_call(names: tuple[str, ...], args: Sequence[Any], kwargs: Mapping[str, Any],
+                      kernel: str) -> dict[str, Any]:
+    """Positional arguments fill the parameters in order, keywords by name, as in a Python call."""
+    if len(args) > len(names):
+        raise TypeError(f"triton_call of kernel {kernel!r}: too many positional arguments: the kernel has "
+                        f"{len(names)} parameters, got {len(args)} positional arguments")
+    bound = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key in bound:
+            raise TypeError(f"triton_call of kernel {kernel!r}: multiple values for argument {key!r}")
+        bound[key] = value
+    return bound
 
 
 def _check_aliases(input_output_aliases: Mapping[int, int], flat_inputs: list[Any], arrays: list[Any],

@@ -8,7 +8,6 @@ and the kernel's source hash.
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -83,10 +82,10 @@ def parameters(fn: JITFunction) -> tuple[KernelParameter, ...]:
 
 
 @functools.cache
-def python_signature(fn: JITFunction) -> inspect.Signature:
-    """The kernel's parameters as a plain signature, to bind ``triton_call``'s arguments like a call."""
-    return inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                              for p in parameters(fn)])
+def parameter_names(fn: JITFunction) -> tuple[frozenset[str], frozenset[str]]:
+    """(all parameter names, constexpr parameter names) of a kernel."""
+    params = parameters(fn)
+    return frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr)
 
 
 def kernel_name(fn: JITFunction) -> str:
