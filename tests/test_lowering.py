@@ -174,6 +174,24 @@ def test_add_lowers_for_gfx942_without_a_gpu(monkeypatch):
 
 
 @rocm
+def test_autotuned_matmul_lowers_for_gfx942(monkeypatch):
+    from matmul import CONFIGS, matmul
+
+    monkeypatch.setenv("TRITONPLUG_ROCM_ARCH", "gfx942")
+    text = lower(lambda a, b: matmul(a, b), spec((192, 192), jnp.float16), spec((192, 192), jnp.float16),
+                 platform="rocm")
+    (call,) = kernel_calls(text)
+    configs = call["autotuned_kernel_call"]["configs"]
+    assert len(configs) == len(CONFIGS)
+    for config, expected in zip(configs, CONFIGS, strict=True):
+        bm, bn = expected.kwargs["BLOCK_M"], expected.kwargs["BLOCK_N"]
+        assert config["kernel_call"]["grid_0"] == tritonplug.cdiv(192, bm) * tritonplug.cdiv(192, bn)
+        hsaco = Path(config["kernel_call"]["kernel"]["ptx"])
+        assert hsaco.read_bytes()[:4] == b"\x7fELF"
+        os.unlink(hsaco)
+
+
+@rocm
 def test_rocm_without_arch_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("TRITONPLUG_ROCM_ARCH", raising=False)
     with pytest.raises(ValueError, match="TRITONPLUG_ROCM_ARCH=gfx942"):
