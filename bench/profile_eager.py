@@ -66,7 +66,7 @@ def main() -> None:
             impls[name]()
         profile.disable()
         print(f"--- {name}")
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(22)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":
