@@ -8,7 +8,7 @@ parameter, and it is all the lowering needs to build a launch for any configurat
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,16 @@ class OutputArg:
 
 @dataclass(frozen=True)
 class ScalarArg:
-    value: bool | int | float
+    """A scalar passed by value. Equality goes by ``exact`` (the bits), since compiled programs are
+    cached by it: 0.0 == -0.0 would share one, and nan != nan would never hit."""
+
+    value: bool | int | float = field(compare=False)
     dtype: str
+    exact: str = ""
+
+    @classmethod
+    def of(cls, value: bool | int | float, dtype: str) -> ScalarArg:
+        return cls(value, dtype, value.hex() if isinstance(value, float) else repr(value))
 
 
 @dataclass(frozen=True)
@@ -130,28 +138,34 @@ def python_scalar(value: Any) -> bool | int | float:
 
 
 def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Sequence[Any],
-         input_output_aliases: Mapping[int, int], metaparams: Mapping[str, Any]) -> tuple[BoundArgs, list[Any]]:
-    """Bind operands; returns the bound arguments and the array operands in order."""
+         input_output_aliases: Mapping[int, int], metaparams: Mapping[str, Any],
+         sources: list[tuple[str, tuple[int, ...]]] | None = None) -> tuple[BoundArgs, list[Any]]:
+    """Bind operands; returns the bound arguments and the array operands in order.
+
+    ``sources``, if given, receives where each array came from: (parameter name, tuple path).
+    """
     params = triton_compat.parameters(fn)
     kernel = triton_compat.kernel_name(fn)
-    bound = _bind_like_a_call(tuple(p.name for p in params), args, kwargs, kernel)
+    bound = bind_like_a_call(tuple(p.name for p in params), args, kwargs, kernel)
 
     arrays: list[Any] = []
     flat_inputs: list[Any] = []  # every leaf operand, scalars included (input_output_aliases counts them)
 
-    def operand_node(value: Any, name: str, path: str = "") -> Any:
+    def operand_node(value: Any, name: str, path: str = "", indices: tuple[int, ...] = ()) -> Any:
         if isinstance(value, tuple):
-            return tuple(operand_node(v, name, f"{path}[{i}]") for i, v in enumerate(value))
+            return tuple(operand_node(v, name, f"{path}[{i}]", indices + (i,)) for i, v in enumerate(value))
         where = f"argument {name!r}{path} of kernel {kernel!r}"
         if isinstance(value, TensorDescriptor):
             raise tensor_descriptor.unsupported_error(where)
         if is_array(value):
             pointer_type(value.dtype, where)
             arrays.append(value)
+            if sources is not None:
+                sources.append((name, indices))
             node: Any = ArrayArg(len(arrays) - 1)
         else:
             dtype = scalar_type(value, where)  # first: it names the argument when the value is no scalar
-            node = ScalarArg(python_scalar(value) if not isinstance(value, np.float32) else float(value), dtype)
+            node = ScalarArg.of(python_scalar(value) if not isinstance(value, np.float32) else float(value), dtype)
         flat_inputs.append(node)
         return node
 
@@ -204,13 +218,13 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Seq
                      aliases, aliased_params, refs), arrays
 
 
-def _bind_like_a_call(names: tuple[str, ...], args: Sequence[Any], kwargs: Mapping[str, Any],
+def bind_like_a_call(names: tuple[str, ...], args: Sequence[Any], kwargs: Mapping[str, Any],
                       kernel: str) -> dict[str, Any]:
     """Positional arguments fill the parameters in order, keywords by name, as in a Python call."""
     if len(args) > len(names):
         raise TypeError(f"triton_call of kernel {kernel!r}: too many positional arguments: the kernel has "
                         f"{len(names)} parameters, got {len(args)} positional arguments")
-    bound = dict(zip(names, args))
+    bound = dict(zip(names, args, strict=False))  # fewer args than names: the rest by keyword or outputs
     for key, value in kwargs.items():
         if key in bound:
             raise TypeError(f"triton_call of kernel {kernel!r}: multiple values for argument {key!r}")

@@ -1,0 +1,57 @@
+"""Repeat calls reuse their memoised spec; anything that changes the binding must miss."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from conftest import requires_backend
+from kernels import add_kernel, two_outputs_kernel
+
+import tritonplug
+from tritonplug import call_memo
+
+pytestmark = requires_backend("interpret")
+
+
+def add(x, y, **kwargs):
+    return tritonplug.triton_call(x, y, x.size, kernel=add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                  grid=(tritonplug.cdiv(x.size, 64),), BLOCK=64, **kwargs)
+
+
+def test_identical_calls_hit_and_compute_with_the_new_arrays():
+    x, y = jnp.arange(100, dtype=jnp.float32), jnp.ones(100, jnp.float32)
+    np.testing.assert_allclose(np.asarray(add(x, y)), np.asarray(x + y))
+    key = call_memo.signature(add_kernel, (x, y, x.size), {"BLOCK": 64}, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              {})
+    assert key is not None
+    entries = len(call_memo._entries)
+    z = x * 3
+    np.testing.assert_allclose(np.asarray(add(z, y)), np.asarray(z + y))  # same signature, new data
+    assert len(call_memo._entries) == entries
+
+
+def test_signature_changes_miss():
+    x = jnp.ones(64, jnp.float32)
+    before = len(call_memo._entries)
+    add(x, x)
+    add(x[:32], x[:32])                      # another shape
+    add(x.astype(jnp.float16), x.astype(jnp.float16))  # another dtype
+    assert len(call_memo._entries) >= before + 2
+
+
+def test_scalar_values_and_signs_are_part_of_the_signature():
+    x = jnp.arange(8, dtype=jnp.float32)
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+    def call(scale):
+        return tritonplug.triton_call(x, scale, x.size, kernel=two_outputs_kernel, out_shape=(spec, spec), grid=(1,),
+                                      BLOCK=8)[1]
+
+    np.testing.assert_array_equal(np.asarray(call(2.0)), np.asarray(x) * 2)
+    np.testing.assert_array_equal(np.asarray(call(3.0)), np.asarray(x) * 3)
+    assert np.signbit(np.asarray(call(-0.0))[1]) and not np.signbit(np.asarray(call(0.0))[1])
+
+
+def test_refs_are_never_memoised():
+    assert call_memo.signature(add_kernel, (jax.new_ref(jnp.ones(4)),), {}, (), {}) is None

@@ -1,0 +1,97 @@
+"""Repeat calls skip validation and binding: each call's spec is memoised by its signature.
+
+The signature is everything binding looks at — the kernel, the operands' shapes and dtypes, the
+scalars' types and values, the outputs, the grid and the options — so an identical later call
+(the common case in eager loops) reuses the ``CallSpec`` and only gathers its arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from tritonplug.binding import bind_like_a_call
+from tritonplug.call import CallSpec
+
+_LIMIT = 4096
+
+
+class NotMemoisable(Exception):
+    """Some part of the call has no cheap, exact signature: take the full path."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    call: CallSpec
+    names: tuple[str, ...]
+    operand_keywords: frozenset[str]
+    sources: tuple[tuple[str, tuple[int, ...]], ...]
+    out_tree: Any
+
+
+_entries: dict[Hashable, Entry] = {}
+
+
+def _operand_key(value: Any) -> Hashable:
+    if isinstance(value, tuple):
+        return ("tuple", *map(_operand_key, value))
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return ("array", value.shape, value.dtype)
+    if isinstance(value, jax.core.Tracer):
+        return ("traced", type(value.aval).__name__, value.shape, value.dtype)
+    if isinstance(value, (float, np.floating)):
+        return (type(value), float(value).hex())  # exact: 0.0 == -0.0, but the kernel sees the sign
+    if type(value) in (bool, int) or isinstance(value, np.generic):
+        return (type(value), value)
+    raise NotMemoisable
+
+
+def _option_key(value: Any) -> Hashable:
+    if isinstance(value, Mapping):
+        value = tuple(sorted(value.items()))
+    elif isinstance(value, list):
+        value = tuple(value)
+    hash(value)
+    return value
+
+
+def signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any,
+              options: Mapping[str, Any]) -> Hashable | None:
+    """The call's signature, or None when it cannot be memoised (refs, unhashable values …)."""
+    try:
+        leaves, tree = jax.tree_util.tree_flatten(out_value)
+        outs = tuple((tuple(leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves)
+        return (id(kernel), tuple(map(_operand_key, args)),
+                tuple(sorted((k, _operand_key(v)) for k, v in kwargs.items())), tree, outs,
+                tuple(sorted((k, _option_key(v)) for k, v in options.items())))
+    except (NotMemoisable, TypeError, AttributeError):
+        return None
+
+
+def lookup(key: Hashable | None) -> Entry | None:
+    return None if key is None else _entries.get(key)
+
+
+def store(key: Hashable | None, entry: Entry) -> None:
+    if key is None:
+        return
+    if len(_entries) >= _LIMIT:
+        _entries.clear()
+    _entries[key] = entry
+
+
+def arrays_of(entry: Entry, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    """The call's array operands, in the order the memoised spec binds them."""
+    operands = {k: v for k, v in kwargs.items() if k in entry.operand_keywords}
+    bound = bind_like_a_call(entry.names, args, operands, "")
+    arrays = []
+    for name, path in entry.sources:
+        value = bound[name]
+        for i in path:
+            value = value[i]
+        arrays.append(value)
+    return arrays
