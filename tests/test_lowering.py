@@ -253,3 +253,14 @@ def test_entry_points_are_registered():
     if "cuda" in loaded:
         assert loaded["cuda"] == ("cuda",)
     np.testing.assert_equal(tritonplug.cdiv(10, 4), 3)
+
+
+@cuda
+def test_legacy_custom_call_target_on_request():
+    text = lower(lambda x, y: add(x, y, compute_capability=90, custom_call_target_name="triton_kernel_call"),
+                 spec((640,)), spec((640,)))
+    (call,) = kernel_calls(text)
+    assert call["target"] == "triton_kernel_call"
+    assert call["kernel_call"]["kernel"]["kernel_name"] == "add_kernel"
+    with pytest.raises(ValueError, match="custom_call_target_name"):
+        add(jnp.ones(8), jnp.ones(8), custom_call_target_name="my_call")

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import binding, call_memo, frontend, triton_compat
+from tritonplug import binding, call_memo, frontend, jaxlib_compat, triton_compat
 from tritonplug.call import CallSpec
 from tritonplug.primitive import triton_call_p
 from tritonplug.records import BufferSpec
@@ -35,6 +35,7 @@ def triton_call(
     cost_estimate: Mapping[str, Any] | None = None,
     has_side_effect: bool = False,
     out_type: Any = None,
+    custom_call_target_name: str | None = None,
     **metaparams: Any,
 ) -> Any:
     """Call a Triton kernel on JAX arrays, eagerly or inside ``jax.jit``.
@@ -47,13 +48,16 @@ def triton_call(
     kernel's defaults or come from ``triton.autotune``/``triton.heuristics``. ``grid`` is
     an int, up to three ints, or a callable of the metaparameters.
     ``input_output_aliases`` maps an operand index (scalars counted) to an output index.
+    ``custom_call_target_name`` (jax-triton 0.3) picks jaxlib's ``triton_kernel_call_ffi`` or the
+    legacy ``triton_kernel_call`` target on GPUs; by default the FFI one where registered.
     """
     options_seen = {"grid": grid, "name": name, "num_warps": num_warps, "num_stages": num_stages,
                     "num_ctas": num_ctas, "compute_capability": compute_capability,
                     "enable_fp_fusion": enable_fp_fusion, "backend_options": backend_options,
                     "input_output_aliases": input_output_aliases, "zeroed_outputs": zeroed_outputs, "debug": debug,
                     "serialized_metadata": serialized_metadata, "cost_estimate": cost_estimate,
-                    "has_side_effect": has_side_effect, "out_shape_given": out_shape is not None}
+                    "has_side_effect": has_side_effect, "out_shape_given": out_shape is not None,
+                    "custom_call_target_name": custom_call_target_name}
     memo_key = None if (out_shape is None) == (out_type is None) else call_memo.signature(
         kernel, args, metaparams, out_shape if out_shape is not None else out_type, options_seen)
     memo = call_memo.lookup(memo_key)
@@ -66,6 +70,9 @@ def triton_call(
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_tree_value)
     out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
     _check_grid(grid)
+    if custom_call_target_name not in (None, *jaxlib_compat.GPU_TARGETS):
+        raise ValueError(f"custom_call_target_name must be one of {jaxlib_compat.GPU_TARGETS}, "
+                         f"got {custom_call_target_name!r}")
     _check_misc(name, serialized_metadata, cost_estimate, has_side_effect, input_output_aliases)
     options = _call_options(num_warps, num_stages, num_ctas, compute_capability, enable_fp_fusion,
                             backend_options, debug)
@@ -88,7 +95,7 @@ def triton_call(
         grid=tuple(grid) if isinstance(grid, list) else grid, zeroed_outputs=zeroed_outputs,
         call_options=tuple(sorted(options.items())), name=name, serialized_metadata=bytes(serialized_metadata),
         cost_estimate=tuple(sorted(cost_estimate.items())) if cost_estimate else None,
-        has_side_effect=bool(has_side_effect))
+        has_side_effect=bool(has_side_effect), custom_call_target=custom_call_target_name)
     if not bound.refs:
         call_memo.store(memo_key, call_memo.Entry(call, bound.names, frozenset(operand_kwargs), tuple(sources),
                                                   out_tree))

@@ -22,10 +22,12 @@ class CallSpec:
     serialized_metadata: bytes = b""
     cost_estimate: tuple[tuple[str, Any], ...] | None = None
     has_side_effect: bool = False
+    custom_call_target: str | None = None
 
     def _fields(self) -> tuple:
         return (self.kernel, self.bound, self.metaparams, self.out_specs, self.grid, self.zeroed_outputs,
-                self.call_options, self.name, self.serialized_metadata, self.cost_estimate, self.has_side_effect)
+                self.call_options, self.name, self.serialized_metadata, self.cost_estimate, self.has_side_effect,
+                self.custom_call_target)
 
     def __eq__(self, other: object) -> bool:
         if self is other:

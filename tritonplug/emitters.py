@@ -16,7 +16,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.interpreters import mlir
 
 from tritonplug import host_ffi, jaxlib_compat
 from tritonplug.call import CallSpec
@@ -44,7 +43,7 @@ def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call:
                                descriptions=[k.launch.description for k in kernels], aliases=aliases)
     opaque = zlib.compress(proto)
     operand_output_aliases = {i: o for i, o in launch.aliases}
-    target = jaxlib_compat.custom_call_target(platform)
+    target = call.custom_call_target or jaxlib_compat.custom_call_target(platform)
     if target == jaxlib_compat.FFI_TARGET:
         attributes: dict[str, Any] = {"opaque": opaque}
         if call.cost_estimate and jaxlib_compat.accepts_cost_estimate():
@@ -53,10 +52,10 @@ def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call:
                                     has_side_effect=call.has_side_effect)
         results = rule(ctx, *args, **attributes)
     else:
-        result_types = [mlir.aval_to_ir_type(a) for a in ctx.avals_out]
-        results = mlir.custom_call(target, result_types=result_types, operands=list(args), backend_config=opaque,
-                                   api_version=2, operand_output_aliases=operand_output_aliases,
-                                   has_side_effect=call.has_side_effect).results
+        rule = jax.ffi.ffi_lowering(target, api_version=2, backend_config=opaque,
+                                    operand_output_aliases=operand_output_aliases,
+                                    has_side_effect=call.has_side_effect)
+        results = rule(ctx, *args)
     if call.cost_estimate:
         _annotate(results, call.cost_estimate)
     return results

@@ -9,6 +9,7 @@ import jaxlib
 
 FFI_TARGET = "triton_kernel_call_ffi"
 LEGACY_TARGET = "triton_kernel_call"
+GPU_TARGETS = (FFI_TARGET, LEGACY_TARGET)
 JAXLIB_VERSION = tuple(int(p) for p in jaxlib.__version__.split(".")[:3] if p.isdigit())
 
 
