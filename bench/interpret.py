@@ -7,7 +7,7 @@
 interpret plugin runs the kernel in an XLA FFI call). ``direct``: Triton's interpreter called
 as Triton runs it under ``TRITON_INTERPRET=1`` —
 ``InterpretedFunction(kernel.fn)[grid](...)`` — on torch-free stand-ins for CPU tensors that,
-like torch CPU tensors, are never copied (the approach of plugins/interpret/bench_runner.py).
+like torch CPU tensors, are never copied.
 Both run the examples' kernels on the same NumPy data, alternating call by call; the ratio is
 tritonplug / direct (goal: ≤ 1.2). ``--profile NAME`` prints a cProfile of the tritonplug
 path of one case instead.

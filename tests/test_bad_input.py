@@ -21,6 +21,7 @@ import pytest
 import triton
 import triton.language as tl
 from conftest import installed_backends, requires_backend
+from kernels import add_kernel
 
 import tritonplug
 from tritonplug.compiler import service
@@ -29,13 +30,6 @@ from tritonplug.inspection import kernel_calls
 N = 256  # a size no other test module lowers: JAX caches lowerings of identical programs
 SPEC = jax.ShapeDtypeStruct((N,), jnp.float32)
 HERE = Path(__file__).resolve()
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
 @triton.jit

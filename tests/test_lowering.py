@@ -12,19 +12,13 @@ import pytest
 import triton
 import triton.language as tl
 from conftest import for_backend
+from kernels import add_kernel
 
 import tritonplug
 from tritonplug.inspection import kernel_calls
 
 cuda = for_backend("cuda")
 rocm = for_backend("rocm")
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
 @triton.jit
