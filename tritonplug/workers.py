@@ -17,14 +17,11 @@ import itertools
 import logging
 import math
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,8 +31,8 @@ from typing import Any
 
 import cloudpickle
 
-from tritonplug._worker_main import HEADER, send
 from tritonplug.errors import CompileError, WorkerError
+from tritonplug.worker_process import Died, TimedOut, WorkerProcess
 
 log = logging.getLogger("tritonplug.workers")
 
@@ -53,77 +50,6 @@ class Task:
     func: Callable[..., Any]
     args: tuple = ()
     description: str = ""
-
-
-class _Died(Exception):
-    """The worker's stdout reached end of file: it exited or was killed."""
-
-
-class _TimedOut(Exception):
-    """No reply before the deadline."""
-
-
-class _Worker:
-    """One worker process, used by one thread at a time (the pool hands it out)."""
-
-    def __init__(self, proc: subprocess.Popen, log_path: str) -> None:
-        self.proc, self.pid, self.log_path, self.ready, self.busy = proc, proc.pid, log_path, False, False
-        self._lock = threading.Lock()  # orders killpg before reaping: a reaped pid may be reused
-        self._poll = select.poll()
-        self._poll.register(proc.stdout.fileno(), select.POLLIN)
-
-    def alive(self) -> bool:
-        with self._lock:
-            return self.proc.poll() is None
-
-    def wait_ready(self, timeout: float) -> None:
-        if not self.ready:
-            _, _, failures = self._receive(time.monotonic() + timeout)  # ("ready", pid, preload failures)
-            for failure in failures:
-                log.warning("compile worker pid %d could not preload %s", self.pid, failure)
-            self.ready = True
-
-    def call(self, payload: bytes, timeout: float, startup_timeout: float) -> tuple:
-        self.wait_ready(startup_timeout)
-        self.busy = True
-        try:
-            send(self.proc.stdin.fileno(), payload)
-            return self._receive(time.monotonic() + timeout)
-        except BrokenPipeError:
-            raise _Died() from None
-        finally:
-            self.busy = False
-
-    def _receive(self, deadline: float) -> Any:
-        return cloudpickle.loads(self._read(HEADER.unpack(self._read(HEADER.size, deadline))[0], deadline))
-
-    def _read(self, size: int, deadline: float) -> bytes:
-        chunks = []
-        while size:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _TimedOut()
-            if self._poll.poll(math.ceil(remaining * 1000)):
-                chunk = os.read(self.proc.stdout.fileno(), min(size, 1 << 20))
-                if not chunk:
-                    raise _Died()
-                chunks.append(chunk)
-                size -= len(chunk)
-        return b"".join(chunks)
-
-    def kill(self) -> str:
-        """SIGKILL the worker's process group (ptxas children too), reap it, say how it ended."""
-        with self._lock:
-            if self.proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.pid, signal.SIGKILL)
-                self.proc.wait()
-        code = self.proc.returncode
-        if code >= 0:
-            return f"exited with code {code}"
-        with contextlib.suppress(ValueError):
-            return f"was killed by signal {signal.Signals(-code).name}"
-        return f"was killed by signal {-code}"
 
 
 class WorkerPool:
@@ -144,8 +70,8 @@ class WorkerPool:
         self.closed = False
         self._startup_timeout = max(self.timeout, _MIN_STARTUP_TIMEOUT)
         self._cond = threading.Condition()
-        self._free: list[_Worker | None] = [None] * size  # free slots; the last one is handed out first
-        self._workers: dict[_Worker, None] = {}  # live workers, in start order
+        self._free: list[WorkerProcess | None] = [None] * size  # free slots; the last one is handed out first
+        self._workers: dict[WorkerProcess, None] = {}  # live workers, in start order
         self._ids = itertools.count(1)
         self._dir = tempfile.mkdtemp(prefix="tritonplug-workers-") if size else ""
         if size:
@@ -156,7 +82,7 @@ class WorkerPool:
         """Start the missing workers now and wait until each idle one has imported its preload modules."""
         with self._cond:
             self._ensure_open()
-            started: list[_Worker | None] = [w for w in self._free if w is None or not w.ready]
+            started: list[WorkerProcess | None] = [w for w in self._free if w is None or not w.ready]
             self._free = [w for w in self._free if w is not None and w.ready]
         try:
             for i, worker in enumerate(started):
@@ -164,7 +90,7 @@ class WorkerPool:
             for worker in filter(None, started):
                 try:
                     worker.wait_ready(self._startup_timeout)
-                except (_Died, _TimedOut):
+                except (Died, TimedOut):
                     fate = worker.kill()
                     raise WorkerError(_compose(f"compile worker pid {worker.pid} {fate} before it was ready",
                                                worker_log=_take_text(worker.log_path))) from None
@@ -276,7 +202,7 @@ class WorkerPool:
         if self.closed:
             raise WorkerError("the compile worker pool has been shut down")
 
-    def _start(self) -> _Worker:
+    def _start(self) -> WorkerProcess:
         log_path = os.path.join(self._dir, f"worker-{next(self._ids)}.log")
         command = [sys.executable, "-m", "tritonplug._worker_main", str(os.getpid()), *self.preload]
 
@@ -285,13 +211,13 @@ class WorkerPool:
                 return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=log_file, close_fds=True, start_new_session=True,
                                         env=_child_env(), bufsize=0)
-        worker = _Worker(_spawner.submit(popen).result(), log_path)
+        worker = WorkerProcess(_spawner.submit(popen).result(), log_path)
         with self._cond:
             self._workers[worker] = None
         log.info("started compile worker pid %d (%d of %d)", worker.pid, len(self._workers), self.size)
         return worker
 
-    def _drop(self, worker: _Worker) -> str:
+    def _drop(self, worker: WorkerProcess) -> str:
         """Kill a worker and forget it; returns how it ended."""
         fate = worker.kill()
         for pipe in (worker.proc.stdin, worker.proc.stdout):
@@ -303,7 +229,7 @@ class WorkerPool:
             self._workers.pop(worker, None)
         return fate
 
-    def _checkout(self) -> _Worker:
+    def _checkout(self) -> WorkerProcess:
         """Take a free slot (waiting for one) and return its live worker, started if need be."""
         with self._cond:
             while True:
@@ -322,7 +248,7 @@ class WorkerPool:
             self._put_back(None)
             raise
 
-    def _put_back(self, worker: _Worker | None) -> None:
+    def _put_back(self, worker: WorkerProcess | None) -> None:
         """Free a slot; a dead worker, or any worker once the pool is shut down, is dropped."""
         alive = worker is not None and worker.alive()
         with self._cond:
@@ -337,7 +263,7 @@ class WorkerPool:
 
     def _run_one(self, task: Task) -> Any:
         label = _label(task)
-        worker: _Worker | None = None
+        worker: WorkerProcess | None = None
         first_death = ""
         while True:
             stderr_path = os.path.join(self._dir, f"job-{next(self._ids)}.stderr")
@@ -351,7 +277,7 @@ class WorkerPool:
             except BaseException as exc:
                 old, startup_log = worker, "" if worker.ready else _take_text(worker.log_path)
                 fate, stderr = self._drop(old), _take_text(stderr_path)
-                if isinstance(exc, _TimedOut):
+                if isinstance(exc, TimedOut):
                     log.warning("%s timed out; killed worker pid %d and its process group", label, old.pid)
                 worker = None
                 if not self.closed:  # replace the worker in the slot this thread holds
@@ -361,7 +287,7 @@ class WorkerPool:
                         self._put_back(None)
                         raise
                     log.warning("replaced compile worker pid %d (%s) by pid %d", old.pid, fate, worker.pid)
-                if isinstance(exc, _Died) and not first_death and worker is not None:
+                if isinstance(exc, Died) and not first_death and worker is not None:
                     first_death = f"pid {old.pid} {fate}"
                     log.warning("retrying %s on the fresh worker", label)
                     continue
@@ -378,14 +304,14 @@ class WorkerPool:
             raise CompileError(_compose(f"{label} failed in a compile worker: {type_name}: {message}",
                                         worker_traceback=formatted, stderr=stderr))
 
-    def _failure(self, exc: Exception, label: str, old: _Worker, fate: str, first_death: str, stderr: str,
+    def _failure(self, exc: Exception, label: str, old: WorkerProcess, fate: str, first_death: str, stderr: str,
                  startup_log: str) -> Exception:
-        if isinstance(exc, _TimedOut) and not old.ready:
+        if isinstance(exc, TimedOut) and not old.ready:
             message = f"compile worker pid {old.pid} for {label} did not start in {self._startup_timeout:g} s"
-        elif isinstance(exc, _TimedOut):
+        elif isinstance(exc, TimedOut):
             message = (f"{label} exceeded the compile timeout of {self.timeout:g} s (set {TIMEOUT_ENV} to "
                        f"change it); worker pid {old.pid} and its process group were killed")
-        elif isinstance(exc, _Died):
+        elif isinstance(exc, Died):
             history = f"{first_death}, then the fresh worker " if first_death else ""
             message = f"the compile worker died while running {label}: {history}pid {old.pid} {fate}"
         else:
