@@ -85,6 +85,23 @@ def autotuned_matmul(n_configs: int | None = None) -> Any:
     return triton.autotune(configs=configs, key=["M", "N", "K"])(load_example("matmul").matmul_kernel.fn)
 
 
+def matmul_call(triton_call: Callable, kernel: Any, m: int, n: int, k: int, dtype: Any, **options: Any) -> Callable:
+    """[m, k] @ [k, n] with the example's matmul kernel, called through ``triton_call`` (tritonplug's or
+    jax-triton's, which take the same arguments)."""
+    import jax
+
+    from tritonplug.utils import cdiv
+
+    def grid(meta: dict) -> tuple[int]:
+        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]), )
+
+    def mm(a: Any, b: Any) -> Any:
+        return triton_call(a, b, m, n, k, k, 1, n, 1, n, 1, kernel=kernel, grid=grid,
+                           out_shape=jax.ShapeDtypeStruct((m, n), dtype), **options)
+
+    return mm
+
+
 # ------------------------------------------------------------------ run context
 
 
@@ -398,7 +415,7 @@ def matmul_one(run: Run, dtype_str: str) -> None:
     configs = [str(c) for c in hopper_matmul_configs()]
     common = {"shape": [m, n, k], "dtype": dtype_str, "configs": len(configs)}
 
-    def grid(meta: dict) -> tuple[int]:
+    def grid(meta: dict) -> tuple[int]:  # for Triton's own launcher; matmul_call has the same
         return (tritonplug.cdiv(m, meta["BLOCK_M"]) * tritonplug.cdiv(n, meta["BLOCK_N"]), )
 
     sets_n = n_sets_for(2 * 2 * m * k, run.smoke)
@@ -407,18 +424,12 @@ def matmul_one(run: Run, dtype_str: str) -> None:
             for i in range(sets_n)]
     want = jnp.dot(sets[0][0].astype(jnp.float32), sets[0][1].astype(jnp.float32))
     tol = 0.05 * float(jnp.max(jnp.abs(want))) + 0.5
-    out_shape = jax.ShapeDtypeStruct((m, n), dtype)
-    tp_kernel = autotuned_matmul()
-
     impls: dict[str, Callable] = {
-        "tritonplug": jax.jit(lambda a, b: tritonplug.triton_call(
-            a, b, m, n, k, k, 1, n, 1, n, 1, kernel=tp_kernel, out_shape=out_shape, grid=grid)),
+        "tritonplug": jax.jit(matmul_call(tritonplug.triton_call, autotuned_matmul(), m, n, k, dtype)),
         "xla": jax.jit(lambda a, b: jnp.dot(a, b)),
     }
     if not run.skip_jt(bench, **common):
-        jt, jt_kernel = run.jt, autotuned_matmul()
-        impls["jax_triton"] = jax.jit(lambda a, b: jt.triton_call(
-            a, b, m, n, k, k, 1, n, 1, n, 1, kernel=jt_kernel, out_shape=out_shape, grid=grid))
+        impls["jax_triton"] = jax.jit(matmul_call(run.jt.triton_call, autotuned_matmul(), m, n, k, dtype))
     for impl, fn in impls.items():
         with run.results.guard(bench, impl, **common):
             with captured_stderr() as log:
@@ -824,15 +835,8 @@ def child_compile(args: dict) -> dict:
 
     import_s = time.perf_counter() - start
     m = n = k = 4096
-    kernel = autotuned_matmul(args["configs"])
+    mm = matmul_call(tritonplug.triton_call, autotuned_matmul(args["configs"]), m, n, k, jnp.float16)
     spec = jax.ShapeDtypeStruct((m, k), jnp.float16)
-
-    def grid(meta: dict) -> tuple[int]:
-        return (tritonplug.cdiv(m, meta["BLOCK_M"]) * tritonplug.cdiv(n, meta["BLOCK_N"]), )
-
-    def mm(a: Any, b: Any) -> Any:
-        return tritonplug.triton_call(a, b, m, n, k, k, 1, n, 1, n, 1, kernel=kernel, grid=grid,
-                                      out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16))
 
     start = time.perf_counter()
     lowered = jax.jit(mm).trace(spec, spec).lower(lowering_platforms=("cuda", ))
@@ -851,23 +855,15 @@ def child_compile_jax_triton(args: dict) -> dict:
     import jax
     import jax.numpy as jnp
 
-    import tritonplug
 
     jt, reason = import_jax_triton()
     if jt is None:
         raise RuntimeError(reason)
     import_s = time.perf_counter() - start
     m = n = k = 4096
-    kernel = autotuned_matmul(args["configs"])
+    mm = matmul_call(jt.triton_call, autotuned_matmul(args["configs"]), m, n, k, jnp.float16,
+                     compute_capability=90 if args["smoke"] else None)
     spec = jax.ShapeDtypeStruct((m, k), jnp.float16)
-
-    def grid(meta: dict) -> tuple[int]:
-        return (tritonplug.cdiv(m, meta["BLOCK_M"]) * tritonplug.cdiv(n, meta["BLOCK_N"]), )
-
-    def mm(a: Any, b: Any) -> Any:
-        return jt.triton_call(a, b, m, n, k, k, 1, n, 1, n, 1, kernel=kernel, grid=grid,
-                              out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16),
-                              compute_capability=90 if args["smoke"] else None)
 
     start = time.perf_counter()
     jax.jit(mm).trace(spec, spec).lower(lowering_platforms=("cuda", ))
@@ -910,15 +906,10 @@ def child_first_call(args: dict) -> dict:
         out_bytes = 4 * n
     else:
         m = n = k = 4096
-        kernel = autotuned_matmul()
         a = jax.random.normal(jax.random.key(1), (m, k), jnp.float16)
         b = jax.random.normal(jax.random.key(2), (k, n), jnp.float16)
         operands, out_bytes = (a, b), 2 * m * n
-
-        def fn(a: Any, b: Any) -> Any:
-            return tritonplug.triton_call(
-                a, b, m, n, k, k, 1, n, 1, n, 1, kernel=kernel, out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16),
-                grid=lambda meta: (tritonplug.cdiv(m, meta["BLOCK_M"]) * tritonplug.cdiv(n, meta["BLOCK_N"]), ))
+        fn = matmul_call(tritonplug.triton_call, autotuned_matmul(), m, n, k, jnp.float16)
     start = time.perf_counter()
     lowered = jax.jit(fn).trace(*operands).lower(lowering_platforms=("cuda", ))
     lower_s = time.perf_counter() - start
