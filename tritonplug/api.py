@@ -163,11 +163,7 @@ def _check_zeroed_outputs(zeroed_outputs: Any, n_outputs: int) -> Any:
 def _check_complete(kernel: triton_compat.UnwrappedKernel, bound: binding.BoundArgs, constexprs: Mapping[str, Any],
                     grid: Any, zeroed_outputs: Any, n_outputs: int) -> None:
     """Without autotune or heuristics every metaparameter is known here: check what depends on them now."""
-    kernel_name = triton_compat.kernel_name(kernel.fn)
-    for param_name, node in zip(bound.names, bound.nodes, strict=True):
-        if isinstance(node, binding.UnsetConst):
-            raise TypeError(f"kernel {kernel_name!r} is missing a value for its tl.constexpr parameter "
-                            f"{param_name!r}: pass {param_name}=... to triton_call")
+    frontend.require_constexprs(triton_compat.kernel_name(kernel.fn), bound, constexprs)
     if callable(grid):
         frontend.grid_for(grid, constexprs)
     if callable(zeroed_outputs):

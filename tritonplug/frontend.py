@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,14 +85,19 @@ def expand_configs(kernel: triton_compat.UnwrappedKernel, bound: BoundArgs, meta
         for heuristics in kernel.heuristics:
             for key, rule in heuristics.values.items():
                 values[key] = rule({**named_args, **values})
-        for param_name, node in zip(bound.names, bound.nodes, strict=True):
-            if isinstance(node, UnsetConst) and param_name not in values:
-                raise TypeError(f"kernel {name!r} is missing a value for its tl.constexpr parameter "
-                                f"{param_name!r}: pass {param_name}=... to triton_call")
+        require_constexprs(name, bound, values)
         merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
         description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
         result.append(Configuration(tuple(values.items()), tuple(merged.items()), description))
     return result
+
+
+def require_constexprs(kernel_name: str, bound: BoundArgs, values: Mapping[str, Any]) -> None:
+    """Every tl.constexpr parameter needs a value: from the call, a default, a config or a heuristic."""
+    for param_name, node in zip(bound.names, bound.nodes, strict=True):
+        if isinstance(node, UnsetConst) and param_name not in values:
+            raise TypeError(f"kernel {kernel_name!r} is missing a value for its tl.constexpr parameter "
+                            f"{param_name!r}: pass {param_name}=... to triton_call")
 
 
 def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -246,5 +251,3 @@ def named_args_for_heuristics(bound: BoundArgs, operands: Sequence[Any], results
     named.update(metaparams)
     return named
 
-
-KeyFn = Callable[[Any], str]

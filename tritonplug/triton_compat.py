@@ -42,11 +42,11 @@ def is_triton_kernel(obj: object) -> bool:
 
 
 _UNWRAPPED: dict[int, tuple[object, UnwrappedKernel]] = {}
-_PARAMETERS: dict[int, tuple[JITFunction, tuple[KernelParameter, ...]]] = {}
 
 
 def unwrap(kernel: object) -> UnwrappedKernel:
-    """Peel wrappers off a kernel; memoised per kernel object, since eager calls repeat it."""
+    """Peel wrappers off a kernel; memoised per kernel object, since eager calls repeat it (by id, so
+    that a mistaken, unhashable ``kernel`` still gets the TypeError below)."""
     cached = _UNWRAPPED.get(id(kernel))
     if cached is not None and cached[0] is kernel:
         return cached[1]
@@ -71,14 +71,10 @@ def _unwrap(kernel: object) -> UnwrappedKernel:
     return UnwrappedKernel(fn, autotuner, tuple(heuristics))
 
 
+@functools.cache
 def parameters(fn: JITFunction) -> tuple[KernelParameter, ...]:
-    cached = _PARAMETERS.get(id(fn))
-    if cached is not None and cached[0] is fn:
-        return cached[1]
-    params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
-                                   p.has_default) for p in fn.params)
-    _PARAMETERS[id(fn)] = (fn, params)
-    return params
+    return tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
+                                 p.has_default) for p in fn.params)
 
 
 @functools.cache
