@@ -7,6 +7,7 @@ parameter, and it is all the lowering needs to build a launch for any configurat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tritonplug import tensor_descriptor, triton_compat
+from tritonplug.records import BufferSpec
 from tritonplug.tensor_descriptor import TensorDescriptor
 
 POINTER_TYPES = {
@@ -81,6 +83,10 @@ def pointer_type(dtype: Any, where: str) -> str:
                         f"(supported: {', '.join(POINTER_TYPES)})")
     _POINTER_TYPE_OF[dtype] = POINTER_TYPES[name]
     return POINTER_TYPES[name]
+
+
+def buffer_nbytes(spec: BufferSpec) -> int:
+    return math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
 
 
 def scalar_type(value: Any, where: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +17,7 @@ import jax
 import numpy as np
 
 from tritonplug import host_ffi, jaxlib_compat
+from tritonplug.binding import buffer_nbytes
 from tritonplug.call import CallSpec
 from tritonplug.kernel_call import encode_kernel_call
 from tritonplug.records import ArrayParam, GpuKernel, HostKernel, Launch
@@ -37,7 +37,7 @@ def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call:
     if not jaxlib_compat.accepts_module_image():
         kernels = [dataclasses.replace(k, module_image=None) for k in kernels]
     launch = kernels[0].launch
-    aliases = [(i, o, _nbytes(launch.operands[i].shape, launch.operands[i].dtype)) for i, o in launch.aliases]
+    aliases = [(i, o, buffer_nbytes(launch.operands[i])) for i, o in launch.aliases]
     name = call.name or launch.kernel_name
     proto = encode_kernel_call(kernels, name=name, metadata=call.serialized_metadata,
                                descriptions=[k.launch.description for k in kernels], aliases=aliases)
@@ -110,7 +110,3 @@ def _result_of(launch: Launch, buffer: int) -> int:
     if buffer >= len(launch.operands):
         return buffer - len(launch.operands)
     return dict(launch.aliases)[buffer]
-
-
-def _nbytes(shape: Sequence[int], dtype: str) -> int:
-    return math.prod(shape) * np.dtype(dtype).itemsize

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,16 @@ from typing import Any
 import numpy as np
 
 from tritonplug import triton_compat
-from tritonplug.binding import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, pointer_type
+from tritonplug.binding import (
+    ArrayArg,
+    BoundArgs,
+    ConstArg,
+    OutputArg,
+    ScalarArg,
+    UnsetConst,
+    buffer_nbytes,
+    pointer_type,
+)
 from tritonplug.errors import KernelSourceError
 from tritonplug.records import ArrayParam, BackendInfo, BufferSpec, ConstexprParam, Options, ScalarParam, Target
 
@@ -142,8 +150,7 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
     zero_param_of = {out: ("in", i) for out, i in bound.aliased_params}
     bytes_to_zero = {}
     for out in zeroed:
-        size = math.prod(results[out].shape) * np.dtype(results[out].dtype).itemsize
-        bytes_to_zero[zero_param_of.get(out, ("out", out))] = size
+        bytes_to_zero[zero_param_of.get(out, ("out", out))] = buffer_nbytes(results[out])
     signature: dict[str, Any] = {}
     constexprs: dict[Any, Any] = {}
     attrs: dict[tuple, list] = {}

@@ -10,13 +10,13 @@ them. Kernels can build descriptors on the device instead, with ``tl.make_tensor
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 
 from tritonplug import jaxlib_compat
+from tritonplug.utils import strides_from_shape
 
 PADDINGS = ("zero", "nan")
 
@@ -46,7 +46,7 @@ class TensorDescriptor:
                    round_f32_to_tf32: bool = False) -> TensorDescriptor:
         """A descriptor over a whole row-major array."""
         shape = tuple(int(d) for d in array.shape)
-        strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+        strides = strides_from_shape(shape)
         return cls(array, shape, strides, tuple(int(b) for b in block_shape), layout, padding,
                    bool(round_f32_to_tf32))
 
