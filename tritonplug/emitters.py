@@ -17,8 +17,7 @@ import jax
 import numpy as np
 
 from tritonplug import host_ffi, jaxlib_compat
-from tritonplug.binding import buffer_nbytes
-from tritonplug.call import CallSpec
+from tritonplug.call import CallSpec, buffer_nbytes
 from tritonplug.kernel_call import encode_kernel_call
 from tritonplug.records import ArrayParam, GpuKernel, HostKernel, Launch
 
@@ -38,26 +37,26 @@ def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call:
         kernels = [dataclasses.replace(k, module_image=None) for k in kernels]
     launch = kernels[0].launch
     aliases = [(i, o, buffer_nbytes(launch.operands[i])) for i, o in launch.aliases]
-    name = call.name or launch.kernel_name
-    proto = encode_kernel_call(kernels, name=name, metadata=call.serialized_metadata,
+    name = call.options.name or launch.kernel_name
+    proto = encode_kernel_call(kernels, name=name, metadata=call.options.serialized_metadata,
                                descriptions=[k.launch.description for k in kernels], aliases=aliases)
     opaque = zlib.compress(proto)
     operand_output_aliases = {i: o for i, o in launch.aliases}
-    target = call.custom_call_target or jaxlib_compat.custom_call_target(platform)
+    target = call.options.custom_call_target_name or jaxlib_compat.custom_call_target(platform)
     if target == jaxlib_compat.FFI_TARGET:
         attributes: dict[str, Any] = {"opaque": opaque}
-        if call.cost_estimate and jaxlib_compat.accepts_cost_estimate():
-            attributes["cost_estimate_json"] = json.dumps(dict(call.cost_estimate))
+        if call.options.cost_estimate and jaxlib_compat.accepts_cost_estimate():
+            attributes["cost_estimate_json"] = json.dumps(dict(call.options.cost_estimate))
         rule = jax.ffi.ffi_lowering(target, api_version=4, operand_output_aliases=operand_output_aliases,
-                                    has_side_effect=call.has_side_effect)
+                                    has_side_effect=call.options.has_side_effect)
         results = rule(ctx, *args, **attributes)
     else:
         rule = jax.ffi.ffi_lowering(target, api_version=2, backend_config=opaque,
                                     operand_output_aliases=operand_output_aliases,
-                                    has_side_effect=call.has_side_effect)
+                                    has_side_effect=call.options.has_side_effect)
         results = rule(ctx, *args)
-    if call.cost_estimate:
-        _annotate(results, call.cost_estimate)
+    if call.options.cost_estimate:
+        _annotate(results, call.options.cost_estimate)
     return results
 
 
@@ -84,10 +83,10 @@ def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec
             results[_result_of(launch, b)][...] = 0
         kernel.run(operands, results)
 
-    extra = {"cost_estimate_json": json.dumps(dict(call.cost_estimate))} if call.cost_estimate else None
+    extra = {"cost_estimate_json": json.dumps(dict(call.options.cost_estimate))} if call.options.cost_estimate else None
     return host_ffi.lower_host_call(ctx, args, function_id=host_ffi.register_function(run_on_host),
                                     operand_output_aliases=dict(launch.aliases),
-                                    has_side_effect=call.has_side_effect, extra_attributes=extra)
+                                    has_side_effect=call.options.has_side_effect, extra_attributes=extra)
 
 
 def _zeroed_buffers(launch: Launch) -> list[int]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Sequence
+import threading
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 import jax
@@ -14,13 +15,13 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
-from tritonplug.call import CallSpec
+from tritonplug.batching import batch_rule
+from tritonplug.call import CallSpec, refs_as_outputs
+from tritonplug.lowering import lower_call
 from tritonplug.records import BufferSpec
 
 triton_call_p = Primitive("tritonplug_call")
 triton_call_p.multiple_results = True
-
-LOWERED_PLATFORMS = ("cuda", "rocm", "cpu")
 
 
 def _impl(*args: Any, call: CallSpec) -> Any:
@@ -33,20 +34,6 @@ def _impl(*args: Any, call: CallSpec) -> Any:
 def _abstract_eval(*avals: Any, call: CallSpec) -> tuple[list[jax.core.ShapedArray], set]:
     effects = {effect(i) for i in call.bound.refs for effect in (types.ReadEffect, types.WriteEffect)}
     return [jax.core.ShapedArray(s.shape, s.dtype) for s in call.out_specs], effects
-
-
-def refs_as_outputs(call: CallSpec, ref_specs: Sequence[BufferSpec]) -> CallSpec:
-    """The same call with each Ref operand turned into an extra output aliased to it.
-
-    ``ref_specs`` are the Refs' shapes and dtypes, in ``call.bound.refs`` order. The kernel
-    parameter stays bound to the operand buffer, which XLA now shares with the new output.
-    """
-    refs = call.bound.refs
-    first = len(call.out_specs)
-    new_aliases = tuple((i, first + k) for k, i in enumerate(refs))
-    bound = dataclasses.replace(call.bound, refs=(), aliases=call.bound.aliases + new_aliases,
-                                aliased_params=call.bound.aliased_params + tuple((o, i) for i, o in new_aliases))
-    return dataclasses.replace(call, bound=bound, out_specs=call.out_specs + tuple(ref_specs))
 
 
 def _discharge(in_avals: Any, out_avals: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
@@ -71,7 +58,7 @@ else:
 def _dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
     """Drop a call whose results are unused, unless it declared side effects."""
     call = eqn.params["call"]
-    if any(used_outputs) or call.has_side_effect or call.bound.refs:
+    if any(used_outputs) or call.options.has_side_effect or call.bound.refs:
         return [True] * len(eqn.invars), eqn
     return [False] * len(eqn.invars), None
 
@@ -85,10 +72,34 @@ def _no_autodiff(*args: Any, **kwargs: Any) -> Any:
 
 def _lowering(platform: str):
     def rule(ctx: Any, *args: Any, call: CallSpec) -> Any:
-        from tritonplug.lowering import lower_call
-
         return lower_call(ctx, args, call, platform)
     return rule
+
+
+_lowered_platforms: set[str] = set()
+_refused_platforms: set[str] = set()
+_registration_lock = threading.Lock()
+
+
+def ensure_lowering_rules(platforms: Iterable[str]) -> None:
+    """Register the primitive's lowering for every platform a loaded backend declares.
+
+    JAX accepts lowering rules only for the platforms it knows (cpu, cuda, rocm, tpu, oneapi …);
+    a platform it refuses is reported once with a warning naming it, and the others still work.
+    """
+    new = set(platforms) - _lowered_platforms - _refused_platforms
+    if not new:
+        return
+    with _registration_lock:
+        for platform in sorted(new - _lowered_platforms - _refused_platforms):
+            try:
+                mlir.register_lowering(triton_call_p, _lowering(platform), platform=platform)
+            except NotImplementedError as exc:
+                _refused_platforms.add(platform)
+                warnings.warn(f"tritonplug: a backend declares the platform {platform!r}, which JAX cannot lower "
+                              f"for; calls are not lowered for it ({exc})", RuntimeWarning, stacklevel=3)
+                continue
+            _lowered_platforms.add(platform)
 
 
 triton_call_p.def_impl(_impl)
@@ -100,14 +111,4 @@ pe.dce_rules[triton_call_p] = _dce
 dispatch.prim_requires_devices_during_lowering.add(triton_call_p)
 ad.primitive_jvps[triton_call_p] = _no_autodiff
 ad.primitive_transposes[triton_call_p] = _no_autodiff
-for _platform in LOWERED_PLATFORMS:
-    mlir.register_lowering(triton_call_p, _lowering(_platform), platform=_platform)
-
-
-def _register_batching() -> None:
-    from tritonplug.batching import batch_rule
-
-    batching.fancy_primitive_batchers[triton_call_p] = batch_rule
-
-
-_register_batching()
+batching.fancy_primitive_batchers[triton_call_p] = functools.partial(batch_rule, triton_call_p)

@@ -7,7 +7,6 @@ and the kernel's source hash.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -28,34 +27,47 @@ class KernelParameter:
     has_default: bool
 
 
-@dataclass(frozen=True)
-class UnwrappedKernel:
-    """A kernel with its wrappers peeled off, outermost first."""
+@dataclass(frozen=True, eq=False)
+class KernelFacts:
+    """What the host knows of one kernel object: the ``@triton.jit`` function with its wrappers
+    (outermost first) peeled off, its name and its parameters. Computed once per kernel object;
+    equal only to itself, so it can stand for the kernel in hashed call descriptions."""
 
+    kernel: object
     fn: JITFunction
     autotuner: Autotuner | None
     heuristics: tuple[Heuristics, ...]
+    name: str
+    params: tuple[KernelParameter, ...]
+    param_names: frozenset[str]
+    constexpr_names: frozenset[str]
 
 
 def is_triton_kernel(obj: object) -> bool:
     return isinstance(obj, (JITFunction, Autotuner, Heuristics))
 
 
-_UNWRAPPED: dict[int, tuple[object, UnwrappedKernel]] = {}
+class KernelFactsCache:
+    """Facts per kernel object, keyed by id (so that a mistaken, unhashable ``kernel`` still gets the
+    TypeError of :func:`kernel_facts`); eager calls look the same kernel up on every call."""
+
+    def __init__(self) -> None:
+        self._facts: dict[int, KernelFacts] = {}
+
+    def get(self, kernel: object) -> KernelFacts:
+        cached = self._facts.get(id(kernel))
+        if cached is not None and cached.kernel is kernel:
+            return cached
+        facts = kernel_facts(kernel)
+        self._facts[id(kernel)] = facts
+        return facts
+
+    def clear(self) -> None:
+        self._facts.clear()
 
 
-def unwrap(kernel: object) -> UnwrappedKernel:
-    """Peel wrappers off a kernel; memoised per kernel object, since eager calls repeat it (by id, so
-    that a mistaken, unhashable ``kernel`` still gets the TypeError below)."""
-    cached = _UNWRAPPED.get(id(kernel))
-    if cached is not None and cached[0] is kernel:
-        return cached[1]
-    result = _unwrap(kernel)
-    _UNWRAPPED[id(kernel)] = (kernel, result)
-    return result
-
-
-def _unwrap(kernel: object) -> UnwrappedKernel:
+def kernel_facts(kernel: object) -> KernelFacts:
+    """Peel ``triton.autotune``/``triton.heuristics`` wrappers off a kernel and read its parameters."""
     autotuner, heuristics, fn = None, [], kernel
     while not isinstance(fn, JITFunction):
         if isinstance(fn, Autotuner):
@@ -68,24 +80,10 @@ def _unwrap(kernel: object) -> UnwrappedKernel:
             raise TypeError(f"kernel must be a @triton.jit function (optionally wrapped by triton.autotune or "
                             f"triton.heuristics), got {type(kernel).__name__}: {kernel!r}")
         fn = fn.fn
-    return UnwrappedKernel(fn, autotuner, tuple(heuristics))
-
-
-@functools.cache
-def parameters(fn: JITFunction) -> tuple[KernelParameter, ...]:
-    return tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
-                                 p.has_default) for p in fn.params)
-
-
-@functools.cache
-def parameter_names(fn: JITFunction) -> tuple[frozenset[str], frozenset[str]]:
-    """(all parameter names, constexpr parameter names) of a kernel."""
-    params = parameters(fn)
-    return frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr)
-
-
-def kernel_name(fn: JITFunction) -> str:
-    return fn.fn.__name__
+    params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
+                                   p.has_default) for p in fn.params)
+    return KernelFacts(kernel, fn, autotuner, tuple(heuristics), fn.fn.__name__, params,
+                       frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr))
 
 
 def source_key(value: Any) -> str:
