@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonplug import tensor_descriptor
+from tritonplug import jax_compat, tensor_descriptor
 from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, pointer_type
 from tritonplug.tensor_descriptor import TensorDescriptor
 from tritonplug.triton_compat import KernelFacts
@@ -50,17 +50,7 @@ def is_array(value: Any) -> bool:
 
 def is_ref(value: Any) -> bool:
     """A mutable array reference made by ``jax.new_ref``: the kernel updates it in place."""
-    import jax
-    from jax._src import core
-
-    if isinstance(value, (jax.Array, np.ndarray)):
-        return False
-    from jax._src.state.types import AbstractRef
-
-    try:
-        return isinstance(core.typeof(value), AbstractRef)
-    except TypeError:
-        return False
+    return jax_compat.is_mutable_ref(value)
 
 
 def python_scalar(value: Any) -> bool | int | float:

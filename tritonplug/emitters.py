@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import host_ffi, jaxlib_compat
+from tritonplug import host_ffi, jax_compat, jaxlib_compat
 from tritonplug.call import CallSpec, buffer_nbytes
 from tritonplug.kernel_call import encode_kernel_call
 from tritonplug.records import ArrayParam, GpuKernel, HostKernel, Launch
@@ -24,15 +24,14 @@ from tritonplug.records import ArrayParam, GpuKernel, HostKernel, Launch
 
 def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     if all(isinstance(k, GpuKernel) for k in kernels):
-        return _emit_gpu(ctx, args, kernels, call, platform)
+        return _emit_gpu(ctx, args, kernels, call)
     if len(kernels) == 1 and isinstance(kernels[0], HostKernel):
         return _emit_host(ctx, args, kernels[0], call)
     raise TypeError(f"backend for {platform!r} returned unsupported kernel objects: "
                     f"{sorted({type(k).__name__ for k in kernels})}")
 
 
-def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec,
-              platform: str) -> Sequence[Any]:
+def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec) -> Sequence[Any]:
     if not jaxlib_compat.accepts_module_image():
         kernels = [dataclasses.replace(k, module_image=None) for k in kernels]
     launch = kernels[0].launch
@@ -42,7 +41,7 @@ def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call:
                                descriptions=[k.launch.description for k in kernels], aliases=aliases)
     opaque = zlib.compress(proto)
     operand_output_aliases = {i: o for i, o in launch.aliases}
-    target = call.options.custom_call_target_name or jaxlib_compat.custom_call_target(platform)
+    target = call.options.custom_call_target_name or jaxlib_compat.FFI_TARGET
     if target == jaxlib_compat.FFI_TARGET:
         attributes: dict[str, Any] = {"opaque": opaque}
         if call.options.cost_estimate and jaxlib_compat.accepts_cost_estimate():
@@ -62,14 +61,7 @@ def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call:
 
 def _annotate(results: Sequence[Any], cost_estimate: Any) -> None:
     """Record the cost estimate as a frontend attribute, visible to profilers on every jaxlib."""
-    from jax._src.lib.mlir import ir
-
-    owner = results[0].owner if results else None
-    if owner is None:
-        return
-    attrs = {k: ir.StringAttr.get(str(v)) for k, v in cost_estimate}
-    owner.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
-        {f"tritonplug_{k}": v for k, v in attrs.items()})
+    jax_compat.set_frontend_attributes(results, {f"tritonplug_{k}": v for k, v in cost_estimate})
 
 
 def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec) -> Sequence[Any]:

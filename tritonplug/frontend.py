@@ -51,7 +51,8 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
     happen inside an XLA program.
     """
     name = kernel.name
-    configs = [c for c in kernel.autotuner.configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
+    configs = [c for c in triton_compat.autotune_configs(kernel.autotuner)
+               if all(triton_compat.config_fields(c)[0].get(k, v) == v for k, v in metaparams.items())]
     if not configs:
         raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
                          f"{dict(metaparams)}")
@@ -79,7 +80,7 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
     for kwargs, options in raw:
         values = {**metaparams, **kwargs}
         for heuristics in kernel.heuristics:
-            for key, rule in heuristics.values.items():
+            for key, rule in triton_compat.heuristic_rules(heuristics).items():
                 values[key] = rule({**named_args, **values})
         require_constexprs(name, bound, values)
         merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
@@ -175,7 +176,7 @@ def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Special
         return triton_compat.frontend_ttir(fn, (target.triton_backend, target.arch, target.warp_size),
                                            options.as_dict(), spec.signature, constexprs, spec.attrs)
     except Exception as exc:
-        if type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"):
+        if triton_compat.is_kernel_source_error(exc):
             raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}"
                                     f"{_source_location(fn, exc)}:\n{exc}") from exc
         raise
@@ -185,14 +186,14 @@ def _source_location(fn: Any, exc: Exception) -> str:
     """`` (File "kernels.py", line 12)`` for Triton's error, whose line numbers count from the ``def`` line."""
     import inspect
 
-    node = getattr(exc, "node", None)
-    line = getattr(node, "lineno", None)
+    line = triton_compat.kernel_source_error_line(exc)
+    function = triton_compat.python_function(fn)
     try:
-        lines, first = inspect.getsourcelines(fn.fn)
-        filename = inspect.getsourcefile(fn.fn)
+        lines, first = inspect.getsourcelines(function)
+        filename = inspect.getsourcefile(function)
     except (OSError, TypeError):
         return ""
-    if not isinstance(line, int) or filename is None:
+    if line is None or filename is None:
         return f' (File "{filename}")' if filename else ""
     def_offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
     return f' (File "{filename}", line {first + def_offset + line - 1})'

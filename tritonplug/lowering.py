@@ -6,11 +6,10 @@ parse options, specialise, cache lookup, compile on a miss â†’ kernel objects â†
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tritonplug import emitters, frontend
+from tritonplug import emitters, frontend, jax_compat
 from tritonplug.call import CallSpec
 from tritonplug.call_options import grid_for, zeroed_for
 from tritonplug.compiler import CompileRequest
@@ -73,8 +72,7 @@ def _device_of(ctx: Any, platform: str) -> Any | None:
     arguments, or the mesh of a ``shard_map``/``pmap``. One program has one kernel binary,
     so every device it runs on must be the same kind of device.
     """
-    devices = [d for d in _assigned_devices(ctx.module_context.axis_context)
-               if getattr(d, "platform", None) == platform]
+    devices = [d for d in jax_compat.assigned_devices(ctx) if getattr(d, "platform", None) == platform]
     kinds = {(getattr(d, "device_kind", None), getattr(d, "compute_capability", None)) for d in devices}
     if len(kinds) > 1:
         raise ValueError(f"triton_call: this program runs on devices of different kinds {sorted(map(str, kinds))}, "
@@ -90,16 +88,6 @@ def _device_of(ctx: Any, platform: str) -> Any | None:
     return local[0] if local else None
 
 
-def _assigned_devices(axis_context: Any) -> list[Any]:
-    mesh = getattr(axis_context, "mesh", None)
-    if mesh is not None:  # SPMDAxisContext: inside shard_map / pmap
-        try:
-            return list(mesh.devices.flat)
-        except AttributeError:  # an AbstractMesh has no devices
-            return []
-    return list(getattr(axis_context, "device_assignment", None) or ())
-
-
 def check_not_partitioned(ctx: Any) -> None:
     """Refuse a call XLA would have to partition: a kernel sees whole buffers, never shards.
 
@@ -107,17 +95,13 @@ def check_not_partitioned(ctx: Any) -> None:
     kernel on its own block. A jit over several devices outside it (a sharded ``jax.Array``,
     eager or jitted) would leave XLA to split an opaque custom call, so it is an error.
     """
-    axis_context = ctx.module_context.axis_context
-    mesh = getattr(axis_context, "mesh", None)
-    if mesh is not None:
-        manual = getattr(axis_context, "manual_axes", frozenset())
-        auto = {name: size for name, size in dict(mesh.shape).items() if name not in manual}
-        partitions = math.prod(auto.values())
-        where = f"over the mesh axes {sorted(auto)} that the enclosing shard_map leaves automatic"
-    else:
-        partitions = getattr(axis_context, "num_devices", 1) or 1
-        where = "by jit (its operands are sharded or placed on several devices)"
+    partitions = jax_compat.partition_count(ctx)
     if partitions > 1:
+        auto = jax_compat.automatic_mesh_axes(ctx)
+        if auto is not None:
+            where = f"over the mesh axes {sorted(auto)} that the enclosing shard_map leaves automatic"
+        else:
+            where = "by jit (its operands are sharded or placed on several devices)"
         raise ValueError(
             f"triton_call: the computation is partitioned over {partitions} devices {where}, but a Triton kernel "
             f"works on whole buffers and XLA cannot split it. Call the kernel inside jax.shard_map (each device "

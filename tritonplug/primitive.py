@@ -9,12 +9,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import jax
-from jax._src import dispatch
-from jax._src.state import discharge, types
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
+from tritonplug import jax_compat
 from tritonplug.batching import batch_rule
 from tritonplug.call import CallSpec, refs_as_outputs
 from tritonplug.lowering import lower_call
@@ -28,31 +27,24 @@ def _impl(*args: Any, call: CallSpec) -> Any:
     if call.bound.refs:  # refs are discharged into aliased outputs, which needs tracing
         with jax.disable_jit(False):
             return jax.jit(functools.partial(triton_call_p.bind, call=call))(*args)
-    return dispatch.apply_primitive(triton_call_p, *args, call=call)
+    return jax_compat.apply_primitive(triton_call_p, *args, call=call)
 
 
 def _abstract_eval(*avals: Any, call: CallSpec) -> tuple[list[jax.core.ShapedArray], set]:
-    effects = {effect(i) for i in call.bound.refs for effect in (types.ReadEffect, types.WriteEffect)}
+    effects = jax_compat.ref_effects(call.bound.refs)
     return [jax.core.ShapedArray(s.shape, s.dtype) for s in call.out_specs], effects
 
 
 def _discharge(in_avals: Any, out_avals: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
     """Each ref becomes an extra output aliased to its operand; the kernel writes it in place."""
     refs = call.bound.refs
-    specs = [BufferSpec(tuple(in_avals[i].shape), in_avals[i].inner_aval.dtype.name) for i in refs]
+    specs = [BufferSpec(*jax_compat.ref_shape_dtype(in_avals[i])) for i in refs]
     first = len(call.out_specs)
     outs = triton_call_p.bind(*args, call=refs_as_outputs(call, specs))
     new_invals: list[Any] = [None] * len(in_avals)
     for k, i in enumerate(refs):
         new_invals[i] = outs[first + k]
     return new_invals, outs[:first]
-
-
-if hasattr(discharge, "DischargeContext"):  # jax >= 0.12 passes a context object
-    def _discharge_rule(ctx: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
-        return _discharge(ctx.in_avals, ctx.out_avals, *args, call=call)
-else:
-    _discharge_rule = _discharge
 
 
 def _dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
@@ -104,11 +96,11 @@ def ensure_lowering_rules(platforms: Iterable[str]) -> None:
 
 triton_call_p.def_impl(_impl)
 triton_call_p.def_effectful_abstract_eval(_abstract_eval)
-discharge.register_discharge_rule(triton_call_p)(_discharge_rule)
+jax_compat.register_discharge_rule(triton_call_p, _discharge)
 pe.dce_rules[triton_call_p] = _dce
 # The lowering detects the target of the device the program runs on (not device 0), so it
 # needs the real device assignment; this also keys JAX's lowering cache by device.
-dispatch.prim_requires_devices_during_lowering.add(triton_call_p)
+jax_compat.require_devices_during_lowering(triton_call_p)
 ad.primitive_jvps[triton_call_p] = _no_autodiff
 ad.primitive_transposes[triton_call_p] = _no_autodiff
 batching.fancy_primitive_batchers[triton_call_p] = functools.partial(batch_rule, triton_call_p)

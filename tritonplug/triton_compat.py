@@ -1,8 +1,9 @@
 """The host's one adapter over Triton's Python API (triton 3.6 through 3.9).
 
 Everything the host needs from Triton beyond ``triton.jit`` goes through here: unwrapping
-``autotune``/``heuristics`` wrappers, reading kernel parameters, the front end (AST → TTIR)
-and the kernel's source hash.
+``autotune``/``heuristics`` wrappers, reading kernel parameters and autotune configurations,
+the front end (AST → TTIR), its errors, and the kernel's source hash. The classes and fields
+used are the same in every supported version.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import triton
+from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
@@ -86,6 +88,11 @@ def kernel_facts(kernel: object) -> KernelFacts:
                        frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr))
 
 
+def python_function(fn: JITFunction) -> Any:
+    """The plain Python function a ``@triton.jit`` function was made from."""
+    return fn.fn
+
+
 def source_key(value: Any) -> str:
     """A stable identity for a constexpr or kernel: Triton's own hash for jit functions.
 
@@ -97,12 +104,22 @@ def source_key(value: Any) -> str:
     return repr(value)
 
 
+def autotune_configs(autotuner: Autotuner) -> list[triton.Config]:
+    """The configurations a ``triton.autotune`` wrapper was given, in order."""
+    return list(autotuner.configs)
+
+
 def config_fields(config: triton.Config) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """(kwargs, options, pre_hook) of an autotune configuration."""
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages, "num_ctas": config.num_ctas}
-    if getattr(config, "maxnreg", None) is not None:
+    if config.maxnreg is not None:
         options["maxnreg"] = config.maxnreg
     return dict(config.kwargs), options, config.pre_hook
+
+
+def heuristic_rules(heuristics: Heuristics) -> dict[str, Any]:
+    """A ``triton.heuristics`` wrapper's rules: metaparameter name → function of the named arguments."""
+    return dict(heuristics.values)
 
 
 def early_prune(autotuner: Autotuner, configs: list, named_args: dict[str, Any]) -> list:
@@ -127,6 +144,22 @@ def frontend_ttir(fn: JITFunction, target: tuple[str, int | str, int], options: 
     module = source.make_ir(gpu_target, parsed, backend.get_codegen_implementation(parsed),
                             backend.get_module_map(), context)
     return str(module)
+
+
+#: What Triton's front end raises for a fault in the kernel's source (a type error, an unsupported
+#: construct, a failed ``tl.static_assert``); the last two subclass the first in every supported version.
+KERNEL_SOURCE_ERRORS = (CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct)
+
+
+def is_kernel_source_error(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by :func:`frontend_ttir`, blames the kernel's source rather than tritonplug."""
+    return isinstance(exc, KERNEL_SOURCE_ERRORS)
+
+
+def kernel_source_error_line(exc: BaseException) -> int | None:
+    """The line a kernel source error points at, counted from the kernel's ``def`` line (1-based); None if unknown."""
+    line = getattr(getattr(exc, "node", None), "lineno", None)
+    return line if isinstance(line, int) else None
 
 
 def environment_key() -> tuple[tuple[str, str], ...]:
