@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import worker_tasks
 
-from tritonplug import workers
+from tritonplug import worker_process, workers
 from tritonplug.errors import CompileError, WorkerError
 from tritonplug.workers import Task, WorkerPool
 
@@ -243,7 +243,7 @@ def test_workers_exit_when_the_parent_dies(tmp_path):
         print(*pool.worker_pids(), flush=True)
         time.sleep(600)
     """)
-    env = {**workers._child_env(), "TMPDIR": str(tmp_path)}  # the pool's directory, left behind
+    env = {**worker_process.child_env(), "TMPDIR": str(tmp_path)}  # the pool's directory, left behind
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     try:
         pids = [int(pid) for pid in parent.stdout.readline().split()]
