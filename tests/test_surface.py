@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from conftest import requires_backend
+from helpers import requires_backend
 from kernels import accumulate_kernel, add_kernel
 
 import tritonplug

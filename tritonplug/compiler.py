@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import cache as disk_cache
-from tritonplug import workers
 from tritonplug.errors import CompileError
 from tritonplug.host import Backend
 from tritonplug.records import Binary, CompileJob, Target
+from tritonplug.worker_pool import Task
 
 log = logging.getLogger("tritonplug.compiler")
 
@@ -39,7 +39,10 @@ class CompileRequest:
 
 
 class CompileService:
-    def __init__(self) -> None:
+    """Compiles requests through memory → disk cache → ``run_tasks`` (the process's worker pool)."""
+
+    def __init__(self, run_tasks: Callable[[Sequence[Task]], list[Any]]) -> None:
+        self._run_tasks = run_tasks
         self._memory: dict[str, Binary] = {}
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
@@ -139,8 +142,8 @@ class CompileService:
         jobs = [r.make_job() for r in requests]
         if not backend.compiles_in_worker:
             return [_compile_here(backend, job, r.description) for job, r in zip(jobs, requests, strict=True)]
-        tasks = [workers.Task(WORKER_COMPILE, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
-        return workers.run_tasks(tasks)
+        tasks = [Task(WORKER_COMPILE, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
+        return self._run_tasks(tasks)
 
 
 def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary:
