@@ -159,17 +159,29 @@ def test_orphaned_temp_file_is_ignored_by_get_and_removed_by_prune(cache: DiskCa
     k = key("orphan")
     bucket = entry_path(cache, k).parent
     bucket.mkdir(parents=True)
-    old = bucket / f".{k}.4242.deadbeef.tmp"
-    fresh = bucket / f".{key('other')}.4243.cafebabe.tmp"
+    old = bucket / f".{k}.{os.getpid()}.deadbeef.tmp"
+    fresh = bucket / f".{key('other')}.{os.getpid()}.cafebabe.tmp"
+    dead_writer = bucket / f".{key('dead')}.{exited_pid()}.0badf00d.tmp"
     old.write_bytes(MAGIC + b"half an entry")
     fresh.write_bytes(b"a put in progress")
+    dead_writer.write_bytes(b"a put whose process died")
     set_age(old, 11 * 60)
     assert cache.get(k) is None
     assert old.exists(), "get must not scan or clean up"
     assert cache.stats().entries == 0
     assert cache.prune() == 0
-    assert not old.exists()
-    assert fresh.exists(), "a temp file younger than 10 minutes may belong to a live writer"
+    assert not old.exists(), "a temp file older than 10 minutes is an orphan, whatever its name says"
+    assert not dead_writer.exists(), "the process named in its name is gone"
+    assert fresh.exists(), "a young temp file of a running process may be a put in progress"
+
+
+def exited_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
 
 
 # --- keys -----------------------------------------------------------------------------------------
