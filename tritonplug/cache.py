@@ -175,12 +175,8 @@ class DiskCache:
         lock: filelock.FileLock | None = filelock.FileLock(path, mode=0o600)
         try:
             cache_fs.makedirs(path.parent)
-            try:
-                lock.acquire()
-            except OSError:  # a directory or fifo at the lock path: remove it and try once more
-                if not cache_fs.remove_non_file(path):
-                    raise
-                lock.acquire()
+            cache_fs.remove_non_file(path)  # a directory, fifo or symlink there is damage (one lstat per miss)
+            lock.acquire()
         except OSError as exc:
             self._warn_once(f"cannot lock {path} in the kernel cache at {self.directory} ({exc})")
             lock = None

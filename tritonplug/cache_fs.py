@@ -122,16 +122,20 @@ def read_regular_file(path: Path) -> tuple[bytes, int] | None:
         log.debug("cannot open %s: %s", path, exc.strerror)
         remove_non_file(path)
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             remove_non_file(path)
             return None
-        try:
-            return f.read(), st.st_ino
-        except OSError as exc:
-            log.debug("cannot read %s: %s", path, exc.strerror)
-            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks), st.st_ino
+    except OSError as exc:
+        log.debug("cannot read %s: %s", path, exc.strerror)
+        return None
+    finally:
+        os.close(fd)
 
 
 def write_small_file(path: Path, text: str) -> None:

@@ -1,0 +1,100 @@
+"""Shared by the cache fault tests: checkable binaries, damage to plant, and a process that obeys file modes."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import socket
+from pathlib import Path
+
+from tritonplug.cache import DiskCache
+from tritonplug.records import Binary
+
+
+def key(tag: object) -> str:
+    return hashlib.sha256(str(tag).encode()).hexdigest()
+
+
+def make_binary(tag: int, size: int) -> Binary:
+    """A binary whose contents can be checked against its own metadata (so torn writes show)."""
+    return Binary(kernel_name=f"kernel_{tag:03d}", format="cubin",
+                  images={"cubin": bytes([tag % 256]) * size, "ptx": f"// ptx {tag:03d}\n".encode()},
+                  metadata={"tag": tag, "size": size})
+
+
+def is_consistent(binary: Binary) -> bool:
+    return binary == make_binary(binary.metadata["tag"], binary.metadata["size"])
+
+
+def entry_path(cache: DiskCache | Path, k: str) -> Path:
+    directory = cache.directory if isinstance(cache, DiskCache) else cache
+    return directory / "entries" / k[:2] / f"{k}.bin"
+
+
+def lock_path(cache: DiskCache | Path, k: str) -> Path:
+    directory = cache.directory if isinstance(cache, DiskCache) else cache
+    return directory / "locks" / k[:2] / f"{k}.lock"
+
+
+def entry_bytes(directory: Path) -> int:
+    """Bytes of the regular entry files, counted independently of the cache's own scan."""
+    return sum(p.stat().st_size for p in (directory / "entries").glob("*/*.bin") if p.is_file() and not p.is_symlink())
+
+
+def plant(path: Path, kind: str, elsewhere: Path | None = None) -> None:
+    """Put a non-file of ``kind`` at ``path`` (its parent is created)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if kind == "empty directory":
+        path.mkdir()
+    elif kind == "directory tree":
+        (path / "sub" / "deeper").mkdir(parents=True)
+        (path / "sub" / "file.bin").write_bytes(b"x" * 5000)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as s, contextlib.chdir(path.parent):  # a short name: paths are long
+            s.bind(path.name)
+    elif kind == "dangling symlink":
+        path.symlink_to(path.with_name("nowhere"))
+    elif kind == "symlink to a valid entry":
+        assert elsewhere is not None
+        path.symlink_to(elsewhere)
+    else:
+        raise ValueError(kind)
+
+
+NON_FILES = ["empty directory", "directory tree", "fifo", "socket", "dangling symlink", "symlink to a valid entry"]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def obey_file_modes() -> None:
+    """Drop every capability of this process (Linux), so that even root obeys file modes: a directory of mode
+    0500 is then read-only for it, as it is for any user. Call it only in a child process; for a process that
+    is not root this changes nothing. Checks that it worked."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    if libc.capset(ctypes.byref(header), (_CapData * 2)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed: cannot drop capabilities")
+    status = Path("/proc/self/status").read_text()
+    assert "CapEff:\t0000000000000000" in status, status
+
+
+def make_read_only(directory: Path) -> None:
+    for path in [directory, *directory.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o500)
+
+
+def make_writable(directory: Path) -> None:
+    for path in [directory, *directory.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o700)
