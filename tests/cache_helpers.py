@@ -98,3 +98,81 @@ def make_writable(directory: Path) -> None:
     for path in [directory, *directory.rglob("*")]:
         if path.is_dir() and not path.is_symlink():
             path.chmod(0o700)
+
+
+# --- processes for the fault suite (module-level, so multiprocessing's spawn can import them) -------
+
+def hammer(directory: str, worker: int, rounds: int, max_bytes: int) -> list[str]:
+    """Get and put 40 keys over and over; returns what went wrong (a torn read, an exception)."""
+    from tritonplug.cache import DiskCache
+
+    problems: list[str] = []
+    cache = DiskCache(directory, max_bytes)
+    for i in range(rounds):
+        tag = (i * 7 + worker) % 40
+        try:
+            found = cache.get(key(tag))
+            if found is not None and not is_consistent(found):
+                problems.append(f"torn entry for tag {tag}")
+            cache.put(key(tag), make_binary(tag, 9_000 + 200 * worker))
+        except Exception as exc:  # the point of the test: nothing may escape
+            problems.append(f"{type(exc).__name__}: {exc}")
+    return problems
+
+
+def sabotage(directory: str, rounds: int) -> list[str]:
+    """Plant non-files at the hammered keys' entry and lock paths, and clear or prune now and then."""
+    from tritonplug.cache import CacheDirError, DiskCache
+
+    problems: list[str] = []
+    kinds = ["empty directory", "directory tree", "fifo", "socket", "dangling symlink"]
+    for i in range(rounds):
+        tag = (i * 11) % 40
+        path = (entry_path if i % 3 else lock_path)(Path(directory), key(tag))
+        with contextlib.suppress(OSError):  # a writer published or healed it first
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
+            plant(path, kinds[i % len(kinds)])
+        if i % 40 == 39:
+            try:
+                cache = DiskCache(directory, 300_000)
+                cache.prune() if i % 80 == 79 else cache.clear()
+            except CacheDirError:
+                pass  # a race with a writer left something behind: reported, and fine here
+            except Exception as exc:
+                problems.append(f"{type(exc).__name__}: {exc}")
+    return problems
+
+
+def put_on_a_full_disk(directory: str, max_bytes: int) -> dict:
+    """Fill, then make every write fail with EFBIG as on a full disk (RLIMIT_FSIZE), then free the disk."""
+    import resource
+    import signal
+    import warnings
+
+    from tritonplug.cache import DiskCache
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing us
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    cache = DiskCache(directory, max_bytes)
+    before = [cache.put(key(tag), make_binary(tag, 10_000)) for tag in range(10)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16, hard))
+        during = [cache.put(key(tag), make_binary(tag, 10_000)) for tag in range(10, 40)]
+        hits_during = sum(cache.get(key(tag)) is not None for tag in range(10))
+        pruned = cache.prune()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    after = [cache.put(key(tag), make_binary(tag, 10_000)) for tag in range(40, 70)]
+    return {"before": before, "during": during, "after": after, "hits_during": hits_during, "pruned": pruned,
+            "warnings": [str(w.message) for w in caught], "got": cache.get(key(69)) == make_binary(69, 10_000)}
+
+
+def put_until_killed(directory: str) -> None:
+    from tritonplug.cache import DiskCache
+
+    cache = DiskCache(directory, 300_000)
+    tag = 0
+    while True:
+        cache.put(key(1000 + tag % 50), make_binary(tag % 50, 200_000))
+        tag += 1

@@ -1,0 +1,191 @@
+"""The cache's fault suite, with real processes: the CLI on damaged and read-only caches, full disks, killed
+writers and saboteurs running beside writers. Each case: the process survives, the cache ends within its bound,
+and the next put and get work."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cache_helpers import (
+    entry_bytes,
+    entry_path,
+    hammer,
+    key,
+    lock_path,
+    make_binary,
+    make_read_only,
+    make_writable,
+    plant,
+    put_on_a_full_disk,
+    put_until_killed,
+    sabotage,
+)
+
+from tritonplug.cache import DiskCache
+
+SPAWN = multiprocessing.get_context("spawn")
+TESTS = Path(__file__).parent
+SCRIPT = shutil.which("tritonplug", path=os.path.dirname(sys.executable))
+
+
+def cli(*args: str, cache_dir: Path, obey_file_modes: bool = False) -> subprocess.CompletedProcess:
+    """The tritonplug command in a child; with ``obey_file_modes`` a child that dropped its capabilities
+    first (so a 0500 cache is read-only even for root) and then runs the command's ``main``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONPLUG_")}
+    env.update(JAX_PLATFORMS="cpu", TRITONPLUG_CACHE_DIR=str(cache_dir))
+    if obey_file_modes:
+        code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); from cache_helpers import obey_file_modes; "
+                "obey_file_modes(); from tritonplug.cli import main; sys.exit(main(sys.argv[1:]))")
+        command = [sys.executable, "-c", code]
+    else:
+        assert SCRIPT is not None, "the tritonplug console script is not installed beside this Python"
+        command = [SCRIPT]
+    return subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def filled(directory: Path, count: int = 4, size: int = 1000) -> DiskCache:
+    cache = DiskCache(directory)
+    for tag in range(count):
+        with cache.key_lock(key(tag)):
+            cache.put(key(tag), make_binary(tag, size))
+    return cache
+
+
+def assert_usable(directory: Path, max_bytes: int = 1 << 30) -> None:
+    cache = DiskCache(directory, max_bytes)
+    assert cache.put(key("usable"), make_binary(77, 500)) is True
+    assert cache.get(key("usable")) == make_binary(77, 500)
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("action", [["clear"], ["prune", "--max-bytes", "0"]])
+@pytest.mark.parametrize("lock_file", ["present", "absent"])
+def test_cli_on_a_read_only_cache_reports_and_exits_1_without_a_traceback(tmp_path: Path, action: list[str],
+                                                                          lock_file: str) -> None:
+    directory = tmp_path / "cache"
+    filled(directory)
+    if lock_file == "absent":
+        (directory / "lock").unlink()
+    make_read_only(directory)
+    try:
+        text = cli("cache", *action, cache_dir=directory, obey_file_modes=True)
+        as_json = cli("cache", *action, "--json", cache_dir=directory, obey_file_modes=True)
+        stats = cli("cache", "stats", "--json", cache_dir=directory, obey_file_modes=True)
+    finally:
+        make_writable(directory)
+    verb = action[0]
+    for done in (text, as_json):
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr + done.stdout
+        assert f"{verb} the kernel cache at {directory}" in done.stderr
+        reason = "is it read-only?" if lock_file == "present" else "Permission denied"
+        assert reason in done.stderr, done.stderr
+    report = json.loads(as_json.stdout)
+    assert report["entries"] == 4 and f"{verb} the kernel cache" in report["error"]
+    assert stats.returncode == 0 and json.loads(stats.stdout)["entries"] == 4
+    assert DiskCache(directory).stats().entries == 4, "nothing was lost"
+    assert DiskCache(directory).clear() == 4
+
+
+def test_cli_clear_removes_damage_locks_and_dead_writers_temp_files(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    filled(directory)
+    for i, kind in enumerate(["directory tree", "fifo", "socket", "dangling symlink"]):
+        plant(entry_path(directory, key(f"bad-{i}")), kind)
+        plant(lock_path(directory, key(f"badlock-{i}")), kind)
+    orphan = entry_path(directory, key(0)).with_name(f".{key(0)}.999999999.0000.tmp")
+    orphan.write_bytes(b"a dead writer's")
+    assert len(list((directory / "locks").rglob("*.lock"))) == 8
+
+    done = cli("cache", "clear", cache_dir=directory)
+    assert done.returncode == 0, done.stderr
+    assert "removed_entries: 4\n" in done.stdout and "entries: 0\n" in done.stdout
+    leftovers = [p for p in directory.rglob("*") if not p.is_dir() or p.is_symlink()]
+    assert sorted(p.name for p in leftovers) == ["lock", "size"], leftovers
+    assert_usable(directory)
+
+
+def test_cli_prune_with_a_directory_entry_keeps_the_bound(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    cache = filled(directory, count=10, size=10_000)
+    plant(entry_path(directory, key("dir")), "directory tree")
+    bound = 3 * entry_path(directory, key(0)).stat().st_size
+    done = cli("cache", "prune", "--max-bytes", str(bound), "--json", cache_dir=directory)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["removed_entries"], report["entries"]) == (7, 3)
+    assert entry_bytes(directory) <= bound and not entry_path(directory, key("dir")).exists()
+    assert cache.stats().entries == 3
+    assert_usable(directory)
+
+
+def test_cli_on_an_unsafe_cache_names_the_fix(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    filled(directory)
+    (directory / "locks").chmod(0o777)
+    done = cli("cache", "clear", cache_dir=directory)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"cannot use the kernel cache: {directory / 'locks'}" in done.stderr
+    assert f"`chmod go-w {directory / 'locks'}`" in done.stderr
+    assert len(list(directory.glob("entries/*/*.bin"))) == 4, "an unsafe cache is not touched"
+
+
+# --- full disk, killed writers, several processes --------------------------------------------------
+
+def test_a_full_disk_fails_puts_quietly_and_the_cache_recovers(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    bound = 300_000
+    with SPAWN.Pool(1) as pool:
+        result = pool.apply(put_on_a_full_disk, (str(directory), bound))
+    assert all(result["before"]) and not any(result["during"]) and all(result["after"])
+    assert result["hits_during"] == 10, "what was cached stays readable while the disk is full"
+    assert len(result["warnings"]) == 1 and str(directory) in result["warnings"][0]
+    assert result["got"]
+    assert list(directory.rglob("*.tmp")) == [], "no half-written file left behind"
+    assert entry_bytes(directory) <= bound
+    assert_usable(directory, bound)
+
+
+def test_a_writer_killed_mid_put_leaves_a_cache_that_heals(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    DiskCache(directory)
+    process = SPAWN.Process(target=put_until_killed, args=(str(directory),))
+    process.start()
+    deadline = time.monotonic() + 60
+    while len(list(directory.glob("entries/*/*.bin"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.join()
+    cache = DiskCache(directory, 300_000)
+    cache.prune()
+    assert list(directory.rglob("*.tmp")) == [], "the killed writer's temp file is an orphan: its pid is gone"
+    assert entry_bytes(directory) <= 300_000
+    assert all(cache.get(key(1000 + t)) in (None, make_binary(t, 200_000)) for t in range(50))
+    assert_usable(directory, 300_000)
+
+
+def test_writers_beside_a_saboteur_survive_and_the_cache_stays_within_300kb(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    bound = 300_000
+    DiskCache(directory, bound)
+    with SPAWN.Pool(4) as pool:
+        writers = [pool.apply_async(hammer, (str(directory), w, 150, bound)) for w in range(3)]
+        saboteur = pool.apply_async(sabotage, (str(directory), 400))
+        problems = [p for job in writers for p in job.get(timeout=300)] + saboteur.get(timeout=300)
+    assert problems == []
+    assert entry_bytes(directory) <= bound
+    cache = DiskCache(directory, bound)
+    assert cache.stats().total_bytes <= bound
+    cache.prune()  # damage the saboteur left after the last scan goes now
+    assert all(p.is_file() for p in directory.glob("entries/*/*.bin"))
+    assert_usable(directory, bound)
