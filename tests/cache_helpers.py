@@ -176,3 +176,21 @@ def put_until_killed(directory: str) -> None:
     while True:
         cache.put(key(1000 + tag % 50), make_binary(tag % 50, 200_000))
         tag += 1
+
+
+def use_read_only_cache(directory: str, existing: str) -> dict:
+    """In a child that obeys file modes: what puts, gets and locks do in a read-only cache."""
+    import warnings
+
+    from tritonplug.cache import DiskCache
+
+    obey_file_modes()
+    cache = DiskCache(directory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        puts = [cache.put(key("new"), make_binary(2, 100)), cache.put(existing, make_binary(2, 100))]
+        with cache.key_lock(key("new")):
+            locked = True
+        got = cache.get(existing)
+    return {"puts": puts, "locked": locked, "got_existing": got == make_binary(1, 100),
+            "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}

@@ -28,6 +28,7 @@ from cache_helpers import (
     put_on_a_full_disk,
     put_until_killed,
     sabotage,
+    use_read_only_cache,
 )
 
 from tritonplug.cache import DiskCache
@@ -189,3 +190,19 @@ def test_writers_beside_a_saboteur_survive_and_the_cache_stays_within_300kb(tmp_
     cache.prune()  # damage the saboteur left after the last scan goes now
     assert all(p.is_file() for p in directory.glob("entries/*/*.bin"))
     assert_usable(directory, bound)
+
+
+def test_a_read_only_cache_serves_what_it_has_and_refuses_writes_with_one_warning(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    cache = DiskCache(directory)
+    cache.put(key("old"), make_binary(1, 100))
+    make_read_only(directory)
+    try:
+        with SPAWN.Pool(1) as pool:
+            result = pool.apply(use_read_only_cache, (str(directory), key("old")))
+    finally:
+        make_writable(directory)
+    assert result["puts"] == [False, False] and result["locked"] and result["got_existing"]
+    assert len(result["warnings"]) == 1 and str(directory) in result["warnings"][0]
+    assert list(directory.rglob("*.tmp")) == []
+    assert_usable(directory)
