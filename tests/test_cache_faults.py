@@ -4,6 +4,7 @@ and the next put and get work."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -19,6 +20,7 @@ from cache_helpers import (
     entry_bytes,
     entry_path,
     hammer,
+    is_consistent,
     key,
     lock_path,
     make_binary,
@@ -59,6 +61,10 @@ def filled(directory: Path, count: int = 4, size: int = 1000) -> DiskCache:
         with cache.key_lock(key(tag)):
             cache.put(key(tag), make_binary(tag, size))
     return cache
+
+
+def temp_files(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*.tmp"))
 
 
 def assert_usable(directory: Path, max_bytes: int = 1 << 30) -> None:
@@ -206,3 +212,83 @@ def test_a_read_only_cache_serves_what_it_has_and_refuses_writes_with_one_warnin
     assert len(result["warnings"]) == 1 and str(directory) in result["warnings"][0]
     assert list(directory.rglob("*.tmp")) == []
     assert_usable(directory)
+
+
+# --- several processes ----------------------------------------------------------------------------
+
+def _hammer(directory: str, worker: int, rounds: int, max_bytes: int) -> tuple[int, int, list[str]]:
+    cache = DiskCache(directory, max_bytes)
+    shared, own, neighbour = key("shared"), key(f"own-{worker}"), key(f"own-{(worker + 1) % 6}")
+    mine = make_binary(100 + worker, 20_000)
+    hits = misses = 0
+    problems = []
+    for i in range(rounds):
+        if not cache.put(shared, make_binary(worker, 40_000 + 3_000 * worker + i)):
+            problems.append(f"put of the shared key failed in round {i}")
+        if not cache.put(own, mine):
+            problems.append(f"put of the own key failed in round {i}")
+        for k in (shared, own, neighbour):
+            got = cache.get(k)
+            if got is None:
+                if k != neighbour:  # the neighbour may not have started yet; the others were just put
+                    misses += 1
+            elif not is_consistent(got) or (k == own and got != mine):
+                problems.append(f"bad entry for {k[:8]} in round {i}: {got.kernel_name}")
+            else:
+                hits += 1
+    return hits, misses, problems
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "evicting"])
+def test_concurrent_writers_and_readers(tmp_path: Path, bounded: bool) -> None:
+    directory = tmp_path / "shared-cache"
+    max_bytes = 150_000 if bounded else 1 << 30
+    DiskCache(directory, max_bytes)
+    with SPAWN.Pool(6) as pool:
+        results = pool.starmap(_hammer, [(str(directory), w, 40, max_bytes) for w in range(6)])
+    problems = [p for _, _, found in results for p in found]
+    assert problems == []
+    assert sum(hits for hits, _, _ in results) > 0
+    if not bounded:
+        assert sum(misses for _, misses, _ in results) == 0, "a get after one's own put must hit"
+    cache = DiskCache(directory, max_bytes)
+    assert temp_files(directory) == []
+    assert cache.stats().total_bytes <= max_bytes
+    got = cache.get(key("shared"))
+    assert (bounded and got is None) or is_consistent(got)
+
+
+def _critical_section(directory: str, k: str, barrier, log_path: str, use_lock: bool) -> None:
+    cache = DiskCache(directory)
+    barrier.wait()
+    for _ in range(3):
+        with cache.key_lock(k) if use_lock else contextlib.nullcontext():
+            with open(log_path, "a") as f:
+                f.write(f"enter {os.getpid()}\n")
+            time.sleep(0.15)
+            with open(log_path, "a") as f:
+                f.write(f"leave {os.getpid()}\n")
+
+
+def _most_inside_at_once(log_path: Path) -> int:
+    inside = most = 0
+    for line in log_path.read_text().splitlines():
+        inside += 1 if line.startswith("enter") else -1
+        most = max(most, inside)
+    return most
+
+
+@pytest.mark.parametrize("use_lock", [True, False], ids=["key_lock", "control-without-lock"])
+def test_key_lock_serialises_processes(tmp_path: Path, use_lock: bool) -> None:
+    directory, log_path = tmp_path / "cache", tmp_path / "log"
+    DiskCache(directory)
+    barrier = SPAWN.Barrier(2)
+    args = (str(directory), key("lock"), barrier, str(log_path), use_lock)
+    procs = [SPAWN.Process(target=_critical_section, args=args) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert len(log_path.read_text().splitlines()) == 12
+    assert _most_inside_at_once(log_path) == (1 if use_lock else 2)
