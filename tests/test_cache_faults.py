@@ -75,7 +75,8 @@ def assert_usable(directory: Path, max_bytes: int = 1 << 30) -> None:
 
 # --- the command line -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("action", [["clear"], ["prune", "--max-bytes", "0"]])
+@pytest.mark.parametrize("action", [["clear"], ["prune", "--max-bytes", "0"], ["prune"]],
+                         ids=["clear", "prune-to-0", "prune-nothing-to-evict"])
 @pytest.mark.parametrize("lock_file", ["present", "absent"])
 def test_cli_on_a_read_only_cache_reports_and_exits_1_without_a_traceback(tmp_path: Path, action: list[str],
                                                                           lock_file: str) -> None:
@@ -95,8 +96,7 @@ def test_cli_on_a_read_only_cache_reports_and_exits_1_without_a_traceback(tmp_pa
         assert done.returncode == 1, (done.stdout, done.stderr)
         assert "Traceback" not in done.stderr + done.stdout
         assert f"{verb} the kernel cache at {directory}" in done.stderr
-        reason = "is it read-only?" if lock_file == "present" else "Permission denied"
-        assert reason in done.stderr, done.stderr
+        assert "read-only" in done.stderr, done.stderr
     report = json.loads(as_json.stdout)
     assert report["entries"] == 4 and f"{verb} the kernel cache" in report["error"]
     assert stats.returncode == 0 and json.loads(stats.stdout)["entries"] == 4

@@ -274,14 +274,35 @@ def test_prune_that_cannot_reach_the_bound_raises_a_clear_error(tmp_path: Path) 
     directory = tmp_path / "cache"
     cache = DiskCache(directory)
     cache.put(key(1), make_binary(1, 1000))
-    make_read_only(directory)
+    cache.put(key(2), make_binary(2, 1000))
+    stuck = entry_path(cache, key(1)).parent
+    stuck.chmod(0o500)  # one bucket read-only: its entry cannot be evicted, the other can
     try:
         done = run_obeying_file_modes("from tritonplug.cache import DiskCache, CacheDirError\n"
                                       "try:\n    DiskCache(sys.argv[1]).prune(10)\n"
                                       "except CacheDirError as e:\n    print(e)", str(directory))
     finally:
-        make_writable(directory)
+        stuck.chmod(0o700)
     assert done.returncode == 0, done.stderr
     assert f"could not prune the kernel cache at {directory} to 10 bytes" in done.stdout
-    assert "could not be removed (is it read-only?)" in done.stdout
+    assert f"1 item(s) could not be removed (is it read-only?): {entry_path(cache, key(1))}" in done.stdout
+    assert cache.get(key(2)) is None and cache.get(key(1)) == make_binary(1, 1000), "it evicted what it could"
     assert cache.prune(10) == 1 and cache.stats().entries == 0
+
+
+def test_clear_and_prune_of_a_read_only_cache_raise_even_with_nothing_to_remove(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    DiskCache(directory).put(key(1), make_binary(1, 1000))
+    make_read_only(directory)
+    try:
+        done = run_obeying_file_modes("from tritonplug.cache import DiskCache, CacheDirError\n"
+                                      "for action in ('clear', 'prune'):\n"
+                                      "    try:\n        getattr(DiskCache(sys.argv[1]), action)()\n"
+                                      "    except CacheDirError as e:\n        print(e)", str(directory))
+    finally:
+        make_writable(directory)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"cannot clear the kernel cache at {directory}",
+                                                      f"cannot prune the kernel cache at {directory}"]
+    assert all("it is read-only" in line for line in lines)

@@ -25,6 +25,7 @@ bit (:class:`UnsafeCacheDir`). File-system details live in :mod:`tritonplug.cach
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -80,8 +81,6 @@ class DiskCache:
         except OSError as exc:
             raise CacheDirError(f"cannot create the cache directory {self.directory}: {exc}") from exc
         cache_fs.check_safe(self.directory)
-        for name in ("lock", "size"):  # a directory or fifo here would break every eviction
-            cache_fs.remove_non_file(self.directory / name)
 
     def _path(self, key: str) -> Path:
         if not isinstance(key, str) or not cache_fs.KEY.fullmatch(key):
@@ -154,13 +153,20 @@ class DiskCache:
         twice counts twice), which just brings the next scan forward. A writer that died between publishing
         and accounting leaves it short; each DiskCache scans on its first put to correct that.
         """
-        with self._lock.acquire(timeout=_EVICT_LOCK_TIMEOUT_S):
+        with self._cache_lock():
             total = None if self._first_put else _read_int(self.directory / "size")
             self._first_put = False
             if total is None or total + size > self.max_bytes:
                 self._evict(int(self.max_bytes * _LOW_WATER))
             else:
                 cache_fs.write_small_file(self.directory / "size", str(total + size))
+
+    @contextlib.contextmanager
+    def _cache_lock(self) -> Iterator[None]:
+        """The cache-wide lock; a non-file at its path (damage since we started) is removed first."""
+        cache_fs.remove_non_file(self.directory / "lock")
+        with self._lock.acquire(timeout=_EVICT_LOCK_TIMEOUT_S):
+            yield
 
     def key_lock(self, key: str) -> contextlib.AbstractContextManager:
         """An inter-process lock for ``key``: hold it while compiling so one process compiles, others wait.
@@ -211,14 +217,17 @@ class DiskCache:
         return result.removed
 
     def _locked_evict(self, max_bytes: int, action: str) -> _Eviction:
+        """``_evict`` for ``clear`` and ``prune``, which need a writable cache even when there is nothing to do."""
         try:
-            with self._lock.acquire(timeout=_EVICT_LOCK_TIMEOUT_S):
+            with self._cache_lock():
+                cache_fs.probe_writable(self.directory / "entries")
                 return self._evict(max_bytes, locks=action == "clear")
         except filelock.Timeout as exc:
             raise CacheDirError(f"cannot {action} the kernel cache at {self.directory}: another process has "
                                 f"held its lock for {_EVICT_LOCK_TIMEOUT_S:.0f} s") from exc
         except OSError as exc:
-            raise CacheDirError(f"cannot {action} the kernel cache at {self.directory}: {exc}") from exc
+            read_only = " it is read-only" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+            raise CacheDirError(f"cannot {action} the kernel cache at {self.directory}:{read_only} ({exc})") from exc
 
     def _evict(self, max_bytes: int, locks: bool = False) -> _Eviction:
         """Remove damage and dead writers' temp files, then the oldest entries until the rest fit in

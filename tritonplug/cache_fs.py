@@ -138,6 +138,18 @@ def read_regular_file(path: Path) -> tuple[bytes, int] | None:
         os.close(fd)
 
 
+def probe_writable(directory: Path) -> None:
+    """Raise OSError unless a file can be created (and so removed) in ``directory``, creating it if need be.
+
+    The probe is named like a temp file of this process, so a crash leaves an orphan that scans remove.
+    """
+    makedirs(directory)
+    probe = directory / f".probe.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(probe)
+
+
 def write_small_file(path: Path, text: str) -> None:
     """Overwrite a small bookkeeping file in place, replacing a non-file at ``path``; raises OSError."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
