@@ -169,10 +169,17 @@ def test_a_writer_killed_mid_put_leaves_a_cache_that_heals(tmp_path: Path) -> No
     process = SPAWN.Process(target=put_until_killed, args=(str(directory),))
     process.start()
     deadline = time.monotonic() + 60
-    while len(list(directory.glob("entries/*/*.bin"))) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)
-    process.join()
+    try:
+        while time.monotonic() < deadline:  # catch it with a temp file half written: stop it, look, go on
+            if temp_files(directory):
+                os.kill(process.pid, signal.SIGSTOP)
+                if temp_files(directory):
+                    break
+                os.kill(process.pid, signal.SIGCONT)
+        assert temp_files(directory), "never caught the writer mid-put"
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.join()
     cache = DiskCache(directory, 300_000)
     cache.prune()
     assert list(directory.rglob("*.tmp")) == [], "the killed writer's temp file is an orphan: its pid is gone"
