@@ -147,6 +147,21 @@ def test_cli_on_an_unsafe_cache_names_the_fix(tmp_path: Path) -> None:
     assert len(list(directory.glob("entries/*/*.bin"))) == 4, "an unsafe cache is not touched"
 
 
+def test_cli_info_and_stats_report_an_unusable_cache_and_a_bad_bound(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    filled(directory)
+    (directory / "entries").chmod(0o770)
+    info = cli("info", "--json", cache_dir=directory)
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["cache"].startswith(f"not usable: {directory / 'entries'} in the cache directory")
+    (directory / "entries").chmod(0o700)
+    env_bad = {**os.environ, "JAX_PLATFORMS": "cpu", "TRITONPLUG_CACHE_DIR": str(directory),
+               "TRITONPLUG_CACHE_MAX_BYTES": "lots"}
+    stats = subprocess.run([SCRIPT, "cache", "stats"], env=env_bad, capture_output=True, text=True, timeout=120)
+    assert stats.returncode == 1 and "Traceback" not in stats.stderr
+    assert "TRITONPLUG_CACHE_MAX_BYTES must be a non-negative integer, got 'lots'" in stats.stderr
+
+
 # --- full disk, killed writers, several processes --------------------------------------------------
 
 def test_a_full_disk_fails_puts_quietly_and_the_cache_recovers(tmp_path: Path) -> None:

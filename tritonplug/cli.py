@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        _print(report)
+        _print({k: v for k, v in report.items() if k != "error"})  # the error went to stderr already
     return status
 
 
