@@ -1,9 +1,10 @@
 """The disk cache's dealings with the file system: safety checks, healing, scanning and removal.
 
-Written for a tree that other processes, crashes and damage may change at any moment: only
-:func:`check_safe` raises (it refuses a tree someone else could write); everything else reports
-what it could not do and carries on. Nothing here follows a symlink inside the cache, and nothing
-opens a path in a way that could block (a fifo at an entry path must not hang a ``get``).
+Written for a tree that other processes, crashes and damage may change at any moment. The safety
+checks raise :class:`UnsafeCacheDir` for a tree someone else could write; ``makedirs``,
+``probe_writable`` and ``write_small_file`` raise ``OSError`` for the caller to handle; everything else
+reports what it could not do and carries on. Nothing here follows a symlink inside the cache, and
+nothing opens a path in a way that could block (a fifo at an entry path must not hang a ``get``).
 
 A *non-file* is whatever ``lstat`` says is not a regular file: a directory, a fifo, a socket, a
 device, a symlink (dangling or not). The cache stores only regular files at entry and lock paths,
