@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import cache as disk_cache
-from tritonplug import workers
+from tritonplug import remote_tier, workers
 from tritonplug.errors import CompileError
 from tritonplug.host import Backend, get_host
 from tritonplug.records import Binary, CompileJob, Target
@@ -57,6 +57,7 @@ class CompileService:
             self._memory.clear()
             self._cache_ready = False
             self._cache = None
+        remote_tier.reset()
 
     def compile(self, backend: Backend, target: Target, requests: Sequence[CompileRequest]) -> list[Binary]:
         found: dict[str, Binary] = {}
@@ -103,19 +104,28 @@ class CompileService:
                     locks.enter_context(cache.key_lock(key))
                 found.update(self._from_disk(cache, missing))  # another process may have finished meanwhile
                 missing = [r for r in missing if r.key not in found]
-            if missing:
-                start = time.perf_counter()
-                binaries = self._run(backend, target, missing)
-                elapsed = time.perf_counter() - start
-                with self._lock:
-                    self.stats["compiled"] += len(missing)
-                    self.stats["compile_seconds"] += elapsed
-                for r, binary in zip(missing, binaries, strict=True):
-                    log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
-                    if cache is not None and cache.put(r.key, binary):
-                        log.info("cached %s in %s", r.description, cache.directory)
-                    found[r.key] = binary
-                log.info("compiled %d configuration(s) in %.3f s", len(missing), elapsed)
+            remote = remote_tier.current() if missing and target.triton_backend is not None else None
+            if remote is not None:  # remote → claim → compile here or wait for the host that claimed it
+                found.update(remote.resolve(missing, lambda rs: self._compile(backend, target, rs, cache), cache))
+            elif missing:
+                found.update(self._compile(backend, target, missing, cache))
+        return found
+
+    def _compile(self, backend: Backend, target: Target, missing: list[CompileRequest],
+                 cache: Any) -> dict[str, Binary]:
+        found = {}
+        start = time.perf_counter()
+        binaries = self._run(backend, target, missing)
+        elapsed = time.perf_counter() - start
+        with self._lock:
+            self.stats["compiled"] += len(missing)
+            self.stats["compile_seconds"] += elapsed
+        for r, binary in zip(missing, binaries, strict=True):
+            log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
+            if cache is not None and cache.put(r.key, binary):
+                log.info("cached %s in %s", r.description, cache.directory)
+            found[r.key] = binary
+        log.info("compiled %d configuration(s) in %.3f s", len(missing), elapsed)
         return found
 
     def _from_disk(self, cache: Any, requests: list[CompileRequest]) -> dict[str, Binary]:
@@ -167,5 +177,6 @@ service = CompileService()
 
 
 def compile_stats() -> dict[str, float]:
-    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``."""
-    return dict(service.stats)
+    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``, and the remote
+    tier's ``remote_hits``, ``remote_waits``, ``remote_published``, ``remote_errors``."""
+    return {**service.stats, **remote_tier.stats}

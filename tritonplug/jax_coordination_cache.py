@@ -1,0 +1,167 @@
+"""Built-in remote-cache plugin: the key-value store of JAX's coordination service (``jax.distributed``).
+
+Every multi-process JAX job already runs this service (on process 0, reached over gRPC), so the processes
+of one job can share compiled kernels and claims with no server to set up. It is registered through
+:mod:`tritonplug.cache_hookspecs` like any plugin; the remote tier opens it on its own (URL ``jax://``) when
+``jax.distributed`` is initialised and ``TRITONPLUG_REMOTE_CACHE`` names no other store.
+
+The store has no expiring keys and no compare-and-set, only "insert unless present". A claim is therefore a
+sequence of generations: ``<key>/claim/<n>`` holds ``"<owner> <deadline>"`` (wall-clock seconds); the first
+process to insert generation ``n`` owns it until the deadline, renews it by overwriting its own value, and
+releases it by writing a deadline of 0. When generation ``n`` has expired, the next claimant inserts
+``n + 1``; generations are never deleted, so two processes can never both hold one.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from urllib.parse import parse_qs, urlsplit
+
+from tritonplug import jax_compat
+from tritonplug.cache_hookspecs import hookimpl
+from tritonplug.cache_records import RemoteCacheError, RemoteCacheInfo, StoreDescription
+
+NAMESPACE = "tritonplug/"
+DEFAULT_MAX_ENTRY_BYTES = 16 << 20  # entries live in process 0's memory for the whole job
+_MAX_GENERATIONS = 64  # claims of one key taken over this often mean something is badly wrong: stop claiming
+
+
+@hookimpl
+def tritonplug_cache_info() -> RemoteCacheInfo:
+    return RemoteCacheInfo(name="jax", schemes=("jax",), version="builtin",
+                           description="JAX's coordination service (jax.distributed), shared by one job's processes")
+
+
+@hookimpl
+def tritonplug_cache_open(url: str) -> CoordinationStore | None:
+    parts = urlsplit(url if "://" in url else f"{url}://")
+    if parts.scheme.lower() != "jax":
+        return None
+    if parts.netloc or parts.path.strip("/"):
+        raise ValueError(f"TRITONPLUG_REMOTE_CACHE={url!r}: the jax store takes no host or path (use jax://)")
+    options = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    unknown = sorted(set(options) - {"mode", "max_entry_bytes"})
+    if unknown:
+        raise ValueError(f"TRITONPLUG_REMOTE_CACHE={url!r}: unknown option(s) {unknown} (known: mode, max_entry_bytes)")
+    mode = options.get("mode", "readwrite")
+    if mode not in ("read", "readwrite"):
+        raise ValueError(f"TRITONPLUG_REMOTE_CACHE={url!r}: mode must be 'read' or 'readwrite', got {mode!r}")
+    try:
+        max_entry = int(options.get("max_entry_bytes", DEFAULT_MAX_ENTRY_BYTES))
+    except ValueError:
+        max_entry = -1
+    if max_entry < 0:
+        raise ValueError(f"TRITONPLUG_REMOTE_CACHE={url!r}: max_entry_bytes must be a non-negative integer")
+    runtime = jax_compat.distributed_runtime()
+    if runtime is None:
+        raise ValueError("TRITONPLUG_REMOTE_CACHE=jax:// needs jax.distributed.initialize() to have run first")
+    return CoordinationStore(runtime, writable=mode == "readwrite", max_entry_bytes=max_entry)
+
+
+class CoordinationStore:
+    """A :class:`~tritonplug.cache_records.RemoteStore` over the coordination service's key-value store."""
+
+    def __init__(self, runtime: jax_compat.DistributedRuntime, writable: bool, max_entry_bytes: int) -> None:
+        self._runtime = runtime
+        self._writable = writable
+        self._max_entry_bytes = max_entry_bytes
+        self._owner = f"{runtime.process_id}.{os.getpid()}.{secrets.token_hex(4)}"
+        self._generation: dict[str, int] = {}  # per key: the lowest generation not known to be expired
+        self._lock = threading.Lock()
+
+    def _client(self):  # noqa: ANN202 - jaxlib's client type
+        runtime = jax_compat.distributed_runtime()
+        if runtime is None:
+            raise RemoteCacheError("jax.distributed has been shut down", permanent=True)
+        return runtime.client
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return bytes(self._client().key_value_try_get_bytes(NAMESPACE + key))
+        except RemoteCacheError:
+            raise
+        except Exception as exc:
+            if "NOT_FOUND" in str(exc):
+                return None
+            raise RemoteCacheError(_first_line(exc)) from exc
+
+    def put(self, key: str, data: bytes) -> bool:
+        if not self._writable or (self._max_entry_bytes and len(data) > self._max_entry_bytes):
+            return False
+        self._set(NAMESPACE + key, data, overwrite=True)
+        return True
+
+    def claim(self, key: str, ttl_s: float) -> bool:
+        if not self._writable:
+            return False
+        with self._lock:
+            generation = self._generation.get(key, 0)
+        while generation < _MAX_GENERATIONS:
+            name = f"{NAMESPACE}{key}/claim/{generation}"
+            mine = f"{self._owner} {time.time() + ttl_s:.3f}".encode()
+            if self._set(name, mine, overwrite=False):
+                break
+            owner, deadline = self._read_claim(name)
+            if owner == self._owner:  # ours: renew
+                self._set(name, mine, overwrite=True)
+                break
+            if deadline > time.time():
+                with self._lock:
+                    self._generation[key] = generation
+                return False
+            generation += 1  # expired or released: the next generation is up for grabs
+        else:
+            return True  # too many takeovers: compile without a claim rather than wait forever
+        with self._lock:
+            self._generation[key] = generation
+        return True
+
+    def release(self, key: str) -> None:
+        if not self._writable:
+            return
+        with self._lock:
+            generation = self._generation.get(key)
+        if generation is None:
+            return
+        name = f"{NAMESPACE}{key}/claim/{generation}"
+        if self._read_claim(name)[0] == self._owner:
+            self._set(name, f"{self._owner} 0".encode(), overwrite=True)
+
+    def _read_claim(self, name: str) -> tuple[str, float]:
+        raw = self.get(name[len(NAMESPACE):]) or b""
+        owner, _, deadline = raw.decode(errors="replace").partition(" ")
+        try:
+            return owner, float(deadline)
+        except ValueError:
+            return owner, 0.0
+
+    def _set(self, name: str, data: bytes, overwrite: bool) -> bool:
+        """Insert (or overwrite) ``name``; ``False`` if it exists and ``overwrite`` is off."""
+        try:
+            self._client().key_value_set_bytes(name, data, allow_overwrite=overwrite)
+            return True
+        except RemoteCacheError:
+            raise
+        except Exception as exc:
+            if not overwrite and "ALREADY_EXISTS" in str(exc):
+                return False
+            raise RemoteCacheError(_first_line(exc)) from exc
+
+    def describe(self) -> StoreDescription:
+        r = self._runtime
+        return StoreDescription(plugin="jax", location=f"jax:// (coordination service at {r.coordinator_address}, "
+                                f"process {r.process_id} of {r.num_processes})", writable=self._writable,
+                                max_entry_bytes=self._max_entry_bytes)
+
+    def ping(self) -> None:
+        self.get("ping")
+
+    def close(self) -> None:
+        pass
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -1,0 +1,355 @@
+"""The remote tier behind the local disk cache: memory → disk → **remote** → compile.
+
+``TRITONPLUG_REMOTE_CACHE=<url>`` names a store served by a cache plugin (``redis://``, ``rediss://`` from
+``tritonplug-redis``; ``jax://`` built in); with no URL set, a process that ran ``jax.distributed.initialize``
+with several processes uses the job's coordination service (``jax://``); ``TRITONPLUG_REMOTE_CACHE=off``
+turns the tier off.
+
+Values are the disk cache's own entries (:func:`tritonplug.cache.encode_entry`: checksummed, versioned,
+never pickled), stored under ``tritonplug-<version>/triton-<version>/<key>``; a value that does not decode
+for its key (corrupt, truncated, foreign) is ignored with one warning, and replaced when this process
+compiles the key. A remote hit is also written to the local disk cache.
+
+Single flight across hosts: for each key still missing, a host claims it (an expiring claim, renewed while
+it compiles), compiles, publishes and releases it; the hosts that lost the claim wait for the entry, take
+the claim over if it expires or is released unpublished, and compile themselves after
+``TRITONPLUG_REMOTE_WAIT_S``. A store error never fails a lowering: it is warned once, the key is compiled
+locally, and after a few failures in a row (or one permanent failure, such as a wrong password) the tier is
+off for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+from tritonplug import jax_compat
+from tritonplug.cache import decode_entry, encode_entry
+from tritonplug.cache_records import RemoteCacheError, RemoteStore
+from tritonplug.records import Binary
+
+log = logging.getLogger("tritonplug.remote")
+
+URL_ENV = "TRITONPLUG_REMOTE_CACHE"
+CLAIM_ENV = "TRITONPLUG_REMOTE_CLAIM_S"  # claim lifetime; renewed every third of it while compiling
+WAIT_ENV = "TRITONPLUG_REMOTE_WAIT_S"  # longest wait for another host's entry before compiling it here
+DEFAULT_CLAIM_S = 30.0
+DEFAULT_WAIT_S = 180.0
+MAX_FAILURES = 3  # failures in a row that switch the tier off for the process
+_OFF = {"0", "off", "none", "false", "no"}
+_POLL_FIRST_S, _POLL_MAX_S = 0.02, 0.25
+
+#: Process-wide counters, merged into ``tritonplug.compile_stats()``.
+stats: dict[str, int] = {"remote_hits": 0, "remote_waits": 0, "remote_published": 0, "remote_errors": 0}
+
+
+class _Request(Protocol):
+    key: str
+    description: str
+
+
+Compile = Callable[[list[Any]], dict[str, Binary]]
+
+
+class RemoteTier:
+    """One opened store and the single-flight protocol over it; every store call is guarded."""
+
+    def __init__(self, store: RemoteStore, namespace: str, claim_s: float, wait_s: float) -> None:
+        self.store = store
+        self.description = store.describe()
+        self.namespace = namespace
+        self.claim_s = claim_s
+        self.wait_s = wait_s
+        self.off = False
+        self._failures = 0
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def location(self) -> str:
+        return self.description.location
+
+    @property
+    def writable(self) -> bool:
+        return self.description.writable and not self.off
+
+    def resolve(self, requests: Sequence[_Request], compile_here: Compile, disk: Any) -> dict[str, Binary]:
+        """Binaries for ``requests`` (all missing from memory and disk): fetched, waited for, or compiled by
+        ``compile_here`` (which also writes the local disk); remote hits go to ``disk`` (may be ``None``)."""
+        found = {}
+        pending = []
+        for r in requests:
+            binary = self._fetch(r.key, disk, warn_corrupt=True)
+            if binary is not None:
+                log.info("remote cache hit for %s (key %s)", r.description, r.key[:12])
+                found[r.key] = binary
+            else:
+                pending.append(r)
+        if not pending:
+            return found
+        if not self.writable:
+            found.update(compile_here(pending))
+            return found
+        mine = [r for r in pending if self._call("claim", self.store.claim, self._name(r.key), self.claim_s,
+                                                 failed=True)]
+        theirs = [r for r in pending if r not in mine]
+        if mine:
+            found.update(self._compile_claimed(mine, compile_here))
+        if theirs:
+            found.update(self._wait(theirs, compile_here, disk))
+        return found
+
+    def _compile_claimed(self, requests: list[Any], compile_here: Compile) -> dict[str, Binary]:
+        """Compile keys this process claimed, renewing the claims meanwhile; publish, then release them."""
+        try:
+            with self._renewing([r.key for r in requests]):
+                compiled = compile_here(requests)
+            for r in requests:
+                self._publish(r.key, compiled[r.key])
+        finally:
+            for r in requests:
+                self._call("release", self.store.release, self._name(r.key), failed=None)
+        return compiled
+
+    def _wait(self, requests: list[Any], compile_here: Compile, disk: Any) -> dict[str, Binary]:
+        """Wait for other hosts' entries; take over expired claims; compile the rest after ``wait_s``."""
+        found: dict[str, Binary] = {}
+        pending = list(requests)
+        deadline = time.monotonic() + self.wait_s
+        poll = _POLL_FIRST_S
+        with self._lock:
+            stats["remote_waits"] += len(pending)
+        log.info("waiting up to %.0f s for %d kernel(s) another host is compiling", self.wait_s, len(pending))
+        while pending and not self.off and time.monotonic() < deadline:
+            time.sleep(poll)
+            poll = min(poll * 1.5, _POLL_MAX_S)
+            taken = []
+            for r in list(pending):
+                binary = self._fetch(r.key, disk, warn_corrupt=False)
+                if binary is not None:
+                    log.info("remote cache hit after waiting for %s (key %s)", r.description, r.key[:12])
+                    found[r.key] = binary
+                    pending.remove(r)
+                elif self._call("claim", self.store.claim, self._name(r.key), self.claim_s, failed=True):
+                    taken.append(r)  # the claim expired or was released unpublished: compile it here
+                    pending.remove(r)
+            if taken:
+                log.info("took over %d expired claim(s)", len(taken))
+                found.update(self._compile_claimed(taken, compile_here))
+        if pending:
+            if not self.off:
+                log.info("gave up waiting after %.0f s for %d kernel(s); compiling them here", self.wait_s,
+                         len(pending))
+            compiled = compile_here(pending)
+            for r in pending:
+                self._publish(r.key, compiled[r.key])
+            found.update(compiled)
+        return found
+
+    def _fetch(self, key: str, disk: Any, warn_corrupt: bool) -> Binary | None:
+        data = self._call("get", self.store.get, self._name(key), failed=None)
+        if data is None:
+            return None
+        try:
+            binary = decode_entry(key, bytes(data))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            message = (f"ignoring a damaged or foreign entry under {self._name(key)} in the remote kernel cache "
+                       f"{self.location} ({exc}); it is replaced once compiled")
+            if warn_corrupt:
+                self._warn_once("corrupt", message)
+            return None
+        with self._lock:
+            stats["remote_hits"] += 1
+        if disk is not None:
+            disk.put(key, binary)
+        return binary
+
+    def _publish(self, key: str, binary: Binary) -> None:
+        if not self.writable:
+            return
+        try:
+            blob = encode_entry(key, binary)
+        except TypeError as exc:
+            log.info("not publishing %s: %s", key[:12], exc)
+            return
+        limit = self.description.max_entry_bytes
+        if limit and len(blob) > limit:
+            log.info("not publishing %s: %d bytes exceed the remote limit of %d", key[:12], len(blob), limit)
+            return
+        if self._call("put", self.store.put, self._name(key), blob, failed=False):
+            with self._lock:
+                stats["remote_published"] += 1
+            log.info("published %s to %s (%d bytes)", key[:12], self.location, len(blob))
+
+    @contextlib.contextmanager
+    def _renewing(self, keys: list[str]) -> Iterator[None]:
+        """Renew the claims on ``keys`` every third of their lifetime until the block ends."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.claim_s / 3):
+                for key in keys:
+                    self._call("claim", self.store.claim, self._name(key), self.claim_s, failed=True)
+
+        thread = threading.Thread(target=renew, name="tritonplug-claim-renewal", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def _name(self, key: str) -> str:
+        return f"{self.namespace}/{key}"
+
+    def _call(self, what: str, method: Callable[..., Any], *args: Any, failed: Any) -> Any:
+        """``method(*args)``, or ``failed`` when the tier is off or the store raises (warned once)."""
+        if self.off:
+            return failed
+        try:
+            result = method(*args)
+        except Exception as exc:
+            permanent = isinstance(exc, RemoteCacheError) and exc.permanent
+            with self._lock:
+                stats["remote_errors"] += 1
+                self._failures += 1
+                switch_off = permanent or self._failures >= MAX_FAILURES
+                self.off = self.off or switch_off
+            detail = f"{type(exc).__name__}: {exc}" if not isinstance(exc, RemoteCacheError) else str(exc)
+            self._warn_once("failure", f"the remote kernel cache {self.location} failed ({what}: {detail}); "
+                            f"kernels are compiled locally meanwhile, and the remote tier switches itself off for "
+                            f"this process after {MAX_FAILURES} failures in a row or a permanent one")
+            if switch_off:
+                log.warning("remote kernel cache %s switched off for this process", self.location)
+            return failed
+        with self._lock:
+            self._failures = 0
+        return result
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        log.info("%s", message)
+        with self._lock:
+            if kind in self._warned:
+                return
+            self._warned.add(kind)
+        warnings.warn(f"tritonplug: {message}", RuntimeWarning, stacklevel=2)
+
+    def status(self) -> dict[str, Any]:
+        """For ``tritonplug info``: where the store is, its mode, and whether it answers a ping now."""
+        try:
+            self.store.ping()
+            reachable: Any = True
+        except Exception as exc:
+            reachable = f"no ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        d = self.description
+        return {"store": d.location, "plugin": d.plugin, "mode": "readwrite" if d.writable else "read",
+                "reachable": reachable, "switched off": self.off, "claim (s)": self.claim_s, "wait (s)": self.wait_s,
+                **({"max entry bytes": d.max_entry_bytes} if d.max_entry_bytes else {}),
+                **({"entry ttl (s)": d.entry_ttl_s} if d.entry_ttl_s else {}), **({"detail": d.detail} if d.detail
+                                                                                   else {})}
+
+
+# ------------------------------------------------------------------ the process's tier
+
+_opened: dict[str, RemoteTier | None] = {}  # URL → its tier (None: could not be opened; warned once)
+_open_errors: dict[str, str] = {}  # URL → why it could not be opened
+_open_lock = threading.Lock()
+
+
+def configured_url() -> str | None:
+    """The store this process should use: ``TRITONPLUG_REMOTE_CACHE``, else ``jax://`` in a multi-process
+    ``jax.distributed`` job, else ``None``."""
+    url = os.environ.get(URL_ENV, "").strip()
+    if url.lower() in _OFF:
+        return None
+    if url:
+        return url
+    runtime = jax_compat.distributed_runtime()
+    return "jax://" if runtime is not None and runtime.num_processes > 1 else None
+
+
+def current() -> RemoteTier | None:
+    """The remote tier to use now, opened on first use; ``None`` when there is none or it is off."""
+    url = configured_url()
+    if url is None:
+        return None
+    with _open_lock:
+        if url not in _opened:
+            _opened[url] = _open(url)
+        tier = _opened[url]
+    return None if tier is None or tier.off else tier
+
+
+def _open(url: str) -> RemoteTier | None:
+    from tritonplug.cache_plugins import get_cache_plugins, redact
+    from tritonplug.errors import PluginError
+
+    try:
+        claim_s, wait_s = _seconds(CLAIM_ENV, DEFAULT_CLAIM_S), _seconds(WAIT_ENV, DEFAULT_WAIT_S)
+        store = get_cache_plugins().for_url(url).open(url)
+        if store is None:
+            raise PluginError(f"the cache plugin serving {redact(url)!r} declined to open it")
+        tier = RemoteTier(store, namespace(), claim_s, wait_s)
+    except (ValueError, PluginError) as exc:
+        _open_errors[url] = str(exc)
+        warnings.warn(f"tritonplug: no remote kernel cache: {exc}", RuntimeWarning, stacklevel=3)
+        return None
+    log.info("remote kernel cache: %s", tier.location)
+    return tier
+
+
+def _seconds(variable: str, default: float) -> float:
+    raw = os.environ.get(variable, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{variable} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def namespace() -> str:
+    """The per-version key prefix: entries of other tritonplug or Triton versions are never even fetched."""
+    return f"tritonplug-{_version('tritonplug')}/triton-{_version('triton')}"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "0+source"
+
+
+def status() -> dict[str, Any] | str:
+    """What ``tritonplug info`` shows for the remote tier."""
+    try:
+        url = configured_url()
+    except Exception as exc:  # noqa: BLE001 - info reports, never raises
+        return f"invalid ({exc})"
+    if url is None:
+        return "none (set TRITONPLUG_REMOTE_CACHE, or run jax.distributed.initialize with several processes)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reason is reported here instead
+        tier = current() or _opened.get(url)
+    if tier is None:
+        return f"not opened: {_open_errors.get(url, '?')}"
+    return tier.status()
+
+
+def reset() -> None:
+    """Close and forget the opened stores (tests change the environment); the counters stay."""
+    with _open_lock:
+        tiers = [t for t in _opened.values() if t is not None]
+        _opened.clear()
+        _open_errors.clear()
+    for tier in tiers:
+        with contextlib.suppress(Exception):
+            tier.store.close()
