@@ -141,12 +141,15 @@ class RemoteTier:
                     taken.append(r)  # the claim expired or was released unpublished: compile it here
                     pending.remove(r)
             if taken:
-                log.info("took over %d expired claim(s)", len(taken))
+                self._warn_once("takeover", f"a claim on {len(taken)} kernel(s) in the remote kernel cache "
+                                f"{self.location} expired or was released before its holder published them (a host "
+                                f"that died?); compiling them here")
                 found.update(self._compile_claimed(taken, compile_here))
         if pending:
             if not self.off:
-                log.info("gave up waiting after %.0f s for %d kernel(s); compiling them here", self.wait_s,
-                         len(pending))
+                self._warn_once("timeout", f"gave up waiting {self.wait_s:.0f} s ({WAIT_ENV}) for {len(pending)} "
+                                f"kernel(s) another host claimed in the remote kernel cache {self.location}; "
+                                f"compiling them here")
             compiled = compile_here(pending)
             for r in pending:
                 self._publish(r.key, compiled[r.key])
