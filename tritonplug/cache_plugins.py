@@ -152,3 +152,9 @@ def get_cache_plugins() -> CachePlugins:
             plugins.load()
             _plugins = plugins
         return _plugins
+
+
+def reported_problems() -> list[str]:
+    """Cache plugins that failed to load; empty until a remote store was first asked for."""
+    with _lock:
+        return list(_plugins.problems) if _plugins is not None else []

@@ -11,7 +11,7 @@ def collect_info() -> dict[str, Any]:
     import jaxlib
     import triton
 
-    from tritonplug import frontend
+    from tritonplug import cache_plugins, frontend, remote_tier
     from tritonplug.cache import cache_from_env
     from tritonplug.host import get_host
     from tritonplug.workers import pool_size, pool_timeout
@@ -29,12 +29,14 @@ def collect_info() -> dict[str, Any]:
         "versions": {"tritonplug": frontend.TRITONPLUG_VERSION, "triton": triton.__version__,
                      "jax": jax.__version__, "jaxlib": jaxlib.__version__},
         "backends": backends or "none installed",
-        "problems": host.problems or "none",
+        "problems": [*host.problems, *cache_plugins.reported_problems()] or "none",
         "jax devices": ", ".join(str(d) for d in jax.devices()),
         "cache": dict(vars(cache.stats())) if cache is not None else "disabled",
+        "remote cache": remote_tier.status(),
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),
-        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TRITONPLUG_")} or "none",
+        "environment": {k: cache_plugins.redact(v) for k, v in sorted(os.environ.items())
+                        if k.startswith("TRITONPLUG_")} or "none",
     }
 
 

@@ -1,0 +1,146 @@
+"""The remote tier's host side: cache plugins loaded and reported like backends, and JAX's coordination service
+as a zero-setup tier shared by the processes of one ``jax.distributed`` job (real processes on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import for_backend
+
+from tritonplug import cache_hookspecs, cache_plugins, remote_tier
+from tritonplug.cache_records import RemoteCacheInfo
+
+CHILD = Path(__file__).resolve().parent / "fleet_child.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_job(processes: int, configs: int, salt: int, **env: str) -> list[dict]:
+    """``processes`` hosts of one jax.distributed job (CPU), each with a cache directory of its own."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    children = []
+    for rank in range(processes):
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONPLUG_REMOTE")}
+        child_env.update(TRITONPLUG_CACHE_DIR=tempfile.mkdtemp(prefix="tritonplug-host-"), FLEET_RANK=str(rank),
+                         FLEET_COORDINATOR=coordinator, FLEET_PROCESSES=str(processes),
+                         TRITONPLUG_COMPILE_WORKERS="2", **env)
+        children.append(subprocess.Popen([sys.executable, str(CHILD), str(configs), str(salt)], env=child_env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    reports = []
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-4000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports
+
+
+@for_backend("cuda")
+def test_processes_of_one_jax_distributed_job_compile_each_key_once() -> None:
+    reports = start_job(3, 4, 201)
+    assert sum(r["stats"]["compiled"] for r in reports) == 4
+    assert sum(r["stats"]["remote_published"] for r in reports) == 4
+    for r in reports:
+        assert r["stats"]["compiled"] + r["stats"]["remote_hits"] == 4 and not r["warnings"]
+
+
+@for_backend("cuda")
+def test_the_coordination_tier_can_be_turned_off() -> None:
+    reports = start_job(2, 2, 202, TRITONPLUG_REMOTE_CACHE="off")
+    assert [r["stats"]["compiled"] for r in reports] == [2, 2]
+    assert all(r["stats"]["remote_hits"] == 0 for r in reports)
+
+
+class NoOpenHook:
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_info() -> RemoteCacheInfo:
+        return RemoteCacheInfo("half", ("half",), "1")
+
+
+class RaisingInfo:
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_info() -> RemoteCacheInfo:
+        raise RuntimeError("boom")
+
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_open(url: str) -> None:
+        return None
+
+
+class ReturnsJunk:
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_info() -> RemoteCacheInfo:
+        return RemoteCacheInfo("junk", ("junk",), "1")
+
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_open(url: str) -> object:
+        return object()
+
+
+@pytest.mark.parametrize(("plugin", "message"), [
+    (NoOpenHook, "lacks hooks ['tritonplug_cache_open']"),
+    (RaisingInfo, "raised in tritonplug_cache_info: RuntimeError: boom"),
+])
+def test_a_broken_cache_plugin_is_reported_by_name(plugin: type, message: str) -> None:
+    plugins = cache_plugins.CachePlugins()
+    with pytest.warns(RuntimeWarning, match="cache plugin 'broken'") as caught:
+        assert plugins.register(plugin, "broken", "test") is None
+    assert message in str(caught[0].message) and message in plugins.problems[0]
+    assert plugins.register(ReturnsJunk, "junk", "test") is not None  # the next plugin still loads
+
+
+def test_a_store_without_the_store_methods_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    plugins = cache_plugins.CachePlugins()
+    plugins.register(ReturnsJunk, "junk", "test")
+    with pytest.raises(Exception, match="lacks the RemoteStore methods"):
+        plugins.for_url("junk://x").open("junk://x")
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("nosuch://host", "no cache plugin serves the scheme 'nosuch'"),
+    ("jax://", "needs jax.distributed.initialize"),
+    ("jax://?mode=write", "mode must be 'read' or 'readwrite'"),
+])
+def test_an_unusable_url_warns_and_lowering_goes_on_without_a_remote_tier(monkeypatch: pytest.MonkeyPatch,
+                                                                          url: str, message: str) -> None:
+    monkeypatch.setenv("TRITONPLUG_REMOTE_CACHE", url)
+    remote_tier.reset()
+    try:
+        with pytest.warns(RuntimeWarning, match="no remote kernel cache") as caught:
+            assert remote_tier.current() is None
+        assert message in str(caught[0].message)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert remote_tier.current() is None  # warned once, not on every compile
+        assert message in remote_tier.status()
+    finally:
+        remote_tier.reset()
+
+
+def test_off_and_unset_mean_no_tier(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value in ("off", "0", ""):
+        monkeypatch.setenv("TRITONPLUG_REMOTE_CACHE", value)
+        assert remote_tier.configured_url() is None  # this process never ran jax.distributed.initialize
+    assert "none" in remote_tier.status()
+
+
+def test_passwords_are_redacted() -> None:
+    assert cache_plugins.redact("redis://user:pa55@host:1/0") == "redis://user:***@host:1/0"
+    assert cache_plugins.redact("redis://:pa55@host:1/0") == "redis://:***@host:1/0"
+    assert cache_plugins.redact("redis://host:1/0") == "redis://host:1/0"
