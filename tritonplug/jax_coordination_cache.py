@@ -9,7 +9,9 @@ The store has no expiring keys and no compare-and-set, only "insert unless prese
 sequence of generations: ``<key>/claim/<n>`` holds ``"<owner> <deadline>"`` (wall-clock seconds); the first
 process to insert generation ``n`` owns it until the deadline, renews it by overwriting its own value, and
 releases it by writing a deadline of 0. When generation ``n`` has expired, the next claimant inserts
-``n + 1``; generations are never deleted, so two processes can never both hold one.
+``n + 1``; generations are never deleted, and only the latest one counts, so a holder whose claim expired
+learns that it lost it. (A renewal racing a takeover can leave two holders for a moment: both compile, and
+the second publication overwrites the first with an equal entry.)
 """
 
 from __future__ import annotations
@@ -99,39 +101,46 @@ class CoordinationStore:
             return False
         with self._lock:
             generation = self._generation.get(key, 0)
+        held = False
         while generation < _MAX_GENERATIONS:
-            name = f"{NAMESPACE}{key}/claim/{generation}"
             mine = f"{self._owner} {time.time() + ttl_s:.3f}".encode()
-            if self._set(name, mine, overwrite=False):
+            if self._set(self._claim_name(key, generation), mine, overwrite=False):
+                held = True
                 break
-            owner, deadline = self._read_claim(name)
-            if owner == self._owner:  # ours: renew
-                self._set(name, mine, overwrite=True)
+            owner, deadline = self._read_claim(key, generation)
+            if owner != self._owner and deadline > time.time():
+                break  # another holder's live claim
+            if self._read_claim(key, generation + 1)[0]:
+                generation += 1  # a later generation exists: this one is over, whoever held it
+                continue
+            if owner == self._owner:  # still the latest, and ours: renew
+                self._set(self._claim_name(key, generation), mine, overwrite=True)
+                held = True
                 break
-            if deadline > time.time():
-                with self._lock:
-                    self._generation[key] = generation
-                return False
             generation += 1  # expired or released: the next generation is up for grabs
         else:
-            return True  # too many takeovers: compile without a claim rather than wait forever
+            held = True  # takeovers without end: compile without a claim rather than wait forever
         with self._lock:
             self._generation[key] = generation
-        return True
+        return held
 
     def release(self, key: str) -> None:
         if not self._writable:
             return
         with self._lock:
             generation = self._generation.get(key)
-        if generation is None:
+        if generation is None or self._read_claim(key, generation + 1)[0]:
             return
-        name = f"{NAMESPACE}{key}/claim/{generation}"
-        if self._read_claim(name)[0] == self._owner:
-            self._set(name, f"{self._owner} 0".encode(), overwrite=True)
+        if self._read_claim(key, generation)[0] == self._owner:
+            self._set(self._claim_name(key, generation), f"{self._owner} 0".encode(), overwrite=True)
 
-    def _read_claim(self, name: str) -> tuple[str, float]:
-        raw = self.get(name[len(NAMESPACE):]) or b""
+    @staticmethod
+    def _claim_name(key: str, generation: int) -> str:
+        return f"{NAMESPACE}{key}/claim/{generation}"
+
+    def _read_claim(self, key: str, generation: int) -> tuple[str, float]:
+        """(owner, deadline) of one claim generation; ``("", 0.0)`` when it does not exist."""
+        raw = self.get(self._claim_name(key, generation)[len(NAMESPACE):]) or b""
         owner, _, deadline = raw.decode(errors="replace").partition(" ")
         try:
             return owner, float(deadline)

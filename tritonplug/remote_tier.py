@@ -44,7 +44,8 @@ DEFAULT_CLAIM_S = 30.0
 DEFAULT_WAIT_S = 180.0
 MAX_FAILURES = 3  # failures in a row that switch the tier off for the process
 _OFF = {"0", "off", "none", "false", "no"}
-_POLL_FIRST_S, _POLL_MAX_S = 0.02, 0.25
+_POLL_FIRST_S, _POLL_MAX_S = 0.01, 0.1  # waiting for an entry: the first poll, and the slowest
+_CLAIM_CHECK_S = 1.0  # waiting: how often to look for claims that expired (or were released unpublished)
 
 #: Process-wide counters, merged into ``tritonplug.compile_stats()``.
 stats: dict[str, int] = {"remote_hits": 0, "remote_waits": 0, "remote_published": 0, "remote_errors": 0}
@@ -124,12 +125,16 @@ class RemoteTier:
         pending = list(requests)
         deadline = time.monotonic() + self.wait_s
         poll = _POLL_FIRST_S
+        next_claim_check = time.monotonic() + _CLAIM_CHECK_S
         with self._lock:
             stats["remote_waits"] += len(pending)
         log.info("waiting up to %.0f s for %d kernel(s) another host is compiling", self.wait_s, len(pending))
         while pending and not self.off and time.monotonic() < deadline:
             time.sleep(poll)
             poll = min(poll * 1.5, _POLL_MAX_S)
+            check_claims = time.monotonic() >= next_claim_check
+            if check_claims:
+                next_claim_check = time.monotonic() + _CLAIM_CHECK_S
             taken = []
             for r in list(pending):
                 binary = self._fetch(r.key, disk, warn_corrupt=False)
@@ -137,6 +142,8 @@ class RemoteTier:
                     log.info("remote cache hit after waiting for %s (key %s)", r.description, r.key[:12])
                     found[r.key] = binary
                     pending.remove(r)
+                elif not check_claims:
+                    break  # entries are published in order: poll the first missing one until it lands
                 elif self._call("claim", self.store.claim, self._name(r.key), self.claim_s, failed=True):
                     taken.append(r)  # the claim expired or was released unpublished: compile it here
                     pending.remove(r)
