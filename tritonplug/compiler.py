@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import cache as disk_cache
-from tritonplug import remote_tier, workers
+from tritonplug import remote_cache, workers
 from tritonplug.errors import CompileError
 from tritonplug.host import Backend, get_host
 from tritonplug.records import Binary, CompileJob, Target
@@ -57,7 +57,7 @@ class CompileService:
             self._memory.clear()
             self._cache_ready = False
             self._cache = None
-        remote_tier.reset()
+        remote_cache.reset()
 
     def compile(self, backend: Backend, target: Target, requests: Sequence[CompileRequest]) -> list[Binary]:
         found: dict[str, Binary] = {}
@@ -104,7 +104,7 @@ class CompileService:
                     locks.enter_context(cache.key_lock(key))
                 found.update(self._from_disk(cache, missing))  # another process may have finished meanwhile
                 missing = [r for r in missing if r.key not in found]
-            remote = remote_tier.current() if missing and target.triton_backend is not None else None
+            remote = remote_cache.current() if missing and target.triton_backend is not None else None
             if remote is not None:  # remote → claim → compile here or wait for the host that claimed it
                 found.update(remote.resolve(missing, lambda rs: self._compile(backend, target, rs, cache), cache))
             elif missing:
@@ -179,4 +179,4 @@ service = CompileService()
 def compile_stats() -> dict[str, float]:
     """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``, and the remote
     tier's ``remote_hits``, ``remote_waits``, ``remote_published``, ``remote_errors``."""
-    return {**service.stats, **remote_tier.stats}
+    return {**service.stats, **remote_cache.counters()}

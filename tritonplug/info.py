@@ -11,7 +11,7 @@ def collect_info() -> dict[str, Any]:
     import jaxlib
     import triton
 
-    from tritonplug import cache_plugins, frontend, remote_tier
+    from tritonplug import cache_plugins, frontend, remote_cache
     from tritonplug.cache import cache_from_env
     from tritonplug.host import get_host
     from tritonplug.workers import pool_size, pool_timeout
@@ -32,7 +32,7 @@ def collect_info() -> dict[str, Any]:
         "problems": [*host.problems, *cache_plugins.reported_problems()] or "none",
         "jax devices": ", ".join(str(d) for d in jax.devices()),
         "cache": dict(vars(cache.stats())) if cache is not None else "disabled",
-        "remote cache": remote_tier.status(),
+        "remote cache": remote_cache.status(),
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),
         "environment": {k: cache_plugins.redact(v) for k, v in sorted(os.environ.items())

@@ -1,49 +1,40 @@
-"""The remote tier behind the local disk cache: memory → disk → **remote** → compile.
-
-``TRITONPLUG_REMOTE_CACHE=<url>`` names a store served by a cache plugin (``redis://``, ``rediss://`` from
-``tritonplug-redis``; ``jax://`` built in); with no URL set, a process that ran ``jax.distributed.initialize``
-with several processes uses the job's coordination service (``jax://``); ``TRITONPLUG_REMOTE_CACHE=off``
-turns the tier off.
+"""The remote tier behind the local disk cache: memory → disk → **remote** → compile (the store it uses is
+chosen by :mod:`tritonplug.remote_cache`).
 
 Values are the disk cache's own entries (:func:`tritonplug.cache.encode_entry`: checksummed, versioned,
 never pickled), stored under ``tritonplug-<version>/triton-<version>/<key>``; a value that does not decode
 for its key (corrupt, truncated, foreign) is ignored with one warning, and replaced when this process
 compiles the key. A remote hit is also written to the local disk cache.
 
-Single flight across hosts: for each key still missing, a host claims it (an expiring claim, renewed while
-it compiles), compiles, publishes and releases it; the hosts that lost the claim wait for the entry, take
-the claim over if it expires or is released unpublished, and compile themselves after
-``TRITONPLUG_REMOTE_WAIT_S``. A store error never fails a lowering: it is warned once, the key is compiled
-locally, and after a few failures in a row (or one permanent failure, such as a wrong password) the tier is
-off for the rest of the process.
+Single flight across hosts: a host claims the keys still missing (an expiring claim, renewed while it
+compiles), in key order, stopping at the first key another host holds; it compiles what it claimed, publishes
+and releases it. So the hosts of a fleet that start together leave a batch (the configurations of one
+autotuned call) to one host, whose worker pool compiles it in parallel, instead of each starting a pool for a
+share of it. The hosts that lost a claim wait for the entries, take a claim over if it expires or is released
+unpublished (its holder died or failed), and compile themselves after ``TRITONPLUG_REMOTE_WAIT_S``.
+
+A store error never fails a lowering: it is warned once, the key is compiled locally, and after a few
+failures in a row (or one permanent failure, such as a wrong password) the tier is off for the process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import logging
-import os
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-from tritonplug import jax_compat
 from tritonplug.cache import decode_entry, encode_entry
 from tritonplug.cache_records import RemoteCacheError, RemoteStore
 from tritonplug.records import Binary
 
 log = logging.getLogger("tritonplug.remote")
 
-URL_ENV = "TRITONPLUG_REMOTE_CACHE"
-CLAIM_ENV = "TRITONPLUG_REMOTE_CLAIM_S"  # claim lifetime; renewed every third of it while compiling
-WAIT_ENV = "TRITONPLUG_REMOTE_WAIT_S"  # longest wait for another host's entry before compiling it here
-DEFAULT_CLAIM_S = 30.0
-DEFAULT_WAIT_S = 180.0
+WAIT_ENV = "TRITONPLUG_REMOTE_WAIT_S"  # named in the give-up warning
 MAX_FAILURES = 3  # failures in a row that switch the tier off for the process
-_OFF = {"0", "off", "none", "false", "no"}
 _POLL_FIRST_S, _POLL_MAX_S = 0.01, 0.1  # waiting for an entry: the first poll, and the slowest
 _CLAIM_CHECK_S = 1.0  # waiting: how often to look for claims that expired (or were released unpublished)
 
@@ -98,8 +89,11 @@ class RemoteTier:
         if not self.writable:
             found.update(compile_here(pending))
             return found
-        mine = [r for r in pending if self._call("claim", self.store.claim, self._name(r.key), self.claim_s,
-                                                 failed=True)]
+        mine = []
+        for r in sorted(pending, key=lambda r: r.key):  # the same order on every host
+            if not self._call("claim", self.store.claim, self._name(r.key), self.claim_s, failed=True):
+                break  # another host has this batch: wait for all of it rather than start a second compile pool
+            mine.append(r)
         theirs = [r for r in pending if r not in mine]
         if mine:
             found.update(self._compile_claimed(mine, compile_here))
@@ -264,102 +258,3 @@ class RemoteTier:
                 **({"max entry bytes": d.max_entry_bytes} if d.max_entry_bytes else {}),
                 **({"entry ttl (s)": d.entry_ttl_s} if d.entry_ttl_s else {}), **({"detail": d.detail} if d.detail
                                                                                    else {})}
-
-
-# ------------------------------------------------------------------ the process's tier
-
-_opened: dict[str, RemoteTier | None] = {}  # URL → its tier (None: could not be opened; warned once)
-_open_errors: dict[str, str] = {}  # URL → why it could not be opened
-_open_lock = threading.Lock()
-
-
-def configured_url() -> str | None:
-    """The store this process should use: ``TRITONPLUG_REMOTE_CACHE``, else ``jax://`` in a multi-process
-    ``jax.distributed`` job, else ``None``."""
-    url = os.environ.get(URL_ENV, "").strip()
-    if url.lower() in _OFF:
-        return None
-    if url:
-        return url
-    runtime = jax_compat.distributed_runtime()
-    return "jax://" if runtime is not None and runtime.num_processes > 1 else None
-
-
-def current() -> RemoteTier | None:
-    """The remote tier to use now, opened on first use; ``None`` when there is none or it is off."""
-    url = configured_url()
-    if url is None:
-        return None
-    with _open_lock:
-        if url not in _opened:
-            _opened[url] = _open(url)
-        tier = _opened[url]
-    return None if tier is None or tier.off else tier
-
-
-def _open(url: str) -> RemoteTier | None:
-    from tritonplug.cache_plugins import get_cache_plugins, redact
-    from tritonplug.errors import PluginError
-
-    try:
-        claim_s, wait_s = _seconds(CLAIM_ENV, DEFAULT_CLAIM_S), _seconds(WAIT_ENV, DEFAULT_WAIT_S)
-        store = get_cache_plugins().for_url(url).open(url)
-        if store is None:
-            raise PluginError(f"the cache plugin serving {redact(url)!r} declined to open it")
-        tier = RemoteTier(store, namespace(), claim_s, wait_s)
-    except (ValueError, PluginError) as exc:
-        _open_errors[url] = str(exc)
-        warnings.warn(f"tritonplug: no remote kernel cache: {exc}", RuntimeWarning, stacklevel=3)
-        return None
-    log.info("remote kernel cache: %s", tier.location)
-    return tier
-
-
-def _seconds(variable: str, default: float) -> float:
-    raw = os.environ.get(variable, "").strip()
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{variable} must be a positive number of seconds, got {raw!r}")
-    return value
-
-
-def namespace() -> str:
-    """The per-version key prefix: entries of other tritonplug or Triton versions are never even fetched."""
-    return f"tritonplug-{_version('tritonplug')}/triton-{_version('triton')}"
-
-
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "0+source"
-
-
-def status() -> dict[str, Any] | str:
-    """What ``tritonplug info`` shows for the remote tier."""
-    try:
-        url = configured_url()
-    except Exception as exc:  # noqa: BLE001 - info reports, never raises
-        return f"invalid ({exc})"
-    if url is None:
-        return "none (set TRITONPLUG_REMOTE_CACHE, or run jax.distributed.initialize with several processes)"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the reason is reported here instead
-        tier = current() or _opened.get(url)
-    if tier is None:
-        return f"not opened: {_open_errors.get(url, '?')}"
-    return tier.status()
-
-
-def reset() -> None:
-    """Close and forget the opened stores (tests change the environment); the counters stay."""
-    with _open_lock:
-        tiers = [t for t in _opened.values() if t is not None]
-        _opened.clear()
-        _open_errors.clear()
-    for tier in tiers:
-        with contextlib.suppress(Exception):
-            tier.store.close()
