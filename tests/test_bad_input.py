@@ -20,11 +20,10 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from conftest import installed_backends, requires_backend
+from helpers import installed_backends, requires_backend
 from kernels import add_kernel
 
 import tritonplug
-from tritonplug.compiler import service
 from tritonplug.inspection import kernel_calls
 
 N = 256  # a size no other test module lowers: JAX caches lowerings of identical programs
@@ -281,16 +280,15 @@ pytestmark = pytest.mark.skipif(not (HAVE_INTERPRET or HAVE_CUDA),
 
 
 @pytest.fixture
-def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_state):
     """An empty kernel cache the compile service uses for this test; sm_90 for CUDA lowering without a GPU."""
     directory = tmp_path / "kernel-cache"
     monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
     monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
     if HAVE_INTERPRET:
         monkeypatch.setenv("TRITONPLUG_BACKENDS", "cpu:interpret")  # should other cpu backends be installed
-    service.reset()
-    yield directory
-    service.reset()
+    fresh_state.reset()
+    return directory
 
 
 def cache_files(directory: Path) -> list[Path]:

@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import pytest
 import triton
 import triton.language as tl
-from conftest import requires_backend
+from helpers import requires_backend
 
 import tritonplug
 from tritonplug import cache as cache_module
-from tritonplug.compiler import service
 from tritonplug.inspection import kernel_calls
+from tritonplug.state import state
 
 pytestmark = requires_backend("cuda")
 
@@ -49,17 +49,16 @@ def lower_for_sm90() -> None:
 
 
 @pytest.fixture
-def use_cache_dir(monkeypatch: pytest.MonkeyPatch):
+def use_cache_dir(monkeypatch: pytest.MonkeyPatch, fresh_state):
     """Point the compile service at a directory, forgetting what it compiled or cached so far."""
     monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
     monkeypatch.delenv("TRITONPLUG_CACHE", raising=False)
 
     def use(directory: Path) -> None:
         monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
-        service.reset()
+        fresh_state.reset()
 
-    yield use
-    service.reset()
+    return use
 
 
 def entry_files(directory: Path) -> list[Path]:
@@ -130,7 +129,7 @@ def test_a_pickle_planted_in_an_entry_is_never_unpickled(tmp_path: Path, use_cac
 
     marker = tmp_path / "unpickled"
     entry.write_bytes(craft(pickle.dumps(_TouchWhenUnpickled(marker), protocol=pickle.HIGHEST_PROTOCOL)))
-    service.reset()  # forget the in-memory binary: the next lowering reads the disk
+    state.reset()  # forget the in-memory binary: the next lowering reads the disk
     before = dict(tritonplug.compile_stats())
     lower_for_sm90()
     after = tritonplug.compile_stats()

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tritonplug import cache_hookspecs, cache_plugins, remote_cache
+from tritonplug import cache_hookspecs, cache_plugins
 from tritonplug.cache_records import RemoteCacheInfo
+from tritonplug.remote_cache import RemoteCaches, configured_url
 
 CHILD = Path(__file__).resolve().parent / "fleet_child.py"
 # The hosts lower for sm_90 (a cacheable target) without a GPU: they need the CUDA backend. Marked `cuda` (not
@@ -129,24 +130,21 @@ def test_a_store_without_the_store_methods_is_refused(monkeypatch: pytest.Monkey
 def test_an_unusable_url_warns_and_lowering_goes_on_without_a_remote_tier(monkeypatch: pytest.MonkeyPatch,
                                                                           url: str, message: str) -> None:
     monkeypatch.setenv("TRITONPLUG_REMOTE_CACHE", url)
-    remote_cache.reset()
-    try:
-        with pytest.warns(RuntimeWarning, match="no remote kernel cache") as caught:
-            assert remote_cache.current() is None
-        assert message in str(caught[0].message)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            assert remote_cache.current() is None  # warned once, not on every compile
-        assert message in remote_cache.status()
-    finally:
-        remote_cache.reset()
+    caches = RemoteCaches()
+    with pytest.warns(RuntimeWarning, match="no remote kernel cache") as caught:
+        assert caches.current() is None
+    assert message in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert caches.current() is None  # warned once, not on every compile
+    assert message in caches.status()
 
 
 def test_off_and_unset_mean_no_tier(monkeypatch: pytest.MonkeyPatch) -> None:
     for value in ("off", "0", ""):
         monkeypatch.setenv("TRITONPLUG_REMOTE_CACHE", value)
-        assert remote_cache.configured_url() is None  # this process never ran jax.distributed.initialize
-    assert "none" in remote_cache.status()
+        assert configured_url() is None  # this process never ran jax.distributed.initialize
+    assert "none" in RemoteCaches().status()
 
 
 def test_passwords_are_redacted() -> None:

@@ -15,7 +15,7 @@ point at the worker's log, which the parent created. The protocol uses private d
 the original stdin/stdout, so a task that prints or reads cannot corrupt it.
 
 ``-m`` imports the ``tritonplug`` package (and jax with it) before this module; the module itself
-needs only the standard library and cloudpickle, since ``tritonplug.workers`` imports its framing.
+needs only the standard library and cloudpickle, since ``tritonplug.worker_process`` imports its framing.
 """
 
 from __future__ import annotations
@@ -115,13 +115,21 @@ def _serve(data: bytes) -> bytes:
         return cloudpickle.dumps(_error(None, exc))
     with _output_to(stderr_path):
         try:
-            reply = (task_id, "ok", func(*args))
+            reply = (task_id, "ok", resolve(func)(*args))
         except BaseException as exc:  # SystemExit too: the job failed, the worker carries on
             reply = _error(task_id, exc)
     try:
         return cloudpickle.dumps(reply)
     except BaseException as exc:
         return cloudpickle.dumps(_error(task_id, exc))
+
+
+def resolve(func: Any) -> Any:
+    """A task's function: itself, or the function a ``"module:function"`` name refers to."""
+    if isinstance(func, str):
+        module_name, _, name = func.partition(":")
+        return getattr(importlib.import_module(module_name), name)
+    return func
 
 
 def _preload(modules: list[str]) -> list[str]:

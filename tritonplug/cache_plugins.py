@@ -13,7 +13,6 @@ import importlib
 import importlib.metadata
 import os
 import re
-import threading
 import warnings
 from urllib.parse import urlsplit
 
@@ -137,24 +136,3 @@ class CachePlugins:
 def redact(url: str) -> str:
     """``url`` without the password of its user-info part."""
     return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
-
-
-_plugins: CachePlugins | None = None
-_lock = threading.Lock()
-
-
-def get_cache_plugins() -> CachePlugins:
-    """The process-wide cache plugins, loaded on first use."""
-    global _plugins
-    with _lock:
-        if _plugins is None:
-            plugins = CachePlugins()
-            plugins.load()
-            _plugins = plugins
-        return _plugins
-
-
-def reported_problems() -> list[str]:
-    """Cache plugins that failed to load; empty until a remote store was first asked for."""
-    with _lock:
-        return list(_plugins.problems) if _plugins is not None else []

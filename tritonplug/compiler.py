@@ -17,12 +17,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import cache as disk_cache
-from tritonplug import remote_cache, workers
 from tritonplug.errors import CompileError
-from tritonplug.host import Backend, get_host
+from tritonplug.host import Backend
 from tritonplug.records import Binary, CompileJob, Target
+from tritonplug.remote_cache import RemoteCaches
+from tritonplug.worker_pool import Task
 
 log = logging.getLogger("tritonplug.compiler")
+
+#: The worker-side entry point of a compile job (see ``worker_jobs.py``), referenced by name so
+#: this module does not import the process state the worker uses.
+WORKER_COMPILE = "tritonplug.worker_jobs:compile_in_worker"
 
 
 @dataclass(frozen=True)
@@ -35,13 +40,17 @@ class CompileRequest:
 
 
 class CompileService:
-    def __init__(self) -> None:
+    """Compiles requests through memory → disk cache → remote tier → ``run_tasks`` (the process's worker pool)."""
+
+    def __init__(self, run_tasks: Callable[[Sequence[Task]], list[Any]]) -> None:
+        self._run_tasks = run_tasks
         self._memory: dict[str, Binary] = {}
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._cache: Any = None
         self._cache_ready = False
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
+        self.remote = RemoteCaches()  # the tier behind the disk cache (remote_cache.py, remote_tier.py)
 
     @property
     def cache(self) -> disk_cache.DiskCache | None:
@@ -57,7 +66,7 @@ class CompileService:
             self._memory.clear()
             self._cache_ready = False
             self._cache = None
-        remote_cache.reset()
+        self.remote.reset()
 
     def compile(self, backend: Backend, target: Target, requests: Sequence[CompileRequest]) -> list[Binary]:
         found: dict[str, Binary] = {}
@@ -93,7 +102,7 @@ class CompileService:
         return [found[r.key] for r in requests]
 
     def _resolve(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> dict[str, Binary]:
-        cache = self.cache if target.triton_backend is not None else None
+        cache = self.cache if backend.info.cache_binaries else None
         found = self._from_disk(cache, requests)
         missing = [r for r in requests if r.key not in found]
         if not missing:
@@ -104,7 +113,7 @@ class CompileService:
                     locks.enter_context(cache.key_lock(key))
                 found.update(self._from_disk(cache, missing))  # another process may have finished meanwhile
                 missing = [r for r in missing if r.key not in found]
-            remote = remote_cache.current() if missing and target.triton_backend is not None else None
+            remote = self.remote.current() if missing and backend.info.cache_binaries else None
             if remote is not None:  # remote → claim → compile here or wait for the host that claimed it
                 found.update(remote.resolve(missing, lambda rs: self._compile(backend, target, rs, cache), cache))
             elif missing:
@@ -143,11 +152,10 @@ class CompileService:
 
     def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary]:
         jobs = [r.make_job() for r in requests]
-        in_process = target.triton_backend is None or not backend.source.startswith("entry point")
-        if in_process:
+        if not backend.compiles_in_worker:
             return [_compile_here(backend, job, r.description) for job, r in zip(jobs, requests, strict=True)]
-        tasks = [workers.Task(compile_in_worker, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
-        return workers.run_tasks(tasks)
+        tasks = [Task(WORKER_COMPILE, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
+        return self._run_tasks(tasks)
 
 
 def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary:
@@ -157,26 +165,3 @@ def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary
         raise
     except Exception as exc:
         raise CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}") from exc
-
-
-def prepare_worker() -> None:
-    """Runs once in each compile worker before its first job: load the backend plugins (and Triton)."""
-    get_host()
-
-
-def compile_in_worker(job: CompileJob) -> Binary:
-    """Runs in a compile worker: find the job's backend by name and call its compile hook."""
-    host = get_host()
-    if job.backend not in host.backends:
-        raise CompileError(f"backend {job.backend!r} is not installed in the compile worker's environment "
-                           f"(loaded: {sorted(host.backends)})")
-    return host.backends[job.backend].compile(job)
-
-
-service = CompileService()
-
-
-def compile_stats() -> dict[str, float]:
-    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``, and the remote
-    tier's ``remote_hits``, ``remote_waits``, ``remote_published``, ``remote_errors``."""
-    return {**service.stats, **remote_cache.counters()}

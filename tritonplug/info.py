@@ -11,16 +11,22 @@ def collect_info() -> dict[str, Any]:
     import jaxlib
     import triton
 
-    from tritonplug import cache_plugins, frontend, remote_cache
+    from tritonplug import frontend
     from tritonplug.cache import cache_from_env
-    from tritonplug.host import get_host
+    from tritonplug.cache_plugins import redact
+    from tritonplug.state import state
     from tritonplug.workers import pool_size, pool_timeout
 
-    host = get_host()
+    host = state.host()
     backends: dict[str, Any] = {}
     for backend in host.backends.values():
-        entry: dict[str, Any] = {"version": backend.info.version, "platforms": ", ".join(backend.info.platforms),
-                                 "source": backend.source}
+        info = backend.info
+        entry: dict[str, Any] = {"version": info.version, "platforms": ", ".join(info.platforms),
+                                 "source": backend.source,
+                                 "capabilities": f"ir={','.join(info.ir_stages) or 'none'} "
+                                                 f"cache={'yes' if info.cache_binaries else 'no'} "
+                                                 f"worker={'yes' if backend.compiles_in_worker else 'no'} "
+                                                 f"autotune={info.autotune}"}
         for platform in backend.info.platforms:
             entry[f"target[{platform}]"] = _target(backend, platform)
         backends[backend.name] = entry
@@ -29,13 +35,13 @@ def collect_info() -> dict[str, Any]:
         "versions": {"tritonplug": frontend.TRITONPLUG_VERSION, "triton": triton.__version__,
                      "jax": jax.__version__, "jaxlib": jaxlib.__version__},
         "backends": backends or "none installed",
-        "problems": [*host.problems, *cache_plugins.reported_problems()] or "none",
+        "problems": [*host.problems, *state.compiler.remote.problems()] or "none",
         "jax devices": ", ".join(str(d) for d in jax.devices()),
         "cache": dict(vars(cache.stats())) if cache is not None else "disabled",
-        "remote cache": remote_cache.status(),
+        "remote cache": state.compiler.remote.status(),
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),
-        "environment": {k: cache_plugins.redact(v) for k, v in sorted(os.environ.items())
+        "environment": {k: redact(v) for k, v in sorted(os.environ.items())
                         if k.startswith("TRITONPLUG_")} or "none",
     }
 

@@ -20,9 +20,9 @@ import os
 import secrets
 import threading
 import time
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tritonplug import jax_compat
 from tritonplug.cache_hookspecs import hookimpl
 from tritonplug.cache_records import RemoteCacheError, RemoteCacheInfo, StoreDescription
 
@@ -57,6 +57,8 @@ def tritonplug_cache_open(url: str) -> CoordinationStore | None:
         max_entry = -1
     if max_entry < 0:
         raise ValueError(f"TRITONPLUG_REMOTE_CACHE={url!r}: max_entry_bytes must be a non-negative integer")
+    from tritonplug import jax_compat  # imports JAX: only here, when a jax:// store is opened
+
     runtime = jax_compat.distributed_runtime()
     if runtime is None:
         raise ValueError("TRITONPLUG_REMOTE_CACHE=jax:// needs jax.distributed.initialize() to have run first")
@@ -66,7 +68,8 @@ def tritonplug_cache_open(url: str) -> CoordinationStore | None:
 class CoordinationStore:
     """A :class:`~tritonplug.cache_records.RemoteStore` over the coordination service's key-value store."""
 
-    def __init__(self, runtime: jax_compat.DistributedRuntime, writable: bool, max_entry_bytes: int) -> None:
+    def __init__(self, runtime: Any, writable: bool, max_entry_bytes: int) -> None:
+        """``runtime``: a :class:`tritonplug.jax_compat.DistributedRuntime`."""
         self._runtime = runtime
         self._writable = writable
         self._max_entry_bytes = max_entry_bytes
@@ -74,7 +77,9 @@ class CoordinationStore:
         self._generation: dict[str, int] = {}  # per key: the lowest generation not known to be expired
         self._lock = threading.Lock()
 
-    def _client(self):  # noqa: ANN202 - jaxlib's client type
+    def _client(self) -> Any:
+        from tritonplug import jax_compat
+
         runtime = jax_compat.distributed_runtime()
         if runtime is None:
             raise RemoteCacheError("jax.distributed has been shut down", permanent=True)

@@ -38,8 +38,6 @@ MAX_FAILURES = 3  # failures in a row that switch the tier off for the process
 _POLL_FIRST_S, _POLL_MAX_S = 0.01, 0.1  # waiting for an entry: the first poll, and the slowest
 _CLAIM_CHECK_S = 1.0  # waiting: how often to look for claims that expired (or were released unpublished)
 
-#: Process-wide counters, merged into ``tritonplug.compile_stats()``.
-stats: dict[str, int] = {"remote_hits": 0, "remote_waits": 0, "remote_published": 0, "remote_errors": 0}
 
 
 class _Request(Protocol):
@@ -53,8 +51,10 @@ Compile = Callable[[list[Any]], dict[str, Binary]]
 class RemoteTier:
     """One opened store and the single-flight protocol over it; every store call is guarded."""
 
-    def __init__(self, store: RemoteStore, namespace: str, claim_s: float, wait_s: float) -> None:
+    def __init__(self, store: RemoteStore, namespace: str, claim_s: float, wait_s: float,
+                 stats: dict[str, int]) -> None:
         self.store = store
+        self.stats = stats  # remote_hits, remote_waits, remote_published, remote_errors: updated under the lock
         self.description = store.describe()
         self.namespace = namespace
         self.claim_s = claim_s
@@ -121,7 +121,7 @@ class RemoteTier:
         poll = _POLL_FIRST_S
         next_claim_check = time.monotonic() + _CLAIM_CHECK_S
         with self._lock:
-            stats["remote_waits"] += len(pending)
+            self.stats["remote_waits"] += len(pending)
         log.info("waiting up to %.0f s for %d kernel(s) another host is compiling", self.wait_s, len(pending))
         while pending and not self.off and time.monotonic() < deadline:
             time.sleep(poll)
@@ -170,7 +170,7 @@ class RemoteTier:
                 self._warn_once("corrupt", message)
             return None
         with self._lock:
-            stats["remote_hits"] += 1
+            self.stats["remote_hits"] += 1
         if disk is not None:
             disk.put(key, binary)
         return binary
@@ -189,7 +189,7 @@ class RemoteTier:
             return
         if self._call("put", self.store.put, self._name(key), blob, failed=False):
             with self._lock:
-                stats["remote_published"] += 1
+                self.stats["remote_published"] += 1
             log.info("published %s to %s (%d bytes)", key[:12], self.location, len(blob))
 
     @contextlib.contextmanager
@@ -222,7 +222,7 @@ class RemoteTier:
         except Exception as exc:
             permanent = isinstance(exc, RemoteCacheError) and exc.permanent
             with self._lock:
-                stats["remote_errors"] += 1
+                self.stats["remote_errors"] += 1
                 self._failures += 1
                 switch_off = permanent or self._failures >= MAX_FAILURES
                 self.off = self.off or switch_off

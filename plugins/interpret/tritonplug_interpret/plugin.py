@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, Launch, Options, Target
 from tritonplug_interpret import __version__, compat, runner
@@ -20,19 +21,16 @@ CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("interpret", ("cpu", ), f"{__version__}+triton{compat.TRITON_VERSION}",
                        "Triton kernels on the CPU through Triton's interpreter "
-                       f"(bounds-checked when {CHECK_VARIABLE}=1)")
+                       f"(bounds-checked when {CHECK_VARIABLE}=1)",
+                       ir_stages=(), cache_binaries=False, compile_in_worker=False, autotune="first")
 
 
 @hookimpl
 def tritonplug_detect_target(platform: str, device: Any | None,
-                             call_options: Mapping[str, Any]) -> Target | None:
+                             requested: Mapping[str, Any]) -> Target | None:
     if platform != "cpu":
         return None
     return Target(backend="interpret", platform="cpu", arch="host", warp_size=1, triton_backend=None)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @hookimpl
@@ -43,23 +41,14 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
     as long as they are hashable.
     """
     options = {k: v for k, v in call_options.items() if v is not None}
-    warps = options.get("num_warps")
-    if warps is not None and (not _is_int(warps) or warps <= 0 or warps & (warps - 1)):
-        raise ValueError(f"num_warps must be a positive power of two, got {warps!r}")
-    stages = options.get("num_stages")
-    if stages is not None and (not _is_int(stages) or stages < 0):
-        raise ValueError(f"num_stages must be a non-negative int, got {stages!r}")
-    ctas = options.get("num_ctas")
-    if ctas is not None and (not _is_int(ctas) or ctas < 1):
-        raise ValueError(f"num_ctas must be an int >= 1, got {ctas!r}")
-    for flag in ("enable_fp_fusion", "debug"):
-        if flag in options and not isinstance(options[flag], bool):
-            raise TypeError(f"{flag} must be a bool, got {options[flag]!r}")
-    for name, value in options.items():
-        try:
-            hash(value)
-        except TypeError:
-            raise TypeError(f"option {name} must be hashable, got {type(value).__name__} {value!r}") from None
+    if "num_warps" in options:
+        plugin_kit.power_of_two("num_warps", options["num_warps"])
+    if "num_stages" in options:
+        plugin_kit.int_in_range("num_stages", options["num_stages"], 0)
+    if "num_ctas" in options:
+        plugin_kit.int_in_range("num_ctas", options["num_ctas"], 1)
+    plugin_kit.check_bools(options)
+    plugin_kit.check_hashable(options)
     return Options.from_mapping(options)
 
 
