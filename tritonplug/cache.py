@@ -96,7 +96,7 @@ class DiskCache:
             return None
         data, inode = found
         try:
-            binary = _decode(key, data)
+            binary = decode_entry(key, data)
         except (ValueError, KeyError, TypeError) as exc:
             log.info("removing damaged cache entry %s: %s", path, exc)
             with contextlib.suppress(OSError):
@@ -111,7 +111,7 @@ class DiskCache:
     def put(self, key: str, binary: Binary) -> bool:
         """Store ``binary`` under ``key``; ``False`` if it was not written (too big, or the disk refused)."""
         path = self._path(key)
-        blob = _encode(key, binary)
+        blob = encode_entry(key, binary)
         if len(blob) > self.max_bytes:
             log.info("not caching %s: %d bytes exceed the bound of %d", key[:12], len(blob), self.max_bytes)
             return False
@@ -294,7 +294,8 @@ class _Eviction:
         return f"{len(self.failures)} item(s) could not be removed (is it read-only?): {shown}"
 
 
-def _encode(key: str, binary: Binary) -> bytes:
+def encode_entry(key: str, binary: Binary) -> bytes:
+    """One entry's bytes (the format above); the remote tier stores exactly these."""
     blobs = {str(name): bytes(image) for name, image in binary.images.items()}
     images, offset = [], 0
     for name, image in blobs.items():
@@ -311,8 +312,9 @@ def _encode(key: str, binary: Binary) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
-def _decode(key: str, data: bytes) -> Binary:
-    """Parse and check one entry file; any damage raises ValueError (or KeyError/TypeError)."""
+def decode_entry(key: str, data: bytes) -> Binary:
+    """Parse and check one entry (a file, or a remote value); any damage, or an entry made for another key,
+    raises ValueError (or KeyError/TypeError)."""
     if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
         raise ValueError("bad magic or truncated")
     body = data[:-_DIGEST]

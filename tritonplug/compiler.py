@@ -20,6 +20,7 @@ from tritonplug import cache as disk_cache
 from tritonplug.errors import CompileError
 from tritonplug.host import Backend
 from tritonplug.records import Binary, CompileJob, Target
+from tritonplug.remote_cache import RemoteCaches
 from tritonplug.worker_pool import Task
 
 log = logging.getLogger("tritonplug.compiler")
@@ -39,7 +40,7 @@ class CompileRequest:
 
 
 class CompileService:
-    """Compiles requests through memory → disk cache → ``run_tasks`` (the process's worker pool)."""
+    """Compiles requests through memory → disk cache → remote tier → ``run_tasks`` (the process's worker pool)."""
 
     def __init__(self, run_tasks: Callable[[Sequence[Task]], list[Any]]) -> None:
         self._run_tasks = run_tasks
@@ -49,6 +50,7 @@ class CompileService:
         self._cache: Any = None
         self._cache_ready = False
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
+        self.remote = RemoteCaches()  # the tier behind the disk cache (remote_cache.py, remote_tier.py)
 
     @property
     def cache(self) -> disk_cache.DiskCache | None:
@@ -64,6 +66,7 @@ class CompileService:
             self._memory.clear()
             self._cache_ready = False
             self._cache = None
+        self.remote.reset()
 
     def compile(self, backend: Backend, target: Target, requests: Sequence[CompileRequest]) -> list[Binary]:
         found: dict[str, Binary] = {}
@@ -110,19 +113,28 @@ class CompileService:
                     locks.enter_context(cache.key_lock(key))
                 found.update(self._from_disk(cache, missing))  # another process may have finished meanwhile
                 missing = [r for r in missing if r.key not in found]
-            if missing:
-                start = time.perf_counter()
-                binaries = self._run(backend, target, missing)
-                elapsed = time.perf_counter() - start
-                with self._lock:
-                    self.stats["compiled"] += len(missing)
-                    self.stats["compile_seconds"] += elapsed
-                for r, binary in zip(missing, binaries, strict=True):
-                    log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
-                    if cache is not None and cache.put(r.key, binary):
-                        log.info("cached %s in %s", r.description, cache.directory)
-                    found[r.key] = binary
-                log.info("compiled %d configuration(s) in %.3f s", len(missing), elapsed)
+            remote = self.remote.current() if missing and backend.info.cache_binaries else None
+            if remote is not None:  # remote → claim → compile here or wait for the host that claimed it
+                found.update(remote.resolve(missing, lambda rs: self._compile(backend, target, rs, cache), cache))
+            elif missing:
+                found.update(self._compile(backend, target, missing, cache))
+        return found
+
+    def _compile(self, backend: Backend, target: Target, missing: list[CompileRequest],
+                 cache: Any) -> dict[str, Binary]:
+        found = {}
+        start = time.perf_counter()
+        binaries = self._run(backend, target, missing)
+        elapsed = time.perf_counter() - start
+        with self._lock:
+            self.stats["compiled"] += len(missing)
+            self.stats["compile_seconds"] += elapsed
+        for r, binary in zip(missing, binaries, strict=True):
+            log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
+            if cache is not None and cache.put(r.key, binary):
+                log.info("cached %s in %s", r.description, cache.directory)
+            found[r.key] = binary
+        log.info("compiled %d configuration(s) in %.3f s", len(missing), elapsed)
         return found
 
     def _from_disk(self, cache: Any, requests: list[CompileRequest]) -> dict[str, Binary]:

@@ -13,6 +13,7 @@ def collect_info() -> dict[str, Any]:
 
     from tritonplug import frontend
     from tritonplug.cache import CacheDirError, open_cache_from_env
+    from tritonplug.cache_plugins import redact
     from tritonplug.state import state
     from tritonplug.workers import pool_size, pool_timeout
 
@@ -38,12 +39,14 @@ def collect_info() -> dict[str, Any]:
         "versions": {"tritonplug": frontend.TRITONPLUG_VERSION, "triton": triton.__version__,
                      "jax": jax.__version__, "jaxlib": jaxlib.__version__},
         "backends": backends or "none installed",
-        "problems": host.problems or "none",
+        "problems": [*host.problems, *state.compiler.remote.problems()] or "none",
         "jax devices": ", ".join(str(d) for d in jax.devices()),
         "cache": cache_report,
+        "remote cache": state.compiler.remote.status(),
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),
-        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TRITONPLUG_")} or "none",
+        "environment": {k: redact(v) for k, v in sorted(os.environ.items())
+                        if k.startswith("TRITONPLUG_")} or "none",
     }
 
 

@@ -116,5 +116,6 @@ def backend_for(platform: str) -> BackendInfo:
 
 
 def compile_stats() -> dict[str, float]:
-    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``."""
-    return dict(state.compiler.stats)
+    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``, and the remote
+    tier's ``remote_hits``, ``remote_waits``, ``remote_published``, ``remote_errors``."""
+    return {**state.compiler.stats, **state.compiler.remote.counters()}
