@@ -26,6 +26,7 @@ _ARANGE_PROBLEMS = {
     "arange's range must be a power of 2": "a power-of-two extent (end - start)",
     "arange's end argument must be greater than the start argument": "an end greater than its start",
     "exceeds triton maximum tensor numel": "at most 1048576 elements (Triton's largest tensor)",
+    "arange must fit in int32": "bounds between 0 and 2**32 - 1",
 }
 _ARANGE_NOT_CONSTEXPR = "arange's arguments must be of type tl.constexpr"
 
