@@ -35,6 +35,18 @@ skip_without_backends = pytest.mark.skipif(not (HAVE_INTERPRET or HAVE_CUDA),
                                                   "`tox -e cuda`)")
 
 
+def _every_backend_declares_its_options() -> bool:
+    from tritonplug.state import backends
+
+    return all(b.option_names is not None for b in backends())
+
+
+#: Where an unknown ``backend_options`` name is refused: at the call when every installed backend declares
+#: its option names (``BackendInfo.option_names``), else by the CPU backend's own check when lowering.
+UNKNOWN_OPTION_STAGE: tuple[str, ...] = () if _every_backend_declares_its_options() else ("cpu",)
+UNKNOWN_OPTION = r"unknown (interpret backend )?option\(s\)"
+
+
 def call(x, y, *rest, **overrides):
     """``add_kernel(x, y, N)`` with keyword overrides (``OMIT`` drops one); ``rest`` replaces the default ``N``."""
     options = dict(kernel=add_kernel, out_shape=SPEC, grid=(2,), BLOCK=128)
