@@ -42,7 +42,8 @@ class CompileRequest:
 class CompileService:
     """Compiles requests through memory → disk cache → remote tier → ``run_tasks`` (the process's worker pool)."""
 
-    def __init__(self, run_tasks: Callable[[Sequence[Task]], list[Any]]) -> None:
+    def __init__(self, run_tasks: Callable[..., list[Any]]) -> None:
+        """``run_tasks(tasks, return_exceptions=True)`` runs compile tasks (the process's worker pool)."""
         self._run_tasks = run_tasks
         self._memory: dict[str, Binary] = {}
         self._inflight: dict[str, Future] = {}
@@ -122,19 +123,27 @@ class CompileService:
 
     def _compile(self, backend: Backend, target: Target, missing: list[CompileRequest],
                  cache: Any) -> dict[str, Binary]:
+        """Compile ``missing``; the configurations that finish are cached and kept in memory even when
+        another one fails or times out, then the first failure is raised."""
         found = {}
         start = time.perf_counter()
-        binaries = self._run(backend, target, missing)
+        outcomes = self._run(backend, target, missing)
         elapsed = time.perf_counter() - start
+        binaries = [(r, b) for r, b in zip(missing, outcomes, strict=True) if not isinstance(b, Exception)]
         with self._lock:
-            self.stats["compiled"] += len(missing)
+            self.stats["compiled"] += len(binaries)
             self.stats["compile_seconds"] += elapsed
-        for r, binary in zip(missing, binaries, strict=True):
+        for r, binary in binaries:
             log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
             if cache is not None and cache.put(r.key, binary):
                 log.info("cached %s in %s", r.description, cache.directory)
             found[r.key] = binary
-        log.info("compiled %d configuration(s) in %.3f s", len(missing), elapsed)
+            with self._lock:
+                self._memory[r.key] = binary
+        log.info("compiled %d configuration(s) in %.3f s", len(binaries), elapsed)
+        failure = next((b for b in outcomes if isinstance(b, Exception)), None)
+        if failure is not None:
+            raise failure
         return found
 
     def _from_disk(self, cache: Any, requests: list[CompileRequest]) -> dict[str, Binary]:
@@ -150,18 +159,21 @@ class CompileService:
                     self.stats["disk_hits"] += 1
         return found
 
-    def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary]:
+    def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary | Exception]:
+        """Each request's binary, or the exception its compile raised (the others' binaries are kept)."""
         jobs = [r.make_job() for r in requests]
         if not backend.compiles_in_worker:
             return [_compile_here(backend, job, r.description) for job, r in zip(jobs, requests, strict=True)]
         tasks = [Task(WORKER_COMPILE, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
-        return self._run_tasks(tasks)
+        return self._run_tasks(tasks, return_exceptions=True)
 
 
-def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary:
+def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary | Exception:
     try:
         return backend.compile(job)
-    except CompileError:
-        raise
+    except CompileError as exc:
+        return exc
     except Exception as exc:
-        raise CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}") from exc
+        failure = CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}")
+        failure.__cause__ = exc
+        return failure

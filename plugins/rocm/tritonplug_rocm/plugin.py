@@ -20,7 +20,8 @@ _HSACO_DIR = os.path.join(tempfile.gettempdir(), f"tritonplug-hsaco-{os.getuid()
 @hookimpl
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("rocm", ("rocm",), f"{__version__}+triton{compat.TRITON_VERSION}",
-                       "AMD GPUs through jaxlib's Triton kernel-call runtime")
+                       "AMD GPUs through jaxlib's Triton kernel-call runtime",
+                       option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))))
 
 
 def _parse_arch(value: Any, source: str) -> str:
