@@ -137,9 +137,10 @@ def test_configurations_that_finished_are_kept_when_another_times_out(tmp_path: 
         return f.trace(x).lower(lowering_platforms=("cuda",)).as_text()
 
     try:
+        compiled = state.compiler.stats["compiled"]
         with pytest.raises(WorkerError, match=r"num_warps=8.*exceeded the compile timeout of 30 s"):
             lower()
-        assert state.compiler.stats["compiled"] == 1
+        assert state.compiler.stats["compiled"] == compiled + 1
         entries = [p for p in (private_cache / "entries").rglob("*.bin")]
         assert len(entries) == 1, "the configuration that finished was not cached"
         os.remove(marker)
