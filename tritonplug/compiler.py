@@ -48,7 +48,7 @@ class CompileService:
         self._lock = threading.Lock()
         self._cache: Any = None
         self._cache_ready = False
-        self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
+        self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "runtime_autotuned": 0}
 
     @property
     def cache(self) -> disk_cache.DiskCache | None:
@@ -64,6 +64,11 @@ class CompileService:
             self._memory.clear()
             self._cache_ready = False
             self._cache = None
+
+    def note_runtime_autotuned(self) -> None:
+        """A call was lowered with several configurations: jaxlib will time them on the device."""
+        with self._lock:
+            self.stats["runtime_autotuned"] += 1
 
     def compile(self, backend: Backend, target: Target, requests: Sequence[CompileRequest]) -> list[Binary]:
         found: dict[str, Binary] = {}

@@ -18,6 +18,7 @@ from tritonplug.compiler import CompileService
 from tritonplug.host import Host
 from tritonplug.records import BackendInfo
 from tritonplug.triton_compat import KernelFactsCache
+from tritonplug.tuning_store import TuningStore
 from tritonplug.worker_pool import Task, WorkerPool
 from tritonplug.workers import pool_from_env, pool_size, pool_timeout
 
@@ -31,6 +32,7 @@ class ProcessState:
         self.compiler = CompileService(self.run_tasks)
         self.kernels = KernelFactsCache()
         self.memo = CallMemo()
+        self.tuning = TuningStore()
 
     def host(self) -> Host:
         """The plugin host, loading the entry points on first use."""
@@ -82,6 +84,7 @@ class ProcessState:
         too (reloaded on next use). Warm workers stay: they hold nothing but their imports, and the
         pool follows the environment by itself."""
         self.compiler.reset()
+        self.tuning.reset()
         self.kernels.clear()
         self.memo.clear()
         if plugins:
@@ -116,5 +119,7 @@ def backend_for(platform: str) -> BackendInfo:
 
 
 def compile_stats() -> dict[str, float]:
-    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``."""
-    return dict(state.compiler.stats)
+    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``,
+    ``runtime_autotuned`` (calls lowered with several configurations, which jaxlib times on the device at
+    their first execution) and ``tuned_hits`` (autotuned calls lowered with their recorded configuration)."""
+    return {**state.compiler.stats, **state.tuning.stats}
