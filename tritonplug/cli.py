@@ -1,4 +1,5 @@
-"""``tritonplug info`` and ``tritonplug cache stats|clear|prune [--max-bytes N]``; ``--json`` for JSON output."""
+"""``tritonplug info``, ``tritonplug cache stats|clear|prune [--max-bytes N]`` and ``tritonplug tune
+list|export FILE|import FILE|clear``; ``--json`` for JSON output."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     prune = actions.add_parser("prune", parents=[json_flag], help="evict least-recently-used entries")
     prune.add_argument("--max-bytes", type=int, default=None,
                        help="shrink to this many bytes (default: the cache's bound, TRITONPLUG_CACHE_MAX_BYTES)")
+    from tritonplug.tuning_cli import add_parser
+
+    add_parser(commands, json_flag)
     return parser
 
 
@@ -35,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         from tritonplug.info import collect_info
 
         report, status = collect_info(), 0
+    elif args.command == "tune":
+        from tritonplug.tuning_cli import run
+
+        report, status = run(args.action, getattr(args, "file", None))
+        if not report:
+            return status
     else:
         report, status = _cache_command(args.action, getattr(args, "max_bytes", None))
     if args.json:
