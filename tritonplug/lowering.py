@@ -47,14 +47,16 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
     return emitters.emit(ctx, args, kernels, call, platform)
 
 
-def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> LoweringPlan:
+def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
+              count_tuned_hit: bool = True) -> LoweringPlan:
     """The configurations to compile for ``target`` (a tuning record's winner when there is one), each with
-    its launch and its compile request; nothing is compiled yet."""
+    its launch and its compile request; nothing is compiled yet. An early compile plans without counting
+    a tuned hit (its lowering counts it)."""
     kernel = call.kernel
     named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
     configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
                                       named)
-    configs = tuning_select.select(state.tuning, backend.name, target, call, operands, configs)
+    configs = tuning_select.select(state.tuning, backend.name, target, call, operands, configs, count_tuned_hit)
     if backend.info.autotune == "first":
         configs = configs[:1]
 

@@ -29,7 +29,7 @@ class ProcessState:
         self._host: Host | None = None
         self._pool: WorkerPool | None = None
         self._pool_from_env = False
-        self.compiler = CompileService(self.run_tasks)
+        self.compiler = CompileService(self.run_tasks, lambda: self.pool().size)
         self.kernels = KernelFactsCache()
         self.memo = CallMemo()
         self.tuning = TuningStore()

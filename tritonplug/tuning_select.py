@@ -85,7 +85,7 @@ def config_of(configuration: Configuration) -> dict[str, Any]:
 
 
 def select(store: TuningStore, backend: str, target: Target, call: CallSpec, operands: Sequence[BufferSpec],
-           configs: list[Configuration]) -> list[Configuration]:
+           configs: list[Configuration], count_hit: bool = True) -> list[Configuration]:
     """The configurations to lower: the pinned one, the recorded winner, or all of them."""
     if call.pinned_config is not None:
         pinned = normalized(dict(call.pinned_config))
@@ -105,6 +105,7 @@ def select(store: TuningStore, backend: str, target: Target, call: CallSpec, ope
         log.info("tuning record for kernel %r names the configuration %s, which the kernel's autotune configs no "
                  "longer hold; all configurations are compiled", call.kernel.name, wanted)
         return configs
-    store.note_hit()
+    if count_hit:
+        store.note_hit()
     log.info("tuned: kernel %r uses its recorded configuration [%s]", call.kernel.name, chosen[0].description)
     return chosen[:1]
