@@ -96,7 +96,8 @@ def test_a_hand_written_tuning_file_makes_the_cuda_lowering_carry_one_configurat
     (call,) = lower_matmul_for_cuda(matmul)
     assert len(call["autotuned_kernel_call"]["configs"]) == len(CONFIGS)  # no record: every configuration
     before = tritonplug.compile_stats()
-    monkeypatch.setenv("TRITONPLUG_TUNING_FILE", str(tuning_file(tmp_path / "tuned.json", matmul_record(matmul_kernel))))
+    path = tuning_file(tmp_path / "tuned.json", matmul_record(matmul_kernel))
+    monkeypatch.setenv("TRITONPLUG_TUNING_FILE", str(path))
     (call,) = lower_matmul_for_cuda(matmul)
     assert "autotuned_kernel_call" not in call
     assert call["kernel_call"]["grid_0"] == 3 * 2  # BLOCK_M=64, BLOCK_N=128 over 192x192
