@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tritonplug import jax_compat
 from tritonplug.call import CallSpec
 from tritonplug.host import Backend
 from tritonplug.lowering import plan_call
@@ -42,7 +43,7 @@ _started_pool: Any = None  # the pool most recently started in the background
 def on_bind(call: CallSpec, arrays: Sequence[Any]) -> None:
     """Start the pool, and (for a traced call) the call's compiles, for the platform JAX defaults to."""
     try:
-        platform = jax.default_backend()
+        platform = jax_compat.lowering_platform(jax.default_backend())
         backend = state.host().backend_for(platform)
     except Exception:  # no backend for the default platform: nothing to start
         return

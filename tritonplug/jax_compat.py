@@ -134,3 +134,14 @@ def partition_count(ctx: Any) -> int:
     if automatic is not None:
         return math.prod(automatic.values())
     return getattr(_axis_context(ctx), "num_devices", 1) or 1
+
+
+def lowering_platform(platform: str) -> str:
+    """The platform name lowering rules are registered under: ``gpu`` (what a CUDA or ROCm device and
+    ``jax.default_backend()`` may report) becomes ``cuda`` or ``rocm``, whichever is present."""
+    from jax._src import xla_bridge
+
+    try:
+        return xla_bridge.canonicalize_platform(platform)
+    except RuntimeError:
+        return platform

@@ -33,7 +33,7 @@ from typing import Any
 
 import jax
 
-from tritonplug import frontend, triton_compat
+from tritonplug import frontend, jax_compat, triton_compat
 from tritonplug.call import CallSpec, OutputArg
 from tritonplug.primitive import triton_call_p
 from tritonplug.records import BufferSpec
@@ -128,8 +128,9 @@ class Tuner:
                                       f"(jax.new_ref), which timing runs would modify; tune it on arrays")
         operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in args)
         device = _device_of(args)
-        backend = state.host().backend_for(device.platform)
-        target = backend.detect_target(device.platform, device, call.options.target_hints())
+        platform = jax_compat.lowering_platform(device.platform)
+        backend = state.host().backend_for(platform)
+        target = backend.detect_target(platform, device, call.options.target_hints())
         identity = call_identity(call, operands, backend.name, target)
         if identity in self._tuned:
             return
