@@ -2,7 +2,8 @@
 
 Each measurement is a new Python process (``--child``) that imports JAX and tritonplug, puts its inputs on the
 device (NumPy data, so no XLA compile besides the program's), runs one jitted program that calls a kernel and
-waits for the result. It reports the time from interpreter start to the result, tritonplug's counters (Triton
+waits for the result. It reports the time from interpreter start to the result (``first_result_s``; of it,
+``program_s`` is the jitted call alone: trace, lower, compile, run), tritonplug's counters (Triton
 compiles, disk hits, tuned hits, calls lowered with several configurations: those jaxlib autotunes on the device
 at first execution) and XLA compiles (JAX's monitoring events: compiles minus persistent-cache hits).
 
@@ -33,7 +34,7 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-COLUMNS = ["scenario", "first_result_s", "wall_s", "triton_compiles", "disk_hits", "tuned_hits",
+COLUMNS = ["scenario", "first_result_s", "program_s", "wall_s", "triton_compiles", "disk_hits", "tuned_hits",
            "runtime_autotuned", "xla_compiles", "jax_cache_hits", "speedup"]
 
 

@@ -134,6 +134,7 @@ def test_a_traced_call_starts_compiling_before_it_is_lowered(two_workers, monkey
     """With cuda as the default platform, tracing alone compiles both calls' configurations; the lowering
     then compiles nothing."""
     monkeypatch.setattr(jax, "default_backend", lambda: "cuda")
+    monkeypatch.setenv("TRITONPLUG_EARLY_COMPILE", "1")
     spec = jax.ShapeDtypeStruct((1000,), jnp.float32)
     before = tritonplug.compile_stats()
     traced = jax.jit(lambda x: early_scale(early_scale(x, 2.0), 3.0)).trace(spec)
@@ -145,6 +146,19 @@ def test_a_traced_call_starts_compiling_before_it_is_lowered(two_workers, monkey
     traced.lower(lowering_platforms=("cuda",))
     after = tritonplug.compile_stats()
     assert after["compiled"] == middle["compiled"] and after["memory_hits"] == middle["memory_hits"] + 6
+
+
+@cuda
+def test_early_compiles_can_be_turned_off(two_workers, monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "cuda")
+    monkeypatch.setenv("TRITONPLUG_EARLY_COMPILE", "0")
+    spec = jax.ShapeDtypeStruct((1000,), jnp.float32)
+    before = tritonplug.compile_stats()
+    traced = jax.jit(lambda x: early_scale(x, 5.0)).trace(spec)
+    time.sleep(1.0)
+    assert tritonplug.compile_stats()["compiled"] == before["compiled"]
+    traced.lower(lowering_platforms=("cuda",))
+    assert tritonplug.compile_stats()["compiled"] == before["compiled"] + 3
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 128, 256)], key=["n"])

@@ -13,12 +13,14 @@ workers:
   ``lowering_platforms``) only costs the background work: the lowering compiles what it needs.
 
 An eager call is lowered at once by its own bind, so it starts no early compile. Errors of an early
-compile are left for the lowering to report.
+compile are left for the lowering to report. ``TRITONPLUG_EARLY_COMPILE=0`` turns all of this off (the
+pool then starts, and compiles run, when the lowering needs them).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +37,8 @@ from tritonplug.state import state
 
 log = logging.getLogger("tritonplug.compiler")
 
+VARIABLE = "TRITONPLUG_EARLY_COMPILE"
+
 _lock = threading.Lock()
 _slots = threading.BoundedSemaphore(8)  # early compiles planned at once; the pool queues their tasks anyway
 _started_pool: Any = None  # the pool most recently started in the background
@@ -42,6 +46,8 @@ _started_pool: Any = None  # the pool most recently started in the background
 
 def on_bind(call: CallSpec, arrays: Sequence[Any]) -> None:
     """Start the pool, and (for a traced call) the call's compiles, for the platform JAX defaults to."""
+    if os.environ.get(VARIABLE, "1").strip().lower() in ("0", "off", "false", "no"):
+        return
     try:
         platform = jax_compat.lowering_platform(jax.default_backend())
         backend = state.host().backend_for(platform)
