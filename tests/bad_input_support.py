@@ -79,6 +79,7 @@ def use_fresh_cache(directory: Path, monkeypatch: pytest.MonkeyPatch, state) -> 
     """An empty kernel cache the compile service uses; sm_90 for CUDA lowering without a GPU."""
     monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
     monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
+    monkeypatch.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "0")  # PTX in the payload on every jaxlib (valid_call_works)
     if HAVE_INTERPRET:
         monkeypatch.setenv("TRITONPLUG_BACKENDS", "cpu:interpret")  # should other cpu backends be installed
     state.reset()

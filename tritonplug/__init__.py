@@ -18,6 +18,7 @@ _LAZY = {
     "backends": "tritonplug.state",
     "backend_for": "tritonplug.state",
     "register_plugin": "tritonplug.state",
+    "tune": "tritonplug.tuning",
     "export_disabled_checks": "tritonplug.jaxlib_compat",
     "TensorDescriptor": "tritonplug.tensor_descriptor",
     "cdiv": "tritonplug.utils",
@@ -33,6 +34,7 @@ __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
     "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "export_disabled_checks",
     "get_compute_capability", "inspection", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
+    "tune",
 ]
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from tritonplug.jaxlib_compat import export_disabled_checks
     from tritonplug.state import backend_for, backends, compile_stats, register_plugin
     from tritonplug.tensor_descriptor import TensorDescriptor
+    from tritonplug.tuning import tune
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import binding, call_memo, frontend
+from tritonplug import binding, call_memo, early_compile, frontend
 from tritonplug.call import CallSpec, pointer_type
 from tritonplug.call_options import CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
 from tritonplug.primitive import ensure_lowering_rules, triton_call_p
@@ -66,6 +66,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if not bound.refs:
         state.memo.store(memo_key, call_memo.Entry(call, bound.names, frozenset(operand_kwargs), tuple(sources),
                                                    out_tree))
+    early_compile.on_bind(call, arrays)
     results = triton_call_p.bind(*arrays, call=call)
     return jax.tree_util.tree_unflatten(out_tree, results)
 

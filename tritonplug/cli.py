@@ -1,7 +1,8 @@
-"""The tritonplug command: what is installed, and the compiled-kernel cache.
+"""The tritonplug command: what is installed, the compiled-kernel cache and tuning records.
 
   tritonplug info                                      versions, backends, targets, cache, workers
   tritonplug cache stats|clear|prune [--max-bytes N]   inspect or shrink the cache
+  tritonplug tune list|export FILE|import FILE|clear   persisted autotuning records
 
 Add --json (before or after the command) for JSON output. TRITONPLUG_CACHE_DIR chooses the cache.
 """
@@ -32,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
                                        "they cannot be brought within the bound", json_flag)
     prune.add_argument("--max-bytes", type=int, default=None,
                        help="shrink to this many bytes (default: the cache's bound, TRITONPLUG_CACHE_MAX_BYTES)")
+    from tritonplug.tuning_cli import add_parser
+
+    add_parser(commands, json_flag)
     return parser
 
 
@@ -50,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         from tritonplug.info import collect_info
 
         report, status = collect_info(), 0
+    elif args.command == "tune":
+        from tritonplug.tuning_cli import run
+
+        report, status = run(args.action, getattr(args, "file", None))
+        if not report:
+            return status
     else:
         report, status = _cache_command(args.action, getattr(args, "max_bytes", None))
     if args.json:

@@ -34,6 +34,9 @@ class Configuration:
     metaparams: tuple[tuple[str, Any], ...]
     call_options: tuple[tuple[str, Any], ...]
     description: str
+    #: The autotune config it came from, as (name, value) pairs of its kwargs and options (tuning records
+    #: name configurations by it); empty for a kernel without ``triton.autotune``.
+    autotune_config: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
         require_constexprs(name, bound, values)
         merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
         description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
-        result.append(Configuration(tuple(values.items()), tuple(merged.items()), description))
+        result.append(Configuration(tuple(values.items()), tuple(merged.items()), description,
+                                    tuple({**kwargs, **options}.items()) if kernel.autotuner is not None else ()))
     return result
 
 

@@ -6,10 +6,12 @@ parse options, specialise, cache lookup, compile on a miss â†’ kernel objects â†
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import emitters, frontend, jax_compat
+from tritonplug import emitters, frontend, jax_compat, tuning_select
 from tritonplug.call import BoundArgs, CallSpec
 from tritonplug.call_options import check_grid_limits, grid_for, zeroed_for
 from tritonplug.compiler import CompileRequest
@@ -20,17 +22,41 @@ from tritonplug.state import state
 from tritonplug.triton_compat import KernelFacts
 
 
+@dataclass(frozen=True)
+class LoweringPlan:
+    """What lowering one call for one target needs: a launch and a compile request per configuration."""
+
+    backend: Backend
+    target: Target
+    launches: tuple[Launch, ...]
+    requests: tuple[CompileRequest, ...]
+
+
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     check_not_partitioned(ctx)
     backend = state.host().backend_for(platform)
     target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
     if target is None:
         raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
-    kernel = call.kernel
     operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
+    plan = plan_call(backend, target, call, operands)
+    binaries = state.compiler.compile(backend, target, plan.requests)
+    if len(plan.launches) > 1:
+        state.compiler.note_runtime_autotuned()
+    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
+    return emitters.emit(ctx, args, kernels, call, platform)
+
+
+def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
+              count_tuned_hit: bool = True) -> LoweringPlan:
+    """The configurations to compile for ``target`` (a tuning record's winner when there is one), each with
+    its launch and its compile request; nothing is compiled yet. An early compile plans without counting
+    a tuned hit (its lowering counts it)."""
+    kernel = call.kernel
     named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
     configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
                                       named)
+    configs = tuning_select.select(state.tuning, backend.name, target, call, operands, configs, count_tuned_hit)
     if backend.info.autotune == "first":
         configs = configs[:1]
 
@@ -48,9 +74,11 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
         key = frontend.cache_key(backend.info, target, options, kernel.fn, spec)
         make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound)
         requests.append(CompileRequest(key, make_job, description))
-    binaries = state.compiler.compile(backend, target, requests)
-    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches, strict=True)]
-    return emitters.emit(ctx, args, kernels, call, platform)
+    return LoweringPlan(backend, target, tuple(launches), tuple(requests))
+
+
+#: Triton's front end is not known to be thread-safe, and early compiles run it off the main thread.
+_FRONTEND_LOCK = threading.Lock()
 
 
 def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: Options,
@@ -60,8 +88,9 @@ def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: O
     def make() -> CompileJob:
         if not backend.info.ir_stages:
             return CompileJob(backend.name, kernel.name, target, options, "", "", description)
-        ttir = frontend.make_ir(kernel, target, options, spec, bound)
-        return CompileJob(backend.name, kernel.name, target, options, ttir, "ttir", description)
+        with _FRONTEND_LOCK:
+            ir = frontend.make_ir(kernel, target, options, spec, bound)
+        return CompileJob(backend.name, kernel.name, target, options, ir, "ttir", description)
     return make
 
 

@@ -109,6 +109,16 @@ def autotune_configs(autotuner: Autotuner) -> list[triton.Config]:
     return list(autotuner.configs)
 
 
+def autotune_key_names(autotuner: Autotuner | None) -> list[str]:
+    """The argument names of ``triton.autotune(key=...)``; none without an autotuner."""
+    return list(autotuner.keys) if autotuner is not None else []
+
+
+def autotune_resets(autotuner: Autotuner) -> tuple[list[str], list[str]]:
+    """``reset_to_zero`` and ``restore_value`` of a ``triton.autotune`` wrapper (argument names)."""
+    return list(autotuner.reset_to_zero or []), list(autotuner.restore_value or [])
+
+
 def config_fields(config: triton.Config) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """(kwargs, options, pre_hook) of an autotune configuration."""
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages, "num_ctas": config.num_ctas}

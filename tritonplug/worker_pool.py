@@ -98,6 +98,13 @@ class WorkerPool:
             for worker in started:
                 self._put_back(worker)
 
+    def start(self) -> None:
+        """Start a worker in every empty slot, without waiting: they import in the background, so the
+        first compile finds them ready (or nearly). Does nothing for a pool of size 0."""
+        self._ensure_open()
+        if self.size:
+            self._fill()
+
     def run(self, tasks: Sequence[Task], return_exceptions: bool = False) -> list[Any]:
         """Run the tasks on up to ``size`` workers; results in task order.
 
