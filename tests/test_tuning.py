@@ -78,7 +78,7 @@ def test_tune_on_the_cpu_records_the_fastest_and_a_new_process_uses_it(private_c
 
 @interpret
 def test_a_record_makes_the_cpu_lowering_use_its_configuration_not_the_first(private_cache: Path, tmp_path: Path):
-    cpu_target = {"platform": "cpu", "arch": "host", "warp_size": 1}
+    cpu_target = {"platform": "cpu", "arch": 90, "warp_size": 32}  # the interpret backend's front-end target
     chosen = record(tagged_copy_kernel, {"BLOCK": 128, "num_warps": 1, "num_stages": 3, "num_ctas": 1},
                     backend="interpret", target=cpu_target, args={"n": 1000},
                     dtypes=["float32", "float32", "int32"])
@@ -208,7 +208,7 @@ def test_export_and_import_move_records_between_cache_directories(private_cache:
 
 def test_import_of_a_damaged_file_changes_nothing(tmp_path: Path):
     good = record(tagged_copy_kernel, {"BLOCK": 64}, backend="interpret",
-                  target={"platform": "cpu", "arch": "host", "warp_size": 1})
+                  target={"platform": "cpu", "arch": 90, "warp_size": 32})
     damaged = tmp_path / "damaged.json"
     damaged.write_text(json.dumps({"format": FILE_FORMAT, "version": 1, "records": [good, {"backend": "x"}]}))
     done = cli("tune", "import", str(damaged), cache=tmp_path / "cache")

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        _print({k: v for k, v in report.items() if k != "error"})  # the error went to stderr already
+        shown = report if args.command == "tune" else {k: v for k, v in report.items() if k != "error"}
+        _print(shown)  # a cache command's error went to stderr already; tune reports its own
     return status
 
 

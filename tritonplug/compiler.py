@@ -17,13 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import cache as disk_cache
-from tritonplug.errors import CompileError
+from tritonplug.errors import CompileError, KernelSourceError
 from tritonplug.host import Backend
 from tritonplug.records import Binary, CompileJob, Target
 from tritonplug.remote_cache import RemoteCaches
 from tritonplug.worker_pool import Task
 
 log = logging.getLogger("tritonplug.compiler")
+
+#: Errors that say the call itself is wrong (raised by the front end, before any back end ran).
+CALL_ERRORS = (KernelSourceError, TypeError, ValueError, NotImplementedError)
 
 #: The worker-side entry point of a compile job (see ``worker_jobs.py``), referenced by name so
 #: this module does not import the process state the worker uses.
@@ -139,11 +142,15 @@ class CompileService:
     def _compile(self, backend: Backend, target: Target, missing: list[CompileRequest],
                  cache: Any) -> dict[str, Binary]:
         """Compile ``missing``; the configurations that finish are cached even when another one fails or
-        times out, and a failure then raises ``_PartialFailure`` carrying them (``compile`` keeps them)."""
+        times out, and a failure then raises ``_PartialFailure`` carrying them (``compile`` keeps them).
+        A configuration the front end refuses makes the whole call wrong: then nothing is kept."""
         found = {}
         start = time.perf_counter()
         outcomes = self._run(backend, target, missing)
         elapsed = time.perf_counter() - start
+        call_error = next((e for e in outcomes if isinstance(e, CALL_ERRORS)), None)
+        if call_error is not None:  # the call is wrong (a front end refused it): nothing of it is cached
+            raise call_error
         done = [(r, b) for r, b in zip(missing, outcomes, strict=True) if isinstance(b, Binary)]
         with self._lock:
             self.stats["compiled"] += len(done)
