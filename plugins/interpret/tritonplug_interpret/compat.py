@@ -121,3 +121,64 @@ def raw_load(addresses: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: 
 
 def raw_store(addresses: np.ndarray, values: np.ndarray, mask: np.ndarray) -> None:
     _native.store(addresses, values, mask)
+
+
+def canonical_ttir(text: str) -> str:
+    """Run Triton's own TTIR clean-up passes over front-end output and print it without locations.
+
+    The inliner removes ``tt.call``s (helpers, ``tl.sum`` …); canonicalisation, CSE and symbol DCE
+    drop the front end's dead code and unreachable blocks, so the XLA translator sees one
+    structured function. The same passes, in the same order, start every GPU backend's
+    ``make_ttir``. ``parse_mlir_module`` takes a file path on every supported Triton.
+    """
+    import os
+    import tempfile
+
+    from triton._C.libtriton import passes
+
+    context = _ir.context()
+    _ir.load_dialects(context)
+    fd, path = tempfile.mkstemp(suffix=".ttir")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        module = _ir.parse_mlir_module(path, context)
+    finally:
+        os.unlink(path)
+    manager = _ir.pass_manager(context)
+    passes.common.add_inliner(manager)
+    passes.common.add_canonicalizer(manager)
+    passes.common.add_cse(manager)
+    passes.common.add_symbol_dce(manager)
+    manager.run(module, "tritonplug_xla") if _PASS_RUN_TAKES_NAME else manager.run(module)
+    return module.str_nodebug()
+
+
+_PASS_RUN_TAKES_NAME = "str" in (getattr(_ir.pass_manager.run, "__doc__", "") or "")
+
+
+def parameter_names(kernel: Any) -> list[str]:
+    fn = kernel
+    while not isinstance(fn, JITFunction):
+        fn = fn.fn
+    return [p.name for p in fn.params]
+
+
+def frontend_ttir(kernel: Any, signature: dict, constexprs: dict, attrs: dict) -> str:
+    """Triton's front end for a generic GPU target (phase 1 of the XLA path; the host does this later)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+
+    fn = kernel
+    while not isinstance(fn, JITFunction):
+        fn = fn.fn
+    target = GPUTarget("cuda", 80, 32)
+    backend = make_backend(target)
+    options = backend.parse_options({})
+    context = _ir.context()
+    _ir.load_dialects(context)
+    backend.load_dialects(context)
+    source = ASTSource(fn, signature, constexprs, attrs)
+    module = source.make_ir(target, options, backend.get_codegen_implementation(options),
+                            backend.get_module_map(), context)
+    return str(module)

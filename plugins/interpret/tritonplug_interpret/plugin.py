@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tritonplug.hookspecs import hookimpl
-from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, Launch, Options, Target
-from tritonplug_interpret import __version__, compat, runner
+from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, JaxKernel, Launch, Options, Target
+from tritonplug_interpret import __version__, compat, paths, runner
 from tritonplug_interpret.checked import OutOfBoundsAccess
 
 __all__ = ["CHECK_VARIABLE", "OutOfBoundsAccess"]
@@ -69,7 +69,10 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 
 @hookimpl
-def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel:
+def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel | JaxKernel:
     check = os.environ.get(CHECK_VARIABLE, "0").strip().lower() in ("1", "true", "yes", "on")
+    compiled = paths.xla_kernel(binary, launch, check)
+    if compiled is not None:
+        return compiled
     prepared = runner.prepare(launch, check)
     return HostKernel(launch.kernel_name, prepared.run, launch)
