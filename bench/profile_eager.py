@@ -46,11 +46,10 @@ def per_call_us(fn, n=2000):
 
 def main() -> None:
     if "--no-device-lowering" in sys.argv:  # experiment: lower without JAX's device assignment
-        from jax._src import dispatch
-
+        from tritonplug.jax_compat import require_devices_during_lowering
         from tritonplug.primitive import triton_call_p
 
-        dispatch.prim_requires_devices_during_lowering.discard(triton_call_p)
+        require_devices_during_lowering(triton_call_p, required=False)
     impls = {"tritonplug": ours, "xla": lambda: x + y}
     try:
         import jax_triton

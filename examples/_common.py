@@ -15,10 +15,9 @@ def platform() -> str:
 
 def backend_name() -> str:
     import tritonplug
-    from tritonplug.host import get_host
 
     try:
-        return get_host().backend_for(platform()).name
+        return tritonplug.backend_for(platform()).name
     except tritonplug.PluginError as exc:
         return f"none ({exc})"
 

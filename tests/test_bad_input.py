@@ -24,8 +24,8 @@ from conftest import installed_backends, requires_backend
 from kernels import add_kernel
 
 import tritonplug
-from tritonplug.compiler import service
 from tritonplug.inspection import kernel_calls
+from tritonplug.state import state
 
 N = 256  # a size no other test module lowers: JAX caches lowerings of identical programs
 SPEC = jax.ShapeDtypeStruct((N,), jnp.float32)
@@ -288,9 +288,9 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
     if HAVE_INTERPRET:
         monkeypatch.setenv("TRITONPLUG_BACKENDS", "cpu:interpret")  # should other cpu backends be installed
-    service.reset()
+    state.compiler.reset()
     yield directory
-    service.reset()
+    state.compiler.reset()
 
 
 def cache_files(directory: Path) -> list[Path]:

@@ -20,8 +20,8 @@ from conftest import requires_backend
 
 import tritonplug
 from tritonplug import cache as cache_module
-from tritonplug.compiler import service
 from tritonplug.inspection import kernel_calls
+from tritonplug.state import state
 
 pytestmark = requires_backend("cuda")
 
@@ -56,10 +56,10 @@ def use_cache_dir(monkeypatch: pytest.MonkeyPatch):
 
     def use(directory: Path) -> None:
         monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
-        service.reset()
+        state.compiler.reset()
 
     yield use
-    service.reset()
+    state.compiler.reset()
 
 
 def entry_files(directory: Path) -> list[Path]:
@@ -130,7 +130,7 @@ def test_a_pickle_planted_in_an_entry_is_never_unpickled(tmp_path: Path, use_cac
 
     marker = tmp_path / "unpickled"
     entry.write_bytes(craft(pickle.dumps(_TouchWhenUnpickled(marker), protocol=pickle.HIGHEST_PROTOCOL)))
-    service.reset()  # forget the in-memory binary: the next lowering reads the disk
+    state.compiler.reset()  # forget the in-memory binary: the next lowering reads the disk
     before = dict(tritonplug.compile_stats())
     lower_for_sm90()
     after = tritonplug.compile_stats()

@@ -10,6 +10,7 @@ from kernels import add_kernel, two_outputs_kernel
 
 import tritonplug
 from tritonplug import call_memo
+from tritonplug.state import state
 
 pytestmark = requires_backend("interpret")
 
@@ -22,22 +23,22 @@ def add(x, y, **kwargs):
 def test_identical_calls_hit_and_compute_with_the_new_arrays():
     x, y = jnp.arange(100, dtype=jnp.float32), jnp.ones(100, jnp.float32)
     np.testing.assert_allclose(np.asarray(add(x, y)), np.asarray(x + y))
-    key = call_memo.signature(add_kernel, (x, y, x.size), {"BLOCK": 64}, jax.ShapeDtypeStruct(x.shape, x.dtype),
-                              {})
+    key = call_memo.signature(add_kernel, (x, y, x.size), {"BLOCK": 64, "grid": (2,)},
+                              jax.ShapeDtypeStruct(x.shape, x.dtype))
     assert key is not None
-    entries = len(call_memo._entries)
+    entries = len(state.memo.entries)
     z = x * 3
     np.testing.assert_allclose(np.asarray(add(z, y)), np.asarray(z + y))  # same signature, new data
-    assert len(call_memo._entries) == entries
+    assert len(state.memo.entries) == entries
 
 
 def test_signature_changes_miss():
     x = jnp.ones(64, jnp.float32)
-    before = len(call_memo._entries)
+    before = len(state.memo.entries)
     add(x, x)
     add(x[:32], x[:32])                      # another shape
     add(x.astype(jnp.float16), x.astype(jnp.float16))  # another dtype
-    assert len(call_memo._entries) >= before + 2
+    assert len(state.memo.entries) >= before + 2
 
 
 def test_scalar_values_and_signs_are_part_of_the_signature():
@@ -54,4 +55,4 @@ def test_scalar_values_and_signs_are_part_of_the_signature():
 
 
 def test_refs_are_never_memoised():
-    assert call_memo.signature(add_kernel, (jax.new_ref(jnp.ones(4)),), {}, (), {}) is None
+    assert call_memo.signature(add_kernel, (jax.new_ref(jnp.ones(4)),), {}, ()) is None

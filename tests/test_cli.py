@@ -16,7 +16,7 @@ from conftest import installed_backends, requires_backend
 
 import tritonplug
 from tritonplug.cache import DiskCache
-from tritonplug.compiler import service
+from tritonplug.state import state
 
 SCRIPT = shutil.which("tritonplug", path=os.path.dirname(sys.executable)) or shutil.which("tritonplug")
 
@@ -44,7 +44,7 @@ def filled_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     directory = tmp_path / "cache"
     monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
-    service.reset()
+    state.compiler.reset()
     x = jax.ShapeDtypeStruct((512,), jnp.float32)
     try:
         for block in (128, 256):
@@ -54,7 +54,7 @@ def filled_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             jax.jit(f).trace(x, x).lower(lowering_platforms=("cuda",))
     finally:
         monkeypatch.undo()
-        service.reset()
+        state.compiler.reset()
     assert DiskCache(directory).stats().entries == 2
     return directory
 

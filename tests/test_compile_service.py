@@ -28,9 +28,9 @@ from conftest import requires_backend
 import tritonplug
 from tritonplug import workers
 from tritonplug.cache import DiskCache
-from tritonplug.compiler import service
 from tritonplug.errors import TritonplugError, WorkerError
 from tritonplug.inspection import kernel_calls
+from tritonplug.state import state
 
 pytestmark = [pytest.mark.cuda, requires_backend("cuda")]
 
@@ -148,10 +148,10 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A new, empty cache directory for this test; the in-memory layer forgotten before and after."""
     directory = tmp_path / "cache"
     monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
-    service.reset()
+    state.compiler.reset()
     yield directory
     monkeypatch.undo()
-    service.reset()
+    state.compiler.reset()
 
 
 class Counters:
@@ -387,11 +387,11 @@ def test_a_damaged_entry_is_recompiled_and_rewritten(private_cache, new_kernels,
         entry.write_bytes(good[: len(good) // 2])
     else:
         entry.write_bytes(good[:100] + bytes([good[100] ^ 0x01]) + good[101:])
-    service.reset()
+    state.compiler.reset()
     assert ".target sm_90" in ptx_of(kernels.lower_scale())[0]
     assert counters() == {"compiled": 2, "disk_hits": 0, "memory_hits": 0}
     assert entry.read_bytes() == good, "the recompiled entry was not rewritten (builds are deterministic)"
-    service.reset()
+    state.compiler.reset()
     kernels.lower_scale()
     assert counters() == {"compiled": 2, "disk_hits": 1, "memory_hits": 0}
 
@@ -404,7 +404,7 @@ def test_an_orphaned_temp_file_is_ignored_then_removed(private_cache, new_kernel
     orphan.write_bytes(entry.read_bytes()[:50])
     old = time.time() - 3600
     os.utime(orphan, (old, old))
-    service.reset()
+    state.compiler.reset()
     first.lower_scale()
     assert counters() == {"compiled": 1, "disk_hits": 1, "memory_hits": 0}
     assert orphan.exists(), "a get does not scan"
@@ -450,7 +450,7 @@ def test_a_read_only_cache_still_serves_hits_and_lowers_with_one_warning(private
             path.chmod(0o500)
 
     def lower_both() -> list:
-        service.reset()
+        state.compiler.reset()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             cached.lower_scale()
@@ -480,17 +480,17 @@ def test_the_size_bound_evicts_the_least_recently_used_entry(private_cache, new_
     (entry,) = entry_files(private_cache)
     bound = entry.stat().st_size * 3 // 2
     monkeypatch.setenv("TRITONPLUG_CACHE_MAX_BYTES", str(bound))
-    service.reset()
+    state.compiler.reset()
     second.lower_scale()
     stats = DiskCache(private_cache, bound).stats()
     assert stats.entries == 1 and stats.total_bytes <= bound
     assert not entry.exists(), "the older entry should have been evicted"
-    service.reset()
+    state.compiler.reset()
     second.lower_scale()
     first.lower_scale()
     assert counters() == {"compiled": 3, "disk_hits": 1, "memory_hits": 0}
     monkeypatch.setenv("TRITONPLUG_CACHE_MAX_BYTES", "100")  # smaller than any entry: nothing is stored
-    service.reset()
+    state.compiler.reset()
     new_kernels().lower_scale()
     assert counters["compiled"] == 4 and DiskCache(private_cache).stats().entries == 1
 
@@ -530,7 +530,7 @@ def test_compile_and_cache_events_are_logged(private_cache, new_kernels, caplog)
     with caplog.at_level(logging.INFO, logger="tritonplug"):
         kernels.lower_scale()
         kernels.lower_scale()
-        service.reset()
+        state.compiler.reset()
         kernels.lower_scale()
     messages = [r.getMessage() for r in caplog.records]
     for expected in ("compiled kernel 'scale_kernel' [default] for cuda:90", "cached kernel 'scale_kernel'",

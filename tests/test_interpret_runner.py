@@ -726,7 +726,7 @@ def test_parse_options_validates_like_a_gpu_backend():
 
 def test_compile_and_make_kernel(monkeypatch):
     target = plugin.tritonplug_detect_target("cpu", None, {})
-    job = CompileJob("interpret", "add_kernel", target, Options(), "")
+    job = CompileJob("interpret", "add_kernel", target, Options(), "", "")
     binary = plugin.tritonplug_compile(job)
     assert (binary.kernel_name, binary.format, dict(binary.images), dict(binary.metadata)) == \
         ("add_kernel", "interpret", {}, {})

@@ -8,18 +8,15 @@ import zlib
 
 import pytest
 
+from tritonplug.jaxlib_compat import gpu_triton_module
 from tritonplug.kernel_call import decode_kernel_call, encode_kernel_call
 from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, Launch, ScalarParam
 
-try:
-    from jax._src.lib import gpu_triton
-except ImportError:  # pragma: no cover - jaxlib always ships the module, the plugin fills it
-    gpu_triton = None
-
+gpu_triton = gpu_triton_module()
 HAS_JAXLIB_TRITON = gpu_triton is not None and hasattr(gpu_triton, "TritonKernel")
 requires_jaxlib_triton = pytest.mark.skipif(
     not HAS_JAXLIB_TRITON,
-    reason="jax._src.lib.gpu_triton has no TritonKernel: the jax-cuda plugin (jax-cuda12-plugin) is not "
+    reason="jaxlib's gpu_triton has no TritonKernel: the jax-cuda plugin (jax-cuda12-plugin) is not "
            "installed, so there is no jaxlib to_proto to compare bytes with")
 
 F32_TENTH = struct.unpack("<f", struct.pack("<f", 0.1))[0]

@@ -34,12 +34,13 @@ SCRIPT = textwrap.dedent('''
     class Recorder:
         @hookimpl
         def tritonplug_backend_info(self):
-            return BackendInfo("recorder", ("cpu",), "0", "interpret, recording detected devices")
+            return BackendInfo("recorder", ("cpu",), "0", "interpret, recording detected devices", ir_stages=(),
+                               cache_binaries=False, compile_in_worker=False, autotune="first")
 
         @hookimpl
-        def tritonplug_detect_target(self, platform, device, call_options):
+        def tritonplug_detect_target(self, platform, device, requested):
             SEEN.append(None if device is None else device.id)
-            return interpret.tritonplug_detect_target(platform=platform, device=device, call_options=call_options)
+            return interpret.tritonplug_detect_target(platform=platform, device=device, requested=requested)
 
         @hookimpl
         def tritonplug_parse_options(self, target, call_options):

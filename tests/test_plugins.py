@@ -31,8 +31,9 @@ from conftest import installed_backends, requires_backend
 import tritonplug
 from tritonplug.errors import PluginError
 from tritonplug.hookspecs import hookimpl
-from tritonplug.host import Host, get_host
+from tritonplug.host import Host
 from tritonplug.records import BackendInfo, Binary, HostKernel, Options, Target
+from tritonplug.state import state
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
@@ -116,9 +117,9 @@ steps = json.loads(sys.argv[1])
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import tritonplug
-    from tritonplug.host import get_host
+    from tritonplug.state import state
 
-    host = get_host()
+    host = state.host()
 report = {"warnings": [str(w.message) for w in caught if str(w.message).startswith("tritonplug:")],
           "backends": {b.name: list(b.platforms) for b in tritonplug.backends()},
           "problems": list(host.problems), "calls": []}
@@ -298,6 +299,10 @@ def test_fresh_host_skips_disabled_plugins_without_importing_them(broken_on_path
 
 # --------------------------------------------------------------------------- register_plugin
 
+#: Capabilities of a backend that compiles no IR and runs kernels on the host: no front end, nothing
+#: to cache, compiled in this process, first autotune configuration only.
+HOST_ONLY = dict(ir_stages=(), cache_binaries=False, compile_in_worker=False, autotune="first")
+
 class Hooks:
     """A complete, valid plugin object; the invalid ones below change one thing each."""
 
@@ -305,10 +310,10 @@ class Hooks:
 
     @hookimpl
     def tritonplug_backend_info(self):
-        return BackendInfo(self.name, ("cpu",), "0.0.1", "test plugin object")
+        return BackendInfo(self.name, ("cpu",), "0.0.1", "test plugin object", **HOST_ONLY)
 
     @hookimpl
-    def tritonplug_detect_target(self, platform, device, call_options):
+    def tritonplug_detect_target(self, platform, device, requested):
         return Target(self.name, "cpu", "host", 1, None) if platform == "cpu" else None
 
     @hookimpl
@@ -368,7 +373,7 @@ class UnknownHook(Hooks):
     (UnknownHook(), r"plugin 'UnknownHook' implements unknown hooks \['tritonplug_compile_fast'\]"),
 ], ids=["no_hooks", "wrong_signature", "info_raises", "info_wrong_type", "no_platforms", "unknown_hook"])
 def test_register_plugin_rejects_a_broken_object_and_leaves_the_host_unchanged(plugin: object, match: str) -> None:
-    host = get_host()
+    host = state.host()
     before = (list(tritonplug.backends()), list(host.manager.get_plugins()))
     with pytest.raises(PluginError, match=match):
         tritonplug.register_plugin(plugin, name=type(plugin).__name__)
@@ -380,10 +385,10 @@ def test_register_plugin_rejects_a_second_backend_of_the_same_name() -> None:
         pytest.skip("no backend is installed to collide with")
     taken = tritonplug.backends()[0].name
     plugin = type("Clash", (Hooks,), {"name": taken})()
-    before = list(get_host().manager.get_plugins())
+    before = list(state.host().manager.get_plugins())
     with pytest.raises(PluginError, match=f"a backend named '{taken}' is already loaded"):
         tritonplug.register_plugin(plugin)
-    assert list(get_host().manager.get_plugins()) == before
+    assert list(state.host().manager.get_plugins()) == before
 
 
 def test_fresh_host_accepts_a_valid_plugin_object(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -416,10 +421,11 @@ class Fill:
 
     @hookimpl
     def tritonplug_backend_info(self):
-        return BackendInfo(self.name, ("cpu",), "1.0")
+        return BackendInfo(self.name, ("cpu",), "1.0", ir_stages=(), cache_binaries=False, compile_in_worker=False,
+                           autotune="first")
 
     @hookimpl
-    def tritonplug_detect_target(self, platform, device, call_options):
+    def tritonplug_detect_target(self, platform, device, requested):
         return Target(self.name, platform, "host", 1, None)
 
     @hookimpl
@@ -471,7 +477,7 @@ def test_example_backend_is_found_through_its_entry_point() -> None:
     assert ep.dist is not None and ep.dist.metadata["Name"] == "tritonplug-example"
     (info,) = [b for b in tritonplug.backends() if b.name == "example"]
     assert info.platforms == ("cpu",)
-    assert get_host().backends["example"].source == "entry point example = tritonplug_example.plugin"
+    assert state.host().backends["example"].source == "entry point example = tritonplug_example.plugin"
 
 
 @requires_example

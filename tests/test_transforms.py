@@ -183,7 +183,7 @@ def test_custom_vmap_fast_path_is_one_launch(device):
     jaxpr = jax.make_jaxpr(jax.vmap(batched_add, in_axes=(0, None)))(x, y)
     calls = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "tritonplug_call"]
     assert len(calls) == 1 and "while" not in str(jaxpr) and "scan" not in str(jaxpr)
-    assert calls[0].params["call"].grid == (3, 5)  # (cdiv(300, 128), batch)
+    assert calls[0].params["call"].options.grid == (3, 5, 1)  # (cdiv(300, 128), batch)
     fallback = jax.make_jaxpr(jax.vmap(add, in_axes=(0, None)))(x, y)
     assert "scan" in str(fallback) or "while" in str(fallback)  # the general rule loops
 

@@ -14,9 +14,10 @@ from tritonplug.logs import configure_logging
 
 _LAZY = {
     "triton_call": "tritonplug.api",
-    "compile_stats": "tritonplug.compiler",
-    "backends": "tritonplug.host",
-    "register_plugin": "tritonplug.host",
+    "compile_stats": "tritonplug.state",
+    "backends": "tritonplug.state",
+    "backend_for": "tritonplug.state",
+    "register_plugin": "tritonplug.state",
     "export_disabled_checks": "tritonplug.jaxlib_compat",
     "TensorDescriptor": "tritonplug.tensor_descriptor",
     "cdiv": "tritonplug.utils",
@@ -28,15 +29,14 @@ CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
-    "TritonplugError", "WorkerError", "backends", "cdiv", "compile_stats", "export_disabled_checks",
+    "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "export_disabled_checks",
     "get_compute_capability", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
 ]
 
 if TYPE_CHECKING:
     from tritonplug.api import triton_call
-    from tritonplug.compiler import compile_stats
-    from tritonplug.host import backends, register_plugin
     from tritonplug.jaxlib_compat import export_disabled_checks
+    from tritonplug.state import backend_for, backends, compile_stats, register_plugin
     from tritonplug.tensor_descriptor import TensorDescriptor
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
 

@@ -115,13 +115,21 @@ def _serve(data: bytes) -> bytes:
         return cloudpickle.dumps(_error(None, exc))
     with _output_to(stderr_path):
         try:
-            reply = (task_id, "ok", func(*args))
+            reply = (task_id, "ok", resolve(func)(*args))
         except BaseException as exc:  # SystemExit too: the job failed, the worker carries on
             reply = _error(task_id, exc)
     try:
         return cloudpickle.dumps(reply)
     except BaseException as exc:
         return cloudpickle.dumps(_error(task_id, exc))
+
+
+def resolve(func: Any) -> Any:
+    """A task's function: itself, or the function a ``"module:function"`` name refers to."""
+    if isinstance(func, str):
+        module_name, _, name = func.partition(":")
+        return getattr(importlib.import_module(module_name), name)
+    return func
 
 
 def _preload(modules: list[str]) -> list[str]:

@@ -26,15 +26,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from tritonplug.call import CallSpec
+from tritonplug.call import CallSpec, refs_as_outputs
 from tritonplug.records import BufferSpec
 
 
-def batch_rule(axis_data: Any, args: Sequence[Any], dims: Sequence[int | None], *,
+def batch_rule(triton_call_p: Any, axis_data: Any, args: Sequence[Any], dims: Sequence[int | None], *,
                call: CallSpec) -> tuple[list[Any], list[int | None]]:
-    """The ``fancy_primitive_batchers`` rule of ``tritonplug_call``."""
-    from tritonplug.primitive import refs_as_outputs, triton_call_p
-
+    """The ``fancy_primitive_batchers`` rule of ``triton_call_p`` (bound with ``functools.partial``)."""
     if all(d is None for d in dims):
         outs = triton_call_p.bind(*args, call=call)
         return list(outs), [None] * len(outs)

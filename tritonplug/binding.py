@@ -1,92 +1,20 @@
 """Bind ``triton_call``'s arguments to the kernel's parameters.
 
-Each kernel parameter becomes one node: an operand array, an output buffer, a scalar,
-a constexpr, or a tuple of nodes. The result is hashable, so it can be a primitive
-parameter, and it is all the lowering needs to build a launch for any configuration.
+Each kernel parameter becomes one argument node (the types live in ``call.py``): an operand
+array, an output buffer, a scalar, a constexpr, or a tuple of nodes.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tritonplug import tensor_descriptor, triton_compat
-from tritonplug.records import BufferSpec
+from tritonplug import jax_compat, tensor_descriptor
+from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, pointer_type
 from tritonplug.tensor_descriptor import TensorDescriptor
-
-POINTER_TYPES = {
-    "bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
-    "float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
-    "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "float8_e4m3fnuz": "fp8e4b8", "float8_e5m2fnuz": "fp8e5b16",
-}
-
-
-@dataclass(frozen=True)
-class ArrayArg:
-    index: int  # position among the call's array operands
-
-
-@dataclass(frozen=True)
-class OutputArg:
-    index: int  # position among the flattened outputs
-
-
-@dataclass(frozen=True)
-class ScalarArg:
-    """A scalar passed by value. Equality goes by ``exact`` (the bits), since compiled programs are
-    cached by it: 0.0 == -0.0 would share one, and nan != nan would never hit."""
-
-    value: bool | int | float = field(compare=False)
-    dtype: str
-    exact: str = ""
-
-    @classmethod
-    def of(cls, value: bool | int | float, dtype: str) -> ScalarArg:
-        return cls(value, dtype, value.hex() if isinstance(value, float) else repr(value))
-
-
-@dataclass(frozen=True)
-class ConstArg:
-    value: Any
-
-
-@dataclass(frozen=True)
-class UnsetConst:
-    """A constexpr with no value yet: an autotune config or heuristic must supply it."""
-
-
-@dataclass(frozen=True)
-class BoundArgs:
-    names: tuple[str, ...]
-    nodes: tuple[Any, ...]  # one per kernel parameter
-    do_not_specialize: frozenset[str]
-    aliases: tuple[tuple[int, int], ...]  # (array operand index, output index)
-    aliased_params: tuple[tuple[int, int], ...]  # (output index, array operand index) for outputs with no parameter
-    refs: tuple[int, ...] = ()  # array operands that are mutable refs (jax.new_ref), updated in place
-
-
-_POINTER_TYPE_OF: dict[Any, str] = {}
-
-
-def pointer_type(dtype: Any, where: str) -> str:
-    known = _POINTER_TYPE_OF.get(dtype)
-    if known is not None:
-        return known
-    name = np.dtype(dtype).name
-    if name not in POINTER_TYPES:
-        raise TypeError(f"{where}: dtype {name} is not supported by Triton kernels "
-                        f"(supported: {', '.join(POINTER_TYPES)})")
-    _POINTER_TYPE_OF[dtype] = POINTER_TYPES[name]
-    return POINTER_TYPES[name]
-
-
-def buffer_nbytes(spec: BufferSpec) -> int:
-    return math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+from tritonplug.triton_compat import KernelFacts
 
 
 def scalar_type(value: Any, where: str) -> str:
@@ -122,17 +50,7 @@ def is_array(value: Any) -> bool:
 
 def is_ref(value: Any) -> bool:
     """A mutable array reference made by ``jax.new_ref``: the kernel updates it in place."""
-    import jax
-    from jax._src import core
-
-    if isinstance(value, (jax.Array, np.ndarray)):
-        return False
-    from jax._src.state.types import AbstractRef
-
-    try:
-        return isinstance(core.typeof(value), AbstractRef)
-    except TypeError:
-        return False
+    return jax_compat.is_mutable_ref(value)
 
 
 def python_scalar(value: Any) -> bool | int | float:
@@ -143,15 +61,15 @@ def python_scalar(value: Any) -> bool | int | float:
     return float(value)
 
 
-def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Sequence[Any],
+def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Sequence[Any],
          input_output_aliases: Mapping[int, int], metaparams: Mapping[str, Any],
          sources: list[tuple[str, tuple[int, ...]]] | None = None) -> tuple[BoundArgs, list[Any]]:
     """Bind operands; returns the bound arguments and the array operands in order.
 
     ``sources``, if given, receives where each array came from: (parameter name, tuple path).
     """
-    params = triton_compat.parameters(fn)
-    kernel = triton_compat.kernel_name(fn)
+    params = facts.params
+    kernel = facts.name
     bound = bind_like_a_call(tuple(p.name for p in params), args, kwargs, kernel)
 
     arrays: list[Any] = []

@@ -16,8 +16,10 @@ import numpy as np
 
 from tritonplug.binding import bind_like_a_call
 from tritonplug.call import CallSpec
+from tritonplug.call_options import OPTION_FIELDS
 
 _LIMIT = 4096
+_OPTION_NAMES = frozenset(f.name for f in OPTION_FIELDS)
 
 
 class NotMemoisable(Exception):
@@ -33,7 +35,24 @@ class Entry:
     out_tree: Any
 
 
-_entries: dict[Hashable, Entry] = {}
+class CallMemo:
+    """Memoised call specs by signature, bounded (cleared when full: eager loops repeat few signatures)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Hashable, Entry] = {}
+
+    def lookup(self, key: Hashable | None) -> Entry | None:
+        return None if key is None else self.entries.get(key)
+
+    def store(self, key: Hashable | None, entry: Entry) -> None:
+        if key is None:
+            return
+        if len(self.entries) >= _LIMIT:
+            self.entries.clear()
+        self.entries[key] = entry
+
+    def clear(self) -> None:
+        self.entries.clear()
 
 
 def _operand_key(value: Any) -> Hashable:
@@ -59,29 +78,19 @@ def _option_key(value: Any) -> Hashable:
     return value
 
 
-def signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any,
-              options: Mapping[str, Any]) -> Hashable | None:
-    """The call's signature, or None when it cannot be memoised (refs, unhashable values …)."""
+def signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any) -> Hashable | None:
+    """The call's signature, or None when it cannot be memoised (refs, unhashable values …).
+
+    ``kwargs`` are all of triton_call's keywords: options, keyword operands and metaparameters.
+    """
     try:
         leaves, tree = jax.tree_util.tree_flatten(out_value)
         outs = tuple((tuple(leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves)
-        return (id(kernel), tuple(map(_operand_key, args)),
-                tuple(sorted((k, _operand_key(v)) for k, v in kwargs.items())), tree, outs,
-                tuple(sorted((k, _option_key(v)) for k, v in options.items())))
+        keywords = tuple(sorted((k, _option_key(v) if k in _OPTION_NAMES else _operand_key(v))
+                                for k, v in kwargs.items()))
+        return (id(kernel), tuple(map(_operand_key, args)), keywords, tree, outs)
     except (NotMemoisable, TypeError, AttributeError):
         return None
-
-
-def lookup(key: Hashable | None) -> Entry | None:
-    return None if key is None else _entries.get(key)
-
-
-def store(key: Hashable | None, entry: Entry) -> None:
-    if key is None:
-        return
-    if len(_entries) >= _LIMIT:
-        _entries.clear()
-    _entries[key] = entry
 
 
 def arrays_of(entry: Entry, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:

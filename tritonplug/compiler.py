@@ -19,10 +19,14 @@ from typing import Any
 from tritonplug import cache as disk_cache
 from tritonplug import workers
 from tritonplug.errors import CompileError
-from tritonplug.host import Backend, get_host
+from tritonplug.host import Backend
 from tritonplug.records import Binary, CompileJob, Target
 
 log = logging.getLogger("tritonplug.compiler")
+
+#: The worker-side entry point of a compile job (see ``worker_jobs.py``), referenced by name so
+#: this module does not import the process state the worker uses.
+WORKER_COMPILE = "tritonplug.worker_jobs:compile_in_worker"
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ class CompileService:
         return [found[r.key] for r in requests]
 
     def _resolve(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> dict[str, Binary]:
-        cache = self.cache if target.triton_backend is not None else None
+        cache = self.cache if backend.info.cache_binaries else None
         found = self._from_disk(cache, requests)
         missing = [r for r in requests if r.key not in found]
         if not missing:
@@ -133,10 +137,9 @@ class CompileService:
 
     def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary]:
         jobs = [r.make_job() for r in requests]
-        in_process = target.triton_backend is None or not backend.source.startswith("entry point")
-        if in_process:
+        if not backend.compiles_in_worker:
             return [_compile_here(backend, job, r.description) for job, r in zip(jobs, requests, strict=True)]
-        tasks = [workers.Task(compile_in_worker, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
+        tasks = [workers.Task(WORKER_COMPILE, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
         return workers.run_tasks(tasks)
 
 
@@ -147,25 +150,3 @@ def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary
         raise
     except Exception as exc:
         raise CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}") from exc
-
-
-def prepare_worker() -> None:
-    """Runs once in each compile worker before its first job: load the backend plugins (and Triton)."""
-    get_host()
-
-
-def compile_in_worker(job: CompileJob) -> Binary:
-    """Runs in a compile worker: find the job's backend by name and call its compile hook."""
-    host = get_host()
-    if job.backend not in host.backends:
-        raise CompileError(f"backend {job.backend!r} is not installed in the compile worker's environment "
-                           f"(loaded: {sorted(host.backends)})")
-    return host.backends[job.backend].compile(job)
-
-
-service = CompileService()
-
-
-def compile_stats() -> dict[str, float]:
-    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``."""
-    return dict(service.stats)

@@ -16,16 +16,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import host_ffi, jaxlib_compat
-from tritonplug.binding import buffer_nbytes
-from tritonplug.call import CallSpec
+from tritonplug import host_ffi, jax_compat, jaxlib_compat
+from tritonplug.call import CallSpec, buffer_nbytes
 from tritonplug.kernel_call import encode_kernel_call
 from tritonplug.records import ArrayParam, GpuKernel, HostKernel, JaxKernel, Launch
 
 
 def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     if all(isinstance(k, GpuKernel) for k in kernels):
-        return _emit_gpu(ctx, args, kernels, call, platform)
+        return _emit_gpu(ctx, args, kernels, call)
     if len(kernels) == 1 and isinstance(kernels[0], HostKernel):
         return _emit_host(ctx, args, kernels[0], call)
     if len(kernels) == 1 and isinstance(kernels[0], JaxKernel):
@@ -34,45 +33,37 @@ def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, 
                     f"{sorted({type(k).__name__ for k in kernels})}")
 
 
-def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec,
-              platform: str) -> Sequence[Any]:
+def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec) -> Sequence[Any]:
     if not jaxlib_compat.accepts_module_image():
         kernels = [dataclasses.replace(k, module_image=None) for k in kernels]
     launch = kernels[0].launch
     aliases = [(i, o, buffer_nbytes(launch.operands[i])) for i, o in launch.aliases]
-    name = call.name or launch.kernel_name
-    proto = encode_kernel_call(kernels, name=name, metadata=call.serialized_metadata,
+    name = call.options.name or launch.kernel_name
+    proto = encode_kernel_call(kernels, name=name, metadata=call.options.serialized_metadata,
                                descriptions=[k.launch.description for k in kernels], aliases=aliases)
     opaque = zlib.compress(proto)
     operand_output_aliases = {i: o for i, o in launch.aliases}
-    target = call.custom_call_target or jaxlib_compat.custom_call_target(platform)
+    target = call.options.custom_call_target_name or jaxlib_compat.FFI_TARGET
     if target == jaxlib_compat.FFI_TARGET:
         attributes: dict[str, Any] = {"opaque": opaque}
-        if call.cost_estimate and jaxlib_compat.accepts_cost_estimate():
-            attributes["cost_estimate_json"] = json.dumps(dict(call.cost_estimate))
+        if call.options.cost_estimate and jaxlib_compat.accepts_cost_estimate():
+            attributes["cost_estimate_json"] = json.dumps(dict(call.options.cost_estimate))
         rule = jax.ffi.ffi_lowering(target, api_version=4, operand_output_aliases=operand_output_aliases,
-                                    has_side_effect=call.has_side_effect)
+                                    has_side_effect=call.options.has_side_effect)
         results = rule(ctx, *args, **attributes)
     else:
         rule = jax.ffi.ffi_lowering(target, api_version=2, backend_config=opaque,
                                     operand_output_aliases=operand_output_aliases,
-                                    has_side_effect=call.has_side_effect)
+                                    has_side_effect=call.options.has_side_effect)
         results = rule(ctx, *args)
-    if call.cost_estimate:
-        _annotate(results, call.cost_estimate)
+    if call.options.cost_estimate:
+        _annotate(results, call.options.cost_estimate)
     return results
 
 
 def _annotate(results: Sequence[Any], cost_estimate: Any) -> None:
     """Record the cost estimate as a frontend attribute, visible to profilers on every jaxlib."""
-    from jax._src.lib.mlir import ir
-
-    owner = results[0].owner if results else None
-    if owner is None:
-        return
-    attrs = {k: ir.StringAttr.get(str(v)) for k, v in cost_estimate}
-    owner.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
-        {f"tritonplug_{k}": v for k, v in attrs.items()})
+    jax_compat.set_frontend_attributes(results, {f"tritonplug_{k}": v for k, v in cost_estimate})
 
 
 def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec) -> Sequence[Any]:
@@ -86,10 +77,10 @@ def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec
             results[_result_of(launch, b)][...] = 0
         kernel.run(operands, results)
 
-    extra = {"cost_estimate_json": json.dumps(dict(call.cost_estimate))} if call.cost_estimate else None
+    extra = {"cost_estimate_json": json.dumps(dict(call.options.cost_estimate))} if call.options.cost_estimate else None
     return host_ffi.lower_host_call(ctx, args, function_id=host_ffi.register_function(run_on_host),
                                     operand_output_aliases=dict(launch.aliases),
-                                    has_side_effect=call.has_side_effect, extra_attributes=extra)
+                                    has_side_effect=call.options.has_side_effect, extra_attributes=extra)
 
 
 def _emit_jax(ctx: Any, args: Sequence[Any], kernel: JaxKernel) -> Sequence[Any]:

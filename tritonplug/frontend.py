@@ -2,32 +2,22 @@
 
 ``expand_configs`` turns autotune/heuristics wrappers into concrete configurations;
 ``specialize`` computes Triton's signature, constexprs and attributes for one of them and
-the runtime parameters of its launch; ``make_ttir`` runs Triton's front end.
+the runtime parameters of its launch; ``make_ir`` runs Triton's front end.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from tritonplug import triton_compat
-from tritonplug.binding import (
-    ArrayArg,
-    BoundArgs,
-    ConstArg,
-    OutputArg,
-    ScalarArg,
-    UnsetConst,
-    buffer_nbytes,
-    pointer_type,
-)
+from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, buffer_nbytes, pointer_type
 from tritonplug.errors import KernelSourceError
 from tritonplug.records import ArrayParam, BackendInfo, BufferSpec, ConstexprParam, Options, ScalarParam, Target
+from tritonplug.triton_compat import KernelFacts
 
 try:
     from importlib.metadata import version as _dist_version
@@ -35,8 +25,6 @@ try:
     TRITONPLUG_VERSION = _dist_version("tritonplug")
 except Exception:  # running from a source tree
     TRITONPLUG_VERSION = "0+source"
-
-DIVISIBILITY = 16  # XLA buffers are at least 16-byte aligned, as Triton assumes for its own tensors
 
 
 @dataclass(frozen=True)
@@ -56,14 +44,15 @@ class Specialization:
     params: tuple[Any, ...]
 
 
-def compatible_configs(kernel: triton_compat.UnwrappedKernel, metaparams: Mapping[str, Any]) -> list[Any]:
+def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> list[Any]:
     """The autotune configs that agree with the call's metaparameters; ``triton_call`` checks them early.
 
     A config with a ``pre_hook`` is refused: the hook runs Python between launches, which cannot
     happen inside an XLA program.
     """
-    name = triton_compat.kernel_name(kernel.fn)
-    configs = [c for c in kernel.autotuner.configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
+    name = kernel.name
+    configs = [c for c in triton_compat.autotune_configs(kernel.autotuner)
+               if all(triton_compat.config_fields(c)[0].get(k, v) == v for k, v in metaparams.items())]
     if not configs:
         raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
                          f"{dict(metaparams)}")
@@ -74,10 +63,10 @@ def compatible_configs(kernel: triton_compat.UnwrappedKernel, metaparams: Mappin
     return configs
 
 
-def expand_configs(kernel: triton_compat.UnwrappedKernel, bound: BoundArgs, metaparams: Mapping[str, Any],
+def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[str, Any],
                    call_options: Mapping[str, Any], named_args: Mapping[str, Any]) -> list[Configuration]:
     """The configurations to compile: one per surviving autotune config, heuristics applied."""
-    name = triton_compat.kernel_name(kernel.fn)
+    name = kernel.name
     if kernel.autotuner is None:
         raw = [({}, {})]
     else:
@@ -91,7 +80,7 @@ def expand_configs(kernel: triton_compat.UnwrappedKernel, bound: BoundArgs, meta
     for kwargs, options in raw:
         values = {**metaparams, **kwargs}
         for heuristics in kernel.heuristics:
-            for key, rule in heuristics.values.items():
+            for key, rule in triton_compat.heuristic_rules(heuristics).items():
                 values[key] = rule({**named_args, **values})
         require_constexprs(name, bound, values)
         merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
@@ -108,45 +97,14 @@ def require_constexprs(kernel_name: str, bound: BoundArgs, values: Mapping[str, 
                             f"{param_name!r}: pass {param_name}=... to triton_call")
 
 
-def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
-    """Normalise an int, a tuple of up to three ints, or a callable of the metaparameters."""
-    value = grid(dict(metaparams)) if callable(grid) else grid
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        value = (value,)
-    if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3:
-        source = " (returned by the grid callable)" if callable(grid) else ""
-        raise ValueError(f"grid must be an int or a tuple of 1 to 3 ints{source}, got {value!r}")
-    dims = []
-    for d in value:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise TypeError(f"grid dimensions must be Python ints, got {d!r} ({type(d).__name__}) in grid {value!r}")
-        if d < 0 or d >= 2**31:
-            raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}")
-        dims.append(int(d))
-    return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
-
-
-def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int) -> frozenset[int]:
-    """The output indices to zero: a sequence of ints, or what a callable of the metaparameters returns."""
-    source = " (returned by the zeroed_outputs callable)" if callable(zeroed_outputs) else ""
-    value = zeroed_outputs(dict(metaparams)) if callable(zeroed_outputs) else zeroed_outputs
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable of the metaparameters "
-                        f"returning one, got {type(value).__name__}: {value!r}{source}")
-    indices = []
-    for i in value:
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"zeroed_outputs: output indices must be ints, got {i!r}{source}")
-        if not 0 <= i < n_outputs:
-            raise ValueError(f"zeroed_outputs: output index {i} is out of range; out_shape has {n_outputs} "
-                             f"outputs{source}")
-        indices.append(int(i))
-    return frozenset(indices)
-
-
 def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequence[BufferSpec],
-               results: Sequence[BufferSpec], zeroed: frozenset[int]) -> Specialization:
-    """Triton's signature/constexprs/attrs for one configuration, and the launch's parameters."""
+               results: Sequence[BufferSpec], zeroed: frozenset[int], policy: BackendInfo) -> Specialization:
+    """Triton's signature/constexprs/attrs for one configuration, and the launch's parameters.
+
+    ``policy`` is the backend's: the divisibility it promises for pointers and integers, and
+    whether integers equal to 1 become constants.
+    """
+    pointer_divisibility, integer_divisibility = policy.pointer_divisibility, policy.integer_divisibility
     zero_param_of = {out: ("in", i) for out, i in bound.aliased_params}
     bytes_to_zero = {}
     for out in zeroed:
@@ -162,18 +120,19 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
         if isinstance(node, (ArrayArg, OutputArg)):
             spec = operands[node.index] if isinstance(node, ArrayArg) else results[node.index]
             zero = bytes_to_zero.get(("in", node.index) if isinstance(node, ArrayArg) else ("out", node.index), 0)
-            divisibility = DIVISIBILITY if specializable else 0
+            divisibility = pointer_divisibility if specializable else 0
             if divisibility:
-                attrs[path] = [["tt.divisibility", DIVISIBILITY]]
+                attrs[path] = [["tt.divisibility", divisibility]]
             buffer = node.index if isinstance(node, ArrayArg) else len(operands) + node.index
             return "*" + pointer_type(spec.dtype, "operand"), ArrayParam(buffer, zero, divisibility)
         if isinstance(node, ScalarArg):
-            if specializable and node.dtype != "i1" and isinstance(node.value, int) and node.value == 1 \
-                    and len(path) == 1:
+            if specializable and policy.specialize_ones and node.dtype != "i1" and isinstance(node.value, int) \
+                    and node.value == 1 and len(path) == 1:
                 constexprs[path] = 1
                 return "constexpr", ConstexprParam(1)
-            if specializable and node.dtype in ("i32", "u32", "i64", "u64") and node.value % DIVISIBILITY == 0:
-                attrs[path] = [["tt.divisibility", DIVISIBILITY]]
+            if specializable and integer_divisibility and node.dtype in ("i32", "u32", "i64", "u64") \
+                    and node.value % integer_divisibility == 0:
+                attrs[path] = [["tt.divisibility", integer_divisibility]]
             return node.dtype, ScalarParam(node.value, node.dtype)
         raise AssertionError(node)
 
@@ -208,18 +167,18 @@ def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def make_ttir(fn: Any, target: Target, options: Options, spec: Specialization) -> str:
-    """Run Triton's front end; a kernel error becomes a ``KernelSourceError`` pointing at its line."""
+def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Specialization) -> str:
+    """Run Triton's front end (to TTIR); a kernel error becomes a ``KernelSourceError`` pointing at its line."""
     assert target.triton_backend is not None
+    fn = kernel.fn
     constexprs = {k: v for k, v in spec.constexprs.items()}
     try:
         return triton_compat.frontend_ttir(fn, (target.triton_backend, target.arch, target.warp_size),
                                            options.as_dict(), spec.signature, constexprs, spec.attrs)
     except Exception as exc:
-        if type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"):
-            name = triton_compat.kernel_name(fn)
-            raise KernelSourceError(f"Triton could not compile kernel {name!r}{_source_location(fn, exc)}:\n"
-                                    f"{exc}") from exc
+        if triton_compat.is_kernel_source_error(exc):
+            raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}"
+                                    f"{_source_location(fn, exc)}:\n{exc}") from exc
         raise
 
 
@@ -227,14 +186,14 @@ def _source_location(fn: Any, exc: Exception) -> str:
     """`` (File "kernels.py", line 12)`` for Triton's error, whose line numbers count from the ``def`` line."""
     import inspect
 
-    node = getattr(exc, "node", None)
-    line = getattr(node, "lineno", None)
+    line = triton_compat.kernel_source_error_line(exc)
+    function = triton_compat.python_function(fn)
     try:
-        lines, first = inspect.getsourcelines(fn.fn)
-        filename = inspect.getsourcefile(fn.fn)
+        lines, first = inspect.getsourcelines(function)
+        filename = inspect.getsourcefile(function)
     except (OSError, TypeError):
         return ""
-    if not isinstance(line, int) or filename is None:
+    if line is None or filename is None:
         return f' (File "{filename}")' if filename else ""
     def_offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
     return f' (File "{filename}", line {first + def_offset + line - 1})'

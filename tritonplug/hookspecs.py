@@ -3,7 +3,8 @@
 A backend is a plugin object (usually a module) registered under the entry-point group
 ``tritonplug.backends``. It implements all five hooks below with ``@hookimpl``. The host
 calls the hooks of exactly one backend per JAX platform, so each hook is ``firstresult``.
-A plugin imports nothing from the host except this module and :mod:`tritonplug.records`.
+A plugin imports nothing from the host except this module, :mod:`tritonplug.records` and the
+JAX-free :mod:`tritonplug.plugin_kit`.
 """
 
 from __future__ import annotations
@@ -24,23 +25,28 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @hookspec(firstresult=True)
 def tritonplug_backend_info() -> BackendInfo:
-    """Describe the backend: its name and the JAX platforms (``"cuda"``, ``"cpu"`` …) it serves.
+    """Describe the backend: its name, the JAX platforms (``"cuda"``, ``"cpu"``, ``"tpu"`` …) it
+    serves, and its capabilities (which IR it compiles, whether its binaries are cached, whether
+    it compiles in a worker, how it treats autotune configurations, its specialisation policy).
 
-    Called once when the plugin is loaded. Two backends claiming one platform is an error
-    unless the user picks one with ``TRITONPLUG_BACKENDS=platform:name``.
+    Called once when the plugin is loaded; the host validates the record and reports a plugin
+    whose record is malformed by name. The host registers JAX lowering rules for every declared
+    platform. Two backends claiming one platform is an error unless the user picks one with
+    ``TRITONPLUG_BACKENDS=platform:name``.
     """
 
 
 @hookspec(firstresult=True)
 def tritonplug_detect_target(
-    platform: str, device: Any | None, call_options: Mapping[str, Any]
+    platform: str, device: Any | None, requested: Mapping[str, Any]
 ) -> Target | None:
     """Return the target to compile for on ``platform``, or ``None`` if not served.
 
-    ``device`` is the ``jax.Device`` the computation runs on, or ``None`` when lowering
-    for a platform this machine lacks; the backend then falls back to what the user
-    asked for (``call_options`` holds the call's options, e.g. ``compute_capability``)
-    or its environment variables, and raises ``ValueError`` naming them if neither is set.
+    Runs at lowering, once per call. ``device`` is the ``jax.Device`` the computation runs on,
+    or ``None`` when lowering for a platform this machine lacks. ``requested`` holds the call's
+    target hints (``compute_capability``; ``None`` where unset): a hint the backend understands
+    wins over the device, then its own environment variables; with neither a device nor a hint
+    it raises ``ValueError`` naming both ways to set one. Hints for other backends are ignored.
     """
 
 
@@ -48,20 +54,22 @@ def tritonplug_detect_target(
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
     """Validate one configuration's options and return them as a hashable record.
 
+    Runs at lowering, once per configuration, before anything is compiled or cached.
     ``call_options`` holds ``num_warps``, ``num_stages``, ``num_ctas``, ``enable_fp_fusion``,
     ``debug`` and the entries of ``backend_options`` (``None`` where unset). An unknown or
-    invalid option raises ``ValueError`` or ``TypeError`` naming it. Called before anything
-    is compiled or cached.
+    invalid option raises ``ValueError`` or ``TypeError`` naming it.
     """
 
 
 @hookspec(firstresult=True)
 def tritonplug_compile(job: CompileJob) -> Binary:
-    """Compile ``job.ttir`` for ``job.target`` with ``job.options`` into a binary.
+    """Compile ``job.ir`` (at stage ``job.ir_stage``) for ``job.target`` with ``job.options``.
 
-    Runs in a compile worker process, possibly with many jobs in parallel: it must not
-    touch JAX, and its result must be plain data (it is cached on disk as files + JSON).
-    Backends that need no TTIR receive an empty ``job.ttir``.
+    Runs only on a cache miss: in a compile worker process when the backend declares
+    ``compile_in_worker`` (possibly many jobs in parallel), else in the calling process. It must
+    not touch JAX, and its result must be plain data (it is cached as images + JSON). Any
+    exception becomes a ``CompileError`` naming the configuration. Backends that declare no
+    ``ir_stages`` receive ``job.ir == ""``.
     """
 
 
@@ -69,6 +77,9 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> KernelObject:
     """Turn a binary and one launch description into what the JAX lowering emits.
 
-    Return a :class:`~tritonplug.records.GpuKernel` for jaxlib's GPU kernel-call runtime
-    or a :class:`~tritonplug.records.HostKernel` for a kernel run on host buffers.
+    Runs at lowering, once per configuration, after the binary came from memory, a cache or
+    the compile hook. Return a :class:`~tritonplug.records.GpuKernel` for jaxlib's GPU
+    kernel-call runtime or a :class:`~tritonplug.records.HostKernel` for a kernel run on host
+    buffers. ``ValueError``/``TypeError``/``NotImplementedError`` describe the user's call and
+    reach the user as they are; anything else is reported as the plugin's fault.
     """

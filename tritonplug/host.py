@@ -23,6 +23,8 @@ import pluggy
 from tritonplug import hookspecs
 from tritonplug.errors import PluginError
 from tritonplug.records import (
+    AUTOTUNE_MODES,
+    IR_STAGES,
     BackendInfo,
     Binary,
     CompileJob,
@@ -49,15 +51,22 @@ USER_ERRORS = (ValueError, TypeError, NotImplementedError)
 class Backend:
     """One loaded plugin: its description and typed access to its hooks."""
 
-    def __init__(self, manager: pluggy.PluginManager, plugin: object, info: BackendInfo, source: str):
+    def __init__(self, manager: pluggy.PluginManager, plugin: object, info: BackendInfo, source: str,
+                 from_entry_point: bool = False):
         self._manager = manager
         self.plugin = plugin
         self.info = info
         self.source = source
+        self.from_entry_point = from_entry_point
 
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def compiles_in_worker(self) -> bool:
+        """Workers find backends through entry points, so one registered at run time compiles here."""
+        return self.info.compile_in_worker and self.from_entry_point
 
     def _call(self, hook: str, returns: tuple[type, ...], **kwargs: Any) -> Any:
         others = [p for p in self._manager.get_plugins() if p is not self.plugin]
@@ -76,9 +85,13 @@ class Backend:
                               f"not {expected}")
         return result
 
-    def detect_target(self, platform: str, device: Any | None, call_options: Mapping[str, Any]) -> Target | None:
-        return self._call("tritonplug_detect_target", (Target, type(None)), platform=platform, device=device,
-                          call_options=call_options)
+    def detect_target(self, platform: str, device: Any | None, requested: Mapping[str, Any]) -> Target | None:
+        target = self._call("tritonplug_detect_target", (Target, type(None)), platform=platform, device=device,
+                            requested=requested)
+        if target is not None and self.info.ir_stages and target.triton_backend is None:
+            raise PluginError(f"backend {self.name!r} compiles {list(self.info.ir_stages)} but its target "
+                              f"{target.describe()} names no triton_backend for Triton's front end")
+        return target
 
     def parse_options(self, target: Target, call_options: Mapping[str, Any]) -> Options:
         return self._call("tritonplug_parse_options", (Options,), target=target, call_options=call_options)
@@ -113,7 +126,7 @@ class Host:
                 self._report(f"plugin {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc}")
                 continue
             self.register(plugin, name=ep.name, source=f"entry point {ep.name} = {ep.value}", strict=False,
-                          disabled=disabled)
+                          disabled=disabled, from_entry_point=True)
         for message in self.conflicts():
             self.problems.append(message)
 
@@ -128,14 +141,14 @@ class Host:
                 if len(names) > 1 and platform not in chosen]
 
     def register(self, plugin: object, name: str | None = None, source: str = "register_plugin",
-                 strict: bool = True, disabled: Collection[str] = ()) -> Backend | None:
+                 strict: bool = True, disabled: Collection[str] = (), from_entry_point: bool = False) -> Backend | None:
         """Register ``plugin``; a broken one raises ``PluginError`` if ``strict``, else is reported.
 
         A plugin whose backend name is in ``disabled`` is unregistered again without a word.
         """
         with self._lock:
             try:
-                backend = self._register(plugin, name, source)
+                backend = self._register(plugin, name, source, from_entry_point)
             except PluginError as exc:
                 if strict:
                     raise
@@ -147,7 +160,7 @@ class Host:
                 return None
             return backend
 
-    def _register(self, plugin: object, name: str | None, source: str) -> Backend:
+    def _register(self, plugin: object, name: str | None, source: str, from_entry_point: bool) -> Backend:
         label = name or getattr(plugin, "__name__", type(plugin).__name__)
         if self.manager.is_registered(plugin):
             raise PluginError(f"plugin {label!r} is already registered")
@@ -164,7 +177,7 @@ class Host:
         except PluginError:
             self.manager.unregister(plugin)
             raise
-        backend = Backend(self.manager, plugin, info, source)
+        backend = Backend(self.manager, plugin, info, source, from_entry_point)
         self.backends[info.name] = backend
         return backend
 
@@ -189,11 +202,18 @@ class Host:
                 or not all(isinstance(p, str) and p for p in info.platforms):
             raise PluginError(f"plugin {label!r}: its BackendInfo needs a name and a tuple of platform names, "
                               f"got name={info.name!r}, platforms={info.platforms!r}")
+        problem = capability_problem(info)
+        if problem:
+            raise PluginError(f"plugin {label!r}: its BackendInfo {problem}")
         return info
 
     def _report(self, message: str) -> None:
         self.problems.append(message)
         warnings.warn(f"tritonplug: {message}", RuntimeWarning, stacklevel=3)
+
+    def platforms(self) -> set[str]:
+        """Every JAX platform some loaded backend declares."""
+        return {p for backend in self.backends.values() for p in backend.info.platforms}
 
     def backend_for(self, platform: str) -> Backend:
         """The backend serving a JAX platform; errors name the candidates and the fix."""
@@ -218,6 +238,22 @@ class Host:
         return claims[0]
 
 
+def capability_problem(info: BackendInfo) -> str | None:
+    """What is wrong with a backend's capability fields, or ``None``."""
+    if not isinstance(info.ir_stages, tuple) or not set(info.ir_stages) <= set(IR_STAGES):
+        return f"declares ir_stages={info.ir_stages!r}; expected a tuple drawn from {IR_STAGES}"
+    if info.autotune not in AUTOTUNE_MODES:
+        return f"declares autotune={info.autotune!r}; expected one of {AUTOTUNE_MODES}"
+    for flag in ("cache_binaries", "compile_in_worker", "specialize_ones"):
+        if not isinstance(getattr(info, flag), bool):
+            return f"declares {flag}={getattr(info, flag)!r}; expected a bool"
+    for field in ("pointer_divisibility", "integer_divisibility"):
+        value = getattr(info, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value & (value - 1):
+            return f"declares {field}={value!r}; expected 0 or a power of two"
+    return None
+
+
 def _conflict_message(platform: str, names: list[str]) -> str:
     listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
     return (f"backends {listed} all serve platform {platform!r}; choose one with "
@@ -236,30 +272,3 @@ def _pairs_from_env(variable: str) -> list[tuple[str, str]]:
             raise ValueError(f"{variable} entries must look like platform:backend, got {item!r}")
         pairs.append((platform.strip(), name.strip()))
     return pairs
-
-
-_host: Host | None = None
-_host_lock = threading.Lock()
-
-
-def get_host() -> Host:
-    """The process-wide host, loading entry points on first use."""
-    global _host
-    with _host_lock:
-        if _host is None:
-            host = Host()
-            host.load_entry_points()
-            _host = host
-        return _host
-
-
-def register_plugin(plugin: object, name: str | None = None) -> BackendInfo:
-    """Register a backend plugin object at run time; returns its description."""
-    backend = get_host().register(plugin, name=name)
-    assert backend is not None
-    return backend.info
-
-
-def backends() -> list[BackendInfo]:
-    """The loaded backends and the platforms each serves."""
-    return [b.info for b in get_host().backends.values()]

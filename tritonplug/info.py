@@ -13,14 +13,19 @@ def collect_info() -> dict[str, Any]:
 
     from tritonplug import frontend
     from tritonplug.cache import cache_from_env
-    from tritonplug.host import get_host
+    from tritonplug.state import state
     from tritonplug.workers import pool_size, pool_timeout
 
-    host = get_host()
+    host = state.host()
     backends: dict[str, Any] = {}
     for backend in host.backends.values():
-        entry: dict[str, Any] = {"version": backend.info.version, "platforms": ", ".join(backend.info.platforms),
-                                 "source": backend.source}
+        info = backend.info
+        entry: dict[str, Any] = {"version": info.version, "platforms": ", ".join(info.platforms),
+                                 "source": backend.source,
+                                 "capabilities": f"ir={','.join(info.ir_stages) or 'none'} "
+                                                 f"cache={'yes' if info.cache_binaries else 'no'} "
+                                                 f"worker={'yes' if backend.compiles_in_worker else 'no'} "
+                                                 f"autotune={info.autotune}"}
         for platform in backend.info.platforms:
             entry[f"target[{platform}]"] = _target(backend, platform)
         backends[backend.name] = entry

@@ -1,8 +1,15 @@
-"""The host's one adapter over jaxlib's Triton runtime: which custom-call target to emit."""
+"""The host's one adapter over jaxlib's Triton runtime (jaxlib 0.10 and 0.11).
+
+Every jaxlib probe of the host lives here: the custom-call targets (every supported jaxlib
+registers the FFI target ``triton_kernel_call_ffi``; the legacy ``triton_kernel_call`` is
+emitted only on request), which fields of the kernel call each version reads, and whether
+host-side TMA descriptors can be passed.
+"""
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jaxlib
@@ -14,27 +21,15 @@ JAXLIB_VERSION = tuple(int(p) for p in jaxlib.__version__.split(".")[:3] if p.is
 
 
 @functools.cache
-def _registrations(platform: str) -> frozenset[str] | None:
-    """Custom-call targets jaxlib's Triton module registered for ``platform``; None if unknown here."""
+def gpu_triton_module() -> Any | None:
+    """jaxlib's ``gpu_triton`` module (``TritonKernel``, ``create_tma_descriptor_parameter``, ...), None
+    if this jaxlib lacks it. jaxlib ships the module; its classes come from the installed GPU plugin
+    (jax-cuda12-plugin, the ROCm plugin), so without one they are absent."""
     try:
         from jax._src.lib import gpu_triton
     except ImportError:
         return None
-    module = getattr(gpu_triton, "_cuda_triton" if platform == "cuda" else "_hip_triton", None)
-    if module is None:
-        return None
-    names = set(getattr(module, "registrations", dict)())
-    names.add(LEGACY_TARGET)
-    return frozenset(names)
-
-
-def custom_call_target(platform: str) -> str:
-    """The FFI target where registered; every supported jaxlib (0.10+) registers it, so it is
-    also the answer when lowering for a platform whose plugin is not installed here."""
-    registered = _registrations(platform)
-    if registered is None or FFI_TARGET in registered:
-        return FFI_TARGET
-    return LEGACY_TARGET
+    return gpu_triton
 
 
 def accepts_cost_estimate() -> bool:
@@ -67,11 +62,7 @@ TMA_MIN_JAXLIB = (0, 11, 1)  # jax-triton: host-side TMA descriptors need jaxlib
 
 def tma_descriptor_support() -> str | None:
     """None when the installed jaxlib can pass host-side TMA descriptors, else why not."""
-    try:
-        from jax._src.lib import gpu_triton
-    except ImportError:
-        gpu_triton = None
-    if JAXLIB_VERSION >= TMA_MIN_JAXLIB and hasattr(gpu_triton, "create_tma_descriptor_parameter"):
+    if JAXLIB_VERSION >= TMA_MIN_JAXLIB and hasattr(gpu_triton_module(), "create_tma_descriptor_parameter"):
         return None
     return (f"host-side TMA descriptors need jaxlib > 0.11.0 with gpu_triton.create_tma_descriptor_parameter; "
             f"the installed jaxlib is {jaxlib.__version__}")

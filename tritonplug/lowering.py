@@ -6,65 +6,62 @@ parse options, specialise, cache lookup, compile on a miss â†’ kernel objects â†
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tritonplug import emitters, frontend, triton_compat
+from tritonplug import emitters, frontend, jax_compat
 from tritonplug.call import CallSpec
-from tritonplug.compiler import CompileRequest, service
+from tritonplug.call_options import grid_for, zeroed_for
+from tritonplug.compiler import CompileRequest
 from tritonplug.errors import PluginError
-from tritonplug.host import get_host
-from tritonplug.records import BufferSpec, CompileJob, Launch
+from tritonplug.host import Backend
+from tritonplug.records import BufferSpec, CompileJob, Launch, Options, Target
+from tritonplug.state import state
+from tritonplug.triton_compat import KernelFacts
 
 
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     check_not_partitioned(ctx)
-    backend = get_host().backend_for(platform)
-    call_options = dict(call.call_options)
-    target = backend.detect_target(platform, _device_of(ctx, platform), call_options)
+    backend = state.host().backend_for(platform)
+    target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
     if target is None:
         raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
-    kernel = triton_compat.unwrap(call.kernel)
+    kernel = call.kernel
     operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
     named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
-    configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call_options, named)
-    if target.triton_backend is None:
-        configs = configs[:1]  # host backends run one configuration: the first that survives pruning
-    name = triton_compat.kernel_name(kernel.fn)
+    configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
+                                      named)
+    if backend.info.autotune == "first":
+        configs = configs[:1]
 
     launches, requests = [], []
     for config in configs:
         metaparams = dict(config.metaparams)
         options = backend.parse_options(target, dict(config.call_options))
-        grid = frontend.grid_for(call.grid, metaparams)
-        zeroed = frontend.zeroed_for(call.zeroed_outputs, metaparams, len(call.out_specs))
-        spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed)
-        description = f"kernel {name!r} [{config.description}]"
-        launches.append(Launch(name, grid, spec.params, call.bound.names, operands, call.out_specs,
+        grid = grid_for(call.options.grid, metaparams)
+        zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs))
+        spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
+        description = f"kernel {kernel.name!r} [{config.description}]"
+        launches.append(Launch(kernel.name, grid, spec.params, call.bound.names, operands, call.out_specs,
                                call.bound.aliases, kernel.fn, config.description))
-        if target.triton_backend is None:
-            ttir_of = _no_ttir
-        else:
-            ttir_of = _ttir_maker(kernel.fn, target, options, spec)
         key = frontend.cache_key(backend.info, target, options, kernel.fn, spec)
-        requests.append(CompileRequest(key, _job_maker(backend.name, name, target, options, ttir_of, description),
+        requests.append(CompileRequest(key, _job_maker(backend, kernel, target, options, spec, description),
                                        description))
-    binaries = service.compile(backend, target, requests)
+    binaries = state.compiler.compile(backend, target, requests)
     kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches, strict=True)]
     return emitters.emit(ctx, args, kernels, call, platform)
 
 
-def _no_ttir() -> str:
-    return ""
-
-
-def _ttir_maker(fn: Any, target: Any, options: Any, spec: Any):
-    return lambda: frontend.make_ttir(fn, target, options, spec)
-
-
-def _job_maker(backend: str, name: str, target: Any, options: Any, ttir_of: Any, description: str):
-    return lambda: CompileJob(backend, name, target, options, ttir_of(), description)
+def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: Options,
+               spec: frontend.Specialization, description: str) -> Callable[[], CompileJob]:
+    """The job for one configuration, made only on a cache miss: the front end runs then, if the backend
+    compiles IR at all."""
+    def make() -> CompileJob:
+        if not backend.info.ir_stages:
+            return CompileJob(backend.name, kernel.name, target, options, "", "", description)
+        return CompileJob(backend.name, kernel.name, target, options, frontend.make_ir(kernel, target, options, spec),
+                          "ttir", description)
+    return make
 
 
 def _device_of(ctx: Any, platform: str) -> Any | None:
@@ -75,8 +72,7 @@ def _device_of(ctx: Any, platform: str) -> Any | None:
     arguments, or the mesh of a ``shard_map``/``pmap``. One program has one kernel binary,
     so every device it runs on must be the same kind of device.
     """
-    devices = [d for d in _assigned_devices(ctx.module_context.axis_context)
-               if getattr(d, "platform", None) == platform]
+    devices = [d for d in jax_compat.assigned_devices(ctx) if getattr(d, "platform", None) == platform]
     kinds = {(getattr(d, "device_kind", None), getattr(d, "compute_capability", None)) for d in devices}
     if len(kinds) > 1:
         raise ValueError(f"triton_call: this program runs on devices of different kinds {sorted(map(str, kinds))}, "
@@ -92,16 +88,6 @@ def _device_of(ctx: Any, platform: str) -> Any | None:
     return local[0] if local else None
 
 
-def _assigned_devices(axis_context: Any) -> list[Any]:
-    mesh = getattr(axis_context, "mesh", None)
-    if mesh is not None:  # SPMDAxisContext: inside shard_map / pmap
-        try:
-            return list(mesh.devices.flat)
-        except AttributeError:  # an AbstractMesh has no devices
-            return []
-    return list(getattr(axis_context, "device_assignment", None) or ())
-
-
 def check_not_partitioned(ctx: Any) -> None:
     """Refuse a call XLA would have to partition: a kernel sees whole buffers, never shards.
 
@@ -109,17 +95,13 @@ def check_not_partitioned(ctx: Any) -> None:
     kernel on its own block. A jit over several devices outside it (a sharded ``jax.Array``,
     eager or jitted) would leave XLA to split an opaque custom call, so it is an error.
     """
-    axis_context = ctx.module_context.axis_context
-    mesh = getattr(axis_context, "mesh", None)
-    if mesh is not None:
-        manual = getattr(axis_context, "manual_axes", frozenset())
-        auto = {name: size for name, size in dict(mesh.shape).items() if name not in manual}
-        partitions = math.prod(auto.values())
-        where = f"over the mesh axes {sorted(auto)} that the enclosing shard_map leaves automatic"
-    else:
-        partitions = getattr(axis_context, "num_devices", 1) or 1
-        where = "by jit (its operands are sharded or placed on several devices)"
+    partitions = jax_compat.partition_count(ctx)
     if partitions > 1:
+        auto = jax_compat.automatic_mesh_axes(ctx)
+        if auto is not None:
+            where = f"over the mesh axes {sorted(auto)} that the enclosing shard_map leaves automatic"
+        else:
+            where = "by jit (its operands are sharded or placed on several devices)"
         raise ValueError(
             f"triton_call: the computation is partitioned over {partitions} devices {where}, but a Triton kernel "
             f"works on whole buffers and XLA cannot split it. Call the kernel inside jax.shard_map (each device "

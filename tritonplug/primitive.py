@@ -2,57 +2,43 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Sequence
+import threading
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 import jax
-from jax._src import dispatch
-from jax._src.state import discharge, types
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
-from tritonplug.call import CallSpec
+from tritonplug import jax_compat
+from tritonplug.batching import batch_rule
+from tritonplug.call import CallSpec, refs_as_outputs
+from tritonplug.lowering import lower_call
 from tritonplug.records import BufferSpec
 
 triton_call_p = Primitive("tritonplug_call")
 triton_call_p.multiple_results = True
-
-LOWERED_PLATFORMS = ("cuda", "rocm", "cpu")
 
 
 def _impl(*args: Any, call: CallSpec) -> Any:
     if call.bound.refs:  # refs are discharged into aliased outputs, which needs tracing
         with jax.disable_jit(False):
             return jax.jit(functools.partial(triton_call_p.bind, call=call))(*args)
-    return dispatch.apply_primitive(triton_call_p, *args, call=call)
+    return jax_compat.apply_primitive(triton_call_p, *args, call=call)
 
 
 def _abstract_eval(*avals: Any, call: CallSpec) -> tuple[list[jax.core.ShapedArray], set]:
-    effects = {effect(i) for i in call.bound.refs for effect in (types.ReadEffect, types.WriteEffect)}
+    effects = jax_compat.ref_effects(call.bound.refs)
     return [jax.core.ShapedArray(s.shape, s.dtype) for s in call.out_specs], effects
-
-
-def refs_as_outputs(call: CallSpec, ref_specs: Sequence[BufferSpec]) -> CallSpec:
-    """The same call with each Ref operand turned into an extra output aliased to it.
-
-    ``ref_specs`` are the Refs' shapes and dtypes, in ``call.bound.refs`` order. The kernel
-    parameter stays bound to the operand buffer, which XLA now shares with the new output.
-    """
-    refs = call.bound.refs
-    first = len(call.out_specs)
-    new_aliases = tuple((i, first + k) for k, i in enumerate(refs))
-    bound = dataclasses.replace(call.bound, refs=(), aliases=call.bound.aliases + new_aliases,
-                                aliased_params=call.bound.aliased_params + tuple((o, i) for i, o in new_aliases))
-    return dataclasses.replace(call, bound=bound, out_specs=call.out_specs + tuple(ref_specs))
 
 
 def _discharge(in_avals: Any, out_avals: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
     """Each ref becomes an extra output aliased to its operand; the kernel writes it in place."""
     refs = call.bound.refs
-    specs = [BufferSpec(tuple(in_avals[i].shape), in_avals[i].inner_aval.dtype.name) for i in refs]
+    specs = [BufferSpec(*jax_compat.ref_shape_dtype(in_avals[i])) for i in refs]
     first = len(call.out_specs)
     outs = triton_call_p.bind(*args, call=refs_as_outputs(call, specs))
     new_invals: list[Any] = [None] * len(in_avals)
@@ -61,17 +47,10 @@ def _discharge(in_avals: Any, out_avals: Any, *args: Any, call: CallSpec) -> tup
     return new_invals, outs[:first]
 
 
-if hasattr(discharge, "DischargeContext"):  # jax >= 0.12 passes a context object
-    def _discharge_rule(ctx: Any, *args: Any, call: CallSpec) -> tuple[list, list]:
-        return _discharge(ctx.in_avals, ctx.out_avals, *args, call=call)
-else:
-    _discharge_rule = _discharge
-
-
 def _dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
     """Drop a call whose results are unused, unless it declared side effects."""
     call = eqn.params["call"]
-    if any(used_outputs) or call.has_side_effect or call.bound.refs:
+    if any(used_outputs) or call.options.has_side_effect or call.bound.refs:
         return [True] * len(eqn.invars), eqn
     return [False] * len(eqn.invars), None
 
@@ -85,29 +64,43 @@ def _no_autodiff(*args: Any, **kwargs: Any) -> Any:
 
 def _lowering(platform: str):
     def rule(ctx: Any, *args: Any, call: CallSpec) -> Any:
-        from tritonplug.lowering import lower_call
-
         return lower_call(ctx, args, call, platform)
     return rule
 
 
+_lowered_platforms: set[str] = set()
+_refused_platforms: set[str] = set()
+_registration_lock = threading.Lock()
+
+
+def ensure_lowering_rules(platforms: Iterable[str]) -> None:
+    """Register the primitive's lowering for every platform a loaded backend declares.
+
+    JAX accepts lowering rules only for the platforms it knows (cpu, cuda, rocm, tpu, oneapi …);
+    a platform it refuses is reported once with a warning naming it, and the others still work.
+    """
+    new = set(platforms) - _lowered_platforms - _refused_platforms
+    if not new:
+        return
+    with _registration_lock:
+        for platform in sorted(new - _lowered_platforms - _refused_platforms):
+            try:
+                mlir.register_lowering(triton_call_p, _lowering(platform), platform=platform)
+            except NotImplementedError as exc:
+                _refused_platforms.add(platform)
+                warnings.warn(f"tritonplug: a backend declares the platform {platform!r}, which JAX cannot lower "
+                              f"for; calls are not lowered for it ({exc})", RuntimeWarning, stacklevel=3)
+                continue
+            _lowered_platforms.add(platform)
+
+
 triton_call_p.def_impl(_impl)
 triton_call_p.def_effectful_abstract_eval(_abstract_eval)
-discharge.register_discharge_rule(triton_call_p)(_discharge_rule)
+jax_compat.register_discharge_rule(triton_call_p, _discharge)
 pe.dce_rules[triton_call_p] = _dce
 # The lowering detects the target of the device the program runs on (not device 0), so it
 # needs the real device assignment; this also keys JAX's lowering cache by device.
-dispatch.prim_requires_devices_during_lowering.add(triton_call_p)
+jax_compat.require_devices_during_lowering(triton_call_p)
 ad.primitive_jvps[triton_call_p] = _no_autodiff
 ad.primitive_transposes[triton_call_p] = _no_autodiff
-for _platform in LOWERED_PLATFORMS:
-    mlir.register_lowering(triton_call_p, _lowering(_platform), platform=_platform)
-
-
-def _register_batching() -> None:
-    from tritonplug.batching import batch_rule
-
-    batching.fancy_primitive_batchers[triton_call_p] = batch_rule
-
-
-_register_batching()
+batching.fancy_primitive_batchers[triton_call_p] = functools.partial(batch_rule, triton_call_p)

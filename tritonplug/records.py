@@ -15,14 +15,42 @@ from typing import Any, Union
 SCALAR_DTYPES = ("i1", "i32", "u32", "i64", "u64", "fp32", "fp64")
 
 
+#: IR stages a compile hook can accept: Triton's front-end output, and Gluon's (layouts already chosen).
+IR_STAGES = ("ttir", "ttgir")
+#: How a backend treats ``triton.autotune`` configurations.
+AUTOTUNE_MODES = ("runtime", "first")
+
+
 @dataclass(frozen=True)
 class BackendInfo:
-    """What a plugin is: its name, the JAX platforms it serves and its version."""
+    """What a plugin is (name, JAX platforms, version) and what it can do.
+
+    The capability fields tell the host how to drive the backend; it never infers them:
+
+    * ``ir_stages``: the IR the compile hook accepts, in :data:`IR_STAGES` (``"ttir"`` from Triton's
+      front end, ``"ttgir"`` from Gluon's). ``()`` means the hook needs no IR (``job.ir`` is ``""``);
+      otherwise the target's ``triton_backend``/``arch``/``warp_size`` drive Triton's front end.
+    * ``cache_binaries``: binaries go to the on-disk cache (and any remote tier).
+    * ``compile_in_worker``: the compile hook runs in a subprocess worker. Workers load plugins from
+      entry points, so a plugin registered at run time always compiles in the calling process.
+    * ``autotune``: ``"runtime"`` makes every surviving configuration a kernel object (jaxlib's
+      runtime times them on the device); ``"first"`` keeps only the first that survives pruning.
+    * ``pointer_divisibility`` / ``integer_divisibility``: the ``tt.divisibility`` promised for pointer
+      parameters and for integer scalars divisible by it (``0``: none); ``specialize_ones``: integer
+      scalars equal to 1 become constants, as Triton's own launcher does.
+    """
 
     name: str
     platforms: tuple[str, ...]
     version: str
     description: str = ""
+    ir_stages: tuple[str, ...] = ("ttir",)
+    cache_binaries: bool = True
+    compile_in_worker: bool = True
+    autotune: str = "runtime"
+    pointer_divisibility: int = 16
+    integer_divisibility: int = 16
+    specialize_ones: bool = True
 
 
 @dataclass(frozen=True)
@@ -30,8 +58,8 @@ class Target:
     """The machine a kernel is compiled for.
 
     ``triton_backend``/``arch``/``warp_size`` are the three fields of Triton's
-    ``GPUTarget``; ``triton_backend`` is ``None`` for backends that need no TTIR
-    (the interpreter).
+    ``GPUTarget`` that Triton's front end compiles for; ``triton_backend`` may be ``None``
+    only for backends whose ``ir_stages`` is empty.
     """
 
     backend: str
@@ -67,13 +95,18 @@ class Options:
 
 @dataclass(frozen=True)
 class CompileJob:
-    """One TTIR → binary compilation, run by the backend's compile hook in a worker."""
+    """One IR → binary compilation, run by the backend's compile hook (in a worker or in process).
+
+    ``ir`` is the module's text at stage ``ir_stage`` (one of the backend's ``ir_stages``), or
+    ``""`` with ``ir_stage == ""`` for a backend that needs no IR.
+    """
 
     backend: str
     kernel_name: str
     target: Target
     options: Options
-    ttir: str
+    ir: str
+    ir_stage: str = "ttir"
     description: str = ""
 
 

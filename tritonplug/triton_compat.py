@@ -1,18 +1,19 @@
 """The host's one adapter over Triton's Python API (triton 3.6 through 3.9).
 
 Everything the host needs from Triton beyond ``triton.jit`` goes through here: unwrapping
-``autotune``/``heuristics`` wrappers, reading kernel parameters, the front end (AST → TTIR)
-and the kernel's source hash.
+``autotune``/``heuristics`` wrappers, reading kernel parameters and autotune configurations,
+the front end (AST → TTIR), its errors, and the kernel's source hash. The classes and fields
+used are the same in every supported version.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import triton
+from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
@@ -28,34 +29,47 @@ class KernelParameter:
     has_default: bool
 
 
-@dataclass(frozen=True)
-class UnwrappedKernel:
-    """A kernel with its wrappers peeled off, outermost first."""
+@dataclass(frozen=True, eq=False)
+class KernelFacts:
+    """What the host knows of one kernel object: the ``@triton.jit`` function with its wrappers
+    (outermost first) peeled off, its name and its parameters. Computed once per kernel object;
+    equal only to itself, so it can stand for the kernel in hashed call descriptions."""
 
+    kernel: object
     fn: JITFunction
     autotuner: Autotuner | None
     heuristics: tuple[Heuristics, ...]
+    name: str
+    params: tuple[KernelParameter, ...]
+    param_names: frozenset[str]
+    constexpr_names: frozenset[str]
 
 
 def is_triton_kernel(obj: object) -> bool:
     return isinstance(obj, (JITFunction, Autotuner, Heuristics))
 
 
-_UNWRAPPED: dict[int, tuple[object, UnwrappedKernel]] = {}
+class KernelFactsCache:
+    """Facts per kernel object, keyed by id (so that a mistaken, unhashable ``kernel`` still gets the
+    TypeError of :func:`kernel_facts`); eager calls look the same kernel up on every call."""
+
+    def __init__(self) -> None:
+        self._facts: dict[int, KernelFacts] = {}
+
+    def get(self, kernel: object) -> KernelFacts:
+        cached = self._facts.get(id(kernel))
+        if cached is not None and cached.kernel is kernel:
+            return cached
+        facts = kernel_facts(kernel)
+        self._facts[id(kernel)] = facts
+        return facts
+
+    def clear(self) -> None:
+        self._facts.clear()
 
 
-def unwrap(kernel: object) -> UnwrappedKernel:
-    """Peel wrappers off a kernel; memoised per kernel object, since eager calls repeat it (by id, so
-    that a mistaken, unhashable ``kernel`` still gets the TypeError below)."""
-    cached = _UNWRAPPED.get(id(kernel))
-    if cached is not None and cached[0] is kernel:
-        return cached[1]
-    result = _unwrap(kernel)
-    _UNWRAPPED[id(kernel)] = (kernel, result)
-    return result
-
-
-def _unwrap(kernel: object) -> UnwrappedKernel:
+def kernel_facts(kernel: object) -> KernelFacts:
+    """Peel ``triton.autotune``/``triton.heuristics`` wrappers off a kernel and read its parameters."""
     autotuner, heuristics, fn = None, [], kernel
     while not isinstance(fn, JITFunction):
         if isinstance(fn, Autotuner):
@@ -68,24 +82,15 @@ def _unwrap(kernel: object) -> UnwrappedKernel:
             raise TypeError(f"kernel must be a @triton.jit function (optionally wrapped by triton.autotune or "
                             f"triton.heuristics), got {type(kernel).__name__}: {kernel!r}")
         fn = fn.fn
-    return UnwrappedKernel(fn, autotuner, tuple(heuristics))
+    params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
+                                   p.has_default) for p in fn.params)
+    return KernelFacts(kernel, fn, autotuner, tuple(heuristics), fn.fn.__name__, params,
+                       frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr))
 
 
-@functools.cache
-def parameters(fn: JITFunction) -> tuple[KernelParameter, ...]:
-    return tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
-                                 p.has_default) for p in fn.params)
-
-
-@functools.cache
-def parameter_names(fn: JITFunction) -> tuple[frozenset[str], frozenset[str]]:
-    """(all parameter names, constexpr parameter names) of a kernel."""
-    params = parameters(fn)
-    return frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr)
-
-
-def kernel_name(fn: JITFunction) -> str:
-    return fn.fn.__name__
+def python_function(fn: JITFunction) -> Any:
+    """The plain Python function a ``@triton.jit`` function was made from."""
+    return fn.fn
 
 
 def source_key(value: Any) -> str:
@@ -99,12 +104,22 @@ def source_key(value: Any) -> str:
     return repr(value)
 
 
+def autotune_configs(autotuner: Autotuner) -> list[triton.Config]:
+    """The configurations a ``triton.autotune`` wrapper was given, in order."""
+    return list(autotuner.configs)
+
+
 def config_fields(config: triton.Config) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """(kwargs, options, pre_hook) of an autotune configuration."""
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages, "num_ctas": config.num_ctas}
-    if getattr(config, "maxnreg", None) is not None:
+    if config.maxnreg is not None:
         options["maxnreg"] = config.maxnreg
     return dict(config.kwargs), options, config.pre_hook
+
+
+def heuristic_rules(heuristics: Heuristics) -> dict[str, Any]:
+    """A ``triton.heuristics`` wrapper's rules: metaparameter name → function of the named arguments."""
+    return dict(heuristics.values)
 
 
 def early_prune(autotuner: Autotuner, configs: list, named_args: dict[str, Any]) -> list:
@@ -129,6 +144,22 @@ def frontend_ttir(fn: JITFunction, target: tuple[str, int | str, int], options: 
     module = source.make_ir(gpu_target, parsed, backend.get_codegen_implementation(parsed),
                             backend.get_module_map(), context)
     return str(module)
+
+
+#: What Triton's front end raises for a fault in the kernel's source (a type error, an unsupported
+#: construct, a failed ``tl.static_assert``); the last two subclass the first in every supported version.
+KERNEL_SOURCE_ERRORS = (CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct)
+
+
+def is_kernel_source_error(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by :func:`frontend_ttir`, blames the kernel's source rather than tritonplug."""
+    return isinstance(exc, KERNEL_SOURCE_ERRORS)
+
+
+def kernel_source_error_line(exc: BaseException) -> int | None:
+    """The line a kernel source error points at, counted from the kernel's ``def`` line (1-based); None if unknown."""
+    line = getattr(getattr(exc, "node", None), "lineno", None)
+    return line if isinstance(line, int) else None
 
 
 def environment_key() -> tuple[tuple[str, str], ...]:

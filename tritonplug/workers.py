@@ -31,6 +31,7 @@ from typing import Any
 
 import cloudpickle
 
+from tritonplug._worker_main import resolve
 from tritonplug.errors import CompileError, WorkerError
 from tritonplug.worker_process import Died, TimedOut, WorkerProcess
 
@@ -39,15 +40,16 @@ log = logging.getLogger("tritonplug.workers")
 SIZE_ENV = "TRITONPLUG_COMPILE_WORKERS"
 TIMEOUT_ENV = "TRITONPLUG_COMPILE_TIMEOUT"
 #: What the process-wide pool's workers import (``module:function`` is also called) before their first job.
-WORKER_PRELOAD = ("tritonplug.compiler:prepare_worker",)
+WORKER_PRELOAD = ("tritonplug.worker_jobs:prepare_worker",)
 _MIN_STARTUP_TIMEOUT = 60.0  # importing jax and triton on a busy machine must not fail a short job timeout
 
 
 @dataclass(frozen=True)
 class Task:
-    """One call to run in a worker; ``func`` must be importable there (it is pickled by reference)."""
+    """One call to run in a worker: ``func`` is a function importable there (pickled by reference) or
+    its ``"module:function"`` name, which spares the caller importing it."""
 
-    func: Callable[..., Any]
+    func: Callable[..., Any] | str
     args: tuple = ()
     description: str = ""
 
@@ -321,7 +323,7 @@ class WorkerPool:
 
 def _run_here(task: Task) -> Any:
     try:
-        return task.func(*task.args)
+        return resolve(task.func)(*task.args)
     except CompileError:
         raise
     except Exception as exc:

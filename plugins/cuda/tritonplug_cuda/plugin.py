@@ -32,11 +32,11 @@ def _parse_capability(value: Any, source: str) -> int:
 
 
 @hookimpl
-def tritonplug_detect_target(platform: str, device: Any | None, call_options: Mapping[str, Any]) -> Target | None:
+def tritonplug_detect_target(platform: str, device: Any | None, requested: Mapping[str, Any]) -> Target | None:
     if platform != "cuda":
         return None
-    if call_options.get("compute_capability") is not None:
-        capability = _parse_capability(call_options["compute_capability"], "compute_capability")
+    if requested.get("compute_capability") is not None:
+        capability = _parse_capability(requested["compute_capability"], "compute_capability")
     elif os.environ.get(ARCH_VARIABLE):
         capability = _parse_capability(os.environ[ARCH_VARIABLE], ARCH_VARIABLE)
     elif device is not None and getattr(device, "compute_capability", None):
@@ -55,7 +55,7 @@ def _positive_power_of_two(name: str, value: Any, limit: int) -> int:
 
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
-    options = {k: v for k, v in call_options.items() if k != "compute_capability" and v is not None}
+    options = {k: v for k, v in call_options.items() if v is not None}
     options["num_warps"] = _positive_power_of_two("num_warps", options.get("num_warps", 4), 32)
     stages = options.get("num_stages", 3)
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 0:
@@ -79,7 +79,7 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
 
 @hookimpl
 def tritonplug_compile(job: CompileJob) -> Binary:
-    images, metadata = compat.compile_ttir(job.ttir, job.kernel_name, int(job.target.arch), job.options.as_dict())
+    images, metadata = compat.compile_ttir(job.ir, job.kernel_name, int(job.target.arch), job.options.as_dict())
     return Binary(metadata.get("name", job.kernel_name), "cuda", images, metadata)
 
 

@@ -20,12 +20,13 @@ CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("interpret", ("cpu", ), f"{__version__}+triton{compat.TRITON_VERSION}",
                        "Triton kernels on the CPU through Triton's interpreter "
-                       f"(bounds-checked when {CHECK_VARIABLE}=1)")
+                       f"(bounds-checked when {CHECK_VARIABLE}=1)",
+                       ir_stages=(), cache_binaries=False, compile_in_worker=False, autotune="first")
 
 
 @hookimpl
 def tritonplug_detect_target(platform: str, device: Any | None,
-                             call_options: Mapping[str, Any]) -> Target | None:
+                             requested: Mapping[str, Any]) -> Target | None:
     if platform != "cpu":
         return None
     return Target(backend="interpret", platform="cpu", arch="host", warp_size=1, triton_backend=None)

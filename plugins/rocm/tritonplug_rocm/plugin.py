@@ -30,7 +30,7 @@ def _parse_arch(value: Any, source: str) -> str:
 
 
 @hookimpl
-def tritonplug_detect_target(platform: str, device: Any | None, call_options: Mapping[str, Any]) -> Target | None:
+def tritonplug_detect_target(platform: str, device: Any | None, requested: Mapping[str, Any]) -> Target | None:
     if platform != "rocm":
         return None
     if os.environ.get(ARCH_VARIABLE):
@@ -45,7 +45,7 @@ def tritonplug_detect_target(platform: str, device: Any | None, call_options: Ma
 
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
-    options = {k: v for k, v in call_options.items() if k != "compute_capability" and v is not None}
+    options = {k: v for k, v in call_options.items() if v is not None}
     warps = options.setdefault("num_warps", 4)
     if isinstance(warps, bool) or not isinstance(warps, int) or warps <= 0 or warps & (warps - 1) or warps > 16:
         raise ValueError(f"num_warps must be a power of two between 1 and 16, got {warps!r}")
@@ -66,7 +66,7 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
 
 @hookimpl
 def tritonplug_compile(job: CompileJob) -> Binary:
-    images, metadata = compat.compile_ttir(job.ttir, job.kernel_name, str(job.target.arch), job.options.as_dict())
+    images, metadata = compat.compile_ttir(job.ir, job.kernel_name, str(job.target.arch), job.options.as_dict())
     return Binary(metadata.get("name", job.kernel_name), "rocm", images, metadata)
 
 

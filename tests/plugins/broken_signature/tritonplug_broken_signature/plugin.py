@@ -10,7 +10,7 @@ def tritonplug_backend_info():
 
 
 @hookimpl
-def tritonplug_detect_target(platform, device, call_options):
+def tritonplug_detect_target(platform, device, requested):
     return Target("broken_signature", platform, "host", 1, None)
 
 

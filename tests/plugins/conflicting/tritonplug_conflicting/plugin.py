@@ -8,11 +8,12 @@ FILL = 7.0
 
 @hookimpl
 def tritonplug_backend_info():
-    return BackendInfo("conflicting", ("cpu",), "0.1.0", "claims cpu; every result becomes 7.0")
+    return BackendInfo("conflicting", ("cpu",), "0.1.0", "claims cpu; every result becomes 7.0", ir_stages=(),
+                       cache_binaries=False, compile_in_worker=False, autotune="first")
 
 
 @hookimpl
-def tritonplug_detect_target(platform, device, call_options):
+def tritonplug_detect_target(platform, device, requested):
     return Target("conflicting", "cpu", "host", 1, None) if platform == "cpu" else None
 
 

@@ -32,21 +32,23 @@ RECORD: dict[str, list[Any]] = {"detect_target": [], "parse_options": [], "compi
 
 @hookimpl
 def tritonplug_backend_info() -> BackendInfo:
-    return BackendInfo(NAME, ("cpu",), __version__, "example backend: runs kernels through the interpreter")
+    # Capabilities: no IR (the host skips Triton's front end), nothing worth caching, compiled here,
+    # and only the first autotune configuration is run.
+    return BackendInfo(NAME, ("cpu",), __version__, "example backend: runs kernels through the interpreter",
+                       ir_stages=(), cache_binaries=False, compile_in_worker=False, autotune="first")
 
 
 @hookimpl
-def tritonplug_detect_target(platform: str, device: Any | None, call_options: Mapping[str, Any]) -> Target | None:
+def tritonplug_detect_target(platform: str, device: Any | None, requested: Mapping[str, Any]) -> Target | None:
     if platform != "cpu":
         return None
     RECORD["detect_target"].append(platform)
-    # triton_backend=None: this backend needs no TTIR, so the host skips Triton's front end.
     return Target(backend=NAME, platform="cpu", arch="host", warp_size=1, triton_backend=None)
 
 
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
-    options = {k: v for k, v in call_options.items() if k != "compute_capability" and v is not None}
+    options = {k: v for k, v in call_options.items() if v is not None}
     unknown = sorted(set(options) - OPTION_NAMES)
     if unknown:  # a ValueError/TypeError describes the user's call and reaches them unchanged
         raise ValueError(f"unknown option(s) {unknown} for the example backend; it knows {sorted(OPTION_NAMES)}")

@@ -1,0 +1,136 @@
+"""The host's one adapter over JAX's internals (jax 0.10 and 0.11).
+
+Every ``jax._src`` import and every JAX version difference of the host lives here, behind
+small named functions; the rest of the host uses JAX's public API only (a ruff rule, TID251,
+bans ``jax._src`` outside the ``*_compat`` modules). Differences are probed once, at import:
+eager dispatch goes through :data:`apply_primitive` on every call.
+
+What differs between the supported versions, and how it is absorbed:
+
+* state discharge rules: jax 0.10 calls ``rule(in_avals, out_avals, *args, **params)``,
+  jax 0.11 ``rule(ctx, *args, **params)`` with a ``DischargeContext`` carrying the avals;
+  :func:`register_discharge_rule` takes the 0.10 form and adapts it.
+
+Everything else used here is the same on both: ``dispatch.apply_primitive`` and
+``dispatch.prim_requires_devices_during_lowering``, the ``ReadEffect``/``WriteEffect`` of
+``jax._src.state.types``, ``core.typeof`` with ``AbstractRef``, the MLIR bindings of
+``jax._src.lib.mlir``, and the two axis contexts a lowering sees (``ShardingContext`` with
+``num_devices``/``device_assignment``, ``SPMDAxisContext`` with ``mesh``/``manual_axes``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax._src import core, dispatch
+from jax._src.lib.mlir import ir
+from jax._src.state import discharge
+from jax._src.state import types as state_types
+
+#: Run one primitive eagerly: JAX compiles it alone (cached by JAX) and runs it. The same
+#: function on jax 0.10 and 0.11, bound here once because eager calls go through it every time.
+apply_primitive = dispatch.apply_primitive
+
+_DISCHARGE_TAKES_CONTEXT = hasattr(discharge, "DischargeContext")  # jax >= 0.11
+
+
+def ref_effects(ref_operands: Iterable[int]) -> set[Any]:
+    """The read and write effects of a primitive that updates the Refs at these operand indices."""
+    return {effect(i) for i in ref_operands for effect in (state_types.ReadEffect, state_types.WriteEffect)}
+
+
+def ref_shape_dtype(aval: Any) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype name) of the array a Ref's abstract value (``AbstractRef``) refers to."""
+    return tuple(aval.shape), aval.inner_aval.dtype.name
+
+
+def register_discharge_rule(primitive: Any, rule: Callable[..., tuple[list, list]]) -> None:
+    """Register ``rule(in_avals, out_avals, *args, **params)`` as the primitive's state discharge rule.
+
+    jax 0.10 calls discharge rules with the avals as the first two arguments; jax 0.11 passes one
+    ``DischargeContext`` (``ctx.in_avals``, ``ctx.out_avals``) instead.
+    """
+    if _DISCHARGE_TAKES_CONTEXT:
+        def from_context(ctx: Any, *args: Any, **params: Any) -> tuple[list, list]:
+            return rule(ctx.in_avals, ctx.out_avals, *args, **params)
+        discharge.register_discharge_rule(primitive)(from_context)
+    else:
+        discharge.register_discharge_rule(primitive)(rule)
+
+
+def require_devices_during_lowering(primitive: Any, required: bool = True) -> None:
+    """Make JAX hand the primitive's lowering the real device assignment (jax 0.10 and 0.11).
+
+    Without it a jit's lowering sees only device 0; with it JAX also keys its lowering cache by
+    device. ``required=False`` undoes it (``bench/profile_eager.py`` measures the difference).
+    """
+    if required:
+        dispatch.prim_requires_devices_during_lowering.add(primitive)
+    else:
+        dispatch.prim_requires_devices_during_lowering.discard(primitive)
+
+
+def is_mutable_ref(value: Any) -> bool:
+    """A mutable array reference made by ``jax.new_ref`` (or a tracer of one): its type is an ``AbstractRef``."""
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return False
+    try:
+        return isinstance(core.typeof(value), state_types.AbstractRef)
+    except TypeError:
+        return False
+
+
+def set_frontend_attributes(results: Sequence[Any], attributes: Mapping[str, Any]) -> None:
+    """Attach ``mhlo.frontend_attributes`` (string values) to the operation that produced ``results``.
+
+    XLA keeps frontend attributes through compilation on every jaxlib, so profilers see them.
+    """
+    owner = results[0].owner if results else None
+    if owner is None:
+        return
+    owner.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+        {k: ir.StringAttr.get(str(v)) for k, v in attributes.items()})
+
+
+def _axis_context(ctx: Any) -> Any:
+    return ctx.module_context.axis_context
+
+
+def assigned_devices(ctx: Any) -> list[Any]:
+    """The devices a lowering's program runs on, as far as its axis context says.
+
+    Inside ``shard_map``/``pmap`` (an ``SPMDAxisContext``) the mesh's devices, none for an
+    abstract mesh; under jit (a ``ShardingContext``) its device assignment, which JAX fills in
+    for primitives in :func:`require_devices_during_lowering` and leaves out otherwise.
+    """
+    axis_context = _axis_context(ctx)
+    mesh = getattr(axis_context, "mesh", None)
+    if mesh is not None:
+        try:
+            return list(mesh.devices.flat)
+        except AttributeError:  # an AbstractMesh has no devices
+            return []
+    return list(getattr(axis_context, "device_assignment", None) or ())
+
+
+def automatic_mesh_axes(ctx: Any) -> dict[str, int] | None:
+    """Inside ``shard_map``/``pmap``: the mesh axes (name → size) left automatic, not manual; None outside."""
+    axis_context = _axis_context(ctx)
+    mesh = getattr(axis_context, "mesh", None)
+    if mesh is None:
+        return None
+    manual = getattr(axis_context, "manual_axes", frozenset())
+    return {name: size for name, size in dict(mesh.shape).items() if name not in manual}
+
+
+def partition_count(ctx: Any) -> int:
+    """How many pieces XLA would split the lowered operation into: the product of the automatic
+    mesh axes inside ``shard_map``, the number of devices under jit (1 on one device)."""
+    automatic = automatic_mesh_axes(ctx)
+    if automatic is not None:
+        return math.prod(automatic.values())
+    return getattr(_axis_context(ctx), "num_devices", 1) or 1

@@ -1,0 +1,22 @@
+"""What compile workers run: referenced by name (``module:function``), so the modules that schedule
+jobs never import the process state they use."""
+
+from __future__ import annotations
+
+from tritonplug.errors import CompileError
+from tritonplug.records import Binary, CompileJob
+from tritonplug.state import state
+
+
+def prepare_worker() -> None:
+    """Run once in each worker before its first job: load the backend plugins (and Triton)."""
+    state.host()
+
+
+def compile_in_worker(job: CompileJob) -> Binary:
+    """Find the job's backend by name in this worker and call its compile hook."""
+    host = state.host()
+    if job.backend not in host.backends:
+        raise CompileError(f"backend {job.backend!r} is not installed in the compile worker's environment "
+                           f"(loaded: {sorted(host.backends)})")
+    return host.backends[job.backend].compile(job)
