@@ -701,8 +701,10 @@ def test_backend_info_and_target():
     info = plugin.tritonplug_backend_info()
     assert info.name == "interpret" and info.platforms == ("cpu", ) and info.version
     target = plugin.tritonplug_detect_target("cpu", None, {})
-    assert target == Target(backend="interpret", platform="cpu", arch="host", warp_size=1,
-                            triton_backend=None)
+    assert (info.ir_stages, info.compile_in_worker, info.autotune, info.cache_binaries) == (("ttir",), False,
+                                                                                            "first", True)
+    assert target == Target(backend="interpret", platform="cpu", arch=plugin.FRONT_END_ARCH, warp_size=32,
+                            triton_backend="cuda")
     assert plugin.tritonplug_detect_target("cuda", None, {}) is None
 
 

@@ -147,6 +147,9 @@ def canonical_ttir(text: str) -> str:
         os.unlink(path)
     manager = _ir.pass_manager(context)
     passes.common.add_inliner(manager)
+    rewrite_descriptors = getattr(passes.ttir, "add_rewrite_tensor_descriptor_to_pointer", None)
+    if rewrite_descriptors is not None:  # tensor descriptors as pointers with masks, as pre-Hopper GPUs get them
+        rewrite_descriptors(manager)
     passes.common.add_canonicalizer(manager)
     passes.common.add_cse(manager)
     passes.common.add_symbol_dce(manager)
@@ -156,29 +159,3 @@ def canonical_ttir(text: str) -> str:
 
 _PASS_RUN_TAKES_NAME = "str" in (getattr(_ir.pass_manager.run, "__doc__", "") or "")
 
-
-def parameter_names(kernel: Any) -> list[str]:
-    fn = kernel
-    while not isinstance(fn, JITFunction):
-        fn = fn.fn
-    return [p.name for p in fn.params]
-
-
-def frontend_ttir(kernel: Any, signature: dict, constexprs: dict, attrs: dict) -> str:
-    """Triton's front end for a generic GPU target (phase 1 of the XLA path; the host does this later)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-
-    fn = kernel
-    while not isinstance(fn, JITFunction):
-        fn = fn.fn
-    target = GPUTarget("cuda", 80, 32)
-    backend = make_backend(target)
-    options = backend.parse_options({})
-    context = _ir.context()
-    _ir.load_dialects(context)
-    backend.load_dialects(context)
-    source = ASTSource(fn, signature, constexprs, attrs)
-    module = source.make_ir(target, options, backend.get_codegen_implementation(options),
-                            backend.get_module_map(), context)
-    return str(module)

@@ -11,7 +11,6 @@ import logging
 import os
 
 from tritonplug.records import Binary, JaxKernel, Launch
-from tritonplug_interpret import compat
 
 PATH_VARIABLE = "TRITONPLUG_CPU_PATH"
 PATHS = ("xla", "interpret")
@@ -25,16 +24,12 @@ def chosen_path() -> str:
     return value
 
 
-def kernel_ttir(binary: Binary, launch: Launch) -> str:
-    """The canonicalised TTIR of the launch."""
+def kernel_ttir(binary: Binary) -> str | None:
+    """The canonicalised TTIR the compile hook stored, if any."""
     image = binary.images.get("ttir") if binary.images else None
-    if image:
-        text = image.decode() if isinstance(image, bytes) else str(image)
-    else:
-        from tritonplug_interpret.xla.source import launch_ttir
-
-        text = launch_ttir(launch)
-    return compat.canonical_ttir(text)
+    if not image:
+        return None
+    return image.decode() if isinstance(image, bytes) else str(image)
 
 
 def xla_kernel(binary: Binary, launch: Launch, check: bool) -> JaxKernel | None:
@@ -43,8 +38,12 @@ def xla_kernel(binary: Binary, launch: Launch, check: bool) -> JaxKernel | None:
         return None
     from tritonplug_interpret.xla import Unsupported, translate
 
+    ttir = kernel_ttir(binary)
+    if ttir is None:
+        log.warning("kernel %r runs in Triton's interpreter: its binary carries no TTIR", launch.kernel_name)
+        return None
     try:
-        translation = translate(kernel_ttir(binary, launch), launch, check)
+        translation = translate(ttir, launch, check)
         translation.trial()
     except Unsupported as exc:
         log.warning("kernel %r runs in Triton's interpreter: the XLA path does not support %s",

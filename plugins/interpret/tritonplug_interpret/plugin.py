@@ -14,14 +14,17 @@ from tritonplug_interpret.checked import OutOfBoundsAccess
 __all__ = ["CHECK_VARIABLE", "OutOfBoundsAccess"]
 
 CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
+#: Triton's front end runs as for an sm_90 GPU: the most generic TTIR (every fp8 type is legal, no
+#: lowering decisions are taken before TTIR); the CPU paths use none of the GPU specifics.
+FRONT_END_ARCH = 90
 
 
 @hookimpl
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("interpret", ("cpu", ), f"{__version__}+triton{compat.TRITON_VERSION}",
-                       "Triton kernels on the CPU through Triton's interpreter "
-                       f"(bounds-checked when {CHECK_VARIABLE}=1)",
-                       ir_stages=(), cache_binaries=False, compile_in_worker=False, autotune="first")
+                       "Triton kernels on the CPU: their TTIR compiled by XLA, or Triton's interpreter "
+                       f"({paths.PATH_VARIABLE}=xla|interpret; bounds-checked when {CHECK_VARIABLE}=1)",
+                       ir_stages=("ttir",), cache_binaries=True, compile_in_worker=False, autotune="first")
 
 
 @hookimpl
@@ -29,7 +32,7 @@ def tritonplug_detect_target(platform: str, device: Any | None,
                              requested: Mapping[str, Any]) -> Target | None:
     if platform != "cpu":
         return None
-    return Target(backend="interpret", platform="cpu", arch="host", warp_size=1, triton_backend=None)
+    return Target(backend="interpret", platform="cpu", arch=FRONT_END_ARCH, warp_size=32, triton_backend="cuda")
 
 
 def _is_int(value: Any) -> bool:
@@ -66,7 +69,10 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
 
 @hookimpl
 def tritonplug_compile(job: CompileJob) -> Binary:
-    return Binary(job.kernel_name, "interpret", {}, {})
+    """The binary is the kernel's TTIR after Triton's clean-up passes (cached on disk like any binary)."""
+    if not job.ir:
+        return Binary(job.kernel_name, "interpret", {}, {})
+    return Binary(job.kernel_name, "ttir", {"ttir": compat.canonical_ttir(job.ir).encode()}, {})
 
 
 @hookimpl

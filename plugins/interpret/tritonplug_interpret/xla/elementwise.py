@@ -14,8 +14,8 @@ import numpy as np
 from jax import lax
 
 from tritonplug_interpret.xla.program import Frame, Unsupported, handler
-from tritonplug_interpret.xla.types import bitwidth, jnp_dtype, parse_type, unsigned
 from tritonplug_interpret.xla.ttir import Op
+from tritonplug_interpret.xla.types import bitwidth, jnp_dtype, parse_type, unsigned
 
 
 def _u(x):

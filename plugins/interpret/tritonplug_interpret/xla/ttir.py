@@ -233,7 +233,8 @@ def _drop_loc(line: str) -> str:
     return line[:idx].rstrip() if idx >= 0 and line.endswith(")") else line
 
 
-_FUNC = re.compile(r"^tt\.func\s+(public\s+|private\s+)?@([\w.$-]+)\((.*?)\)(\s*->\s*.*?)?\s*(attributes\s*\{.*\})?\s*\{$")
+_FUNC = re.compile(r"^tt\.func\s+(public\s+|private\s+)?@([\w.$-]+)\((.*?)\)(\s*->\s*.*?)?"
+                   r"\s*(attributes\s*\{.*\})?\s*\{$")
 
 
 def parse_module(text: str) -> dict[str, Function]:
