@@ -91,16 +91,26 @@ def _mulhi(a, b):
     return _s((product >> 32).astype(jnp.uint32), a)
 
 
+_NARROW = {np.dtype(jnp.bfloat16): (8, 7), np.dtype(jnp.float16): (5, 10)}
+
+
+def rounded(x):
+    """Round a bf16/fp16 result to its type: XLA may otherwise keep intermediate results in fp32
+    (excess precision), where Triton rounds after every operation."""
+    bits = _NARROW.get(np.dtype(x.dtype)) if hasattr(x, "dtype") else None
+    return lax.reduce_precision(x, *bits) if bits else x
+
+
 for _name, _fn in _BINARY.items():
-    handler(_name)(lambda f, op, fn=_fn: [fn(*f.args(op))])
+    handler(_name)(lambda f, op, fn=_fn: [rounded(fn(*f.args(op)))])
 for _name, _fn in _UNARY.items():
-    handler(_name)(lambda f, op, fn=_fn: [fn(*f.args(op))])
+    handler(_name)(lambda f, op, fn=_fn: [rounded(fn(*f.args(op)))])
 
 
 @handler("math.fma")
 def _fma(f: Frame, op: Op):
     a, b, c = f.args(op)
-    return [a * b + c]
+    return [rounded(a * b + c)]
 
 
 @handler("tt.clampf")

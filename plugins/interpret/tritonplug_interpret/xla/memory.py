@@ -22,7 +22,7 @@ from jax import lax
 
 from tritonplug_interpret.xla.program import Frame, Unsupported, handler
 from tritonplug_interpret.xla.ttir import Op
-from tritonplug_interpret.xla.types import TType, parse_type
+from tritonplug_interpret.xla.types import TType, parse_type, unsigned
 
 
 @dataclass(frozen=True)
@@ -103,12 +103,23 @@ def gather(f: Frame, buffer: int, offset, mask, other, dtype) -> Any:
 
 
 def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str = "store") -> Any:
-    """Write ``values`` (or combine them, for atomics); returns the old values for atomics in sequential mode."""
+    """Write ``values`` (or combine them, for atomics); returns the old values for atomics in sequential mode.
+
+    Atomics combine in the pointer's element type, viewed unsigned for ``umax``/``umin`` (Triton's
+    float ``atomic_max``/``atomic_min`` are integer max/umin on the bits).
+    """
     offset = jnp.asarray(offset)
     f.record_check(access, buffer, offset, mask)
     info = f.ctx.buffers[buffer]
     active = _clean(f, buffer, offset, mask)
-    values = jnp.broadcast_to(values, offset.shape).astype(info.dtype)
+    values = jnp.broadcast_to(values, offset.shape)
+    if kind in ("umax", "umin"):
+        values = lax.bitcast_convert_type(values, unsigned(values.dtype))
+        kind = kind[1:]
+    if values.dtype.itemsize == info.dtype.itemsize and values.dtype != info.dtype:
+        values = ViewedValues(values, info.dtype)
+    else:
+        values = values.astype(info.dtype)
     if f.ctx.parallel:
         f.ctx.store_log.append((kind, buffer, offset, values, active))
         return None
@@ -118,7 +129,21 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     return old
 
 
+class ViewedValues:
+    """Values of another dtype of the buffer's item size: the scatter combines them in their own dtype."""
+
+    def __init__(self, values: Any, buffer_dtype: Any) -> None:
+        self.values, self.buffer_dtype = values, buffer_dtype
+
+
+jax.tree_util.register_pytree_node(ViewedValues, lambda v: ((v.values,), v.buffer_dtype),
+                                   lambda aux, c: ViewedValues(c[0], aux))
+
+
 def apply_scatter(data, kind: str, offset, values, active):
+    if isinstance(values, ViewedValues):
+        view = lax.bitcast_convert_type(data, values.values.dtype)
+        return lax.bitcast_convert_type(apply_scatter(view, kind, offset, values.values, active), data.dtype)
     index = jnp.where(active, offset, data.shape[0]).reshape(-1)
     values = values.reshape(-1)
     ref = data.at[index]
@@ -128,9 +153,9 @@ def apply_scatter(data, kind: str, offset, values, active):
         return ref.set(values, mode="drop")
     if kind in ("add", "fadd"):
         return ref.add(values, mode="drop")
-    if kind in ("max", "umax"):
+    if kind == "max":
         return ref.max(values, mode="drop")
-    if kind in ("min", "umin"):
+    if kind == "min":
         return ref.min(values, mode="drop")
     if kind in ("and", "or", "xor"):
         raise Unsupported("tt.atomic_rmw", f"{kind} in parallel")
@@ -185,17 +210,14 @@ def _atomic_rmw(f: Frame, op: Op):
     p, value = args[0], args[1]
     mask = args[2] if len(args) > 2 else None
     dtype = parse_type(p.element).dtype
-    if kind in ("umax", "umin") or (kind in ("max", "min") and np.issubdtype(dtype, np.floating)):
-        if kind.startswith("u") or f.ctx.parallel:
-            raise Unsupported("tt.atomic_rmw", f"{kind} on {dtype}")
     if kind in ("and", "or", "xor") and f.ctx.parallel:
         raise Unsupported("tt.atomic_rmw", f"{kind} in parallel mode")
     if not f.ctx.parallel and kind in ("and", "or", "xor"):
         return [_bitwise_rmw(f, kind, p, value, mask)]
-    old = scatter(f, kind, p.buffer, p.offset, value, mask, "atomic")
+    old = scatter(f, kind, p.buffer, p.offset, jnp.asarray(value).astype(dtype), mask, "atomic")
     if old is None:
         return [jnp.zeros(jnp.shape(p.offset), dtype)]
-    return [old.astype(dtype)]
+    return [old if old.dtype == dtype else lax.bitcast_convert_type(old, dtype)]
 
 
 def _bitwise_rmw(f: Frame, kind, p: Pointer, value, mask):

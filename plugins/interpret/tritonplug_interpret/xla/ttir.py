@@ -161,7 +161,8 @@ def _parse_op(text: str) -> Op:
         end = text.index('"', 1)
         name, rest = text[1:end], text[end + 1:]
     else:
-        name, _, rest = text.partition(" ")
+        name = re.match(r"[\w.]+", text).group(0)
+        rest = text[len(name):]
     body, attrs = _strip_attr_dicts(rest)
     parts = split_top(body, " : ")
     header = parts[0]

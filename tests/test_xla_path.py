@@ -1,0 +1,379 @@
+"""The CPU backend's XLA path: kernels' TTIR as JAX operations, one op family per test.
+
+Each test runs a kernel through ``triton_call`` on the CPU, checks the numbers against NumPy
+and checks that the lowered program holds no host call (the kernel really was translated),
+unless the test is about the fallback to the interpreter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from conftest import requires_backend
+
+import tritonplug
+
+pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
+ROOT = Path(__file__).resolve().parent.parent
+RNG = np.random.default_rng(7)
+HOST_CALL = "tritonplug_host_kernel"  # the interpreter path's FFI target
+
+
+def lowered(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).as_text()
+
+
+def run_xla(fn, *args):
+    """``fn(*args)`` jitted, after checking that its lowering calls no host function."""
+    assert HOST_CALL not in lowered(fn, *args), "the kernel was not translated to XLA"
+    return jax.jit(fn)(*args)
+
+
+def call(kernel, *args, out, grid, **kw):
+    return tritonplug.triton_call(*args, kernel=kernel, out_shape=out, grid=grid, **kw)
+
+
+def sds(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def math_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=1.0)
+    y = tl.exp(x) + tl.log(tl.abs(x) + 1) * tl.sqrt(tl.abs(x)) - tl.sigmoid(x) + tl.maximum(x, 0.5)
+    y = y + tl.extra.cuda.libdevice.tanh(x) + tl.floor(x) + tl.where(x > 0, x % 2.0, -x)
+    tl.store(out_ptr + offs, y, mask=mask)
+
+
+@triton.jit
+def int_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=1)
+    y = (x // 3) * 7 + (x % 5) - (x >> 1) + (x << 2) ^ (x & 12) | 1
+    u = x.to(tl.uint32, bitcast=True) // 3
+    tl.store(out_ptr + offs, y + u.to(tl.int32, bitcast=True), mask=mask)
+
+
+@triton.jit
+def scan_argmax_kernel(x_ptr, cum_ptr, idx_ptr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * BLOCK + cols)
+    tl.store(cum_ptr + row * BLOCK + cols, tl.cumsum(x, axis=0))
+    tl.store(idx_ptr + row, tl.argmax(x, axis=0))
+
+
+@triton.jit
+def while_if_kernel(n_ptr, out_ptr):
+    pid = tl.program_id(0)
+    n = tl.load(n_ptr + pid)
+    total = 0
+    i = 0
+    while i < n:  # trip counts differ between programs
+        if i % 2 == 0:
+            total += i
+        else:
+            total -= 1
+        i += 1
+    tl.store(out_ptr + pid, total)
+
+
+@triton.jit
+def loop_store_kernel(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    for start in range(0, n_cols, BLOCK):  # stores inside a loop, then loads of what was stored
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        tl.store(out_ptr + row * n_cols + cols, tl.load(x_ptr + row * n_cols + cols, mask=mask) * 2, mask=mask)
+    first = tl.load(out_ptr + row * n_cols)
+    tl.store(out_ptr + row * n_cols, first + 1)
+
+
+@triton.jit
+def block_pointer_kernel(x_ptr, M, N, out_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    src = tl.make_block_ptr(x_ptr, (M, N), (N, 1), (pid * BM, 0), (BM, BN), (1, 0))
+    dst = tl.make_block_ptr(out_ptr, (M, N), (N, 1), (pid * BM, 0), (BM, BN), (1, 0))
+    x = tl.load(src, boundary_check=(0, 1), padding_option="zero")
+    tl.store(dst, x + 1, boundary_check=(0, 1))
+    src = tl.advance(src, (0, 0))
+
+
+@triton.jit
+def descriptor_kernel(x_ptr, M, N, out_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    src = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [BM, BN])
+    dst = tl.make_tensor_descriptor(out_ptr, [M, N], [N, 1], [BM, BN])
+    dst.store([pid * BM, 0], src.load([pid * BM, 0]) * 2)
+
+
+@triton.jit
+def atomics_kernel(x_ptr, n, total_ptr, bins_ptr, hi_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.atomic_add(total_ptr, tl.sum(x, axis=0))
+    tl.atomic_add(bins_ptr + offs % 4, 1, mask=mask)
+    tl.atomic_max(hi_ptr, tl.max(tl.where(mask, x, -1e9), axis=0))
+
+
+@triton.jit
+def ticket_kernel(counter_ptr, order_ptr):
+    ticket = tl.atomic_add(counter_ptr, 1)  # the old value is used: programs run in order
+    tl.store(order_ptr + tl.program_id(0), ticket)
+
+
+@triton.jit
+def cas_kernel(lock_ptr, old_ptr):
+    pid = tl.program_id(0)
+    tl.store(old_ptr + pid, tl.atomic_cas(lock_ptr, 0, pid + 1))
+
+
+@triton.jit
+def cas_vector_kernel(lock_ptr, old_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(old_ptr + offs, tl.atomic_cas(lock_ptr + offs, offs * 0, offs + 1))
+
+
+@triton.jit
+def bf16_kernel(x_ptr, y_ptr, n, out_ptr, down_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=1.0)
+    y = tl.load(y_ptr + offs, mask=mask, other=1.0)
+    tl.store(out_ptr + offs, x * y - x / y, mask=mask)
+    tl.store(down_ptr + offs, (x.to(tl.float32) * 3.3).to(tl.bfloat16), mask=mask)
+
+
+@triton.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr):
+    r = tl.arange(0, B)
+    a = tl.load(a_ptr + r[:, None] * B + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * B + r[None, :])
+    tl.store(c_ptr + r[:, None] * B + r[None, :], tl.dot(a, b))
+
+
+@triton.jit
+def shape_kernel(x_ptr, out_ptr, B: tl.constexpr):
+    r = tl.arange(0, B)
+    x = tl.load(x_ptr + r[:, None] * B + r[None, :])
+    t = tl.trans(x)
+    a, b = tl.split(tl.reshape(t, (B, B // 2, 2)))
+    j = tl.join(b, a)
+    tl.store(out_ptr + r[:, None] * B + r[None, :], tl.reshape(j, (B, B))
+             + tl.broadcast_to(tl.expand_dims(tl.sum(x, axis=0), 0), (B, B)))
+
+
+@triton.jit
+def oob_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs + BLOCK, tl.load(x_ptr + offs))
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_elementwise_math_and_libdevice():
+    x = (RNG.standard_normal(1000) * 3).astype(np.float32)
+    out = run_xla(lambda a: call(math_kernel, a, a.size, out=sds(a.shape, a.dtype), grid=(8,), BLOCK=128), x)
+    ax = np.abs(x)
+    ref = np.exp(x) + np.log(ax + 1) * np.sqrt(ax) - 1 / (1 + np.exp(-x)) + np.maximum(x, 0.5) + np.tanh(x)
+    ref = ref + np.floor(x) + np.where(x > 0, np.fmod(x, 2.0), -x)
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=2e-5, atol=2e-5)
+
+
+def test_integer_ops_signed_and_unsigned():
+    x = RNG.integers(-1000, 1000, 500).astype(np.int32)
+    out = run_xla(lambda a: call(int_kernel, a, a.size, out=sds(a.shape, a.dtype), grid=(4,), BLOCK=128), x)
+    q = np.fix(x / 3).astype(np.int32)
+    r = np.fmod(x, 5).astype(np.int32)
+    y = (q * 7 + r - (x >> 1) + (x << 2)) ^ (x & 12) | 1
+    u = (x.view(np.uint32) // 3).view(np.int32)
+    np.testing.assert_array_equal(np.asarray(out), y + u)
+
+
+def test_scan_and_argmax():
+    x = RNG.standard_normal((6, 64)).astype(np.float32)
+    cum, idx = run_xla(lambda a: call(scan_argmax_kernel, a, out=(sds(a.shape, a.dtype), sds((6,), jnp.int32)),
+                                      grid=(6,), BLOCK=64), x)
+    np.testing.assert_allclose(np.asarray(cum), np.cumsum(x, axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(idx), np.argmax(x, axis=1))
+
+
+def test_while_and_if_with_per_program_trip_counts():
+    n = np.array([0, 1, 5, 10, 3], np.int32)
+    out = run_xla(lambda a: call(while_if_kernel, a, out=sds((5,), jnp.int32), grid=(5,)), n)
+    ref = [sum(i if i % 2 == 0 else -1 for i in range(k)) for k in n]
+    np.testing.assert_array_equal(np.asarray(out), ref)
+
+
+def test_stores_in_a_loop_then_loads_run_programs_in_order():
+    x = RNG.standard_normal((3, 100)).astype(np.float32)
+    out = run_xla(lambda a: call(loop_store_kernel, a, 100, out=sds(a.shape, a.dtype), grid=(3,), BLOCK=32), x)
+    ref = x * 2
+    ref[:, 0] += 1
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-6)
+
+
+BLOCK_POINTERS_REMOVED = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 9)
+
+
+@pytest.mark.parametrize("kernel", [
+    pytest.param(block_pointer_kernel, marks=pytest.mark.skipif(
+        BLOCK_POINTERS_REMOVED,
+        reason=f"Triton {triton.__version__} removed tl.make_block_ptr (tox -e triton36 runs it)")),
+    descriptor_kernel], ids=["block_ptr", "descriptor"])
+def test_block_pointers_and_descriptors_with_boundary_checks(kernel):
+    m, n = 10, 24
+    x = RNG.standard_normal((m, n)).astype(np.float32)
+    out = run_xla(lambda a: call(kernel, a, m, n, out=sds(a.shape, a.dtype), grid=(3,), BM=4, BN=32), x)
+    np.testing.assert_allclose(np.asarray(out), x + 1 if kernel is block_pointer_kernel else x * 2, rtol=1e-6)
+
+
+def test_atomics_over_programs_sum_all():
+    x = RNG.standard_normal(1000).astype(np.float32)
+    outs = (sds((1,), jnp.float32), sds((4,), jnp.int32), sds((1,), jnp.float32))
+    total, bins, hi = run_xla(lambda a: call(atomics_kernel, a, a.size, out=outs, grid=(8,), BLOCK=128,
+                                             zeroed_outputs=(0, 1, 2)), x)
+    np.testing.assert_allclose(np.asarray(total)[0], x.sum(), rtol=1e-4)
+    np.testing.assert_array_equal(np.asarray(bins), np.bincount(np.arange(1000) % 4))
+    assert np.asarray(hi)[0] == x.max()
+
+
+def test_atomic_results_and_compare_and_swap_run_programs_in_order():
+    order = run_xla(lambda: call(ticket_kernel, out=(sds((1,), jnp.int32), sds((6,), jnp.int32)), grid=(6,),
+                                 zeroed_outputs=(0,)))
+    np.testing.assert_array_equal(np.asarray(order[1]), np.arange(6))
+    lock, old = run_xla(lambda: call(cas_kernel, out=(sds((1,), jnp.int32), sds((4,), jnp.int32)), grid=(4,),
+                                     zeroed_outputs=(0,)))
+    assert np.asarray(lock)[0] == 1 and list(np.asarray(old)) == [0, 1, 1, 1]
+
+
+def test_unsupported_operation_falls_back_to_the_interpreter_with_one_log_line(caplog):
+    def fn():
+        return call(cas_vector_kernel, out=(sds((8,), jnp.int32), sds((8,), jnp.int32)), grid=(1,), BLOCK=8,
+                    zeroed_outputs=(0,))
+
+    with caplog.at_level(logging.WARNING, logger="tritonplug.interpret"):
+        text = lowered(fn)
+    assert HOST_CALL in text
+    lines = [r.getMessage() for r in caplog.records if "runs in Triton's interpreter" in r.getMessage()]
+    assert len(lines) == 1 and "cas_vector_kernel" in lines[0] and "tt.atomic_cas" in lines[0]
+    lock, old = jax.jit(fn)()
+    np.testing.assert_array_equal(np.asarray(lock), np.arange(1, 9))
+    np.testing.assert_array_equal(np.asarray(old), np.zeros(8))
+
+
+def test_bf16_arithmetic_and_rounding():
+    x = RNG.standard_normal(100).astype(jnp.bfloat16)
+    y = (RNG.standard_normal(100) + 3).astype(jnp.bfloat16)
+    out, down = run_xla(lambda a, b: call(bf16_kernel, a, b, a.size, out=(sds(a.shape, a.dtype),) * 2, grid=(1,),
+                                          BLOCK=128), x, y)
+    xf, yf = x.astype(np.float32), y.astype(np.float32)
+    # Triton: x * y in bf16 (rounded), x / y promoted to fp32, the difference in fp32, rounded once
+    ref = (xf * yf).astype(jnp.bfloat16).astype(np.float32) - xf / yf
+    np.testing.assert_array_equal(np.asarray(out), ref.astype(jnp.bfloat16))
+    np.testing.assert_array_equal(np.asarray(down), (xf * np.float32(3.3)).astype(jnp.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.float16, jnp.bfloat16])
+def test_dot_accumulates_in_fp32(dtype):
+    a = RNG.standard_normal((16, 16)).astype(dtype)
+    b = RNG.standard_normal((16, 16)).astype(dtype)
+    out = run_xla(lambda p, q: call(dot_kernel, p, q, out=sds((16, 16), jnp.float32), grid=(1,), B=16), a, b)
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_trans_reshape_split_join_broadcast():
+    x = RNG.standard_normal((8, 8)).astype(np.float32)
+    out = run_xla(lambda a: call(shape_kernel, a, out=sds(a.shape, a.dtype), grid=(1,), B=8), x)
+    t = x.T.reshape(8, 4, 2)
+    ref = np.stack([t[..., 1], t[..., 0]], axis=-1).reshape(8, 8) + x.sum(axis=0)[None, :]
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_checked_mode_names_kernel_argument_and_offset(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "1")
+    x = np.ones(16, np.float32)
+    fn = jax.jit(lambda a: call(oob_kernel, a, out=sds((20,), jnp.float32), grid=(1,), BLOCK=16))
+    with pytest.raises(Exception, match=r"oob_kernel.*out_ptr.*byte offset 80"):
+        np.asarray(fn(x))
+
+
+def test_two_threads_run_different_kernels_at_once():
+    x = RNG.standard_normal(4096).astype(np.float32)
+    rows = RNG.standard_normal((64, 128)).astype(np.float32)
+    add_fn = jax.jit(lambda a: call(math_kernel, a, a.size, out=sds(a.shape, a.dtype), grid=(32,), BLOCK=128))
+    scan_fn = jax.jit(lambda a: call(scan_argmax_kernel, a, out=(sds(a.shape, a.dtype), sds((64,), jnp.int32)),
+                                     grid=(64,), BLOCK=128))
+    expected = (np.asarray(add_fn(x)), np.asarray(scan_fn(rows)[0]))
+    errors: list[BaseException] = []
+
+    def worker(which: int) -> None:
+        try:
+            for _ in range(20):
+                got = np.asarray(add_fn(x)) if which == 0 else np.asarray(scan_fn(rows)[0])
+                np.testing.assert_array_equal(got, expected[which])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+EXPORT_SCRIPT = textwrap.dedent("""
+    import sys
+    import jax, numpy as np
+    exported = jax.export.deserialize(open(sys.argv[1], "rb").read())
+    x = np.arange(1000, dtype=np.float32)
+    out = exported.call(x, x * 2)
+    np.testing.assert_allclose(np.asarray(out), x * 3)
+    print("ok", "tritonplug" in sys.modules)
+""")
+
+
+def test_exported_cpu_program_runs_in_a_fresh_python(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "0")  # checked mode adds a host callback
+    sys.path.insert(0, str(ROOT / "examples"))
+    import add as add_example
+
+    x = np.zeros(1000, np.float32)
+    exported = jax.export.export(jax.jit(add_example.add), platforms=["cpu"])(x, x)
+    path = tmp_path / "add.jax"
+    path.write_bytes(exported.serialize())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["JAX_PLATFORMS"] = "cpu"
+    done = subprocess.run([sys.executable, "-c", EXPORT_SCRIPT, str(path)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["ok", "False"]
+
+
+def test_cpu_path_variable_is_checked(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "gpu")
+    x = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="TRITONPLUG_CPU_PATH"):
+        jax.jit(lambda a: call(oob_kernel, a, out=sds((32,), jnp.float32), grid=(1,), BLOCK=8)).lower(x)
