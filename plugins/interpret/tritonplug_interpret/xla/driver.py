@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
-from tritonplug_interpret.xla import blocks, control, elementwise, memory  # noqa: F401  (register handlers)
+from tritonplug_interpret.xla import affine, blocks, control, elementwise, memory  # noqa: F401  (handlers)
 from tritonplug_interpret.xla.checks import raise_if_bad
 from tritonplug_interpret.xla.program import (
     HANDLERS,
@@ -153,6 +153,14 @@ class Translation:
         self.buffers = [BufferInfo(names.get(s, f"buffer {s}"), jnp_dtype_of(spec.dtype), _size(spec.shape))
                         for s, spec in enumerate(specs)]
         self.parallel = choose_parallel(fn, pointer_args)
+        self.windows: dict[int, affine.Window] = {}
+        self.load_ids = {id(op) for op in fn.body.ops if op.name == "tt.load"}
+        if self.parallel:
+            forms = {arg: affine.Form(0, (0, 0, 0), (), slot) for arg, slot in pointer_args.items()}
+            for arg, (kind, value, element) in self.arguments:
+                if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int):
+                    forms[arg] = affine.Form(int(value), (0, 0, 0), ())
+            self.windows = affine.windows(fn, forms, tuple(int(g) for g in launch.grid))
 
     def trial(self) -> None:
         """Trace once on abstract values, so anything the translation cannot express shows now."""
@@ -172,7 +180,8 @@ class Translation:
         total = gx * gy * gz
         if total == 0:
             return list(results)
-        ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check)
+        ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
+                      windows=dict(self.windows))
         if self.parallel:
             buffers, record = self._parallel(ctx, buffers, total)
         else:
@@ -184,10 +193,11 @@ class Translation:
     def _start(self, buffers: list[Any]) -> State:
         return State(list(buffers), jnp.int32(-1), jnp.int64(0), jnp.int32(0))
 
-    def _program(self, ctx: Context, state: State, linear: Any) -> Frame:
+    def _program(self, ctx: Context, state: State, linear: Any, hoisted: dict | None = None) -> Frame:
         gx, gy, _ = ctx.grid
         pid = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
         frame = Frame(ctx, state, pid)
+        frame.hoisted = dict(hoisted or {})
         for arg, (kind, a, b) in self.arguments:
             if kind == "ptr":
                 frame.env[arg] = memory.Pointer(a, jnp.int64(0), b)
@@ -197,15 +207,18 @@ class Translation:
         return frame
 
     def _parallel(self, ctx: Context, buffers: list[Any], total: int):
-        def program(linear):
+        loads = {key: w for key, w in ctx.windows.items() if key in self.load_ids}
+        rows = {key: affine.read(buffers[w.buffer], w, total) for key, w in loads.items()}
+
+        def program(linear, hoisted):
             ctx.store_log.clear()
-            frame = self._program(ctx, self._start(buffers), linear)
+            frame = self._program(ctx, self._start(buffers), linear, hoisted)
             logged = [(idx, val, act) for _, _, idx, val, act in ctx.store_log]
             ctx.static_log = [(kind, b) for kind, b, _, _, _ in ctx.store_log]
             s = frame.state
             return logged, (s.bad_site, s.bad_offset, s.bad_lane)
 
-        logged, record = jax.vmap(program)(jnp.arange(total, dtype=jnp.int32))
+        logged, record = jax.vmap(program)(jnp.arange(total, dtype=jnp.int32), rows)
         buffers = list(buffers)
         for (kind, b), (idx, val, act) in zip(ctx.static_log, logged, strict=True):
             buffers[b] = memory.apply_scatter(buffers[b], kind, idx, val, act)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from tritonplug_interpret.xla import affine
 from tritonplug_interpret.xla.program import Frame, Unsupported, handler
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import TType, parse_type, unsigned
@@ -88,13 +89,15 @@ def _clean(f: Frame, buffer: int, offset, mask):
     return active
 
 
-def gather(f: Frame, buffer: int, offset, mask, other, dtype) -> Any:
+def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None) -> Any:
+    """Load ``offset`` lanes; ``window`` is this program's row of a grid-wide slice (:mod:`.affine`)."""
     offset = jnp.asarray(offset)
     f.record_check("load", buffer, offset, mask)
-    data = f.state.buffers[buffer]
     active = _clean(f, buffer, offset, mask)
-    index = jnp.where(active, offset, 0)
-    values = data[index]
+    if window is not None:
+        values = window
+    else:
+        values = f.state.buffers[buffer][jnp.where(active, offset, 0)]
     if values.dtype != dtype:
         values = lax.bitcast_convert_type(values, dtype) if values.dtype.itemsize == np.dtype(dtype).itemsize \
             else values.astype(dtype)
@@ -121,7 +124,8 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     else:
         values = values.astype(info.dtype)
     if f.ctx.parallel:
-        f.ctx.store_log.append((kind, buffer, offset, values, active))
+        window = f.ctx.windows.get(f.current_op) if kind == "store" else None
+        f.ctx.store_log.append((window or kind, buffer, offset, values, active))
         return None
     data = f.state.buffers[buffer]
     old = data[jnp.where(active, offset, 0)]
@@ -140,7 +144,12 @@ jax.tree_util.register_pytree_node(ViewedValues, lambda v: ((v.values,), v.buffe
                                    lambda aux, c: ViewedValues(c[0], aux))
 
 
-def apply_scatter(data, kind: str, offset, values, active):
+def apply_scatter(data, kind: Any, offset, values, active):
+    if isinstance(kind, affine.Window):
+        if isinstance(values, ViewedValues):
+            view = lax.bitcast_convert_type(data, values.values.dtype)
+            return lax.bitcast_convert_type(affine.write(view, kind, values.values, active), data.dtype)
+        return affine.write(data, kind, values, active)
     if isinstance(values, ViewedValues):
         view = lax.bitcast_convert_type(data, values.values.dtype)
         return lax.bitcast_convert_type(apply_scatter(view, kind, offset, values.values, active), data.dtype)
@@ -180,7 +189,7 @@ def _load(f: Frame, op: Op):
     mask = args[1] if len(args) > 1 else None
     other = args[2] if len(args) > 2 else None
     dtype = parse_type(p.element).dtype
-    return [gather(f, p.buffer, p.offset, mask, other, dtype)]
+    return [gather(f, p.buffer, p.offset, mask, other, dtype, f.hoisted.get(id(op)))]
 
 
 @handler("tt.store")
@@ -192,7 +201,9 @@ def _store(f: Frame, op: Op):
         scatter(f, "store", p.buffer, offset, value, mask)
         return []
     mask = args[2] if len(args) > 2 else None
+    f.current_op = id(op)
     scatter(f, "store", p.buffer, p.offset, value, mask)
+    f.current_op = None
     return []
 
 

@@ -88,6 +88,7 @@ class Context:
     parallel: bool
     check: bool
     sites: list[Site] = field(default_factory=list)
+    windows: dict[int, Any] = field(default_factory=dict)  # id(op) → affine.Window of a top-level access
     store_log: list[tuple[str, int, Any, Any, Any]] = field(default_factory=list)  # (kind, buffer, idx, val, mask)
 
 
@@ -97,6 +98,8 @@ class Frame:
         self.state = state
         self.program_id = program_id
         self.env: dict[str, Any] = {}
+        self.hoisted: dict[int, Any] = {}   # id(load op) → this program's row of a grid-wide slice
+        self.current_op: int | None = None
 
     def get(self, name: str) -> Any:
         try:
