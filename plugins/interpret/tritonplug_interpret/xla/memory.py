@@ -97,7 +97,7 @@ def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None
     if window is not None:
         values = window
     else:
-        values = f.state.buffers[buffer][jnp.where(active, offset, 0)]
+        values = f.state.buffers[buffer].at[jnp.where(active, offset, 0)].get(mode="promise_in_bounds")
     if values.dtype != dtype:
         values = lax.bitcast_convert_type(values, dtype) if values.dtype.itemsize == np.dtype(dtype).itemsize \
             else values.astype(dtype)
