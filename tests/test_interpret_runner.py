@@ -757,10 +757,10 @@ def test_distribution_metadata():
     meta = tomllib.loads((PLUGIN_ROOT / "pyproject.toml").read_text())
     project = meta["project"]
     assert project["name"] == "tritonplug-interpret"
-    assert set(project["dependencies"]) == {"tritonplug", "triton>=3.6,<3.10", "numpy"}
+    assert set(project["dependencies"]) == {"tritonplug", "triton>=3.6,<3.10", "numpy", "jax>=0.10"}
     assert project["entry-points"]["tritonplug.backends"] == {"interpret": "tritonplug_interpret.plugin"}
     assert meta["build-system"]["build-backend"] == "setuptools.build_meta"
-    assert meta["tool"]["setuptools"]["packages"] == ["tritonplug_interpret"]
+    assert meta["tool"]["setuptools"]["packages"] == ["tritonplug_interpret", "tritonplug_interpret.xla"]
 
 
 def test_plugin_imports_only_what_it_may():

@@ -31,6 +31,12 @@ RNG = np.random.default_rng(7)
 HOST_CALL = "tritonplug_host_kernel"  # the interpreter path's FFI target
 
 
+@pytest.fixture(autouse=True)
+def _xla_path(monkeypatch):
+    """These tests are about the XLA path, whatever TRITONPLUG_CPU_PATH the run forces elsewhere."""
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
+
+
 def lowered(fn, *args) -> str:
     return jax.jit(fn).lower(*args).as_text()
 
@@ -154,6 +160,18 @@ def cas_vector_kernel(lock_ptr, old_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _bit_or(a, b):
+    return a | b
+
+
+@triton.jit
+def bits_kernel(x_ptr, flags_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))
+    tl.atomic_or(flags_ptr, tl.reduce(x, 0, _bit_or))
+    tl.atomic_xor(flags_ptr + 1, tl.xor_sum(x, axis=0))
+
+
+@triton.jit
 def bf16_kernel(x_ptr, y_ptr, n, out_ptr, down_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n
@@ -265,6 +283,14 @@ def test_atomic_results_and_compare_and_swap_run_programs_in_order():
     lock, old = run_xla(lambda: call(cas_kernel, out=(sds((1,), jnp.int32), sds((4,), jnp.int32)), grid=(4,),
                                      zeroed_outputs=(0,)))
     assert np.asarray(lock)[0] == 1 and list(np.asarray(old)) == [0, 1, 1, 1]
+
+
+def test_bitwise_reductions_and_atomics():
+    x = RNG.integers(0, 1 << 20, 64).astype(np.int32)
+    flags = run_xla(lambda a: call(bits_kernel, a, out=sds((2,), jnp.int32), grid=(4,), BLOCK=16,
+                                   zeroed_outputs=(0,)), x)
+    assert int(np.asarray(flags)[0]) == int(np.bitwise_or.reduce(x))
+    assert int(np.asarray(flags)[1]) == int(np.bitwise_xor.reduce(x))
 
 
 def test_unsupported_operation_falls_back_to_the_interpreter_with_one_log_line(caplog):

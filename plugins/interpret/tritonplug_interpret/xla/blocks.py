@@ -177,11 +177,8 @@ def _reduce(f: Frame, op: Op):
     xs = f.args(op)
     axis = _int_attr(op, "axis")
     simple = _simple_combiner(op) if len(xs) == 1 else None
-    if simple is not None:
-        x = xs[0]
-        if simple in (jnp.all, jnp.any) and x.dtype != jnp.bool_:
-            raise Unsupported("tt.reduce", "bitwise and/or reduction of integers")
-        return [simple(x, axis=axis).astype(x.dtype)]
+    if simple is not None and not (simple in (jnp.all, jnp.any) and xs[0].dtype != jnp.bool_):
+        return [simple(xs[0], axis=axis).astype(xs[0].dtype)]
     combine, _ = _combine(f, op)
     size = xs[0].shape[axis]
     while size > 1:

@@ -98,6 +98,8 @@ def choose_parallel(fn: Function, pointer_args: dict[str, int]) -> bool:
     for op in walk(fn.body):
         if op.name == "tt.atomic_cas" or (op.name == "tt.atomic_rmw" and any(r in used for r in op.results)):
             return False
+        if op.name == "tt.atomic_rmw" and op.header.split(",")[0].strip() in ("and", "or", "xor"):
+            return False  # no scatter combines bits: these run lane by lane, programs in order
     top = fn.body.ops
     top_ids = {id(op) for op in top}
     if any(op.name in WRITES and id(op) not in top_ids for op in walk(fn.body)):
