@@ -172,6 +172,15 @@ def bits_kernel(x_ptr, flags_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def rand_sort_kernel(seed, out_ptr, sorted_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    r = tl.rand(seed, offs)
+    tl.debug_barrier()
+    tl.store(out_ptr + offs, r)
+    tl.store(sorted_ptr + offs, tl.sort(tl.randint(seed, offs)))
+
+
+@triton.jit
 def bf16_kernel(x_ptr, y_ptr, n, out_ptr, down_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n
@@ -291,6 +300,26 @@ def test_bitwise_reductions_and_atomics():
                                    zeroed_outputs=(0,)), x)
     assert int(np.asarray(flags)[0]) == int(np.bitwise_or.reduce(x))
     assert int(np.asarray(flags)[1]) == int(np.bitwise_xor.reduce(x))
+
+
+def on_path(path, fn, monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", path)
+    try:
+        return jax.jit(lambda *a: fn(*a))()
+    finally:
+        monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
+
+
+def test_philox_random_sort_and_barrier_match_the_interpreter(monkeypatch):
+    def fn():
+        return call(rand_sort_kernel, 1234, out=(sds((256,), jnp.float32), sds((256,), jnp.uint32)), grid=(4,),
+                    BLOCK=64)
+
+    assert HOST_CALL not in lowered(fn)
+    xla, interp = on_path("xla", fn, monkeypatch), on_path("interpret", fn, monkeypatch)
+    for a, b in zip(xla, interp, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.all(np.diff(np.asarray(xla[1]).reshape(4, 64).astype(np.int64), axis=1) >= 0)
 
 
 def test_unsupported_operation_falls_back_to_the_interpreter_with_one_log_line(caplog):

@@ -137,8 +137,10 @@ def _dot(f: Frame, op: Op):
     return [c + out]
 
 
-@handler("tt.assert", "tt.print")
+@handler("tt.assert", "tt.print", "gpu.barrier", "ttg.barrier", "llvm.intr.assume")
 def _ignored(f: Frame, op: Op):
+    """No effect on results here: a program's block is one array operation, so a barrier orders
+    nothing; assumptions are hints; device prints and asserts are not carried over."""
     return []
 
 

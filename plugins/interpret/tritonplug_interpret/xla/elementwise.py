@@ -6,6 +6,7 @@ MLIR integers are signless; values are kept in signed JAX dtypes and the ops tha
 
 from __future__ import annotations
 
+import ast
 import re
 import struct
 
@@ -65,7 +66,8 @@ _BINARY = {
     "arith.remf": _remf, "arith.maximumf": jnp.maximum, "arith.minimumf": jnp.minimum,
     "arith.maxnumf": jnp.fmax, "arith.minnumf": jnp.fmin,
     "tt.precise_divf": jnp.divide, "math.copysign": jnp.copysign, "math.powf": jnp.power,
-    "math.atan2": jnp.arctan2,
+    "math.atan2": jnp.arctan2, "math.fpowi": lambda x, n: jnp.power(x, n.astype(x.dtype)),
+    "math.ipowi": lambda x, n: lax.integer_pow(x, n) if isinstance(n, int) else jnp.power(x, n),
     "tt.mulhiui": lambda a, b: _mulhi(a, b),
 }
 
@@ -238,7 +240,8 @@ def constant_value(text: str, type_text: str):
     if text.startswith("dense<"):
         text = text[len("dense<"):-1].strip()
         if text.startswith("["):
-            raise Unsupported("arith.constant", "non-splat dense constant")
+            values = ast.literal_eval(text.replace("true", "True").replace("false", "False"))
+            return jnp.asarray(np.asarray(values).reshape(ty.shape), dtype)
     value = _scalar(text, dtype)
     return jnp.full(ty.shape, value, dtype) if ty.shape else jnp.asarray(value, dtype)
 
