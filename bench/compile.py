@@ -33,7 +33,8 @@ import triton  # noqa: E402
 
 import tritonplug  # noqa: E402
 from tritonplug import workers  # noqa: E402
-from tritonplug.compiler import CompileRequest, service  # noqa: E402
+from tritonplug.compiler import CompileRequest  # noqa: E402
+from tritonplug.state import state  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import load_example  # noqa: E402
@@ -71,10 +72,10 @@ def timed(fn) -> float:
 
 def use_pool(size: int) -> workers.WorkerPool:
     """Replace the process-wide pool by a warm one of ``size`` workers."""
-    old = workers.set_pool(workers.WorkerPool(size, workers.pool_timeout(), workers.WORKER_PRELOAD))
+    old = state.set_pool(workers.WorkerPool(size, workers.pool_timeout(), workers.WORKER_PRELOAD))
     if old is not None:
         old.shutdown()
-    pool = workers.get_pool()
+    pool = state.pool()
     pool.warm()
     return pool
 
@@ -86,25 +87,26 @@ def summary(samples: list[float]) -> dict:
 def bench_worker_overhead(reps: int) -> dict:
     """(a) One configuration's compile: in this process vs through a warm worker, same front end and back end."""
     captured = []
-    original = service.compile
+    original = state.compiler.compile
 
     def spy(backend, target, requests):
         captured.append((backend, target, list(requests)))
         return original(backend, target, requests)
 
-    service.compile = spy  # the lowering calls service.compile: keep what it asks for
+    state.compiler.compile = spy  # the lowering calls state.compiler.compile: keep what it asks for
     try:
         lower(lambda a, b: matmul(a, b, kernel=matmul_kernel, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
                                   num_warps=4, num_stages=4))
     finally:
-        del service.compile
+        del state.compiler.compile
     ((backend, target, (request,)),) = captured
 
     def in_process() -> None:
         backend.compile(request.make_job())  # the TTIR front end, then triton.compile, here
 
     def through_pool() -> None:
-        service.compile(backend, target, [CompileRequest(uuid.uuid4().hex, request.make_job, request.description)])
+        fresh = CompileRequest(uuid.uuid4().hex, request.make_job, request.description)
+        state.compiler.compile(backend, target, [fresh])
 
     use_pool(workers.pool_size())
     in_process()
@@ -117,7 +119,7 @@ def bench_worker_overhead(reps: int) -> dict:
         else:
             here.append(timed(in_process))
             pooled.append(timed(through_pool))
-        service.reset()
+        state.reset()
     ratio = statistics.median(p / h for h, p in zip(here, pooled, strict=True))
     return {"kernel": request.description, "in_process": summary(here), "warm_pool": summary(pooled),
             "ratio": round(ratio, 3), "ratio_of_medians": round(statistics.median(pooled) / statistics.median(here), 3),
@@ -133,16 +135,16 @@ def bench_parallel_configs(reps: int) -> dict:
     try:
         for pool in pools.values():
             pool.warm()
-            workers.set_pool(pool)
-            service.reset()
+            state.set_pool(pool)
+            state.reset()
             lower(matmul)  # untimed: the first compile in each worker loads the rest of LLVM
         for i in range(reps):  # adjacent pairs, in alternating order, as in (a)
             for size in sizes if i % 2 == 0 else sizes[::-1]:
-                workers.set_pool(pools[size])
-                service.reset()
+                state.set_pool(pools[size])
+                state.reset()
                 samples[size].append(timed(lambda: lower(matmul)))
     finally:
-        workers.set_pool(None)
+        state.set_pool(None)
         for pool in pools.values():
             pool.shutdown()
     one, many = samples[sizes[0]], samples[sizes[1]]
@@ -242,7 +244,7 @@ def main() -> None:
         "reps": args.reps,
         "a_worker_overhead": bench_worker_overhead(2 * args.reps),
     }
-    workers.shutdown_pool()
+    state.shutdown_pool()
     results["b_parallel_configs"] = bench_parallel_configs(args.reps)
     results["c_new_process"] = bench_new_process(max(3, args.reps // 2 + 1))
     results["machine"]["loadavg_after"] = os.getloadavg()

@@ -1,9 +1,10 @@
-"""Shared fixtures: which backends are installed, which devices are visible, a private cache."""
+"""Shared fixtures: the environment, a private cache, a fresh process state, and each execution device.
+
+Helpers (installed backends, device marks) live in ``helpers.py``; test modules import them from there.
+"""
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
 import sys
 from pathlib import Path
 
@@ -12,51 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests"))
-os.environ.setdefault("TRITONPLUG_INTERPRET_CHECK", "1")
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # several pytest-xdist workers share one GPU
-os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
+from helpers import execution_platforms  # noqa: E402
+from session_setup import configure_environment, use_private_cache  # noqa: E402
 
-def installed_backends() -> set[str]:
-    return {ep.name for ep in importlib.metadata.entry_points(group="tritonplug.backends")}
-
-
-def gpu_platforms() -> list[str]:
-    import jax
-
-    found = []
-    for platform in ("cuda", "rocm"):
-        try:
-            if jax.devices(platform):
-                found.append(platform)
-        except RuntimeError:
-            pass
-    return found
-
-
-def requires_backend(name: str) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(name not in installed_backends(),
-                              reason=f"the tritonplug-{name} plugin is not installed in this environment "
-                                     f"(its tests run in `tox -e {'cpu' if name == 'interpret' else name}`)")
-
-
-def for_backend(name: str):
-    """Mark a test as exercising backend ``name`` (tox selects by marker) and skip it where not installed."""
-    def apply(test):
-        return getattr(pytest.mark, name)(requires_backend(name)(test))
-    return apply
-
-
-requires_cuda_device = pytest.mark.skipif(
-    "cuda" not in os.environ.get("TRITONPLUG_TEST_PLATFORMS", "cuda") or not any(p == "cuda" for p in gpu_platforms()),
-    reason="no CUDA device is visible")
-
-
-def execution_platforms() -> list:
-    """Platforms numeric tests run on: the interpreter on CPU, and each visible GPU."""
-    params = [pytest.param("cpu", marks=requires_backend("interpret"))]
-    params.append(pytest.param("cuda", marks=[pytest.mark.cuda, requires_backend("cuda"), requires_cuda_device]))
-    return params
+configure_environment()
 
 
 @pytest.fixture(params=execution_platforms())
@@ -70,8 +31,26 @@ def device(request):
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
     """Tests compile into a cache directory of their own, shared by pytest-xdist workers."""
-    if "TRITONPLUG_CACHE_DIR" not in os.environ:
-        root = tmp_path_factory.getbasetemp()
-        shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
-        os.environ["TRITONPLUG_CACHE_DIR"] = str(shared / "tritonplug-cache")
+    use_private_cache(tmp_path_factory)
     yield
+
+
+@pytest.fixture
+def fresh_state():
+    """tritonplug's process state (tritonplug.state.state) forgotten before and after the test, as a new
+    process would start: compiled binaries in memory, the cache handle, memoised calls."""
+    from tritonplug.state import state
+
+    state.reset()
+    yield state
+    state.reset()
+
+
+@pytest.fixture
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_state):
+    """A new, empty cache directory for this test, with a fresh process state."""
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
+    fresh_state.reset()
+    yield directory
+    monkeypatch.undo()

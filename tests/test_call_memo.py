@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from conftest import requires_backend
+from helpers import requires_backend
 from kernels import add_kernel, two_outputs_kernel
 
 import tritonplug

@@ -12,11 +12,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import installed_backends, requires_backend
+from helpers import installed_backends, requires_backend
 
 import tritonplug
 from tritonplug.cache import DiskCache
-from tritonplug.state import state
 
 SCRIPT = shutil.which("tritonplug", path=os.path.dirname(sys.executable)) or shutil.which("tritonplug")
 
@@ -38,13 +37,13 @@ def run_json(*args: str, cache_dir: Path, **kwargs) -> dict:
 
 
 @pytest.fixture
-def filled_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def filled_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_state) -> Path:
     """A cache directory holding the binaries of two real lowerings (two entries)."""
     from kernels import add_kernel
 
     directory = tmp_path / "cache"
     monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
-    state.compiler.reset()
+    fresh_state.reset()
     x = jax.ShapeDtypeStruct((512,), jnp.float32)
     try:
         for block in (128, 256):
@@ -54,7 +53,7 @@ def filled_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             jax.jit(f).trace(x, x).lower(lowering_platforms=("cuda",))
     finally:
         monkeypatch.undo()
-        state.compiler.reset()
+        fresh_state.reset()
     assert DiskCache(directory).stats().entries == 2
     return directory
 

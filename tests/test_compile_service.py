@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import requires_backend
+from helpers import requires_backend
 
 import tritonplug
 from tritonplug import workers
@@ -143,17 +143,6 @@ def new_kernels(tmp_path: Path):
     return make
 
 
-@pytest.fixture
-def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A new, empty cache directory for this test; the in-memory layer forgotten before and after."""
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
-    state.compiler.reset()
-    yield directory
-    monkeypatch.undo()
-    state.compiler.reset()
-
-
 class Counters:
     """``compile_stats()`` since the counter was made."""
 
@@ -188,7 +177,7 @@ def lower_in_thread(lower) -> tuple[threading.Thread, dict]:
 
 def kill_busy_workers(thread: threading.Thread, limit: int | None = None) -> list[int]:
     """SIGKILL each worker seen compiling while ``thread`` lowers (``limit`` of them at most); returns the pids."""
-    pool, killed = workers.get_pool(), []
+    pool, killed = state.pool(), []
     while thread.is_alive() and (limit is None or len(killed) < limit):
         for pid in pool.busy_worker_pids()[:None if limit is None else limit - len(killed)]:
             if pid not in killed:
@@ -202,7 +191,7 @@ def kill_busy_workers(thread: threading.Thread, limit: int | None = None) -> lis
 # --- workers --------------------------------------------------------------------------------------
 
 def test_configurations_compile_at_once_and_the_pool_stays_warm(new_kernels):
-    pool = workers.get_pool()
+    pool = state.pool()
     if pool.size < 2:
         pytest.skip("needs at least two compile workers")
     kernels, counters = new_kernels(), Counters()
@@ -229,7 +218,7 @@ def test_a_worker_killed_mid_compile_is_replaced_and_the_job_retried(new_kernels
         killed = kill_busy_workers(thread, limit=1)
     assert "text" in outcome, outcome.get("error")
     assert len(ptx_of(outcome["text"])) == 2
-    assert killed and not set(killed) & set(workers.get_pool().worker_pids())
+    assert killed and not set(killed) & set(state.pool().worker_pids())
     retried = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
     assert len(retried) == 1 and "kernel 'tuned_dot_kernel' [BLOCK=" in retried[0]
     assert counters["compiled"] == 2
@@ -254,13 +243,13 @@ def test_a_worker_killed_on_every_attempt_is_a_worker_error_and_the_process_carr
 def test_a_job_over_the_timeout_is_killed_with_its_process_group(new_kernels, monkeypatch):
     kernels, counters = new_kernels(), Counters()
     monkeypatch.setenv("TRITONPLUG_COMPILE_TIMEOUT", "0.05")
-    workers.shutdown_pool()
+    state.shutdown_pool()
     try:
-        workers.get_pool().warm()  # start-up is not a compile: it has a timeout of its own
+        state.pool().warm()  # start-up is not a compile: it has a timeout of its own
         with pytest.raises(WorkerError) as info:
             kernels.lower_tuned_dot()
     finally:
-        workers.shutdown_pool()
+        state.shutdown_pool()
         monkeypatch.delenv("TRITONPLUG_COMPILE_TIMEOUT")
     assert isinstance(info.value, RuntimeError)
     message = str(info.value)
@@ -278,12 +267,12 @@ def test_a_job_over_the_timeout_is_killed_with_its_process_group(new_kernels, mo
 def test_zero_workers_compiles_in_this_process(new_kernels, monkeypatch):
     kernels, counters = new_kernels(), Counters()
     monkeypatch.setenv("TRITONPLUG_COMPILE_WORKERS", "0")
-    workers.shutdown_pool()
+    state.shutdown_pool()
     try:
         assert ".target sm_90" in ptx_of(kernels.lower_scale())[0]
-        assert workers.get_pool().size == 0 and workers.get_pool().worker_pids() == []
+        assert state.pool().size == 0 and state.pool().worker_pids() == []
     finally:
-        workers.shutdown_pool()
+        state.shutdown_pool()
     assert counters["compiled"] == 1
 
 
@@ -387,11 +376,11 @@ def test_a_damaged_entry_is_recompiled_and_rewritten(private_cache, new_kernels,
         entry.write_bytes(good[: len(good) // 2])
     else:
         entry.write_bytes(good[:100] + bytes([good[100] ^ 0x01]) + good[101:])
-    state.compiler.reset()
+    state.reset()
     assert ".target sm_90" in ptx_of(kernels.lower_scale())[0]
     assert counters() == {"compiled": 2, "disk_hits": 0, "memory_hits": 0}
     assert entry.read_bytes() == good, "the recompiled entry was not rewritten (builds are deterministic)"
-    state.compiler.reset()
+    state.reset()
     kernels.lower_scale()
     assert counters() == {"compiled": 2, "disk_hits": 1, "memory_hits": 0}
 
@@ -404,7 +393,7 @@ def test_an_orphaned_temp_file_is_ignored_then_removed(private_cache, new_kernel
     orphan.write_bytes(entry.read_bytes()[:50])
     old = time.time() - 3600
     os.utime(orphan, (old, old))
-    state.compiler.reset()
+    state.reset()
     first.lower_scale()
     assert counters() == {"compiled": 1, "disk_hits": 1, "memory_hits": 0}
     assert orphan.exists(), "a get does not scan"
@@ -450,7 +439,7 @@ def test_a_read_only_cache_still_serves_hits_and_lowers_with_one_warning(private
             path.chmod(0o500)
 
     def lower_both() -> list:
-        state.compiler.reset()
+        state.reset()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             cached.lower_scale()
@@ -480,17 +469,17 @@ def test_the_size_bound_evicts_the_least_recently_used_entry(private_cache, new_
     (entry,) = entry_files(private_cache)
     bound = entry.stat().st_size * 3 // 2
     monkeypatch.setenv("TRITONPLUG_CACHE_MAX_BYTES", str(bound))
-    state.compiler.reset()
+    state.reset()
     second.lower_scale()
     stats = DiskCache(private_cache, bound).stats()
     assert stats.entries == 1 and stats.total_bytes <= bound
     assert not entry.exists(), "the older entry should have been evicted"
-    state.compiler.reset()
+    state.reset()
     second.lower_scale()
     first.lower_scale()
     assert counters() == {"compiled": 3, "disk_hits": 1, "memory_hits": 0}
     monkeypatch.setenv("TRITONPLUG_CACHE_MAX_BYTES", "100")  # smaller than any entry: nothing is stored
-    state.compiler.reset()
+    state.reset()
     new_kernels().lower_scale()
     assert counters["compiled"] == 4 and DiskCache(private_cache).stats().entries == 1
 
@@ -530,7 +519,7 @@ def test_compile_and_cache_events_are_logged(private_cache, new_kernels, caplog)
     with caplog.at_level(logging.INFO, logger="tritonplug"):
         kernels.lower_scale()
         kernels.lower_scale()
-        state.compiler.reset()
+        state.reset()
         kernels.lower_scale()
     messages = [r.getMessage() for r in caplog.records]
     for expected in ("compiled kernel 'scale_kernel' [default] for cuda:90", "cached kernel 'scale_kernel'",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from conftest import for_backend
+from helpers import for_backend
 from kernels import add_kernel
 
 import tritonplug
@@ -74,7 +74,7 @@ def test_arch_from_environment(monkeypatch):
 @cuda
 def test_no_device_and_no_arch_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("TRITONPLUG_CUDA_ARCH", raising=False)
-    from conftest import gpu_platforms
+    from helpers import gpu_platforms
 
     if "cuda" in gpu_platforms():
         pytest.skip("a CUDA device is visible, so the target is detected")
@@ -237,7 +237,7 @@ def test_pointer_dtypes_lower(dtype):
 
 
 def test_entry_points_are_registered():
-    from conftest import installed_backends
+    from helpers import installed_backends
 
     names = installed_backends()
     assert names, "no tritonplug backend is installed"

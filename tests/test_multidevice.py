@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import ROOT, requires_backend
+from helpers import ROOT, requires_backend
 
 pytestmark = requires_backend("interpret")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from conftest import gpu_platforms, requires_backend
+from helpers import gpu_platforms, requires_backend
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from kernels import add_kernel

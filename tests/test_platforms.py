@@ -12,7 +12,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import requires_backend
+from helpers import requires_backend
 from kernels import add_kernel
 
 import tritonplug

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from conftest import installed_backends, requires_backend
+from helpers import installed_backends, requires_backend
 
 import tritonplug
 from tritonplug.errors import PluginError

@@ -5,9 +5,6 @@
 * no host or plugin module over 400 lines;
 * a plugin imports from the host only the plugin API: ``tritonplug.hookspecs``, ``tritonplug.records``,
   ``tritonplug.plugin_kit``, and ``tritonplug.cache_hookspecs`` if it is a cache plugin.
-
-Checks the tree fails today are marked ``xfail(strict=True)`` with the item of issue 15 that fixes
-them: once that lands the check passes, the strict mark fails the run, and the mark is removed.
 """
 
 from __future__ import annotations
@@ -24,11 +21,9 @@ HOST = ROOT / "tritonplug"
 MAX_LINES = 400
 SKIPPED_DIRS = {".venv", ".tox", "__pycache__", "build", "dist", ".git", "results"}
 PLUGIN_API = frozenset({"tritonplug.hookspecs", "tritonplug.records", "tritonplug.plugin_kit"})
-CACHE_PLUGIN_API = frozenset({"tritonplug.cache_hookspecs"})
+CACHE_PLUGIN_API = frozenset({"tritonplug.cache_hookspecs", "tritonplug.cache_records"})
 
 # What today's tree still fails, and the item of issue 15 that fixes it.
-KNOWN_CYCLE = frozenset({"tritonplug.batching", "tritonplug.primitive"})
-KNOWN_OVERSIZED = {"tritonplug/workers.py": "issue 15 item 6: workers.py under 400 lines"}
 
 
 def python_files(directory: Path) -> Iterator[Path]:
@@ -151,12 +146,6 @@ def test_no_import_cycle_among_host_modules():
     assert not cycles, f"import cycles among the host's modules: {[sorted(c) for c in cycles]}"
 
 
-def test_no_import_cycle_besides_the_known_one():
-    """Until item 4 lands: whatever cycle there is stays inside the known one (catches new ones now)."""
-    cycles = strongly_connected(host_import_graph())
-    assert all(c <= KNOWN_CYCLE for c in cycles), f"new import cycles: {[sorted(c) for c in cycles]}"
-
-
 def _jax_internal_uses(tree: ast.AST) -> list[int]:
     lines = []
     for node in ast.walk(tree):
@@ -208,12 +197,7 @@ def sized_modules() -> list[str]:
     return [str(p.relative_to(ROOT)) for p in paths]
 
 
-def _sized(path: str):
-    reason = KNOWN_OVERSIZED.get(path)
-    return pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else path
-
-
-@pytest.mark.parametrize("path", [_sized(p) for p in sized_modules()])
+@pytest.mark.parametrize("path", sized_modules())
 def test_module_is_at_most_400_lines(path):
     lines = len((ROOT / path).read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path} has {lines} lines (at most {MAX_LINES}): split it by responsibility"

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from conftest import requires_backend
+from helpers import requires_backend
 from kernels import accumulate_kernel, add_kernel
 
 import tritonplug
@@ -196,14 +196,14 @@ def test_heuristics_run_once_per_config_in_order_and_leave_configs_alone():
         mask = offs < n
         tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
-    configs = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 48})]
+    configs = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 16})]
     tuned = triton.autotune(configs, key=["n"])(triton.heuristics({"EVEN": even})(kernel))
     x = jnp.ones(96, jnp.float32)
     call = jax.jit(lambda x: tritonplug.triton_call(x, x, x.size, kernel=tuned, out_type=jax.typeof(x),
                                                     grid=lambda m: (triton.cdiv(96, m["BLOCK"]),)))
     call.lower(x)
-    assert seen == [(64, 96), (32, 96), (48, 96)]
-    assert [c.kwargs for c in configs] == [{"BLOCK": 64}, {"BLOCK": 32}, {"BLOCK": 48}]
+    assert seen == [(64, 96), (32, 96), (16, 96)]
+    assert [c.kwargs for c in configs] == [{"BLOCK": 64}, {"BLOCK": 32}, {"BLOCK": 16}]
     np.testing.assert_array_equal(np.asarray(call(x)), 2 * np.ones(96, np.float32))
 
 
@@ -342,7 +342,7 @@ def unused_call(has_side_effect):
 @pytest.mark.parametrize("has_side_effect", [False, True])
 def test_has_side_effect_keeps_an_unused_call(has_side_effect, capfd):
     # announce_kernel prints, which only the interpreter path does: the XLA path hands it over
-    x = jnp.full((1,), 7.0, jnp.float32)
+    x = jax.device_put(jnp.full((1,), 7.0, jnp.float32), jax.devices("cpu")[0])  # the CPU's host kernel
     text = jax.jit(unused_call(has_side_effect)).lower(x).as_text()
     assert ("tritonplug_host_kernel" in text) == has_side_effect
     capfd.readouterr()
@@ -421,7 +421,7 @@ def test_cpu_export_runs_in_this_process_only(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITONPLUG_CPU_PATH", "interpret")
     restored = export(lambda x, y: add(x, y), ["cpu"], SPEC300, SPEC300,
                       disabled_checks=tritonplug.export_disabled_checks())
-    x, y = normal(300), normal(300)
+    x, y = (jax.device_put(a, jax.devices("cpu")[0]) for a in (normal(300), normal(300)))
     np.testing.assert_array_equal(np.asarray(restored.call(x, y)), x + y)
 
     blob = tmp_path / "add.jax_exported"

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import worker_tasks
 
-from tritonplug import workers
+from tritonplug import worker_process
 from tritonplug.errors import CompileError, WorkerError
+from tritonplug.state import state
 from tritonplug.workers import Task, WorkerPool
 
 TESTS = Path(__file__).resolve().parent
@@ -243,7 +244,7 @@ def test_workers_exit_when_the_parent_dies(tmp_path):
         print(*pool.worker_pids(), flush=True)
         time.sleep(600)
     """)
-    env = {**workers._child_env(), "TMPDIR": str(tmp_path)}  # the pool's directory, left behind
+    env = {**worker_process.child_env(), "TMPDIR": str(tmp_path)}  # the pool's directory, left behind
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     try:
         pids = [int(pid) for pid in parent.stdout.readline().split()]
@@ -251,44 +252,45 @@ def test_workers_exit_when_the_parent_dies(tmp_path):
     finally:
         parent.kill()
         parent.wait()
+        parent.stdout.close()
     assert wait_gone(pids, 5), "compile workers outlived their parent"
 
 
 def test_zero_workers_runs_tasks_in_process(monkeypatch):
     monkeypatch.setenv("TRITONPLUG_COMPILE_WORKERS", "0")
-    workers.shutdown_pool()
+    state.shutdown_pool()
     try:
         tasks = [Task(worker_tasks.getpid), Task(worker_tasks.square, (5,))]
-        assert workers.run_tasks(tasks) == [os.getpid(), 25]
-        assert workers.get_pool().worker_pids() == []
+        assert state.run_tasks(tasks) == [os.getpid(), 25]
+        assert state.pool().worker_pids() == []
         with pytest.raises(CompileError, match="kernel 'x' failed: ValueError: boom"):
-            workers.run_tasks([Task(worker_tasks.fail_loudly, ("boom",), "kernel 'x'")])
+            state.run_tasks([Task(worker_tasks.fail_loudly, ("boom",), "kernel 'x'")])
     finally:
-        workers.shutdown_pool()
+        state.shutdown_pool()
 
 
 def test_set_pool_installs_a_process_wide_pool():
     mine = WorkerPool(1, timeout=60, preload=())
-    previous = workers.set_pool(mine)
+    previous = state.set_pool(mine)
     try:
-        assert workers.get_pool() is mine
-        assert workers.run_tasks([Task(worker_tasks.getpid)]) == mine.worker_pids()
+        assert state.pool() is mine
+        assert state.run_tasks([Task(worker_tasks.getpid)]) == mine.worker_pids()
     finally:
-        assert workers.set_pool(previous) is mine
+        assert state.set_pool(previous) is mine
         mine.shutdown()
-    assert workers.get_pool() is not mine
+    assert state.pool() is not mine
 
 
 def test_pool_settings_come_from_the_environment(monkeypatch):
     monkeypatch.delenv("TRITONPLUG_COMPILE_WORKERS", raising=False)
     monkeypatch.setenv("TRITONPLUG_COMPILE_TIMEOUT", "12.5")
-    workers.shutdown_pool()
+    state.shutdown_pool()
     try:
-        pool = workers.get_pool()
+        pool = state.pool()
         assert (pool.size, pool.timeout) == (min(os.cpu_count() or 1, 8), 12.5)
-        assert workers.get_pool() is pool and pool.worker_pids() == []
+        assert state.pool() is pool and pool.worker_pids() == []
     finally:
-        workers.shutdown_pool()
+        state.shutdown_pool()
 
 
 @pytest.mark.parametrize(("name", "value"), [
@@ -298,6 +300,6 @@ def test_pool_settings_come_from_the_environment(monkeypatch):
 ])
 def test_bad_environment_values_name_the_variable(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
-    workers.shutdown_pool()
+    state.shutdown_pool()
     with pytest.raises(ValueError, match=name):
-        workers.get_pool()
+        state.pool()

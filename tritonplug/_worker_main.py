@@ -15,7 +15,7 @@ point at the worker's log, which the parent created. The protocol uses private d
 the original stdin/stdout, so a task that prints or reads cannot corrupt it.
 
 ``-m`` imports the ``tritonplug`` package (and jax with it) before this module; the module itself
-needs only the standard library and cloudpickle, since ``tritonplug.workers`` imports its framing.
+needs only the standard library and cloudpickle, since ``tritonplug.worker_process`` imports its framing.
 """
 
 from __future__ import annotations

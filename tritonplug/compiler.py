@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import cache as disk_cache
-from tritonplug import workers
 from tritonplug.errors import CompileError
 from tritonplug.host import Backend
 from tritonplug.records import Binary, CompileJob, Target
+from tritonplug.remote_cache import RemoteCaches
+from tritonplug.worker_pool import Task
 
 log = logging.getLogger("tritonplug.compiler")
 
@@ -39,13 +40,18 @@ class CompileRequest:
 
 
 class CompileService:
-    def __init__(self) -> None:
+    """Compiles requests through memory → disk cache → remote tier → ``run_tasks`` (the process's worker pool)."""
+
+    def __init__(self, run_tasks: Callable[..., list[Any]]) -> None:
+        """``run_tasks(tasks, return_exceptions=True)`` runs compile tasks (the process's worker pool)."""
+        self._run_tasks = run_tasks
         self._memory: dict[str, Binary] = {}
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._cache: Any = None
         self._cache_ready = False
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
+        self.remote = RemoteCaches()  # the tier behind the disk cache (remote_cache.py, remote_tier.py)
 
     @property
     def cache(self) -> disk_cache.DiskCache | None:
@@ -61,6 +67,7 @@ class CompileService:
             self._memory.clear()
             self._cache_ready = False
             self._cache = None
+        self.remote.reset()
 
     def compile(self, backend: Backend, target: Target, requests: Sequence[CompileRequest]) -> list[Binary]:
         found: dict[str, Binary] = {}
@@ -107,19 +114,36 @@ class CompileService:
                     locks.enter_context(cache.key_lock(key))
                 found.update(self._from_disk(cache, missing))  # another process may have finished meanwhile
                 missing = [r for r in missing if r.key not in found]
-            if missing:
-                start = time.perf_counter()
-                binaries = self._run(backend, target, missing)
-                elapsed = time.perf_counter() - start
-                with self._lock:
-                    self.stats["compiled"] += len(missing)
-                    self.stats["compile_seconds"] += elapsed
-                for r, binary in zip(missing, binaries, strict=True):
-                    log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
-                    if cache is not None and cache.put(r.key, binary):
-                        log.info("cached %s in %s", r.description, cache.directory)
-                    found[r.key] = binary
-                log.info("compiled %d configuration(s) in %.3f s", len(missing), elapsed)
+            remote = self.remote.current() if missing and backend.info.cache_binaries else None
+            if remote is not None:  # remote → claim → compile here or wait for the host that claimed it
+                found.update(remote.resolve(missing, lambda rs: self._compile(backend, target, rs, cache), cache))
+            elif missing:
+                found.update(self._compile(backend, target, missing, cache))
+        return found
+
+    def _compile(self, backend: Backend, target: Target, missing: list[CompileRequest],
+                 cache: Any) -> dict[str, Binary]:
+        """Compile ``missing``; the configurations that finish are cached and kept in memory even when
+        another one fails or times out, then the first failure is raised."""
+        found = {}
+        start = time.perf_counter()
+        outcomes = self._run(backend, target, missing)
+        elapsed = time.perf_counter() - start
+        binaries = [(r, b) for r, b in zip(missing, outcomes, strict=True) if not isinstance(b, Exception)]
+        with self._lock:
+            self.stats["compiled"] += len(binaries)
+            self.stats["compile_seconds"] += elapsed
+        for r, binary in binaries:
+            log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
+            if cache is not None and cache.put(r.key, binary):
+                log.info("cached %s in %s", r.description, cache.directory)
+            found[r.key] = binary
+            with self._lock:
+                self._memory[r.key] = binary
+        log.info("compiled %d configuration(s) in %.3f s", len(binaries), elapsed)
+        failure = next((b for b in outcomes if isinstance(b, Exception)), None)
+        if failure is not None:
+            raise failure
         return found
 
     def _from_disk(self, cache: Any, requests: list[CompileRequest]) -> dict[str, Binary]:
@@ -135,18 +159,21 @@ class CompileService:
                     self.stats["disk_hits"] += 1
         return found
 
-    def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary]:
+    def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary | Exception]:
+        """Each request's binary, or the exception its compile raised (the others' binaries are kept)."""
         jobs = [r.make_job() for r in requests]
         if not backend.compiles_in_worker:
             return [_compile_here(backend, job, r.description) for job, r in zip(jobs, requests, strict=True)]
-        tasks = [workers.Task(WORKER_COMPILE, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
-        return workers.run_tasks(tasks)
+        tasks = [Task(WORKER_COMPILE, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
+        return self._run_tasks(tasks, return_exceptions=True)
 
 
-def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary:
+def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary | Exception:
     try:
         return backend.compile(job)
-    except CompileError:
-        raise
+    except CompileError as exc:
+        return exc
     except Exception as exc:
-        raise CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}") from exc
+        failure = CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}")
+        failure.__cause__ = exc
+        return failure

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import triton_compat
+from tritonplug import kernel_use, triton_compat
 from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, buffer_nbytes, pointer_type
 from tritonplug.errors import KernelSourceError
 from tritonplug.records import ArrayParam, BackendInfo, BufferSpec, ConstexprParam, Options, ScalarParam, Target
@@ -167,19 +167,40 @@ def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Specialization) -> str:
-    """Run Triton's front end (to TTIR); a kernel error becomes a ``KernelSourceError`` pointing at its line."""
+def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Specialization,
+            bound: BoundArgs | None = None) -> str:
+    """Run Triton's front end (to TTIR). A kernel error becomes a ``TypeError``/``ValueError`` naming the
+    argument behind it when ``bound`` shows one (see ``kernel_use``), else a ``KernelSourceError``; both
+    point at the kernel's source line."""
     assert target.triton_backend is not None
     fn = kernel.fn
-    constexprs = {k: v for k, v in spec.constexprs.items()}
+    gpu_target = (target.triton_backend, target.arch, target.warp_size)
+
+    def front_end(signature: dict, constexprs: dict, attrs: dict) -> str:
+        return triton_compat.frontend_ttir(fn, gpu_target, options.as_dict(), signature, dict(constexprs), attrs)
+
     try:
-        return triton_compat.frontend_ttir(fn, (target.triton_backend, target.arch, target.warp_size),
-                                           options.as_dict(), spec.signature, constexprs, spec.attrs)
+        return front_end(spec.signature, spec.constexprs, spec.attrs)
     except Exception as exc:
-        if triton_compat.is_kernel_source_error(exc):
-            raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}"
-                                    f"{_source_location(fn, exc)}:\n{exc}") from exc
-        raise
+        if not triton_compat.is_kernel_source_error(exc):
+            raise
+        where = _source_location(fn, exc)
+        if bound is not None:
+            culprit = kernel_use.blame(kernel.name, bound, spec.signature, spec.constexprs, spec.attrs, exc, where,
+                                       _succeeds(front_end))
+            if culprit is not None:
+                raise culprit from exc
+        raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{where}:\n{exc}") from exc
+
+
+def _succeeds(front_end: Any) -> Any:
+    def compiles(signature: dict, constexprs: dict, attrs: dict) -> bool:
+        try:
+            front_end(signature, constexprs, attrs)
+        except Exception:
+            return False
+        return True
+    return compiles
 
 
 def _source_location(fn: Any, exc: Exception) -> str:

@@ -11,7 +11,8 @@ What differs between the supported versions, and how it is absorbed:
   jax 0.11 ``rule(ctx, *args, **params)`` with a ``DischargeContext`` carrying the avals;
   :func:`register_discharge_rule` takes the 0.10 form and adapts it.
 
-Everything else used here is the same on both: ``dispatch.apply_primitive`` and
+Everything else used here is the same on both: ``distributed.global_state`` (``client``, ``process_id``,
+``num_processes``, ``coordinator_address``), ``dispatch.apply_primitive`` and
 ``dispatch.prim_requires_devices_during_lowering``, the ``ReadEffect``/``WriteEffect`` of
 ``jax._src.state.types``, ``core.typeof`` with ``AbstractRef``, the MLIR bindings of
 ``jax._src.lib.mlir``, and the two axis contexts a lowering sees (``ShardingContext`` with
@@ -22,11 +23,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
-from jax._src import core, dispatch
+from jax._src import core, dispatch, distributed
 from jax._src.lib.mlir import ir
 from jax._src.state import discharge
 from jax._src.state import types as state_types
@@ -134,3 +136,24 @@ def partition_count(ctx: Any) -> int:
     if automatic is not None:
         return math.prod(automatic.values())
     return getattr(_axis_context(ctx), "num_devices", 1) or 1
+
+
+@dataclass(frozen=True)
+class DistributedRuntime:
+    """This process's view of ``jax.distributed``: the coordination-service client and where it points."""
+
+    client: Any  # jaxlib DistributedRuntimeClient: key_value_set_bytes, key_value_try_get_bytes, ...
+    process_id: int
+    num_processes: int
+    coordinator_address: str
+
+
+def distributed_runtime() -> DistributedRuntime | None:
+    """The coordination-service client of ``jax.distributed.initialize``, or ``None`` when this process did not
+    initialise ``jax.distributed`` (or has shut it down)."""
+    state = distributed.global_state
+    client = getattr(state, "client", None)
+    if client is None:
+        return None
+    return DistributedRuntime(client, int(state.process_id), int(state.num_processes),
+                              str(state.coordinator_address or "?"))

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tritonplug import emitters, frontend, jax_compat
-from tritonplug.call import CallSpec
-from tritonplug.call_options import grid_for, zeroed_for
+from tritonplug.call import BoundArgs, CallSpec
+from tritonplug.call_options import check_grid_limits, grid_for, zeroed_for
 from tritonplug.compiler import CompileRequest
 from tritonplug.errors import PluginError
 from tritonplug.host import Backend
@@ -39,28 +39,29 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
         metaparams = dict(config.metaparams)
         options = backend.parse_options(target, dict(config.call_options))
         grid = grid_for(call.options.grid, metaparams)
+        check_grid_limits(grid, backend.info)
         zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs))
         spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
         description = f"kernel {kernel.name!r} [{config.description}]"
         launches.append(Launch(kernel.name, grid, spec.params, call.bound.names, operands, call.out_specs,
                                call.bound.aliases, kernel.fn, config.description))
         key = frontend.cache_key(backend.info, target, options, kernel.fn, spec)
-        requests.append(CompileRequest(key, _job_maker(backend, kernel, target, options, spec, description),
-                                       description))
+        make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound)
+        requests.append(CompileRequest(key, make_job, description))
     binaries = state.compiler.compile(backend, target, requests)
     kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches, strict=True)]
     return emitters.emit(ctx, args, kernels, call, platform)
 
 
 def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: Options,
-               spec: frontend.Specialization, description: str) -> Callable[[], CompileJob]:
+               spec: frontend.Specialization, description: str, bound: BoundArgs) -> Callable[[], CompileJob]:
     """The job for one configuration, made only on a cache miss: the front end runs then, if the backend
     compiles IR at all."""
     def make() -> CompileJob:
         if not backend.info.ir_stages:
             return CompileJob(backend.name, kernel.name, target, options, "", "", description)
-        return CompileJob(backend.name, kernel.name, target, options, frontend.make_ir(kernel, target, options, spec),
-                          "ttir", description)
+        ttir = frontend.make_ir(kernel, target, options, spec, bound)
+        return CompileJob(backend.name, kernel.name, target, options, ttir, "ttir", description)
     return make
 
 

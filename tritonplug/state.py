@@ -1,27 +1,34 @@
 """Everything tritonplug keeps between calls in this process, owned in one place with one ``reset``.
 
 The plugin host (loaded from entry points on first use), the compile service (its in-memory
-binaries and its handle on the disk cache), the kernel-facts cache and the eager call memo live
-on one :class:`ProcessState`, ``state``. Modules reach them through it; tests and embedders that
-change the environment call ``state.reset()``.
+binaries and its handle on the disk cache), the compile-worker pool, the kernel-facts cache and the
+eager call memo live on one :class:`ProcessState`, ``state``. Modules reach them through it; tests
+and embedders that change the environment call ``state.reset()``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 from tritonplug.call_memo import CallMemo
 from tritonplug.compiler import CompileService
 from tritonplug.host import Host
 from tritonplug.records import BackendInfo
 from tritonplug.triton_compat import KernelFactsCache
+from tritonplug.worker_pool import Task, WorkerPool
+from tritonplug.workers import pool_from_env, pool_size, pool_timeout
 
 
 class ProcessState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._host: Host | None = None
-        self.compiler = CompileService()
+        self._pool: WorkerPool | None = None
+        self._pool_from_env = False
+        self.compiler = CompileService(self.run_tasks)
         self.kernels = KernelFactsCache()
         self.memo = CallMemo()
 
@@ -34,9 +41,46 @@ class ProcessState:
                 self._host = host
             return self._host
 
+    def pool(self) -> WorkerPool:
+        """The compile-worker pool, made from the environment on first use, after a shutdown, and when
+        the environment asks for another size or timeout (a pool installed by ``set_pool`` is kept)."""
+        stale = None
+        with self._lock:
+            pool = self._pool
+            if pool is not None and self._pool_from_env and not pool.closed \
+                    and (pool.size, pool.timeout) != (pool_size(), pool_timeout()):
+                stale, pool = pool, None
+            if pool is None or pool.closed:
+                pool, self._pool_from_env = pool_from_env(), True
+                self._pool = pool
+        if stale is not None:
+            stale.shutdown()
+        return pool
+
+    def run_tasks(self, tasks: Sequence[Task], return_exceptions: bool = False) -> list[Any]:
+        return self.pool().run(tasks, return_exceptions)
+
+    def set_pool(self, pool: WorkerPool | None) -> WorkerPool | None:
+        """Make ``pool`` the process's pool and return the previous one, which keeps running.
+
+        With ``None``, the next use makes a pool from the environment. For benchmarks and embedders
+        that keep pools of several sizes warm side by side.
+        """
+        with self._lock:
+            previous, self._pool, self._pool_from_env = self._pool, pool, False
+        return previous
+
+    def shutdown_pool(self) -> None:
+        """Shut the pool down; the next use reads the environment again."""
+        pool = self.set_pool(None)
+        if pool is not None:
+            pool.shutdown()
+
     def reset(self, plugins: bool = False) -> None:
-        """Forget what was learnt from the environment: compiled binaries in memory, the cache handle,
-        memoised calls and kernel facts; with ``plugins``, the loaded plugins too (reloaded on next use)."""
+        """Forget what was learnt from the environment, as a new process would: compiled binaries in
+        memory, the cache handle, memoised calls and kernel facts; with ``plugins``, the loaded plugins
+        too (reloaded on next use). Warm workers stay: they hold nothing but their imports, and the
+        pool follows the environment by itself."""
         self.compiler.reset()
         self.kernels.clear()
         self.memo.clear()
@@ -44,8 +88,14 @@ class ProcessState:
             with self._lock:
                 self._host = None
 
+    def _after_fork_in_child(self) -> None:
+        """A forked child must not share its parent's workers, nor a lock left behind."""
+        self._lock = threading.Lock()
+        self._pool = None
+
 
 state = ProcessState()
+os.register_at_fork(after_in_child=state._after_fork_in_child)
 
 
 def register_plugin(plugin: object, name: str | None = None) -> BackendInfo:
@@ -66,5 +116,6 @@ def backend_for(platform: str) -> BackendInfo:
 
 
 def compile_stats() -> dict[str, float]:
-    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``."""
-    return dict(state.compiler.stats)
+    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``, and the remote
+    tier's ``remote_hits``, ``remote_waits``, ``remote_published``, ``remote_errors``."""
+    return {**state.compiler.stats, **state.compiler.remote.counters()}

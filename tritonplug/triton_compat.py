@@ -162,6 +162,25 @@ def kernel_source_error_line(exc: BaseException) -> int | None:
     return line if isinstance(line, int) else None
 
 
+def kernel_source_error_node(exc: BaseException) -> Any:
+    """The AST node (of the kernel's source) a kernel source error points at; None if unknown."""
+    return getattr(exc, "node", None)
+
+
+def kernel_source_error_message(exc: BaseException) -> str:
+    """Triton's own words for a kernel source error, without the source excerpt: the innermost
+    message along the chain of causes (an error in a called ``@triton.jit`` function is wrapped)."""
+    message, seen = "", set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = getattr(current, "error_message", None) if isinstance(current, CompilationError) else str(current)
+        if text:
+            message = str(text)
+        current = current.__cause__ or current.__context__
+    return message.strip().splitlines()[-1] if message.strip() else str(exc).strip().splitlines()[-1]
+
+
 def environment_key() -> tuple[tuple[str, str], ...]:
     """``TRITON_*`` variables can change generated code, so they enter the cache key."""
     ignored = {"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR"}

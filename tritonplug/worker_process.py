@@ -1,5 +1,6 @@
-"""The parent's handle on one compile-worker process: framed messages over its pipes, with
-deadlines, and killing its whole process group. ``_worker_main`` is the other end."""
+"""The parent's side of one compile-worker process: starting it (:func:`start_worker`), framed
+messages over its pipes with deadlines, killing its whole process group, and reading what it left
+in its log and stderr files. ``_worker_main`` is the other end."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -90,3 +95,62 @@ class WorkerProcess:
         with contextlib.suppress(ValueError):
             return f"was killed by signal {signal.Signals(-code).name}"
         return f"was killed by signal {-code}"
+
+
+def start_worker(log_path: str, preload: Sequence[str]) -> WorkerProcess:
+    """Start ``python -m tritonplug._worker_main`` from a clean interpreter, its stderr in ``log_path``.
+
+    It runs in a session (process group) of its own, so killing it takes its ptxas children too;
+    it imports ``preload`` in the background while this returns.
+    """
+    command = [sys.executable, "-m", "tritonplug._worker_main", str(os.getpid()), *preload]
+
+    def popen() -> subprocess.Popen:
+        with open(log_path, "wb") as log_file:
+            return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=log_file, close_fds=True, start_new_session=True,
+                                    env=child_env(), bufsize=0)
+    return WorkerProcess(_spawner.submit(popen).result(), log_path)
+
+
+def child_env() -> dict[str, str]:
+    """The parent's environment, with the directory holding this ``tritonplug`` first on PYTHONPATH."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    return env
+
+
+def take_text(path: str) -> str:
+    """The last 16 KiB of a file (a worker's log, a job's stderr), which is then removed; "" when it
+    does not exist."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, os.fstat(file.fileno()).st_size - 16384))
+            text = file.read().decode(errors="replace")
+        os.remove(path)
+        return text
+    except OSError:
+        return ""
+
+
+def _new_spawner() -> ThreadPoolExecutor:
+    """The one long-lived thread that starts every worker.
+
+    Linux sends PR_SET_PDEATHSIG when the *thread* that started the child exits, not the process:
+    workers started from a user's short-lived thread would die with it. (An executor's thread
+    lives until interpreter exit.)
+    """
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="tritonplug-worker-spawner")
+
+
+def _after_fork_in_child() -> None:
+    """A forked child gets a spawner thread of its own: the parent's did not come along."""
+    global _spawner
+    _spawner = _new_spawner()
+
+
+_spawner = _new_spawner()
+os.register_at_fork(after_in_child=_after_fork_in_child)

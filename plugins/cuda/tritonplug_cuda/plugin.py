@@ -6,18 +6,23 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
 from tritonplug_cuda import __version__, compat
 
 ARCH_VARIABLE = "TRITONPLUG_CUDA_ARCH"
 MODULE_IMAGE_VARIABLE = "TRITONPLUG_CUDA_MODULE_IMAGE"
+#: ``num_ctas`` values a GPU with thread-block clusters (sm_90+) launches: a portable cluster's sizes.
+CLUSTER_SIZES = (1, 2, 4, 8)
 
 
 @hookimpl
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("cuda", ("cuda",), f"{__version__}+triton{compat.TRITON_VERSION}",
-                       "NVIDIA GPUs through jaxlib's Triton kernel-call runtime")
+                       "NVIDIA GPUs through jaxlib's Triton kernel-call runtime",
+                       option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))),
+                       max_grid=plugin_kit.CUDA_MAX_GRID)
 
 
 def _parse_capability(value: Any, source: str) -> int:
@@ -47,33 +52,20 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
     return Target("cuda", "cuda", capability, 32, "cuda")
 
 
-def _positive_power_of_two(name: str, value: Any, limit: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value & (value - 1) or value > limit:
-        raise ValueError(f"{name} must be a power of two between 1 and {limit}, got {value!r}")
-    return value
-
-
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
     options = {k: v for k, v in call_options.items() if v is not None}
-    options["num_warps"] = _positive_power_of_two("num_warps", options.get("num_warps", 4), 32)
-    stages = options.get("num_stages", 3)
-    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 0:
-        raise ValueError(f"num_stages must be a non-negative int, got {stages!r}")
-    options["num_stages"] = stages
+    options["num_warps"] = plugin_kit.power_of_two("num_warps", options.get("num_warps", 4), 32)
+    options["num_stages"] = plugin_kit.int_in_range("num_stages", options.get("num_stages", 3), 0)
     ctas = options.get("num_ctas", 1)
-    if isinstance(ctas, bool) or not isinstance(ctas, int) or not 1 <= ctas <= 16:
-        raise ValueError(f"num_ctas must be an int between 1 and 16, got {ctas!r}")
-    if ctas > 1 and int(target.arch) < 90:
-        raise ValueError(f"num_ctas={ctas} needs thread-block clusters (compute capability 90+); "
-                         f"the target is sm_{target.arch}")
-    for flag in ("enable_fp_fusion", "debug"):
-        if flag in options and not isinstance(options[flag], bool):
-            raise TypeError(f"{flag} must be a bool, got {options[flag]!r}")
-    unknown = sorted(set(options) - compat.OPTION_NAMES)
-    if unknown:
-        raise ValueError(f"unknown CUDA backend option(s) {unknown} in backend_options; "
-                         f"Triton's CUDAOptions has {sorted(compat.OPTION_NAMES)}")
+    if ctas != 1 and int(target.arch) < 90:
+        raise ValueError(f"num_ctas={ctas!r} needs thread-block clusters (compute capability 90+); "
+                         f"the target is sm_{target.arch}, where num_ctas must be 1")
+    if ctas not in CLUSTER_SIZES:
+        raise ValueError(f"num_ctas must be one of {CLUSTER_SIZES} on sm_{target.arch} (the thread blocks of a "
+                         f"portable cluster), got {ctas!r}")
+    plugin_kit.check_bools(options)
+    plugin_kit.check_known_options(options, compat.OPTIONS_CLASS, "CUDA")
     return Options.from_mapping(options)
 
 
@@ -85,12 +77,6 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> GpuKernel:
-    meta = binary.metadata
     use_cubin = os.environ.get(MODULE_IMAGE_VARIABLE, "1") != "0"
-    return GpuKernel(
-        kernel_name=meta["name"], num_warps=meta["num_warps"], num_ctas=meta.get("num_ctas", 1),
-        shared_mem_bytes=meta.get("shared", 0), image=binary.images["ptx"].decode(),
-        ttir=binary.images.get("ttir", b"").decode(), compute_capability=int(target.arch), launch=launch,
-        module_image=binary.images["cubin"] if use_cubin else None,
-        global_scratch_size=meta.get("global_scratch_size", 0),
-        global_scratch_align=meta.get("global_scratch_align", 1))
+    return plugin_kit.gpu_kernel(binary, launch, binary.images["ptx"].decode(), int(target.arch),
+                                 module_image=binary.images["cubin"] if use_cubin else None)

@@ -1,4 +1,5 @@
-"""The interpreter backend's hooks: CPU targets, GPU-compatible option checks, no binary."""
+"""The CPU backend's hooks: CPU targets, GPU-compatible option checks, TTIR as the binary, and kernels
+compiled by XLA from it (or run in Triton's interpreter)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, JaxKernel, Launch, Options, Target
 from tritonplug_interpret import __version__, compat, paths, runner
@@ -14,8 +16,9 @@ from tritonplug_interpret.checked import OutOfBoundsAccess
 __all__ = ["CHECK_VARIABLE", "OutOfBoundsAccess"]
 
 CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
-#: Triton's front end runs as for an sm_90 GPU: the most generic TTIR (every fp8 type is legal, no
-#: lowering decisions are taken before TTIR); the CPU paths use none of the GPU specifics.
+#: Triton's front end runs as for an sm_90 GPU, so a kernel's source errors, and arguments it cannot
+#: use, are refused on the CPU as on a GPU; its TTIR is the most generic (every fp8 type is legal), and
+#: neither CPU path uses the GPU specifics.
 FRONT_END_ARCH = 90
 
 
@@ -24,7 +27,8 @@ def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("interpret", ("cpu", ), f"{__version__}+triton{compat.TRITON_VERSION}",
                        "Triton kernels on the CPU: their TTIR compiled by XLA, or Triton's interpreter "
                        f"({paths.PATH_VARIABLE}=xla|interpret; bounds-checked when {CHECK_VARIABLE}=1)",
-                       ir_stages=("ttir",), cache_binaries=True, compile_in_worker=False, autotune="first")
+                       ir_stages=("ttir",), cache_binaries=True, compile_in_worker=False, autotune="first",
+                       option_names=compat.GPU_OPTION_NAMES, max_grid=plugin_kit.CUDA_MAX_GRID)
 
 
 @hookimpl
@@ -35,43 +39,33 @@ def tritonplug_detect_target(platform: str, device: Any | None,
     return Target(backend="interpret", platform="cpu", arch=FRONT_END_ARCH, warp_size=32, triton_backend="cuda")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
-    """Check the options as a GPU backend would, so a call that runs here also runs there.
+    """Check the options as the GPU the front end compiles for (sm_90) would, so a call that runs here
+    also runs there.
 
-    The interpreter ignores them all; options of other backends are accepted (portability)
-    as long as they are hashable.
+    The interpreter ignores them all; options of Triton's GPU backends (CUDA's and AMD's) are accepted
+    (portability), any other name is refused.
     """
     options = {k: v for k, v in call_options.items() if v is not None}
-    warps = options.get("num_warps")
-    if warps is not None and (not _is_int(warps) or warps <= 0 or warps & (warps - 1)):
-        raise ValueError(f"num_warps must be a positive power of two, got {warps!r}")
-    stages = options.get("num_stages")
-    if stages is not None and (not _is_int(stages) or stages < 0):
-        raise ValueError(f"num_stages must be a non-negative int, got {stages!r}")
-    ctas = options.get("num_ctas")
-    if ctas is not None and (not _is_int(ctas) or ctas < 1):
-        raise ValueError(f"num_ctas must be an int >= 1, got {ctas!r}")
-    for flag in ("enable_fp_fusion", "debug"):
-        if flag in options and not isinstance(options[flag], bool):
-            raise TypeError(f"{flag} must be a bool, got {options[flag]!r}")
-    for name, value in options.items():
-        try:
-            hash(value)
-        except TypeError:
-            raise TypeError(f"option {name} must be hashable, got {type(value).__name__} {value!r}") from None
+    if "num_warps" in options:
+        plugin_kit.power_of_two("num_warps", options["num_warps"], 32)
+    if "num_stages" in options:
+        plugin_kit.int_in_range("num_stages", options["num_stages"], 0)
+    if options.get("num_ctas", 1) not in (1, 2, 4, 8):
+        raise ValueError(f"num_ctas must be one of (1, 2, 4, 8) (the thread blocks of a portable cluster on "
+                         f"sm_90), got {options['num_ctas']!r}")
+    plugin_kit.check_bools(options)
+    plugin_kit.check_hashable(options)
+    plugin_kit.check_option_names(options, compat.GPU_OPTION_NAMES, "interpret",
+                                  "Triton's GPU backends (CUDAOptions, HIPOptions)")
     return Options.from_mapping(options)
 
 
 @hookimpl
 def tritonplug_compile(job: CompileJob) -> Binary:
-    """The binary is the kernel's TTIR after Triton's clean-up passes (cached on disk like any binary)."""
-    if not job.ir:
-        return Binary(job.kernel_name, "interpret", {}, {})
+    """The binary is the kernel's TTIR after Triton's clean-up passes (cached on disk like any binary):
+    the XLA path translates it; the interpreter runs the source."""
     return Binary(job.kernel_name, "ttir", {"ttir": compat.canonical_ttir(job.ir).encode()}, {})
 
 

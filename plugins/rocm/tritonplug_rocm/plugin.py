@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
 from tritonplug_rocm import __version__, compat
@@ -19,7 +20,8 @@ _HSACO_DIR = os.path.join(tempfile.gettempdir(), f"tritonplug-hsaco-{os.getuid()
 @hookimpl
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("rocm", ("rocm",), f"{__version__}+triton{compat.TRITON_VERSION}",
-                       "AMD GPUs through jaxlib's Triton kernel-call runtime")
+                       "AMD GPUs through jaxlib's Triton kernel-call runtime",
+                       option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))))
 
 
 def _parse_arch(value: Any, source: str) -> str:
@@ -46,21 +48,12 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
     options = {k: v for k, v in call_options.items() if v is not None}
-    warps = options.setdefault("num_warps", 4)
-    if isinstance(warps, bool) or not isinstance(warps, int) or warps <= 0 or warps & (warps - 1) or warps > 16:
-        raise ValueError(f"num_warps must be a power of two between 1 and 16, got {warps!r}")
-    stages = options.setdefault("num_stages", 2)
-    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 0:
-        raise ValueError(f"num_stages must be a non-negative int, got {stages!r}")
+    options["num_warps"] = plugin_kit.power_of_two("num_warps", options.get("num_warps", 4), 16)
+    options["num_stages"] = plugin_kit.int_in_range("num_stages", options.get("num_stages", 2), 0)
     if options.get("num_ctas", 1) != 1:
         raise ValueError(f"num_ctas must be 1 on ROCm, got {options['num_ctas']!r}")
-    for flag in ("enable_fp_fusion", "debug"):
-        if flag in options and not isinstance(options[flag], bool):
-            raise TypeError(f"{flag} must be a bool, got {options[flag]!r}")
-    unknown = sorted(set(options) - compat.OPTION_NAMES)
-    if unknown:
-        raise ValueError(f"unknown ROCm backend option(s) {unknown} in backend_options; "
-                         f"Triton's HIPOptions has {sorted(compat.OPTION_NAMES)}")
+    plugin_kit.check_bools(options)
+    plugin_kit.check_known_options(options, compat.OPTIONS_CLASS, "ROCm")
     return Options.from_mapping(options)
 
 
@@ -78,10 +71,4 @@ def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> Gp
     fd, path = tempfile.mkstemp(suffix=".hsaco", dir=_HSACO_DIR)
     with os.fdopen(fd, "wb") as f:
         f.write(binary.images["hsaco"])
-    meta = binary.metadata
-    return GpuKernel(
-        kernel_name=meta["name"], num_warps=meta["num_warps"], num_ctas=meta.get("num_ctas", 1),
-        shared_mem_bytes=meta.get("shared", 0), image=path, ttir=binary.images.get("ttir", b"").decode(),
-        compute_capability=0, launch=launch,
-        global_scratch_size=meta.get("global_scratch_size", 0),
-        global_scratch_align=meta.get("global_scratch_align", 1))
+    return plugin_kit.gpu_kernel(binary, launch, path, compute_capability=0)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import ast
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
-from pathlib import Path
 
+import interpret_helpers
 import numpy as np
 import pytest
 import triton
 import triton.language as tl
+from interpret_helpers import negate
+from tritonplug_interpret import plugin
+from tritonplug_interpret.runner import OutOfBoundsAccess, run_launch
 
 from tritonplug.records import (
     ArrayParam,
@@ -23,22 +24,7 @@ from tritonplug.records import (
     Launch,
     Options,
     ScalarParam,
-    Target,
 )
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    tomllib = None
-
-PLUGIN_ROOT = Path(__file__).resolve().parent.parent / "plugins" / "interpret"
-sys.path.insert(0, str(PLUGIN_ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import interpret_helpers  # noqa: E402
-from interpret_helpers import negate  # noqa: E402
-from tritonplug_interpret import plugin  # noqa: E402
-from tritonplug_interpret.runner import OutOfBoundsAccess, run_launch  # noqa: E402
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 bfloat16 = ml_dtypes.bfloat16
@@ -697,41 +683,13 @@ def test_wrong_buffer_count_or_dtype_is_an_error():
 
 # ----------------------------------------------------------------------------- plugin hooks
 
-def test_backend_info_and_target():
-    info = plugin.tritonplug_backend_info()
-    assert info.name == "interpret" and info.platforms == ("cpu", ) and info.version
-    target = plugin.tritonplug_detect_target("cpu", None, {})
-    assert (info.ir_stages, info.compile_in_worker, info.autotune, info.cache_binaries) == (("ttir",), False,
-                                                                                            "first", True)
-    assert target == Target(backend="interpret", platform="cpu", arch=plugin.FRONT_END_ARCH, warp_size=32,
-                            triton_backend="cuda")
-    assert plugin.tritonplug_detect_target("cuda", None, {}) is None
-
-
-def test_parse_options_validates_like_a_gpu_backend():
-    target = plugin.tritonplug_detect_target("cpu", None, {})
-    parse = plugin.tritonplug_parse_options
-    options = parse(target, {"num_warps": 8, "num_stages": 0, "num_ctas": 1, "enable_fp_fusion": False,
-                             "debug": None, "maxnreg": 128, "waves_per_eu": None})
-    assert options == Options.from_mapping({"num_warps": 8, "num_stages": 0, "num_ctas": 1,
-                                            "enable_fp_fusion": False, "maxnreg": 128})
-    assert parse(target, {"num_warps": None}) == Options()
-    for bad, error in [({"num_warps": 3}, ValueError), ({"num_warps": 0}, ValueError),
-                       ({"num_warps": True}, ValueError), ({"num_stages": -1}, ValueError),
-                       ({"num_stages": 1.5}, ValueError), ({"num_ctas": 0}, ValueError),
-                       ({"enable_fp_fusion": 1}, TypeError), ({"debug": "yes"}, TypeError),
-                       ({"some_option": [1, 2]}, TypeError)]:
-        name = next(iter(bad))
-        with pytest.raises(error, match=name):
-            parse(target, bad)
-
-
 def test_compile_and_make_kernel(monkeypatch):
     target = plugin.tritonplug_detect_target("cpu", None, {})
-    job = CompileJob("interpret", "add_kernel", target, Options(), "", "")
+    job = CompileJob("interpret", "add_kernel", target, Options(), "module {}", "ttir")
     binary = plugin.tritonplug_compile(job)
-    assert (binary.kernel_name, binary.format, dict(binary.images), dict(binary.metadata)) == \
-        ("add_kernel", "interpret", {}, {})
+    assert (binary.kernel_name, binary.format, list(binary.images), dict(binary.metadata)) == \
+        ("add_kernel", "ttir", ["ttir"], {})
+    assert binary.images["ttir"].decode().startswith("module")  # canonicalised by Triton's passes
     n = 10
     x = np.arange(n, dtype=np.float32)
     out = np.zeros(2, np.float32)
@@ -750,35 +708,6 @@ def test_compile_and_make_kernel(monkeypatch):
             plugin.tritonplug_make_kernel(target, binary, make_launch(
                 copy_kernel, (1, ), launch.params, launch.arg_names, [x], [big])).run([x], [big])
             np.testing.assert_array_equal(big, x)
-
-
-@pytest.mark.skipif(tomllib is None, reason="needs tomllib (Python 3.11+)")
-def test_distribution_metadata():
-    meta = tomllib.loads((PLUGIN_ROOT / "pyproject.toml").read_text())
-    project = meta["project"]
-    assert project["name"] == "tritonplug-interpret"
-    assert set(project["dependencies"]) == {"tritonplug", "triton>=3.6,<3.10", "numpy", "jax>=0.10"}
-    assert project["entry-points"]["tritonplug.backends"] == {"interpret": "tritonplug_interpret.plugin"}
-    assert meta["build-system"]["build-backend"] == "setuptools.build_meta"
-    assert meta["tool"]["setuptools"]["packages"] == ["tritonplug_interpret", "tritonplug_interpret.xla"]
-
-
-def test_plugin_imports_only_what_it_may():
-    allowed_host = {"tritonplug.hookspecs", "tritonplug.records"}
-    for path in sorted((PLUGIN_ROOT / "tritonplug_interpret").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module]
-            for name in names:
-                top = name.split(".")[0]
-                assert top != "jax" and top != "torch", f"{path.name} imports {name}"
-                if top == "tritonplug":
-                    assert name in allowed_host, f"{path.name} imports {name}"
-                assert top in {"tritonplug", "tritonplug_interpret", "triton", "numpy", "__future__"} or \
-                    top in sys.stdlib_module_names, f"{path.name} imports {name}"
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are already interpreted")

@@ -1,0 +1,1 @@
+"""tritonplug-redis: a fleet-wide kernel cache for tritonplug on a Redis server (see plugin.py)."""

@@ -1,0 +1,55 @@
+"""Helpers the test modules import: which backends are installed, which devices are visible, and
+marks that skip (with a reason) what this environment cannot run. Fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from pathlib import Path
+
+import pytest
+
+#: The repository's root directory.
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def installed_backends() -> set[str]:
+    return {ep.name for ep in importlib.metadata.entry_points(group="tritonplug.backends")}
+
+
+def gpu_platforms() -> list[str]:
+    import jax
+
+    found = []
+    for platform in ("cuda", "rocm"):
+        try:
+            if jax.devices(platform):
+                found.append(platform)
+        except RuntimeError:
+            pass
+    return found
+
+
+def requires_backend(name: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(name not in installed_backends(),
+                              reason=f"the tritonplug-{name} plugin is not installed in this environment "
+                                     f"(its tests run in `tox -e {'cpu' if name == 'interpret' else name}`)")
+
+
+def for_backend(name: str):
+    """Mark a test as exercising backend ``name`` (tox selects by marker) and skip it where not installed."""
+    def apply(test):
+        return getattr(pytest.mark, name)(requires_backend(name)(test))
+    return apply
+
+
+requires_cuda_device = pytest.mark.skipif(
+    "cuda" not in os.environ.get("TRITONPLUG_TEST_PLATFORMS", "cuda") or not any(p == "cuda" for p in gpu_platforms()),
+    reason="no CUDA device is visible")
+
+
+def execution_platforms() -> list:
+    """Platforms numeric tests run on: the interpreter on CPU, and each visible GPU."""
+    params = [pytest.param("cpu", marks=requires_backend("interpret"))]
+    params.append(pytest.param("cuda", marks=[pytest.mark.cuda, requires_backend("cuda"), requires_cuda_device]))
+    return params

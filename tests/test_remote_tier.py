@@ -1,0 +1,185 @@
+"""The remote tier's host side: cache plugins loaded and reported like backends, and JAX's coordination service
+as a zero-setup tier shared by the processes of one ``jax.distributed`` job (real processes on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tritonplug import cache_hookspecs, cache_plugins
+from tritonplug.cache_records import RemoteCacheInfo
+from tritonplug.remote_cache import RemoteCaches, configured_url
+
+CHILD = Path(__file__).resolve().parent / "fleet_child.py"
+# The hosts lower for sm_90 (a cacheable target) without a GPU: they need the CUDA backend. Marked `cuda` (not
+# conftest's helper: `tox -e remote` also loads plugins/redis/tests/conftest.py, and `import conftest` is ambiguous).
+_no_cuda_backend = pytest.mark.skipif(
+    "cuda" not in {ep.name for ep in importlib.metadata.entry_points(group="tritonplug.backends")},
+    reason="the tritonplug-cuda plugin is not installed here (tox -e remote and tox -e cuda install it)")
+
+
+def lowers_for_cuda(test):
+    return pytest.mark.cuda(_no_cuda_backend(test))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_job(processes: int, configs: int, salt: int, **env: str) -> list[dict]:
+    """``processes`` hosts of one jax.distributed job (CPU), each with a cache directory of its own."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    children = []
+    for rank in range(processes):
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONPLUG_REMOTE")}
+        child_env.update(TRITONPLUG_CACHE_DIR=tempfile.mkdtemp(prefix="tritonplug-host-"), FLEET_RANK=str(rank),
+                         FLEET_COORDINATOR=coordinator, FLEET_PROCESSES=str(processes),
+                         TRITONPLUG_COMPILE_WORKERS="2", **env)
+        children.append(subprocess.Popen([sys.executable, str(CHILD), str(configs), str(salt)], env=child_env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    reports = []
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-4000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports
+
+
+@lowers_for_cuda
+def test_processes_of_one_jax_distributed_job_compile_each_key_once() -> None:
+    reports = start_job(3, 4, 201)
+    assert sum(r["stats"]["compiled"] for r in reports) == 4
+    assert sum(r["stats"]["remote_published"] for r in reports) == 4
+    for r in reports:
+        assert r["stats"]["compiled"] + r["stats"]["remote_hits"] == 4 and not r["warnings"]
+
+
+@lowers_for_cuda
+def test_the_coordination_tier_can_be_turned_off() -> None:
+    reports = start_job(2, 2, 202, TRITONPLUG_REMOTE_CACHE="off")
+    assert [r["stats"]["compiled"] for r in reports] == [2, 2]
+    assert all(r["stats"]["remote_hits"] == 0 for r in reports)
+
+
+class NoOpenHook:
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_info() -> RemoteCacheInfo:
+        return RemoteCacheInfo("half", ("half",), "1")
+
+
+class RaisingInfo:
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_info() -> RemoteCacheInfo:
+        raise RuntimeError("boom")
+
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_open(url: str) -> None:
+        return None
+
+
+class ReturnsJunk:
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_info() -> RemoteCacheInfo:
+        return RemoteCacheInfo("junk", ("junk",), "1")
+
+    @staticmethod
+    @cache_hookspecs.hookimpl
+    def tritonplug_cache_open(url: str) -> object:
+        return object()
+
+
+@pytest.mark.parametrize(("plugin", "message"), [
+    (NoOpenHook, "lacks hooks ['tritonplug_cache_open']"),
+    (RaisingInfo, "raised in tritonplug_cache_info: RuntimeError: boom"),
+])
+def test_a_broken_cache_plugin_is_reported_by_name(plugin: type, message: str) -> None:
+    plugins = cache_plugins.CachePlugins()
+    with pytest.warns(RuntimeWarning, match="cache plugin 'broken'") as caught:
+        assert plugins.register(plugin, "broken", "test") is None
+    assert message in str(caught[0].message) and message in plugins.problems[0]
+    assert plugins.register(ReturnsJunk, "junk", "test") is not None  # the next plugin still loads
+
+
+def test_a_store_without_the_store_methods_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    plugins = cache_plugins.CachePlugins()
+    plugins.register(ReturnsJunk, "junk", "test")
+    with pytest.raises(Exception, match="lacks the RemoteStore methods"):
+        plugins.for_url("junk://x").open("junk://x")
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("nosuch://host", "no cache plugin serves the scheme 'nosuch'"),
+    ("jax://", "needs jax.distributed.initialize"),
+    ("jax://?mode=write", "mode must be 'read' or 'readwrite'"),
+])
+def test_an_unusable_url_warns_and_lowering_goes_on_without_a_remote_tier(monkeypatch: pytest.MonkeyPatch,
+                                                                          url: str, message: str) -> None:
+    monkeypatch.setenv("TRITONPLUG_REMOTE_CACHE", url)
+    caches = RemoteCaches()
+    with pytest.warns(RuntimeWarning, match="no remote kernel cache") as caught:
+        assert caches.current() is None
+    assert message in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert caches.current() is None  # warned once, not on every compile
+    assert message in caches.status()
+
+
+def test_off_and_unset_mean_no_tier(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value in ("off", "0", ""):
+        monkeypatch.setenv("TRITONPLUG_REMOTE_CACHE", value)
+        assert configured_url() is None  # this process never ran jax.distributed.initialize
+    assert "none" in RemoteCaches().status()
+
+
+def test_passwords_are_redacted() -> None:
+    assert cache_plugins.redact("redis://user:pa55@host:1/0") == "redis://user:***@host:1/0"
+    assert cache_plugins.redact("redis://:pa55@host:1/0") == "redis://:***@host:1/0"
+    assert cache_plugins.redact("redis://host:1/0") == "redis://host:1/0"
+
+
+CLAIMS_SCRIPT = """
+import os, sys, time
+os.environ["JAX_PLATFORMS"] = "cpu"
+import jax
+jax.distributed.initialize(sys.argv[1], 1, 0, initialization_timeout=60)
+from tritonplug import jax_compat
+from tritonplug.jax_coordination_cache import CoordinationStore
+runtime = jax_compat.distributed_runtime()
+a, b = (CoordinationStore(runtime, writable=True, max_entry_bytes=0) for _ in range(2))
+reader = CoordinationStore(runtime, writable=False, max_entry_bytes=0)
+assert a.get("k") is None and a.put("k", b"v") and b.get("k") == b"v"
+assert not reader.put("k", b"w") and not reader.claim("k", 5) and a.get("k") == b"v"
+assert a.claim("k", 0.5) and a.claim("k", 0.5), "taken, then renewed"
+assert not b.claim("k", 0.5), "a live claim of another holder"
+time.sleep(0.7)
+assert b.claim("k", 5), "an expired claim is taken over"
+assert not a.claim("k", 5), "the old holder learns it lost the claim"
+b.release("k")
+assert a.claim("k", 5) and not b.claim("k", 5), "a released claim is free again"
+a.release("k")
+b.release("k")  # not b's: no effect
+assert b.claim("k", 5)
+print("claims ok")
+"""
+
+
+def test_coordination_store_claims_expire_renew_and_release() -> None:
+    done = subprocess.run([sys.executable, "-c", CLAIMS_SCRIPT, f"127.0.0.1:{free_port()}"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "claims ok" in done.stdout, done.stderr[-4000:]
