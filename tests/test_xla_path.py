@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-from conftest import requires_backend
+from helpers import requires_backend
 from xla_kernels import (
     atomics_kernel,
     bf16_kernel,
