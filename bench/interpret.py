@@ -1,16 +1,17 @@
-"""CPU: tritonplug's interpret backend vs Triton's own interpreter on the same kernel and data.
+"""CPU: tritonplug's two CPU paths vs Triton's own interpreter vs jnp, same kernels and data.
 
     python bench/interpret.py [--reps 7] [--warmup 2] [--out bench/results/interpret-cpu.json]
-                              [--only add,softmax] [--profile add-2^20]
+                              [--only add-2^18,softmax-256x1024] [--profile add-2^20]
 
-``tritonplug``: a jitted function around ``tritonplug.triton_call`` on the CPU platform (the
-interpret plugin runs the kernel in an XLA FFI call). ``direct``: Triton's interpreter called
-as Triton runs it under ``TRITON_INTERPRET=1`` —
-``InterpretedFunction(kernel.fn)[grid](...)`` — on torch-free stand-ins for CPU tensors that,
-like torch CPU tensors, are never copied.
-Both run the examples' kernels on the same NumPy data, alternating call by call; the ratio is
-tritonplug / direct (goal: ≤ 1.2). ``--profile NAME`` prints a cProfile of the tritonplug
-path of one case instead.
+``xla``: a jitted function around ``tritonplug.triton_call`` on the CPU platform with the
+kernel's TTIR translated to JAX operations and compiled by XLA (``TRITONPLUG_CPU_PATH=xla``,
+the default). ``interpret``: the same call lowered with ``TRITONPLUG_CPU_PATH=interpret`` (the
+plugin runs Triton's interpreter in an XLA FFI call). ``direct``: Triton's interpreter called as
+Triton runs it under ``TRITON_INTERPRET=1`` — ``InterpretedFunction(kernel.fn)[grid](...)`` — on
+torch-free stand-ins for CPU tensors that, like torch CPU tensors, are never copied. ``jnp``: the
+same computation written in jax.numpy, jitted. All run on the same NumPy data, alternating call by
+call. ``speedup`` is direct / impl (goal for xla: >= 20), ``vs_jnp`` is impl / jnp (goal for xla:
+<= 3). ``--profile NAME`` prints a cProfile of the xla path of one case instead.
 """
 
 from __future__ import annotations
@@ -147,6 +148,8 @@ class Case:
     name: str
     description: str
     ours: Callable[[], Any]      # returns a jax array (synchronised by the timer)
+    interpret: Callable[[], Any]  # the same call lowered for the interpreter path
+    jnp: Callable[[], Any]       # the computation in jax.numpy
     direct: Callable[[], Any]    # fills `direct_out` in place
     direct_out: np.ndarray
     reference: np.ndarray
@@ -158,12 +161,34 @@ def _sync(out: Any) -> None:
         out.block_until_ready()
 
 
+def on_path(path: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``jax.jit(fn)`` lowered (on its first call) with ``TRITONPLUG_CPU_PATH=path``."""
+    jitted = jax.jit(lambda *args: fn(*args))  # a function of its own: jit caches per function
+    lowered: list[Any] = []
+
+    def call(*args: Any) -> Any:
+        if not lowered:
+            saved = os.environ.get("TRITONPLUG_CPU_PATH")
+            os.environ["TRITONPLUG_CPU_PATH"] = path
+            try:
+                lowered.append(jitted.lower(*args).compile())
+            finally:
+                if saved is None:
+                    del os.environ["TRITONPLUG_CPU_PATH"]
+                else:
+                    os.environ["TRITONPLUG_CPU_PATH"] = saved
+        return lowered[0](*args)
+
+    return call
+
+
 def add_case(n: int, block: int = 1024) -> Case:
     ex = load_example("add")
     rng = np.random.default_rng(n)
     x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
     jx, jy = jnp.asarray(x), jnp.asarray(y)
-    ours = jax.jit(lambda a, b: ex.add(a, b, block))
+    xla, interp = (on_path(p, lambda a, b: ex.add(a, b, block)) for p in ("xla", "interpret"))
+    plain = jax.jit(lambda a, b: a + b)
     out = np.empty_like(x)
     grid = (tritonplug.cdiv(n, block), )
     kernel = direct_launch(ex.add_kernel, grid)
@@ -171,21 +196,24 @@ def add_case(n: int, block: int = 1024) -> Case:
     log2 = n.bit_length() - 1
     label = f"2^{log2}" if n == 1 << log2 else str(n)
     return Case(f"add-{label}", f"add fp32 n={label} BLOCK={block} ({grid[0]} programs)",
-                lambda: ours(jx, jy), lambda: kernel(hx, hy, n, hout, BLOCK=block), out, x + y, 0.0)
+                lambda: xla(jx, jy), lambda: interp(jx, jy), lambda: plain(jx, jy),
+                lambda: kernel(hx, hy, n, hout, BLOCK=block), out, x + y, 0.0)
 
 
 def softmax_case(rows: int = 256, cols: int = 1024) -> Case:
     ex = load_example("softmax")
     x = np.random.default_rng(1).standard_normal((rows, cols), dtype=np.float32)
     jx = jnp.asarray(x)
-    ours = jax.jit(ex.softmax)
+    xla, interp = (on_path(p, ex.softmax) for p in ("xla", "interpret"))
+    plain = jax.jit(lambda v: jax.nn.softmax(v, axis=-1))
     block = 1 << (cols - 1).bit_length()
     out = np.empty_like(x)
     kernel = direct_launch(ex.softmax_kernel, (rows, ))
     hx, hout = HostTensor.of(x), HostTensor.of(out)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return Case(f"softmax-{rows}x{cols}", f"softmax fp32 {rows} rows x {cols} cols BLOCK={block} ({rows} programs)",
-                lambda: ours(jx), lambda: kernel(hx, cols, cols, hout, BLOCK=block), out,
+                lambda: xla(jx), lambda: interp(jx), lambda: plain(jx),
+                lambda: kernel(hx, cols, cols, hout, BLOCK=block), out,
                 e / e.sum(axis=1, keepdims=True), 1e-5)
 
 
@@ -202,20 +230,23 @@ def matmul_case(m: int = 128, n: int = 128, k: int = 128, block: int = 32) -> Ca
         return tritonplug.triton_call(a, b, m, n, k, k, 1, n, 1, n, 1, kernel=jit_fn,
                                       out_shape=jax.ShapeDtypeStruct((m, n), a.dtype), grid=(programs, ), **meta)
 
-    ours = jax.jit(call)
+    xla, interp = (on_path(p, call) for p in ("xla", "interpret"))
+    plain = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
     out = np.empty((m, n), np.float32)
     kernel = direct_launch(jit_fn, (programs, ))
     ha, hb, hc = HostTensor.of(a), HostTensor.of(b), HostTensor.of(out)
     return Case(f"matmul-{m}x{n}x{k}", f"matmul fp32 {m}x{n}x{k} blocks {block}^3 ({programs} programs)",
-                lambda: ours(ja, jb), lambda: kernel(ha, hb, m, n, k, k, 1, n, 1, n, 1, hc, **meta),
+                lambda: xla(ja, jb), lambda: interp(ja, jb), lambda: plain(ja, jb),
+                lambda: kernel(ha, hb, m, n, k, k, 1, n, 1, n, 1, hc, **meta),
                 out, a @ b, 1e-3)
 
 
 CASES: dict[str, Callable[[], Case]] = {
-    "add-2^16": lambda: add_case(1 << 16),
+    "add-2^18": lambda: add_case(1 << 18),
     "add-2^20": lambda: add_case(1 << 20),
     "softmax-256x1024": softmax_case,
     "matmul-128x128x128": matmul_case,
+    "matmul-256x256x256": lambda: matmul_case(256, 256, 256),
 }
 
 
@@ -223,11 +254,23 @@ CASES: dict[str, Callable[[], Case]] = {
 
 
 def _check(case: Case) -> None:
-    ours = np.asarray(case.ours())
+    ours, interp = np.asarray(case.ours()), np.asarray(case.interpret())
     case.direct()
-    for label, got in (("tritonplug", ours), ("direct", case.direct_out)):
+    for label, got in (("xla", ours), ("interpret", interp), ("direct", case.direct_out)):
         np.testing.assert_allclose(got, case.reference, rtol=case.tolerance, atol=case.tolerance,
                                    err_msg=f"{case.name}: {label} result differs from NumPy")
+
+
+def _add_ratios(results: Results) -> None:
+    for record in results.records:
+        direct = results.find(record["bench"], "direct")
+        plain = results.find(record["bench"], "jnp")
+        if not record.get("median_us"):
+            continue
+        if direct and direct.get("median_us"):
+            record["speedup"] = direct["median_us"] / record["median_us"]
+        if plain and plain.get("median_us"):
+            record["vs_jnp"] = record["median_us"] / plain["median_us"]
 
 
 def profile(case: Case, calls: int, top: int) -> str:
@@ -268,18 +311,17 @@ def main(argv: list[str] | None = None) -> int:
         with results.guard(name, "setup"):
             case = CASES[name]()
             _check(case)
-            samples = interleaved_seconds({"tritonplug": case.ours, "direct": case.direct}, args.reps,
-                                          args.warmup, _sync)
+            samples = interleaved_seconds({"xla": case.ours, "interpret": case.interpret, "direct": case.direct,
+                                           "jnp": case.jnp}, args.reps, args.warmup, _sync)
             for impl, s in samples.items():
                 results.add(name, impl, **summarize(s), median_ms=statistics.median(s) * 1e3,
                             description=case.description)
             print(f"{name}: done", file=sys.stderr)
-    results.add_ratios("direct", "ratio")
-    results.add_ratios("direct", "ratio_of_min", of="min_us")
-    print(format_table(results.records, ["bench", "impl", "median_ms", "ratio", "ratio_of_min", "min_us", "max_us",
+    _add_ratios(results)
+    print(format_table(results.records, ["bench", "impl", "median_ms", "speedup", "vs_jnp", "min_us", "max_us",
                                          "samples"]))
     path = write_json(args.out, results.records, reps=args.reps, warmup=args.warmup,
-                      goal="ratio tritonplug/direct <= 1.2")
+                      goal="xla: speedup (direct/xla) >= 20 and vs_jnp (xla/jnp) <= 3")
     print(f"wrote {path}")
     return 0 if all("error" not in r for r in results.records) else 1
 

@@ -39,14 +39,22 @@ def imported_modules(where: Path) -> Iterator[tuple[str, str]]:
                     yield path.name, node.module
 
 
+#: What a plugin may import from JAX when ``jax`` is among its third-party imports: the array API a
+#: :class:`~tritonplug.records.JaxKernel` is built from, never the tracing/lowering machinery.
+JAX_ARRAY_API = frozenset({"jax", "jax.numpy", "jax.lax", "jax.tree_util"})
+
+
 def assert_plugin_imports(package_dir: Path, third_party: set[str]) -> None:
-    """The plugin imports no JAX (nor torch), of the host only :data:`HOST_MODULES_FOR_PLUGINS`, and
-    otherwise only itself, the standard library and ``third_party``."""
+    """The plugin imports no jaxlib (nor torch) and JAX only if ``third_party`` names it (then only
+    :data:`JAX_ARRAY_API`), of the host only :data:`HOST_MODULES_FOR_PLUGINS`, and otherwise only
+    itself, the standard library and ``third_party``."""
     seen = set()
     for file, name in imported_modules(package_dir):
         top = name.split(".")[0]
         seen.add(top)
-        assert top not in ("jax", "jaxlib", "torch"), f"{file} imports {name}"
+        assert top not in ("jaxlib", "torch"), f"{file} imports {name}"
+        if top == "jax":  # only a plugin that builds JaxKernels, and only JAX's public array API
+            assert "jax" in third_party and name in JAX_ARRAY_API, f"{file} imports {name}"
         if top == "tritonplug":
             assert name in HOST_MODULES_FOR_PLUGINS, f"{file} imports {name}"
         assert top in {"tritonplug", package_dir.name, "__future__", *third_party} or \

@@ -341,6 +341,7 @@ def unused_call(has_side_effect):
 @interpret
 @pytest.mark.parametrize("has_side_effect", [False, True])
 def test_has_side_effect_keeps_an_unused_call(has_side_effect, capfd):
+    # announce_kernel prints, which only the interpreter path does: the XLA path hands it over
     x = jax.device_put(jnp.full((1,), 7.0, jnp.float32), jax.devices("cpu")[0])  # the CPU's host kernel
     text = jax.jit(unused_call(has_side_effect)).lower(x).as_text()
     assert ("tritonplug_host_kernel" in text) == has_side_effect
@@ -365,7 +366,8 @@ COST = {"flops": 123, "bytes_accessed": 456}
 
 
 @interpret
-def test_cost_estimate_reaches_the_cpu_custom_call():
+def test_cost_estimate_reaches_the_cpu_custom_call(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "interpret")  # the XLA path has no custom call to annotate
     x = jnp.ones(8, jnp.float32)
     hlo = jax.jit(lambda x, y: add(x, y, cost_estimate=COST)).lower(x, x).compiler_ir("hlo").as_hlo_text()
     assert re.search(r"cost_estimate_json\s*=\s*.*flops\\22\s*:\s*123", hlo)
@@ -391,15 +393,17 @@ def export(fn, platforms, *specs, **kw):
 SPEC300 = jax.ShapeDtypeStruct((300,), jnp.float32)
 
 
-def test_export_needs_the_disabled_checks():
+def test_export_needs_the_disabled_checks(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "interpret")  # the XLA path exports with no custom call
     with pytest.raises(ValueError, match="tritonplug_host_kernel|triton_kernel_call"):
-        jax.export.export(jax.jit(add), platforms=["cpu"])(SPEC300, SPEC300)
+        jax.export.export(jax.jit(lambda x, y: add(x, y)), platforms=["cpu"])(SPEC300, SPEC300)
 
 
 @cuda
 @interpret
 def test_multi_platform_export_carries_both_kernels_and_runs_here(monkeypatch):
     monkeypatch.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "0")  # the payload then carries the PTX on every jaxlib
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "0")  # checked mode reports through a host callback
     restored = export(lambda x, y: add(x, y, compute_capability=90), ["cuda", "cpu"], SPEC300, SPEC300,
                       disabled_checks=tritonplug.export_disabled_checks())
     assert restored.platforms == ("cuda", "cpu")
@@ -407,14 +411,17 @@ def test_multi_platform_export_carries_both_kernels_and_runs_here(monkeypatch):
     (call,) = kernel_calls(module)
     kernel = call["kernel_call"]["kernel"]
     assert kernel["kernel_name"] == "add_kernel" and ".target sm_90" in kernel["ptx"]
-    assert "custom_call @tritonplug_host_kernel" in module
+    assert "custom_call @tritonplug_host_kernel" not in module  # the CPU kernel is compiled by XLA
     x, y = normal(300), normal(300)
     np.testing.assert_array_equal(np.asarray(restored.call(x, y)), x + y)
 
 
 @interpret
-def test_cpu_export_runs_in_this_process_only(tmp_path):
-    restored = export(add, ["cpu"], SPEC300, SPEC300, disabled_checks=tritonplug.export_disabled_checks())
+def test_cpu_export_runs_in_this_process_only(tmp_path, monkeypatch):
+    """On the interpreter path (the XLA path's export runs anywhere: tests/test_xla_path.py)."""
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "interpret")
+    restored = export(lambda x, y: add(x, y), ["cpu"], SPEC300, SPEC300,
+                      disabled_checks=tritonplug.export_disabled_checks())
     x, y = (jax.device_put(a, jax.devices("cpu")[0]) for a in (normal(300), normal(300)))
     np.testing.assert_array_equal(np.asarray(restored.call(x, y)), x + y)
 
@@ -456,7 +463,7 @@ print("RESULT", np.asarray(restored.call(x, x))[:3])
 
 @interpret
 def test_cpu_export_never_runs_another_processes_kernel(tmp_path):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TRITONPLUG_CPU_PATH": "interpret",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     blob = tmp_path / "add.jax_exported"
     for name, source in (("export_add.py", EXPORT_ADD), ("run_elsewhere.py", RUN_AFTER_OWN_KERNEL)):

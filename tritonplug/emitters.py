@@ -18,7 +18,7 @@ import numpy as np
 from tritonplug import host_ffi, jax_compat, jaxlib_compat, launch_payload
 from tritonplug.call import CallSpec, buffer_nbytes
 from tritonplug.kernel_call import encode_kernel_call
-from tritonplug.records import ArrayParam, GpuKernel, HostKernel, Launch
+from tritonplug.records import ArrayParam, GpuKernel, HostKernel, JaxKernel, Launch
 
 
 def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
@@ -26,6 +26,8 @@ def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, 
         return _emit_gpu(ctx, args, kernels, call)
     if len(kernels) == 1 and isinstance(kernels[0], HostKernel):
         return _emit_host(ctx, args, kernels[0], call)
+    if len(kernels) == 1 and isinstance(kernels[0], JaxKernel):
+        return _emit_jax(ctx, args, kernels[0])
     raise TypeError(f"backend for {platform!r} returned unsupported kernel objects: "
                     f"{sorted({type(k).__name__ for k in kernels})}")
 
@@ -78,6 +80,23 @@ def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec
     return host_ffi.lower_host_call(ctx, args, function_id=function_id,
                                     operand_output_aliases=dict(launch.aliases),
                                     has_side_effect=call.options.has_side_effect, extra_attributes=extra)
+
+
+def _emit_jax(ctx: Any, args: Sequence[Any], kernel: JaxKernel) -> Sequence[Any]:
+    """Inline a kernel written in JAX's array API: XLA compiles it with the rest of the program."""
+    from jax.interpreters import mlir
+
+    launch = kernel.launch
+    alias_of = {o: i for i, o in launch.aliases}
+
+    def run(*operands: Any) -> list[Any]:
+        import jax.numpy as jnp
+
+        results = [operands[alias_of[o]] if o in alias_of else jnp.zeros(spec.shape, spec.dtype)
+                   for o, spec in enumerate(launch.results)]
+        return list(kernel.fn(list(operands), results))
+
+    return mlir.lower_fun(run, multiple_results=True)(ctx, *args)
 
 
 def _zeroed_buffers(launch: Launch) -> list[int]:

@@ -30,6 +30,7 @@ from tritonplug.records import (
     CompileJob,
     GpuKernel,
     HostKernel,
+    JaxKernel,
     KernelObject,
     Launch,
     Options,
@@ -99,7 +100,7 @@ class Backend:
         return self._call("tritonplug_compile", (Binary,), job=job)
 
     def make_kernel(self, target: Target, binary: Binary, launch: Launch) -> KernelObject:
-        return self._call("tritonplug_make_kernel", (GpuKernel, HostKernel), target=target, binary=binary,
+        return self._call("tritonplug_make_kernel", (GpuKernel, HostKernel, JaxKernel), target=target, binary=binary,
                           launch=launch)
 
 

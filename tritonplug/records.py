@@ -7,7 +7,7 @@ These are the only types a plugin needs from the host besides the hook markers i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -223,4 +223,18 @@ class HostKernel:
     launch: Launch
 
 
-KernelObject = Union[GpuKernel, HostKernel]
+@dataclass(frozen=True)
+class JaxKernel:
+    """A kernel as a pure function of JAX arrays, inlined into the program and compiled by XLA.
+
+    ``fn(operands, results)`` returns the final results; ``results`` hold the initial contents
+    (aliased operands, zeroed outputs zeroed, others zeros). A plugin builds ``fn`` from JAX's
+    public array API only (``jax.numpy``, ``jax.lax``, ``jax.vmap``); the host traces and lowers it.
+    """
+
+    kernel_name: str
+    fn: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]]
+    launch: Launch
+
+
+KernelObject = Union[GpuKernel, HostKernel, JaxKernel]

@@ -23,7 +23,8 @@ def test_backend_info_and_target():
     # Triton's front end runs for the CPU as for sm_90, so source and argument errors match a GPU's
     assert target == Target(backend="interpret", platform="cpu", arch=90, warp_size=32, triton_backend="cuda")
     assert plugin.tritonplug_detect_target("cuda", None, {}) is None
-    assert (info.ir_stages, info.cache_binaries, info.compile_in_worker) == (("ttir",), True, False)
+    assert (info.ir_stages, info.cache_binaries, info.compile_in_worker, info.autotune) == (
+        ("ttir",), True, False, "first")
     assert info.max_grid == (2**31 - 1, 65535, 65535)
     assert {"num_warps", "maxnreg", "waves_per_eu"} <= set(info.option_names)
 
@@ -64,7 +65,7 @@ def test_parse_options_errors_say_what_was_expected(bad, message):
 
 
 def test_plugin_imports_only_what_it_may():
-    assert_plugin_imports(PLUGIN_ROOT / "tritonplug_interpret", third_party={"triton", "numpy"})
+    assert_plugin_imports(PLUGIN_ROOT / "tritonplug_interpret", third_party={"triton", "numpy", "jax"})
 
 
 @pytest.mark.skipif(_tomllib is None, reason="needs tomllib (Python 3.11+)")
@@ -72,7 +73,7 @@ def test_distribution_metadata():
     meta = distribution_metadata(PLUGIN_ROOT)
     project = meta["project"]
     assert project["name"] == "tritonplug-interpret"
-    assert set(project["dependencies"]) == {"tritonplug", "triton>=3.6,<3.10", "numpy"}
+    assert set(project["dependencies"]) == {"tritonplug", "triton>=3.6,<3.10", "numpy", "jax>=0.10"}
     assert project["entry-points"]["tritonplug.backends"] == {"interpret": "tritonplug_interpret.plugin"}
     assert meta["build-system"]["build-backend"] == "setuptools.build_meta"
-    assert meta["tool"]["setuptools"]["packages"] == ["tritonplug_interpret"]
+    assert meta["tool"]["setuptools"]["packages"] == ["tritonplug_interpret", "tritonplug_interpret.xla"]

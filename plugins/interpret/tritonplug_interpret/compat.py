@@ -126,3 +126,41 @@ def raw_load(addresses: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: 
 
 def raw_store(addresses: np.ndarray, values: np.ndarray, mask: np.ndarray) -> None:
     _native.store(addresses, values, mask)
+
+
+def canonical_ttir(text: str) -> str:
+    """Run Triton's own TTIR clean-up passes over front-end output and print it without locations.
+
+    The inliner removes ``tt.call``s (helpers, ``tl.sum`` …); canonicalisation, CSE and symbol DCE
+    drop the front end's dead code and unreachable blocks, so the XLA translator sees one
+    structured function. The same passes, in the same order, start every GPU backend's
+    ``make_ttir``. ``parse_mlir_module`` takes a file path on every supported Triton.
+    """
+    import os
+    import tempfile
+
+    from triton._C.libtriton import passes
+
+    context = _ir.context()
+    _ir.load_dialects(context)
+    fd, path = tempfile.mkstemp(suffix=".ttir")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        module = _ir.parse_mlir_module(path, context)
+    finally:
+        os.unlink(path)
+    manager = _ir.pass_manager(context)
+    passes.common.add_inliner(manager)
+    rewrite_descriptors = getattr(passes.ttir, "add_rewrite_tensor_descriptor_to_pointer", None)
+    if rewrite_descriptors is not None:  # tensor descriptors as pointers with masks, as pre-Hopper GPUs get them
+        rewrite_descriptors(manager)
+    passes.common.add_canonicalizer(manager)
+    passes.common.add_cse(manager)
+    passes.common.add_symbol_dce(manager)
+    manager.run(module, "tritonplug_xla") if _PASS_RUN_TAKES_NAME else manager.run(module)
+    return module.str_nodebug()
+
+
+_PASS_RUN_TAKES_NAME = "str" in (getattr(_ir.pass_manager.run, "__doc__", "") or "")
+

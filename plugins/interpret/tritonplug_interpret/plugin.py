@@ -1,4 +1,5 @@
-"""The interpreter backend's hooks: CPU targets, GPU-compatible option checks, no binary."""
+"""The CPU backend's hooks: CPU targets, GPU-compatible option checks, TTIR as the binary, and kernels
+compiled by XLA from it (or run in Triton's interpreter)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,24 @@ from typing import Any
 
 from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
-from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, Launch, Options, Target
-from tritonplug_interpret import __version__, compat, runner
+from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, JaxKernel, Launch, Options, Target
+from tritonplug_interpret import __version__, compat, paths, runner
 from tritonplug_interpret.checked import OutOfBoundsAccess
 
 __all__ = ["CHECK_VARIABLE", "OutOfBoundsAccess"]
 
 CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
 #: Triton's front end runs as for an sm_90 GPU, so a kernel's source errors, and arguments it cannot
-#: use, are refused on the CPU as on a GPU; the interpreter uses none of the GPU specifics.
+#: use, are refused on the CPU as on a GPU; its TTIR is the most generic (every fp8 type is legal), and
+#: neither CPU path uses the GPU specifics.
 FRONT_END_ARCH = 90
 
 
 @hookimpl
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("interpret", ("cpu", ), f"{__version__}+triton{compat.TRITON_VERSION}",
-                       "Triton kernels on the CPU through Triton's interpreter "
-                       f"(bounds-checked when {CHECK_VARIABLE}=1)",
+                       "Triton kernels on the CPU: their TTIR compiled by XLA, or Triton's interpreter "
+                       f"({paths.PATH_VARIABLE}=xla|interpret; bounds-checked when {CHECK_VARIABLE}=1)",
                        ir_stages=("ttir",), cache_binaries=True, compile_in_worker=False, autotune="first",
                        option_names=compat.GPU_OPTION_NAMES, max_grid=plugin_kit.CUDA_MAX_GRID)
 
@@ -62,12 +64,16 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
 
 @hookimpl
 def tritonplug_compile(job: CompileJob) -> Binary:
-    """The binary is the kernel's TTIR (cached on disk like any binary); the interpreter runs the source."""
-    return Binary(job.kernel_name, "ttir", {"ttir": job.ir.encode()}, {})
+    """The binary is the kernel's TTIR after Triton's clean-up passes (cached on disk like any binary):
+    the XLA path translates it; the interpreter runs the source."""
+    return Binary(job.kernel_name, "ttir", {"ttir": compat.canonical_ttir(job.ir).encode()}, {})
 
 
 @hookimpl
-def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel:
+def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel | JaxKernel:
     check = os.environ.get(CHECK_VARIABLE, "0").strip().lower() in ("1", "true", "yes", "on")
+    compiled = paths.xla_kernel(binary, launch, check)
+    if compiled is not None:
+        return compiled
     prepared = runner.prepare(launch, check)
     return HostKernel(launch.kernel_name, prepared.run, launch)

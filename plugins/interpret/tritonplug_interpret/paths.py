@@ -1,0 +1,56 @@
+"""Which CPU path runs a kernel: XLA (the kernel's TTIR as JAX array operations) or the interpreter.
+
+``TRITONPLUG_CPU_PATH=xla`` (the default) translates every kernel whose TTIR the translator
+fully supports and falls back to the interpreter, with one log line naming the kernel and the
+operation, for the rest; ``TRITONPLUG_CPU_PATH=interpret`` always uses the interpreter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from tritonplug.records import Binary, JaxKernel, Launch
+
+PATH_VARIABLE = "TRITONPLUG_CPU_PATH"
+PATHS = ("xla", "interpret")
+log = logging.getLogger("tritonplug.interpret")
+
+
+def chosen_path() -> str:
+    value = os.environ.get(PATH_VARIABLE, "xla").strip().lower() or "xla"
+    if value not in PATHS:
+        raise ValueError(f"{PATH_VARIABLE} must be one of {', '.join(PATHS)}, got {value!r}")
+    return value
+
+
+def kernel_ttir(binary: Binary) -> str | None:
+    """The canonicalised TTIR the compile hook stored, if any."""
+    image = binary.images.get("ttir") if binary.images else None
+    if not image:
+        return None
+    return image.decode() if isinstance(image, bytes) else str(image)
+
+
+def xla_kernel(binary: Binary, launch: Launch, check: bool) -> JaxKernel | None:
+    """A :class:`JaxKernel` for the launch, or ``None`` (interpreter) with one log line saying why."""
+    if chosen_path() != "xla":
+        return None
+    from tritonplug_interpret.xla import Unsupported, translate
+
+    ttir = kernel_ttir(binary)
+    if ttir is None:
+        log.warning("kernel %r runs in Triton's interpreter: its binary carries no TTIR", launch.kernel_name)
+        return None
+    try:
+        translation = translate(ttir, launch, check)
+        translation.trial()
+    except Unsupported as exc:
+        log.warning("kernel %r runs in Triton's interpreter: the XLA path does not support %s",
+                    launch.kernel_name, exc)
+        return None
+    except Exception as exc:  # a gap in the translator must never cost the user the kernel
+        log.warning("kernel %r runs in Triton's interpreter: the XLA translation failed with %s: %s",
+                    launch.kernel_name, type(exc).__name__, exc)
+        return None
+    return JaxKernel(launch.kernel_name, translation, launch)

@@ -1,0 +1,151 @@
+"""scf.for / scf.while / scf.if as lax.while_loop and lax.cond.
+
+Loop-carried values may be pointers (pytrees whose buffer is static). The program's state
+(buffers in sequential mode, the checked-mode record) is carried too when the region can
+change it. Under ``vmap`` JAX batches these: a while loop whose trip count differs between
+programs runs until every program is done, each keeping its own values.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax.numpy as jnp
+from jax import lax
+
+from tritonplug_interpret.xla.program import Frame, State, Unsupported, handler, writes_memory
+from tritonplug_interpret.xla.ttir import Op
+
+_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
+                  r"(?:\s+iter_args\((.*)\))?")
+_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
+
+
+def _carried_state(f: Frame, op: Op) -> tuple[bool, bool]:
+    """(carry the buffers, carry the check record)."""
+    return (not f.ctx.parallel and writes_memory(op)), f.ctx.check
+
+
+def _pack(f: Frame, carry_buffers: bool, carry_check: bool) -> tuple:
+    s = f.state
+    return (list(s.buffers) if carry_buffers else None,
+            (s.bad_site, s.bad_offset, s.bad_lane) if carry_check else None)
+
+
+def _unpack(f: Frame, packed: tuple) -> None:
+    buffers, check = packed
+    state = State(list(f.state.buffers), f.state.bad_site, f.state.bad_offset, f.state.bad_lane)
+    if buffers is not None:
+        state.buffers = list(buffers)
+    if check is not None:
+        state.bad_site, state.bad_offset, state.bad_lane = check
+    f.state = state
+
+
+def _like(value: Any, template: Any) -> Any:
+    """Give a loop-carried value the dtype of its initial value (weak-typed scalars drift)."""
+    if hasattr(template, "dtype") and hasattr(value, "dtype") and value.dtype != template.dtype:
+        return value.astype(template.dtype)
+    return value
+
+
+@handler("scf.for")
+def _for(f: Frame, op: Op):
+    m = _FOR.match(op.header)
+    if not m:
+        raise Unsupported("scf.for", f"cannot read {op.header!r}")
+    iv, lb, ub, step, iter_text = m.groups()
+    bindings = _BINDING.findall(iter_text or "")
+    names = [n for n, _ in bindings]
+    init = [f.get(v) for _, v in bindings]
+    lower, upper, stride = f.get(lb), f.get(ub), f.get(step)
+    block = op.regions[0][0]
+    carry_buffers, carry_check = _carried_state(f, op)
+    outer_state = f.state
+
+    def cond(carry):
+        i, _, _ = carry
+        return i < upper
+
+    def body(carry):
+        i, values, packed = carry
+        _unpack(f, packed)
+        f.env[iv] = i
+        for n, v in zip(names, values, strict=True):
+            f.env[n] = v
+        out = f.run_block(_body_without_args(block), ())
+        out = [_like(o, t) for o, t in zip(out, values, strict=True)]
+        return i + stride, out, _pack(f, carry_buffers, carry_check)
+
+    start = (jnp.asarray(lower), list(init), _pack(f, carry_buffers, carry_check))
+    _, results, packed = lax.while_loop(cond, body, start)
+    f.state = outer_state
+    _unpack(f, packed)
+    return list(results)
+
+
+def _body_without_args(block):
+    return block if not block.args else type(block)([], block.ops)
+
+
+@handler("scf.if")
+def _if(f: Frame, op: Op):
+    (pred,) = f.args(op)[:1]
+    carry_buffers, carry_check = _carried_state(f, op)
+    outer_state = f.state
+    start = _pack(f, carry_buffers, carry_check)
+    n_results = len(op.results)
+
+    def branch(index: int):
+        def run(packed):
+            _unpack(f, packed)
+            if index < len(op.regions):
+                out = f.run_block(op.regions[index][0], ())
+            else:
+                out = []
+            if len(out) != n_results:
+                raise Unsupported("scf.if", "a branch yields the wrong number of values")
+            return list(out), _pack(f, carry_buffers, carry_check)
+        return run
+
+    results, packed = lax.cond(jnp.asarray(pred).astype(bool), branch(0), branch(1), start)
+    f.state = outer_state
+    _unpack(f, packed)
+    return list(results)
+
+
+@handler("scf.while")
+def _while(f: Frame, op: Op):
+    header = op.header
+    bindings = _BINDING.findall(header[:header.find(")") + 1] if header.startswith("(") else "")
+    names = [n for n, _ in bindings]
+    init = [f.get(v) for _, v in bindings]
+    before, after = op.regions[0][0], op.regions[1][0]
+    carry_buffers, carry_check = _carried_state(f, op)
+    outer_state = f.state
+
+    def run_before(values):
+        for n, v in zip(names, values, strict=True):
+            f.env[n] = v
+        out = f.run_block(_body_without_args(before), ())
+        return jnp.asarray(out[0]).astype(bool), list(out[1:])
+
+    go, forwarded = run_before(init)
+    template = list(forwarded)
+
+    def cond(carry):
+        return carry[0]
+
+    def body(carry):
+        _, values, packed = carry
+        _unpack(f, packed)
+        new_inputs = f.run_block(after, values)
+        go, out = run_before(new_inputs)
+        out = [_like(o, t) for o, t in zip(out, template, strict=True)]
+        return go, out, _pack(f, carry_buffers, carry_check)
+
+    _, results, packed = lax.while_loop(cond, body, (go, forwarded, _pack(f, carry_buffers, carry_check)))
+    f.state = outer_state
+    _unpack(f, packed)
+    return list(results)

@@ -1,0 +1,267 @@
+"""The program-grid driver: binds a launch to the TTIR function and runs every program.
+
+Two schedules, chosen from the IR before anything is traced:
+
+* **parallel** — programs are vectorised with ``jax.vmap`` over the flattened grid. Loads
+  read the buffers as they were before the kernel; each store or atomic (they must all be at
+  the function's top level, and no load may read a buffer after the program wrote it) is
+  logged per program and applied after the grid as one scatter per store site, in program
+  order. An ``atomic_add`` of every program therefore sums all of them.
+* **sequential** — programs run one after another in a ``lax.fori_loop`` carrying the
+  buffers, each program vectorised over its block, exactly as Triton's interpreter orders
+  them: stores inside loops, loads after stores, atomics whose old value is used, and
+  ``atomic_cas``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
+from tritonplug_interpret.xla import affine, blocks, control, elementwise, memory  # noqa: F401  (handlers)
+from tritonplug_interpret.xla.checks import raise_if_bad
+from tritonplug_interpret.xla.program import (
+    HANDLERS,
+    TERMINATORS,
+    WRITES,
+    BufferInfo,
+    Context,
+    Frame,
+    State,
+    Unsupported,
+)
+from tritonplug_interpret.xla.ttir import Function, Op, walk
+from tritonplug_interpret.xla.types import jnp_dtype, parse_type
+
+
+def _flat_params(params: Sequence[Any], names: Sequence[str]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+
+    def visit(p: Any, name: str) -> None:
+        if isinstance(p, tuple):
+            for i, q in enumerate(p):
+                visit(q, f"{name}[{i}]")
+        elif not isinstance(p, ConstexprParam):
+            out.append((name, p))
+
+    all_names = list(names) + [f"arg{i}" for i in range(len(names), len(params))]
+    for p, name in zip(params, all_names, strict=False):
+        visit(p, name)
+    return out
+
+
+def unsupported_ops(fn: Function) -> list[str]:
+    """Op names this translator has no handler for."""
+    return sorted({op.name for op in walk(fn.body) if op.name not in HANDLERS and op.name not in TERMINATORS})
+
+
+def _used_names(fn: Function) -> set[str]:
+    return {name for op in walk(fn.body) for name in op.operands}
+
+
+def _roots(fn: Function, pointer_args: dict[str, int]) -> dict[str, frozenset[int]]:
+    """For every value, the buffers it may point into (an over-approximation)."""
+    roots: dict[str, frozenset[int]] = {n: frozenset({b}) for n, b in pointer_args.items()}
+
+    def visit(block) -> None:
+        for op in block.ops:
+            found = frozenset().union(*(roots.get(n, frozenset()) for n in op.operands))
+            for region in op.regions:
+                for b in region:
+                    for name, _ in b.args:
+                        roots[name] = found
+                    for inner in walk(b):  # names bound inside region headers (iter_args, while args)
+                        for r in inner.results:
+                            roots.setdefault(r, frozenset())
+            if op.regions:
+                for word in op.header.replace(",", " ").replace("(", " ").split():
+                    if word.startswith("%") and word not in roots:
+                        roots[word] = found
+                for region in op.regions:
+                    for b in region:
+                        visit(b)
+                found = found.union(*(roots.get(r, frozenset()) for inner in (o for region in op.regions
+                                      for b in region for o in walk(b)) for r in inner.results))
+            for r in op.results:
+                roots[r] = found
+    visit(fn.body)
+    return roots
+
+
+def choose_parallel(fn: Function, pointer_args: dict[str, int]) -> bool:
+    used = _used_names(fn)
+    for op in walk(fn.body):
+        if op.name == "tt.atomic_cas" or (op.name == "tt.atomic_rmw" and any(r in used for r in op.results)):
+            return False
+        if op.name == "tt.atomic_rmw" and op.header.split(",")[0].strip() in ("and", "or", "xor"):
+            return False  # no scatter combines bits: these run lane by lane, programs in order
+    top = fn.body.ops
+    top_ids = {id(op) for op in top}
+    if any(op.name in WRITES and id(op) not in top_ids for op in walk(fn.body)):
+        return False
+    roots = _roots(fn, pointer_args)
+    written: set[int] = set()
+    for op in top:
+        nested = [op] + [o for region in op.regions for b in region for o in walk(b)]
+        for o in nested:
+            if o.name in ("tt.load", "tt.descriptor_load") and roots.get(o.operands[0], frozenset()) & written:
+                return False
+        if op.name in WRITES:
+            target = roots.get(op.operands[0])
+            if not target:
+                return False
+            written |= target
+    return True
+
+
+class Translation:
+    """A launch bound to a TTIR function: ``__call__(operands, results)`` returns the new results."""
+
+    def __init__(self, fn: Function, launch: Launch, check: bool) -> None:
+        missing = unsupported_ops(fn)
+        if missing:
+            raise Unsupported(missing[0])
+        self.fn = fn
+        self.launch = launch
+        self.check = check
+        n_ops = len(launch.operands)
+        alias_of = {int(i): int(o) for i, o in launch.aliases}
+        specs = list(launch.operands) + list(launch.results)
+        self.slot_of = [n_ops + alias_of[b] if b in alias_of else b for b in range(len(specs))]
+        flat = _flat_params(launch.params, launch.arg_names)
+        if len(flat) != len(fn.args):
+            raise Unsupported("tt.func", f"{len(fn.args)} arguments for {len(flat)} runtime parameters")
+        self.arguments: list[tuple[str, Any]] = []
+        names = {}
+        pointer_args: dict[str, int] = {}
+        for (arg, ty_text), (name, param) in zip(fn.args, flat, strict=True):
+            ty = parse_type(ty_text)
+            if isinstance(param, ArrayParam):
+                if not ty.is_pointer:
+                    raise Unsupported("tt.func", f"argument {name} is an array but the kernel takes {ty_text}")
+                slot = self.slot_of[int(param.buffer)]
+                names.setdefault(slot, name)
+                pointer_args[arg] = slot
+                self.arguments.append((arg, ("ptr", slot, ty.pointee)))
+            elif isinstance(param, ScalarParam):
+                self.arguments.append((arg, ("scalar", _scalar_bits(param), ty.element)))
+            else:
+                raise Unsupported("tt.func", f"parameter {name} is {param!r}")
+        self.buffers = [BufferInfo(names.get(s, f"buffer {s}"), jnp_dtype_of(spec.dtype), _size(spec.shape))
+                        for s, spec in enumerate(specs)]
+        self.parallel = choose_parallel(fn, pointer_args)
+        self.windows: dict[int, affine.Window] = {}
+        self.load_ids = {id(op) for op in fn.body.ops if op.name == "tt.load"}
+        if self.parallel:
+            forms = {arg: affine.Form(0, (0, 0, 0), (), slot) for arg, slot in pointer_args.items()}
+            for arg, (kind, value, element) in self.arguments:
+                if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int):
+                    forms[arg] = affine.Form(int(value), (0, 0, 0), ())
+            self.windows = affine.windows(fn, forms, tuple(int(g) for g in launch.grid))
+
+    def trial(self) -> None:
+        """Trace once on abstract values, so anything the translation cannot express shows now."""
+        shapes = [jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype)) for s in self.launch.operands]
+        outs = [jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype)) for s in self.launch.results]
+        jax.eval_shape(self, shapes, outs)
+
+    def __call__(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
+        with jax.enable_x64(True):
+            return self._run(operands, results)
+
+    def _run(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
+        launch = self.launch
+        n_ops = len(operands)
+        buffers = [jnp.reshape(a, (-1,)) for a in list(operands) + list(results)]
+        gx, gy, gz = (int(g) for g in launch.grid)
+        total = gx * gy * gz
+        if total == 0:
+            return list(results)
+        ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
+                      windows=dict(self.windows))
+        if self.parallel:
+            buffers, record = self._parallel(ctx, buffers, total)
+        else:
+            buffers, record = self._sequential(ctx, buffers, total)
+        if self.check:
+            raise_if_bad(ctx, record, (gx, gy, gz))
+        return [jnp.reshape(buffers[n_ops + o], spec.shape) for o, spec in enumerate(launch.results)]
+
+    def _start(self, buffers: list[Any]) -> State:
+        return State(list(buffers), jnp.int32(-1), jnp.int64(0), jnp.int32(0))
+
+    def _program(self, ctx: Context, state: State, linear: Any, hoisted: dict | None = None) -> Frame:
+        gx, gy, _ = ctx.grid
+        pid = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
+        frame = Frame(ctx, state, pid)
+        frame.hoisted = dict(hoisted or {})
+        for arg, (kind, a, b) in self.arguments:
+            if kind == "ptr":
+                frame.env[arg] = memory.Pointer(a, jnp.int64(0), b)
+            else:
+                frame.env[arg] = jnp.asarray(a, jnp_dtype(b))
+        frame.run_block(self.fn.body)
+        return frame
+
+    def _parallel(self, ctx: Context, buffers: list[Any], total: int):
+        loads = {key: w for key, w in ctx.windows.items() if key in self.load_ids}
+        rows = {key: affine.read(buffers[w.buffer], w, total) for key, w in loads.items()}
+
+        def program(linear, hoisted):
+            ctx.store_log.clear()
+            frame = self._program(ctx, self._start(buffers), linear, hoisted)
+            logged = [(idx, val, act) for _, _, idx, val, act in ctx.store_log]
+            ctx.static_log = [(kind, b) for kind, b, _, _, _ in ctx.store_log]
+            s = frame.state
+            return logged, (s.bad_site, s.bad_offset, s.bad_lane)
+
+        logged, record = jax.vmap(program)(jnp.arange(total, dtype=jnp.int32), rows)
+        buffers = list(buffers)
+        for (kind, b), (idx, val, act) in zip(ctx.static_log, logged, strict=True):
+            buffers[b] = memory.apply_scatter(buffers[b], kind, idx, val, act)
+        return buffers, record
+
+    def _sequential(self, ctx: Context, buffers: list[Any], total: int):
+        def body(i, carry):
+            state, program = carry
+            before = state.bad_site
+            frame = self._program(ctx, state, i)
+            s = frame.state
+            program = jnp.where((before < 0) & (s.bad_site >= 0), i, program)
+            return s, program
+
+        state, program = lax.fori_loop(0, total, body, (self._start(buffers), jnp.int32(-1)))
+        record = (state.bad_site[None], state.bad_offset[None], state.bad_lane[None], program[None])
+        return state.buffers, record
+
+
+def _scalar_bits(param: ScalarParam) -> Any:
+    """The scalar as the signless value the kernel sees (unsigned values reinterpreted as signed)."""
+    if param.dtype in ("u32", "u64"):
+        bits = int(param.value) & ((1 << int(param.dtype[1:])) - 1)
+        width = int(param.dtype[1:])
+        return bits - (1 << width) if bits >= 1 << (width - 1) else bits
+    return param.value
+
+
+def jnp_dtype_of(name: str):
+    return jnp.dtype(name)
+
+
+def _size(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def build(fn: Function, launch: Launch, check: bool) -> Callable[[Sequence[Any], Sequence[Any]], list[Any]]:
+    return Translation(fn, launch, check)
+
+
+__all__ = ["Translation", "build", "choose_parallel", "unsupported_ops", "Op"]

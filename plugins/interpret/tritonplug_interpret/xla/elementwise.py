@@ -1,0 +1,316 @@
+"""arith/math ops, casts, constants and libdevice calls as jax.numpy / jax.lax operations.
+
+MLIR integers are signless; values are kept in signed JAX dtypes and the ops that care
+(``divui``, ``cmpi ult``, ``extui``, ``uitofp`` …) reinterpret them as unsigned.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import struct
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from tritonplug_interpret.xla.program import Frame, Unsupported, handler
+from tritonplug_interpret.xla.ttir import Op
+from tritonplug_interpret.xla.types import bitwidth, jnp_dtype, parse_type, unsigned
+
+
+def _u(x):
+    return lax.bitcast_convert_type(x, unsigned(x.dtype)) if x.dtype != jnp.bool_ else x
+
+
+def _s(x, like):
+    return lax.bitcast_convert_type(x, like.dtype) if like.dtype != jnp.bool_ else x
+
+
+def _unsigned_op(fn):
+    return lambda a, b: _s(fn(_u(a), _u(b)), a)
+
+
+def _floordiv(a, b):
+    q = lax.div(a, b)
+    return jnp.where((lax.rem(a, b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
+
+
+def _ceildiv(a, b):
+    q = lax.div(a, b)
+    return jnp.where((lax.rem(a, b) != 0) & ((a < 0) == (b < 0)), q + 1, q)
+
+
+def _shift(fn):
+    def apply(a, b):
+        width = bitwidth(a.dtype)
+        out = fn(a, b)
+        return jnp.where(_u(b) >= width, jnp.zeros_like(a), out) if width > 1 else out
+    return apply
+
+
+def _remf(a, b):
+    return lax.rem(a, b)
+
+
+_BINARY = {
+    "arith.addi": jnp.add, "arith.subi": jnp.subtract, "arith.muli": jnp.multiply,
+    "arith.divsi": lax.div, "arith.remsi": lax.rem, "arith.divui": _unsigned_op(lax.div),
+    "arith.remui": _unsigned_op(lax.rem), "arith.floordivsi": _floordiv, "arith.ceildivsi": _ceildiv,
+    "arith.andi": jnp.bitwise_and, "arith.ori": jnp.bitwise_or, "arith.xori": jnp.bitwise_xor,
+    "arith.shli": _shift(lax.shift_left), "arith.shrsi": lax.shift_right_arithmetic,
+    "arith.shrui": _shift(lax.shift_right_logical),
+    "arith.maxsi": jnp.maximum, "arith.minsi": jnp.minimum,
+    "arith.maxui": _unsigned_op(jnp.maximum), "arith.minui": _unsigned_op(jnp.minimum),
+    "arith.addf": jnp.add, "arith.subf": jnp.subtract, "arith.mulf": jnp.multiply, "arith.divf": jnp.divide,
+    "arith.remf": _remf, "arith.maximumf": jnp.maximum, "arith.minimumf": jnp.minimum,
+    "arith.maxnumf": jnp.fmax, "arith.minnumf": jnp.fmin,
+    "tt.precise_divf": jnp.divide, "math.copysign": jnp.copysign, "math.powf": jnp.power,
+    "math.atan2": jnp.arctan2, "math.fpowi": lambda x, n: jnp.power(x, n.astype(x.dtype)),
+    "math.ipowi": lambda x, n: lax.integer_pow(x, n) if isinstance(n, int) else jnp.power(x, n),
+    "tt.mulhiui": lambda a, b: _mulhi(a, b),
+}
+
+_UNARY = {
+    "arith.negf": jnp.negative, "math.absf": jnp.abs, "math.absi": jnp.abs, "math.exp": jnp.exp,
+    "math.exp2": jnp.exp2, "math.log": jnp.log, "math.log2": jnp.log2, "math.log10": jnp.log10,
+    "math.log1p": jnp.log1p, "math.expm1": jnp.expm1, "math.sqrt": jnp.sqrt, "math.rsqrt": lax.rsqrt,
+    "tt.precise_sqrt": jnp.sqrt, "math.sin": jnp.sin, "math.cos": jnp.cos, "math.tan": jnp.tan,
+    "math.tanh": jnp.tanh, "math.erf": lax.erf, "math.floor": jnp.floor, "math.ceil": jnp.ceil,
+    "math.trunc": jnp.trunc, "math.roundeven": jnp.round, "math.round": lambda x: jnp.trunc(x + jnp.copysign(
+        jnp.asarray(0.5, x.dtype), x) - jnp.copysign(jnp.asarray(0.0, x.dtype), x)),
+    "math.asin": jnp.arcsin, "math.acos": jnp.arccos, "math.atan": jnp.arctan, "math.sinh": jnp.sinh,
+    "math.cosh": jnp.cosh, "math.asinh": jnp.arcsinh, "math.acosh": jnp.arccosh, "math.atanh": jnp.arctanh,
+    "math.ctlz": lax.clz, "math.ctpop": lax.population_count, "math.cbrt": jnp.cbrt,
+}
+
+
+def _mulhi(a, b):
+    wide = jnp.uint64 if a.dtype.itemsize == 4 else None
+    if wide is None:
+        raise Unsupported("tt.mulhiui", f"on {a.dtype}")
+    product = _u(a).astype(wide) * _u(b).astype(wide)
+    return _s((product >> 32).astype(jnp.uint32), a)
+
+
+_NARROW = {np.dtype(jnp.bfloat16): (8, 7), np.dtype(jnp.float16): (5, 10)}
+
+
+def rounded(x):
+    """Round a bf16/fp16 result to its type: XLA may otherwise keep intermediate results in fp32
+    (excess precision), where Triton rounds after every operation."""
+    bits = _NARROW.get(np.dtype(x.dtype)) if hasattr(x, "dtype") else None
+    return lax.reduce_precision(x, *bits) if bits else x
+
+
+for _name, _fn in _BINARY.items():
+    handler(_name)(lambda f, op, fn=_fn: [rounded(fn(*f.args(op)))])
+for _name, _fn in _UNARY.items():
+    handler(_name)(lambda f, op, fn=_fn: [rounded(fn(*f.args(op)))])
+
+
+@handler("math.fma")
+def _fma(f: Frame, op: Op):
+    a, b, c = f.args(op)
+    return [rounded(a * b + c)]
+
+
+@handler("tt.clampf")
+def _clampf(f: Frame, op: Op):
+    x, lo, hi = f.args(op)
+    if "all" in op.header.split(",")[-1]:  # propagateNan = all
+        return [jnp.where(jnp.isnan(x), x, jnp.clip(x, lo, hi))]
+    return [jnp.fmin(jnp.fmax(x, lo), hi)]
+
+
+_CMPI = {"eq": jnp.equal, "ne": jnp.not_equal, "slt": jnp.less, "sle": jnp.less_equal, "sgt": jnp.greater,
+         "sge": jnp.greater_equal}
+_CMPF = {"eq": jnp.equal, "gt": jnp.greater, "ge": jnp.greater_equal, "lt": jnp.less, "le": jnp.less_equal,
+         "ne": jnp.not_equal}
+
+
+@handler("arith.cmpi")
+def _cmpi(f: Frame, op: Op):
+    predicate = op.header.split(",")[0].strip()
+    a, b = f.args(op)
+    if predicate in _CMPI:
+        return [_CMPI[predicate](a, b)]
+    return [_CMPI["s" + predicate[1:]](_u(a), _u(b))]
+
+
+@handler("arith.cmpf")
+def _cmpf(f: Frame, op: Op):
+    predicate = op.header.split(",")[0].strip()
+    a, b = f.args(op)
+    if predicate in ("true", "false"):
+        return [jnp.full(jnp.broadcast_shapes(a.shape, b.shape), predicate == "true")]
+    unordered = jnp.isnan(a) | jnp.isnan(b)
+    if predicate == "ord":
+        return [~unordered]
+    if predicate == "uno":
+        return [unordered]
+    result = _CMPF[predicate[1:]](a, b)
+    if predicate[0] == "o":
+        return [result & ~unordered] if predicate == "one" else [result]
+    return [result | unordered]
+
+
+@handler("arith.select")
+def _select(f: Frame, op: Op):
+    c, a, b = f.args(op)
+    from tritonplug_interpret.xla.memory import select_pointers
+
+    if not hasattr(a, "dtype"):
+        return [select_pointers(c, a, b)]
+    return [jnp.where(c, a, b)]
+
+
+def _result_dtype(op: Op) -> np.dtype:
+    return parse_type(op.result_types()[0]).dtype
+
+
+@handler("arith.extsi", "arith.trunci", "arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi",
+         "arith.index_cast")
+def _convert(f: Frame, op: Op):
+    (x,) = f.args(op)
+    return [lax.convert_element_type(x, _result_dtype(op))]
+
+
+@handler("arith.extui")
+def _extui(f: Frame, op: Op):
+    (x,) = f.args(op)
+    target = _result_dtype(op)
+    return [lax.bitcast_convert_type(_u(x).astype(unsigned(target)), target)]
+
+
+@handler("arith.uitofp")
+def _uitofp(f: Frame, op: Op):
+    (x,) = f.args(op)
+    return [lax.convert_element_type(_u(x), _result_dtype(op))]
+
+
+@handler("arith.fptoui")
+def _fptoui(f: Frame, op: Op):
+    (x,) = f.args(op)
+    target = _result_dtype(op)
+    return [_s(lax.convert_element_type(x, unsigned(target)), jnp.zeros((), target))]
+
+
+@handler("tt.fp_to_fp")
+def _fp_to_fp(f: Frame, op: Op):
+    (x,) = f.args(op)
+    target = _result_dtype(op)
+    if "rtz" in op.header and np.dtype(target).itemsize < x.dtype.itemsize:
+        return [_round_toward_zero(x, target)]
+    if x.dtype.itemsize == 1 or np.dtype(target).itemsize == 1:  # fp8 goes through fp32, as Triton does
+        return [lax.convert_element_type(lax.convert_element_type(x, jnp.float32), target)]
+    return [lax.convert_element_type(x, target)]
+
+
+def _round_toward_zero(x, target):
+    """Truncate toward zero: the nearest-even result, stepped back where it grew in magnitude."""
+    wide = lax.convert_element_type(x, jnp.float32)
+    near = lax.convert_element_type(wide, target)
+    back = lax.convert_element_type(near, jnp.float32)
+    grew = (jnp.abs(back) > jnp.abs(wide)) & jnp.isfinite(wide)
+    bits = lax.bitcast_convert_type(near, unsigned(np.dtype(target)))
+    stepped = lax.bitcast_convert_type(bits - bits.dtype.type(1), target)
+    return jnp.where(grew, stepped, near)
+
+
+@handler("arith.bitcast", "tt.bitcast")
+def _bitcast(f: Frame, op: Op):
+    (x,) = f.args(op)
+    target = parse_type(op.result_types()[0])
+    if target.is_pointer:
+        from tritonplug_interpret.xla.memory import bitcast_pointer
+
+        return [bitcast_pointer(x, target)]
+    return [lax.bitcast_convert_type(x, target.dtype)]
+
+
+_HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
+
+
+def constant_value(text: str, type_text: str):
+    """``arith.constant``'s value as a JAX array of the type."""
+    ty = parse_type(type_text)
+    dtype = ty.dtype
+    text = text.strip()
+    if text.startswith("dense<"):
+        text = text[len("dense<"):-1].strip()
+        if text.startswith("["):
+            values = ast.literal_eval(text.replace("true", "True").replace("false", "False"))
+            return jnp.asarray(np.asarray(values).reshape(ty.shape), dtype)
+    value = _scalar(text, dtype)
+    return jnp.full(ty.shape, value, dtype) if ty.shape else jnp.asarray(value, dtype)
+
+
+def _scalar(text: str, dtype: np.dtype):
+    if text in ("true", "false"):
+        return text == "true"
+    if _HEX.match(text):
+        bits = int(text, 16)
+        if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+            return bits
+        if dtype == np.float64:
+            return struct.unpack("<d", struct.pack("<Q", bits))[0]
+        raw = np.array(bits, dtype=np.dtype(f"u{dtype.itemsize}"))
+        return raw.view(dtype).astype(np.float64) if dtype.itemsize != 4 else float(raw.view(np.float32))
+    if np.issubdtype(dtype, np.integer):
+        return int(text)
+    return float(text)
+
+
+@handler("arith.constant")
+def _constant(f: Frame, op: Op):
+    text = op.header
+    if not op.type_text:  # `arith.constant true`
+        return [jnp.asarray(text.strip() == "true")]
+    return [constant_value(text, op.type_text)]
+
+
+@handler("ub.poison")
+def _poison(f: Frame, op: Op):
+    ty = parse_type(op.result_types()[0])
+    return [jnp.zeros(ty.shape, ty.dtype)]
+
+
+# libdevice / extern functions by symbol (CUDA __nv_* and HIP __ocml_* names alike)
+_EXTERN = {
+    "exp": jnp.exp, "exp2": jnp.exp2, "exp10": lambda x: jnp.power(jnp.asarray(10, x.dtype), x), "expm1": jnp.expm1,
+    "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p, "sqrt": jnp.sqrt, "rsqrt": lax.rsqrt,
+    "cbrt": jnp.cbrt, "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos,
+    "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh,
+    "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf, "erfc": lax.erfc, "erfinv": lax.erf_inv,
+    "lgamma": lax.lgamma, "tgamma": lambda x: jnp.exp(lax.lgamma(x)) * jnp.sign(x) ** 0,
+    "floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc, "round": jnp.round, "rint": jnp.round,
+    "nearbyint": jnp.round, "fabs": jnp.abs, "abs": jnp.abs, "llabs": jnp.abs, "pow": jnp.power,
+    "powf": jnp.power, "powi": lambda x, n: jnp.power(x, n.astype(x.dtype)), "fmod": lax.rem,
+    "atan2": jnp.arctan2, "hypot": jnp.hypot, "fmin": jnp.fmin, "fmax": jnp.fmax, "min": jnp.minimum,
+    "max": jnp.maximum, "copysign": jnp.copysign, "isnan": jnp.isnan, "isinf": jnp.isinf,
+    "isfinited": jnp.isfinite, "finitef": jnp.isfinite, "signbit": jnp.signbit, "fma": lambda a, b, c: a * b + c,
+    "div_rn": jnp.divide, "fdiv_rn": jnp.divide, "ddiv_rn": jnp.divide, "sqrt_rn": jnp.sqrt,
+    "fsqrt_rn": jnp.sqrt, "dsqrt_rn": jnp.sqrt, "rcp_rn": lambda x: 1 / x, "frcp_rn": lambda x: 1 / x,
+    "saturatef": lambda x: jnp.clip(x, 0, 1), "nextafter": jnp.nextafter, "exp2f": jnp.exp2,
+    "fast_expf": jnp.exp, "fast_logf": jnp.log, "fast_exp2f": jnp.exp2, "fast_log2f": jnp.log2,
+    "fast_sinf": jnp.sin, "fast_cosf": jnp.cos, "fast_tanf": jnp.tan, "fast_powf": jnp.power,
+    "fast_fdividef": jnp.divide, "umulhi": lambda a, b: _mulhi(a, b), "mulhi": None,
+}
+_PREFIX = re.compile(r"^(__nv_|__ocml_)")
+_SUFFIX = re.compile(r"(_f16|_f32|_f64)$")
+
+
+@handler("tt.extern_elementwise")
+def _extern(f: Frame, op: Op):
+    symbol = op.attrs.get("symbol", "").strip('"')
+    name = _SUFFIX.sub("", _PREFIX.sub("", symbol))
+    fn = _EXTERN.get(name) or _EXTERN.get(name[:-1] if name.endswith("f") else name)
+    if fn is None:
+        raise Unsupported("tt.extern_elementwise", f"symbol {symbol}")
+    out = fn(*f.args(op))
+    return [lax.convert_element_type(out, _result_dtype(op))]
+
+
+def scalar_dtype(type_text: str) -> np.dtype:
+    return jnp_dtype(type_text.strip())
