@@ -10,10 +10,14 @@ import pytest
 
 
 def configure_environment() -> None:
-    """Checked interpreter runs, no GPU memory preallocation, Triton's fp fusion on (unless set)."""
+    """Checked interpreter runs, no GPU memory preallocation, Triton's fp fusion on, compiles at lowering
+    (unless set)."""
     os.environ.setdefault("TRITONPLUG_INTERPRET_CHECK", "1")
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # several pytest-xdist workers share one GPU
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    # Compiles that start at trace time run on background threads; tests that count compiles expect them
+    # when lowering. tests/test_startup.py turns them on where it tests them.
+    os.environ.setdefault("TRITONPLUG_EARLY_COMPILE", "0")
 
 
 def use_private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -10,8 +10,6 @@ cache holds no entry, and a valid call works: it runs on the CPU interpreter, or
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -20,14 +18,25 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from helpers import installed_backends, requires_backend
+from bad_input_support import (
+    BOTH,
+    OMIT,
+    SPEC,
+    UNKNOWN_OPTION,
+    UNKNOWN_OPTION_STAGE,
+    Case,
+    N,
+    cache_files,
+    call,
+    check_refused,
+    params,
+    skip_without_backends,
+    use_fresh_cache,
+)
 from kernels import add_kernel
 
 import tritonplug
-from tritonplug.inspection import kernel_calls
 
-N = 256  # a size no other test module lowers: JAX caches lowerings of identical programs
-SPEC = jax.ShapeDtypeStruct((N,), jnp.float32)
 HERE = Path(__file__).resolve()
 
 
@@ -64,16 +73,6 @@ def plain_function(x_ptr, y_ptr, n, out_ptr, BLOCK):
     pass
 
 
-OMIT = object()
-
-
-def call(x, y, *rest, **overrides):
-    """``add_kernel(x, y, N)`` with keyword overrides (``OMIT`` drops one); ``rest`` replaces the default ``N``."""
-    options = dict(kernel=add_kernel, out_shape=SPEC, grid=(2,), BLOCK=128)
-    options.update(overrides)
-    return tritonplug.triton_call(x, y, *(rest or (N,)), **{k: v for k, v in options.items() if v is not OMIT})
-
-
 def alias_with_ref(x, y):
     ref = jax.new_ref(x)
     call(ref, y, input_output_aliases={0: 0})
@@ -87,14 +86,6 @@ def ref_as_constexpr(x, y):
 class Shape:
     def __init__(self, shape, dtype):
         self.shape, self.dtype = shape, dtype
-
-
-@dataclass(frozen=True)
-class Case:
-    fn: Callable
-    error: type[BaseException]
-    match: str
-    platforms: tuple[str, ...] = ()  # empty: refused at the call site; else: at lowering for these platforms
 
 
 def _source_line(text: str) -> int:
@@ -221,7 +212,8 @@ CASES: dict[str, Case] = {
     "num_warps_string": Case(lambda x, y: call(x, y, num_warps="4"), TypeError, r"num_warps must be an int, got str"),
     "num_stages_negative": Case(lambda x, y: call(x, y, num_stages=-1), ValueError,
                                 r"num_stages must be an int >= 0, got -1"),
-    "num_ctas_zero": Case(lambda x, y: call(x, y, num_ctas=0), ValueError, r"num_ctas must be an int >= 1, got 0"),
+    "num_ctas_zero": Case(lambda x, y: call(x, y, num_ctas=0), ValueError,
+                          r"num_ctas must be a power of two >= 1, got 0"),
     "num_ctas_2_below_sm90": Case(lambda x, y: call(x, y, num_ctas=2, compute_capability=80), ValueError,
                                   r"num_ctas=2 needs thread-block clusters .*sm_80", ("cuda",)),
     "compute_capability_float": Case(lambda x, y: call(x, y, compute_capability=9.0), TypeError,
@@ -244,7 +236,7 @@ CASES: dict[str, Case] = {
         lambda x, y: call(x, y, backend_options={"compute_capability": 80}), ValueError,
         r"backend_options\['compute_capability'\] is an argument of triton_call"),
     "backend_options_unknown_option": Case(lambda x, y: call(x, y, backend_options={"warp_count": 2}), ValueError,
-                                           r"unknown CUDA backend option\(s\) \['warp_count'\]", ("cuda",)),
+                                           rf"{UNKNOWN_OPTION} \['warp_count'\]", UNKNOWN_OPTION_STAGE),
     # autotune
     "autotune_config_with_pre_hook": Case(lambda x, y: call(x, y, kernel=pre_hook_kernel, BLOCK=OMIT),
                                           NotImplementedError, r"kernel 'pre_hook_kernel': autotune config .*pre_hook"),
@@ -256,12 +248,12 @@ CASES: dict[str, Case] = {
         tritonplug.KernelSourceError,
         rf"""kernel 'undefined_name_kernel' \(File "{re.escape(str(HERE))}", line """
         rf"""{_source_line("+ not_defined_anywhere)")}\):(.|\n)*tl\.load\(x_ptr \+ offs\) \+ not_defined_anywhere"""
-        r"(.|\n)*not_defined_anywhere is not defined", ("cuda",)),
+        r"(.|\n)*not_defined_anywhere is not defined", BOTH),
     "kernel_bad_op": Case(
         lambda x, y: tritonplug.triton_call(x, kernel=bad_op_kernel, out_shape=SPEC, grid=1, BLOCK=N),
         tritonplug.KernelSourceError,
         rf"""kernel 'bad_op_kernel' \(File "{re.escape(str(HERE))}", line {_source_line("tl.arange(0, 3)")}\)"""
-        r"(.|\n)*offs = tl\.arange\(0, 3\)(.|\n)*arange's range must be a power of 2", ("cuda",)),
+        r"(.|\n)*offs = tl\.arange\(0, 3\)(.|\n)*arange's range must be a power of 2", BOTH),
     # the rest of triton_call's arguments
     "name_not_a_string": Case(lambda x, y: call(x, y, name=3), TypeError, r"name must be a str"),
     "serialized_metadata_a_string": Case(lambda x, y: call(x, y, serialized_metadata="meta"), TypeError,
@@ -272,70 +264,22 @@ CASES: dict[str, Case] = {
                                      r"has_side_effect must be a bool"),
 }
 
-HAVE_INTERPRET = "interpret" in installed_backends()
-HAVE_CUDA = "cuda" in installed_backends()
-PLATFORM_MARKS = {"cpu": requires_backend("interpret"), "cuda": requires_backend("cuda")}
-pytestmark = pytest.mark.skipif(not (HAVE_INTERPRET or HAVE_CUDA),
-                                reason="needs the interpret or the cuda backend (`tox -e cpu` / `tox -e cuda`)")
+pytestmark = skip_without_backends
 
 
 @pytest.fixture
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_state):
-    """An empty kernel cache the compile service uses for this test; sm_90 for CUDA lowering without a GPU."""
-    directory = tmp_path / "kernel-cache"
-    monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(directory))
-    monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
-    if HAVE_INTERPRET:
-        monkeypatch.setenv("TRITONPLUG_BACKENDS", "cpu:interpret")  # should other cpu backends be installed
-    fresh_state.reset()
-    return directory
-
-
-def cache_files(directory: Path) -> list[Path]:
-    """Entry files and temp files of entries being written (see tritonplug/cache.py for the layout)."""
-    entries = directory / "entries"
-    return sorted(p for p in entries.rglob("*") if p.is_file()) if entries.exists() else []
-
-
-def valid_call_works(platform: str, cache: Path) -> None:
-    if platform == "cpu":
-        x = jax.device_put(np.arange(N, dtype=np.float32), jax.devices("cpu")[0])
-        out = call(x, 2 * x)
-        np.testing.assert_array_equal(np.asarray(out), 3 * np.arange(N, dtype=np.float32))
-        return
-    lowered = jax.jit(lambda a, b: call(a, b)).trace(SPEC, SPEC).lower(lowering_platforms=("cuda",)).as_text()
-    (kernel_call,) = kernel_calls(lowered)
-    assert ".target sm_90" in kernel_call["kernel_call"]["kernel"]["ptx"]
-    assert [p.suffix for p in cache_files(cache)] == [".bin"]  # the cache was live all along
-
-
-def _params() -> list:
-    params = []
-    for name, case in CASES.items():
-        if not case.platforms:
-            platform = "cpu" if HAVE_INTERPRET else "cuda"  # the call site is the same for every platform
-            params.append(pytest.param(name, "call site", platform, id=name))
-        for platform in case.platforms:
-            params.append(pytest.param(name, "lowering", platform, id=f"{name}-{platform}",
-                                       marks=PLATFORM_MARKS[platform]))
-    return params
+    return use_fresh_cache(tmp_path / "kernel-cache", monkeypatch, fresh_state)
 
 
 def test_there_are_at_least_forty_distinct_cases() -> None:
     assert len(CASES) >= 40
 
 
-@pytest.mark.parametrize(("name", "stage", "platform"), _params())
+@pytest.mark.parametrize(("name", "stage", "platform"), params(CASES))
 def test_malformed_call_is_refused_early_and_caches_nothing(name: str, stage: str, platform: str,
                                                             fresh_cache: Path) -> None:
-    case = CASES[name]
-    traced = None
-    with pytest.raises(case.error, match=case.match):
-        traced = jax.jit(case.fn).trace(SPEC, SPEC)
-        traced.lower(lowering_platforms=(platform,))
-    assert (traced is None) == (stage == "call site"), f"refused at the wrong stage (expected: {stage})"
-    assert cache_files(fresh_cache) == []
-    valid_call_works(platform, fresh_cache)
+    check_refused(CASES[name], stage, platform, fresh_cache)
 
 
 def test_eager_calls_are_refused_the_same_way(fresh_cache: Path) -> None:

@@ -6,6 +6,7 @@ CUDA backend (no GPU needed); each call must still work, compiling without the c
 
 from __future__ import annotations
 
+import inspect
 import os
 import pathlib
 import pickle
@@ -150,3 +151,58 @@ def test_the_cache_path_imports_no_deserialiser_that_runs_code(module: str) -> N
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
     assert not imported & {"pickle", "cloudpickle", "dill", "marshal", "shelve", "joblib"}
+
+
+@pytest.mark.parametrize("kind", ["directory tree", "fifo", "dangling symlink"])
+def test_a_non_file_at_a_real_entry_path_is_healed_and_the_next_process_hits(tmp_path: Path, use_cache_dir,
+                                                                            kind: str) -> None:
+    import warnings
+
+    from cache_helpers import plant
+
+    directory = tmp_path / "cache"
+    use_cache_dir(directory)
+    lower_for_sm90()
+    (entry,) = entry_files(directory)
+    entry.unlink()
+    plant(entry, kind)
+    assert cache_module.DiskCache(directory).stats().entries == 0
+    state.reset()  # a new process: nothing in memory
+    before = dict(tritonplug.compile_stats())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # healing is silent
+        lower_for_sm90()
+    assert tritonplug.compile_stats()["compiled"] == before["compiled"] + 1
+    assert entry.is_file() and not entry.is_symlink() and entry.read_bytes().startswith(cache_module.MAGIC)
+    state.reset()
+    lower_for_sm90()
+    after = tritonplug.compile_stats()
+    assert after["disk_hits"] == before["disk_hits"] + 1 and after["compiled"] == before["compiled"] + 1
+
+
+def test_a_cache_warning_during_lowering_names_the_users_line(tmp_path: Path, use_cache_dir) -> None:
+    directory = tmp_path / "cache"
+    use_cache_dir(directory)
+    lower_for_sm90()
+    (entry,) = entry_files(directory)
+    bucket = entry.parent
+    entry.unlink()
+    bucket.rmdir()
+    bucket.write_bytes(b"")  # a file where the bucket belongs: the put after the compile fails
+    state.reset()
+    with pytest.warns(RuntimeWarning, match="cannot write to the kernel cache") as caught:
+        lower_for_sm90()
+    lines, first = inspect.getsourcelines(lower_for_sm90)
+    lowering_line = first + next(i for i, line in enumerate(lines) if ".lower(" in line)
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, lowering_line)]
+
+
+def test_an_unsafe_cache_warning_during_lowering_names_the_users_line(tmp_path: Path, use_cache_dir) -> None:
+    directory = tmp_path / "cache"
+    (directory / "entries").mkdir(parents=True)
+    directory.chmod(0o700)
+    (directory / "entries").chmod(0o777)
+    use_cache_dir(directory)
+    with pytest.warns(RuntimeWarning, match="not using the kernel cache: .*chmod go-w") as caught:
+        lower_for_sm90()
+    assert [w.filename for w in caught] == [__file__]

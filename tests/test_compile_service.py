@@ -106,6 +106,12 @@ print(json.dumps({"stats": tritonplug.compile_stats(), "seconds": time.perf_coun
 '''
 
 
+@pytest.fixture(autouse=True)
+def _ptx_in_payloads(monkeypatch):
+    """Send PTX (not Triton's cubin, with which jaxlib 0.11+ payloads carry a tag instead): ``ptx_of`` reads it."""
+    monkeypatch.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "0")
+
+
 def ptx_of(text: str) -> list[str]:
     """The PTX of every kernel (every configuration of an autotuned one) in a lowered program."""
     found = []

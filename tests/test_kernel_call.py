@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import struct
 import zlib
 
@@ -14,10 +15,13 @@ from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, Launch, Sc
 
 gpu_triton = gpu_triton_module()
 HAS_JAXLIB_TRITON = gpu_triton is not None and hasattr(gpu_triton, "TritonKernel")
+if os.environ.get("TRITONPLUG_TEST_REQUIRE_JAXLIB_TRITON") == "1" and not HAS_JAXLIB_TRITON:
+    raise RuntimeError("TRITONPLUG_TEST_REQUIRE_JAXLIB_TRITON=1 (tox -e cuda-proto) but jax._src.lib.gpu_triton has "
+                       "no TritonKernel: install jax-cuda12-plugin matching jaxlib to compare bytes with to_proto")
 requires_jaxlib_triton = pytest.mark.skipif(
     not HAS_JAXLIB_TRITON,
     reason="jaxlib's gpu_triton has no TritonKernel: the jax-cuda plugin (jax-cuda12-plugin) is not "
-           "installed, so there is no jaxlib to_proto to compare bytes with")
+           "installed, so there is no jaxlib to_proto to compare bytes with (`tox -e cuda-proto` installs it)")
 
 F32_TENTH = struct.unpack("<f", struct.pack("<f", 0.1))[0]
 

@@ -243,7 +243,7 @@ def test_int_one_is_specialised_unless_do_not_specialize():
 
     def f(kernel):
         return lambda x: tritonplug.triton_call(1, x, kernel=kernel, out_type=jax.typeof(x), grid=(8,),
-                                                compute_capability=90)
+                                                compute_capability=90, debug=True)  # debug: TTIR in the payload
 
     (call,) = cuda_payload(f(scaled_copy_kernel), SPEC8)[1]
     assert call["kernel_call"]["parameters"] == [{"array": {"ptr_divisibility": 16}}] * 2
@@ -298,7 +298,7 @@ def test_jit_function_as_constexpr_selects_the_code(device):
 
 @cuda
 def test_jit_function_constexpr_reaches_the_ttir():
-    ttirs = [cuda_payload(lambda x, y, fn=fn: dispatch(x, y, fn, compute_capability=90), SPEC8, SPEC8)[1][0]
+    ttirs = [cuda_payload(lambda x, y, fn=fn: dispatch(x, y, fn, compute_capability=90, debug=True), SPEC8, SPEC8)[1][0]
              ["kernel_call"]["kernel"]["ttir"] for fn in (add_fn, mul_fn)]
     assert "arith.addf" in ttirs[0] and "arith.mulf" not in ttirs[0]
     assert "arith.mulf" in ttirs[1]
@@ -398,7 +398,8 @@ def test_export_needs_the_disabled_checks():
 
 @cuda
 @interpret
-def test_multi_platform_export_carries_both_kernels_and_runs_here():
+def test_multi_platform_export_carries_both_kernels_and_runs_here(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "0")  # the payload then carries the PTX on every jaxlib
     restored = export(lambda x, y: add(x, y, compute_capability=90), ["cuda", "cpu"], SPEC300, SPEC300,
                       disabled_checks=tritonplug.export_disabled_checks())
     assert restored.platforms == ("cuda", "cpu")

@@ -252,6 +252,7 @@ def test_workers_exit_when_the_parent_dies(tmp_path):
     finally:
         parent.kill()
         parent.wait()
+        parent.stdout.close()
     assert wait_gone(pids, 5), "compile workers outlived their parent"
 
 

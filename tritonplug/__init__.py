@@ -18,6 +18,7 @@ _LAZY = {
     "backends": "tritonplug.state",
     "backend_for": "tritonplug.state",
     "register_plugin": "tritonplug.state",
+    "tune": "tritonplug.tuning",
     "export_disabled_checks": "tritonplug.jaxlib_compat",
     "TensorDescriptor": "tritonplug.tensor_descriptor",
     "cdiv": "tritonplug.utils",
@@ -25,23 +26,30 @@ _LAZY = {
     "next_power_of_2": "tritonplug.utils",
     "strides_from_shape": "tritonplug.utils",
 }
+#: Submodules reachable as attributes (``tritonplug.inspection.kernel_calls(...)``), imported on first use.
+_LAZY_SUBMODULES = frozenset({"inspection"})
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
     "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "export_disabled_checks",
-    "get_compute_capability", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
+    "get_compute_capability", "inspection", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
+    "tune",
 ]
 
 if TYPE_CHECKING:
+    from tritonplug import inspection
     from tritonplug.api import triton_call
     from tritonplug.jaxlib_compat import export_disabled_checks
     from tritonplug.state import backend_for, backends, compile_stats, register_plugin
     from tritonplug.tensor_descriptor import TensorDescriptor
+    from tritonplug.tuning import tune
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
 
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"tritonplug.{name}")  # the import binds it in globals() too
     if name not in _LAZY:
         raise AttributeError(f"module 'tritonplug' has no attribute {name!r}")
     value = getattr(importlib.import_module(_LAZY[name]), name)
@@ -50,7 +58,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | _LAZY_SUBMODULES)
 
 
 configure_logging()

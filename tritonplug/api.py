@@ -9,9 +9,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import binding, call_memo, frontend
+from tritonplug import binding, call_memo, early_compile, frontend
 from tritonplug.call import CallSpec, pointer_type
-from tritonplug.call_options import CallOptions, grid_for, signature_parameters, zeroed_for
+from tritonplug.call_options import CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
 from tritonplug.primitive import ensure_lowering_rules, triton_call_p
 from tritonplug.records import BufferSpec
 from tritonplug.state import state
@@ -47,6 +47,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
     rest = dict(kwargs)
     options = CallOptions.take(rest, len(out_specs))
+    check_option_names(options, (b.info for b in state.host().backends.values()))
     operand_kwargs = {k: v for k, v in rest.items() if k in facts.param_names and k not in facts.constexpr_names}
     constexpr_kwargs = {k: v for k, v in rest.items() if k not in operand_kwargs}
     _check_metaparams(facts, constexpr_kwargs)
@@ -65,6 +66,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if not bound.refs:
         state.memo.store(memo_key, call_memo.Entry(call, bound.names, frozenset(operand_kwargs), tuple(sources),
                                                    out_tree))
+    early_compile.on_bind(call, arrays)
     results = triton_call_p.bind(*arrays, call=call)
     return jax.tree_util.tree_unflatten(out_tree, results)
 

@@ -10,47 +10,49 @@ reader sees either nothing or a whole entry. Entry format (no pickle)::
 
 A file's mtime is its LRU clock: a hit bumps it, and eviction removes the oldest first. Beside
 ``entries/`` live ``lock`` (the cache-wide lock for eviction), ``size`` (the running total that spares
-most puts a scan) and ``locks/`` (per-key locks for single-flight compiles).
+most puts a scan) and ``locks/<key[:2]>/<key>.lock`` (per-key locks for single-flight compiles). A writer
+first writes ``entries/<key[:2]>/.<key>.<pid>.<random>.tmp``.
+
+Healing: only regular files count as entries. A non-file at an entry or lock path (a directory, a
+fifo, a symlink...) is removed when a ``get``, ``put`` or lock meets it, and every scan (eviction,
+``prune``, ``clear``) removes such damage, unknown names and the temp files of dead writers, skips what
+it cannot remove and keeps evicting until the total is within the bound. ``clear`` also removes the
+per-key lock files nobody holds. The directory, ``entries/``, ``locks/`` and their buckets must be the
+user's own and not writable by group or others, and no parent may be world-writable without the sticky
+bit (:class:`UnsafeCacheDir`). File-system details live in :mod:`tritonplug.cache_fs`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
-import re
-import secrets
-import stat
 import time
-import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import filelock
 
-from tritonplug.errors import TritonplugError
+from tritonplug import cache_fs
+from tritonplug.cache_fs import CacheDirError, UnsafeCacheDir
 from tritonplug.records import Binary
+from tritonplug.user_warnings import warn
 
 log = logging.getLogger("tritonplug.cache")
 
 MAGIC = b"tritonplug-cache 1\n"
 _DIGEST = 32
-_KEY = re.compile(r"[0-9a-f]{16,128}")
-_ORPHAN_AGE_S = 600.0  # a temp file this old belongs to a writer that died
 _LOW_WATER = 0.9  # a put that finds the cache full evicts down to 90%, so the next puts need no scan
 _EVICT_LOCK_TIMEOUT_S = 30.0  # a put gives up evicting (the next put retries) rather than hang
 _DISABLED = {"0", "off", "false", "no"}
 
 
-class CacheDirError(TritonplugError):
-    """The cache directory cannot be created or used."""
-
-
-class UnsafeCacheDir(CacheDirError):
-    """The cache directory could be written by someone else, who could then plant kernels."""
+__all__ = ["MAGIC", "CacheDirError", "CacheStats", "DiskCache", "UnsafeCacheDir", "cache_from_env",
+           "default_directory", "open_cache_from_env"]
 
 
 @dataclass(frozen=True)
@@ -73,33 +75,26 @@ class DiskCache:
         self._first_put = True
         # One lock object per cache: re-entrant in a thread, exclusive between threads and processes.
         self._lock = filelock.FileLock(self.directory / "lock", mode=0o600)
+        cache_fs.check_ancestors(self.directory)
         try:
-            _makedirs(self.directory)
-            st = self.directory.stat()
+            cache_fs.makedirs(self.directory)
         except OSError as exc:
             raise CacheDirError(f"cannot create the cache directory {self.directory}: {exc}") from exc
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            raise UnsafeCacheDir(f"cache directory {self.directory} is owned by uid {st.st_uid}, not by the "
-                                 f"current user (uid {os.getuid()})")
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise UnsafeCacheDir(f"cache directory {self.directory} is writable by group or others "
-                                 f"(mode {stat.S_IMODE(st.st_mode):#o}); `chmod 700` it to use it")
+        cache_fs.check_safe(self.directory)
 
     def _path(self, key: str) -> Path:
-        if not isinstance(key, str) or not _KEY.fullmatch(key):
+        if not isinstance(key, str) or not cache_fs.KEY.fullmatch(key):
             raise ValueError(f"key must be a lower-case hex digest of 16 to 128 characters, got {key!r}")
         return self.directory / "entries" / key[:2] / f"{key}.bin"
 
     def get(self, key: str) -> Binary | None:
         """The entry for ``key``, or ``None``; a damaged entry is removed and counts as a miss."""
         path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                inode = os.fstat(f.fileno()).st_ino
-                data = f.read()
-        except OSError as exc:  # absent, or unreadable
-            log.debug("miss %s (%s)", key[:12], exc.strerror)
+        found = cache_fs.read_regular_file(path)  # removes a non-file at the path
+        if found is None:
+            log.debug("miss %s", key[:12])
             return None
+        data, inode = found
         try:
             binary = decode_entry(key, data)
         except (ValueError, KeyError, TypeError) as exc:
@@ -122,14 +117,19 @@ class DiskCache:
             return False
         tmp: Path | None = None
         try:
-            _makedirs(path.parent)
-            tmp = path.with_name(f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            cache_fs.makedirs(path.parent)
+            tmp = path.with_name(cache_fs.temp_name(key))
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except IsADirectoryError:  # a directory where the entry belongs: remove it, publish again
+                if not cache_fs.remove_non_file(path):
+                    raise
+                os.replace(tmp, path)
             tmp = None
         except OSError as exc:
             self._warn_once(f"cannot write to the kernel cache at {self.directory} ({exc}); "
@@ -153,13 +153,20 @@ class DiskCache:
         twice counts twice), which just brings the next scan forward. A writer that died between publishing
         and accounting leaves it short; each DiskCache scans on its first put to correct that.
         """
-        with self._lock.acquire(timeout=_EVICT_LOCK_TIMEOUT_S):
+        with self._cache_lock():
             total = None if self._first_put else _read_int(self.directory / "size")
             self._first_put = False
             if total is None or total + size > self.max_bytes:
                 self._evict(int(self.max_bytes * _LOW_WATER))
             else:
-                (self.directory / "size").write_text(str(total + size))
+                cache_fs.write_small_file(self.directory / "size", str(total + size))
+
+    @contextlib.contextmanager
+    def _cache_lock(self) -> Iterator[None]:
+        """The cache-wide lock; a non-file at its path (damage since we started) is removed first."""
+        cache_fs.remove_non_file(self.directory / "lock")
+        with self._lock.acquire(timeout=_EVICT_LOCK_TIMEOUT_S):
+            yield
 
     def key_lock(self, key: str) -> contextlib.AbstractContextManager:
         """An inter-process lock for ``key``: hold it while compiling so one process compiles, others wait.
@@ -173,7 +180,8 @@ class DiskCache:
     def _key_lock(self, path: Path) -> Iterator[None]:
         lock: filelock.FileLock | None = filelock.FileLock(path, mode=0o600)
         try:
-            _makedirs(path.parent)
+            cache_fs.makedirs(path.parent)
+            cache_fs.remove_non_file(path)  # a directory, fifo or symlink there is damage (one lstat per miss)
             lock.acquire()
         except OSError as exc:
             self._warn_once(f"cannot lock {path} in the kernel cache at {self.directory} ({exc})")
@@ -185,66 +193,105 @@ class DiskCache:
                 lock.release()
 
     def stats(self) -> CacheStats:
-        entries, _ = self._scan()
-        total = sum(size for _, size, _ in entries)
-        return CacheStats(str(self.directory), len(entries), total, self.max_bytes)
+        entries = cache_fs.scan(self.directory).entries
+        return CacheStats(str(self.directory), len(entries), sum(size for _, size, _ in entries), self.max_bytes)
 
     def clear(self) -> int:
-        """Remove every entry (and stale temp files); returns the number of entries removed."""
-        with self._lock:
-            return self._evict(0)
+        """Remove every entry, every damaged or unknown item, the temp files of dead writers and the per-key
+        lock files nobody holds; the number of entries removed. Raises :class:`CacheDirError` (after
+        removing what it could) if something could not be removed, e.g. in a read-only cache."""
+        result = self._locked_evict(0, "clear")
+        if result.failed:
+            raise CacheDirError(f"could not clear the kernel cache at {self.directory}: {result.describe_failures()}")
+        return result.removed
 
     def prune(self, max_bytes: int | None = None) -> int:
-        """Evict least-recently-used entries until they total ``<= max_bytes``; remove stale temp files."""
-        with self._lock:
-            return self._evict(self.max_bytes if max_bytes is None else max_bytes)
+        """Evict least-recently-used entries until they total ``<= max_bytes`` (default: the bound), and remove
+        damage and dead writers' temp files; the number of entries removed. Raises :class:`CacheDirError`
+        if the entries could not be brought within ``max_bytes``."""
+        bound = self.max_bytes if max_bytes is None else max_bytes
+        result = self._locked_evict(bound, "prune")
+        if result.total > bound:
+            raise CacheDirError(f"could not prune the kernel cache at {self.directory} to {bound} bytes "
+                                f"({result.total} remain): {result.describe_failures()}")
+        return result.removed
 
-    def _evict(self, max_bytes: int) -> int:
-        """Scan; remove stale temp files, and the oldest entries down to ``max_bytes``. Needs the lock."""
-        entries, temps = self._scan()
+    def _locked_evict(self, max_bytes: int, action: str) -> _Eviction:
+        """``_evict`` for ``clear`` and ``prune``, which need a writable cache even when there is nothing to do."""
+        try:
+            with self._cache_lock():
+                cache_fs.probe_writable(self.directory / "entries")
+                return self._evict(max_bytes, locks=action == "clear")
+        except filelock.Timeout as exc:
+            raise CacheDirError(f"cannot {action} the kernel cache at {self.directory}: another process has "
+                                f"held its lock for {_EVICT_LOCK_TIMEOUT_S:.0f} s") from exc
+        except OSError as exc:
+            read_only = " it is read-only" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+            raise CacheDirError(f"cannot {action} the kernel cache at {self.directory}:{read_only} ({exc})") from exc
+
+    def _evict(self, max_bytes: int, locks: bool = False) -> _Eviction:
+        """Remove damage and dead writers' temp files, then the oldest entries until the rest fit in
+        ``max_bytes``, skipping what cannot be removed; with ``locks``, also unheld lock files. Needs the lock."""
+        found = cache_fs.scan(self.directory)
+        result = _Eviction(total=sum(size for _, size, _ in found.entries))
+        for path in found.junk:
+            result.note(path, cache_fs.remove_any(path))
         now = time.time()
-        for path, mtime in temps:
-            if now - mtime > _ORPHAN_AGE_S:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                    log.info("removed orphaned temp file %s", path)
-        total = sum(size for _, size, _ in entries)
-        removed = 0
-        for path, size, _ in sorted(entries, key=lambda e: e[2]):
-            if total <= max_bytes:
+        for path, mtime in found.temps:  # a live writer's temp file is left to it
+            if cache_fs.is_orphaned_temp(path, mtime, now):
+                result.note(path, cache_fs.remove_any(path))
+        result.failures.extend(found.unreadable)
+        for path, size, _ in sorted(found.entries, key=lambda e: e[2]):
+            if result.total <= max_bytes:
                 break
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(path)
-                removed += 1
-            total -= size
-        if removed:
-            log.info("evicted %d entries from %s; %d bytes remain", removed, self.directory, total)
+                result.removed += 1
+            except FileNotFoundError:
+                pass  # another process evicted it
+            except OSError as exc:
+                log.info("cannot evict %s: %s", path, exc)
+                result.failures.append(path)
+                continue
+            result.total -= size
+        if locks:
+            found_locks = cache_fs.scan(self.directory, locks=True)
+            for path in found_locks.junk:
+                result.note(path, cache_fs.remove_any(path))
+            for path in found_locks.locks:
+                result.note(path, cache_fs.remove_unheld_lock(path) != "failed")
+        if result.removed:
+            log.info("evicted %d entries from %s; %d bytes remain", result.removed, self.directory, result.total)
         with contextlib.suppress(OSError):
-            (self.directory / "size").write_text(str(total))
-        return removed
-
-    def _scan(self) -> tuple[list[tuple[str, int, float]], list[tuple[str, float]]]:
-        """Entry files as (path, size, mtime) and temp files as (path, mtime)."""
-        entries, temps = [], []
-        with contextlib.suppress(OSError), os.scandir(self.directory / "entries") as top:
-            for bucket in top:
-                if not bucket.is_dir(follow_symlinks=False):
-                    continue
-                with contextlib.suppress(OSError), os.scandir(bucket.path) as files:
-                    for item in files:
-                        with contextlib.suppress(OSError):
-                            st = item.stat(follow_symlinks=False)
-                            if item.name.endswith(".bin") and _KEY.fullmatch(item.name[:-4]):
-                                entries.append((item.path, st.st_size, st.st_mtime))
-                            elif item.name.endswith(".tmp"):
-                                temps.append((item.path, st.st_mtime))
-        return entries, temps
+            cache_fs.write_small_file(self.directory / "size", str(result.total))
+        return result
 
     def _warn_once(self, message: str) -> None:
         log.info("%s", message)
         if not self._warned:
             self._warned = True
-            warnings.warn(f"tritonplug: {message}", RuntimeWarning, stacklevel=3)
+            warn(f"tritonplug: {message}")
+
+
+@dataclass
+class _Eviction:
+    total: int  # bytes of entries left
+    removed: int = 0  # entries removed
+    failures: list[str] = field(default_factory=list)  # paths that could not be removed (or listed)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+    def note(self, path: str, gone: bool) -> None:
+        if not gone:
+            self.failures.append(path)
+
+    def describe_failures(self) -> str:
+        if not self.failures:
+            return "nothing failed"
+        shown = ", ".join(self.failures[:3]) + (f" and {len(self.failures) - 3} more" if len(self.failures) > 3 else "")
+        return f"{len(self.failures)} item(s) could not be removed (is it read-only?): {shown}"
 
 
 def encode_entry(key: str, binary: Binary) -> bytes:
@@ -289,22 +336,11 @@ def decode_entry(key: str, data: bytes) -> Binary:
 
 
 def _read_int(path: Path) -> int | None:
+    found = cache_fs.read_regular_file(path)
     try:
-        return int(path.read_text())
-    except (OSError, ValueError):
+        return None if found is None else int(found[0])
+    except ValueError:
         return None
-
-
-def _makedirs(path: Path) -> None:
-    """``os.makedirs`` whose created parents also get mode 0700 (``os.makedirs`` gives them the umask's)."""
-    if path.is_dir():
-        return
-    _makedirs(path.parent)
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        if not path.is_dir():
-            raise
 
 
 def default_directory() -> Path:
@@ -316,8 +352,8 @@ def default_directory() -> Path:
     return base / "tritonplug"
 
 
-def cache_from_env() -> DiskCache | None:
-    """The cache the environment asks for, or ``None`` when disabled or unusable (with a RuntimeWarning)."""
+def open_cache_from_env() -> DiskCache | None:
+    """The cache the environment asks for; ``None`` when disabled, :class:`CacheDirError` when unusable."""
     if os.environ.get("TRITONPLUG_CACHE", "1").strip().lower() in _DISABLED:
         return None
     raw = os.environ.get("TRITONPLUG_CACHE_MAX_BYTES", "").strip()
@@ -327,8 +363,13 @@ def cache_from_env() -> DiskCache | None:
         max_bytes = -1
     if max_bytes < 0:
         raise ValueError(f"TRITONPLUG_CACHE_MAX_BYTES must be a non-negative integer, got {raw!r}")
+    return DiskCache(default_directory(), max_bytes)
+
+
+def cache_from_env() -> DiskCache | None:
+    """The cache the environment asks for, or ``None`` when disabled or unusable (with a RuntimeWarning)."""
     try:
-        return DiskCache(default_directory(), max_bytes)
+        return open_cache_from_env()
     except CacheDirError as exc:
-        warnings.warn(f"tritonplug: not using the kernel cache: {exc}", RuntimeWarning, stacklevel=2)
+        warn(f"tritonplug: not using the kernel cache: {exc}")
         return None

@@ -80,9 +80,11 @@ class CallSpec:
     metaparams: tuple[tuple[str, Any], ...]
     out_specs: tuple[BufferSpec, ...]
     options: CallOptions
+    #: One autotune configuration (``Configuration.autotune_config``) to lower alone, for ``tritonplug.tune``.
+    pinned_config: tuple[tuple[str, Any], ...] | None = None
 
     def _fields(self) -> tuple:
-        return (self.kernel, self.bound, self.metaparams, self.out_specs, self.options)
+        return (self.kernel, self.bound, self.metaparams, self.out_specs, self.options, self.pinned_config)
 
     def __eq__(self, other: object) -> bool:
         if self is other:

@@ -8,6 +8,7 @@ Everything else a caller passes by keyword is an operand or a metaparameter of t
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tritonplug.jaxlib_compat import GPU_TARGETS
+from tritonplug.records import BackendInfo
 
 # triton_call's own arguments that backend_options must not smuggle in under another spelling.
 _CALL_ARGUMENTS = {"compute_capability", "grid", "out_shape", "out_type", "kernel", "name",
@@ -69,7 +71,7 @@ class CallOptions:
             grid=self.grid if callable(self.grid) else grid_for(self.grid, {}),
             num_warps=_int_option("num_warps", self.num_warps, minimum=1, power_of_two=True),
             num_stages=_int_option("num_stages", self.num_stages, minimum=0),
-            num_ctas=_int_option("num_ctas", self.num_ctas, minimum=1),
+            num_ctas=_int_option("num_ctas", self.num_ctas, minimum=1, power_of_two=True),
             compute_capability=_capability(self.compute_capability),
             backend_options=_backend_options(self),
             input_output_aliases=tuple(sorted(dict(aliases or {}).items())),
@@ -116,6 +118,35 @@ def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
             raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}")
         dims.append(int(d))
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def check_grid_limits(grid: tuple[int, int, int], backend: BackendInfo) -> None:
+    """Refuse a grid larger than the backend's device launches (``BackendInfo.max_grid``)."""
+    limits = backend.max_grid
+    if limits is None:
+        return
+    for axis, size, limit in zip("xyz", grid, limits, strict=True):
+        if size > limit:
+            raise ValueError(f"grid {grid} is too large for backend {backend.name!r}: it launches at most "
+                             f"{limit} program instances along {axis} (limits x, y, z: {limits}), got {size}")
+
+
+def check_option_names(options: CallOptions, backends: Iterable[BackendInfo]) -> None:
+    """Refuse ``backend_options`` that no installed backend accepts, at the call and on every platform alike.
+
+    Only when every backend declares its ``option_names``: one that does not may accept anything.
+    """
+    backends = list(backends)
+    if not options.backend_options or not backends or any(b.option_names is None for b in backends):
+        return
+    known = set().union(*(b.option_names or () for b in backends))
+    unknown = sorted(k for k, _ in options.backend_options if k not in known)
+    if unknown:
+        installed = ", ".join(sorted(b.name for b in backends))
+        close = sorted({m for name in unknown for m in difflib.get_close_matches(name, known, n=2)})
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise ValueError(f"backend_options: unknown option(s) {unknown}{hint}: no installed backend ({installed}) "
+                         f"accepts them; the options they accept are {sorted(known)}")
 
 
 def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int) -> frozenset[int]:

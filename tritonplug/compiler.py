@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +42,17 @@ class CompileRequest:
 class CompileService:
     """Compiles requests through memory → disk cache → remote tier → ``run_tasks`` (the process's worker pool)."""
 
-    def __init__(self, run_tasks: Callable[[Sequence[Task]], list[Any]]) -> None:
+    def __init__(self, run_tasks: Callable[..., list[Any]], lanes: Callable[[], int] = lambda: 0) -> None:
+        """``run_tasks(tasks)`` runs compile tasks on the process's worker pool, ``lanes()`` of them at once
+        (0: in this process, one at a time)."""
         self._run_tasks = run_tasks
+        self._lanes = lanes  # how many tasks run_tasks runs at once (0: in this process, one at a time)
         self._memory: dict[str, Binary] = {}
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._cache: Any = None
         self._cache_ready = False
-        self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
+        self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "runtime_autotuned": 0}
         self.remote = RemoteCaches()  # the tier behind the disk cache (remote_cache.py, remote_tier.py)
 
     @property
@@ -67,6 +70,11 @@ class CompileService:
             self._cache_ready = False
             self._cache = None
         self.remote.reset()
+
+    def note_runtime_autotuned(self) -> None:
+        """A call was lowered with several configurations: jaxlib will time them on the device."""
+        with self._lock:
+            self.stats["runtime_autotuned"] += 1
 
     def compile(self, backend: Backend, target: Target, requests: Sequence[CompileRequest]) -> list[Binary]:
         found: dict[str, Binary] = {}
@@ -89,9 +97,17 @@ class CompileService:
             if mine:
                 found.update(self._resolve(backend, target, mine))
         except BaseException as exc:
+            partial = isinstance(exc, _PartialFailure)
+            kept, error = (exc.found, exc.error) if partial else ({}, exc)
             with self._lock:
                 for r in mine:
-                    self._inflight.pop(r.key).set_exception(exc)
+                    if r.key in kept:  # the configurations that finished stay compiled
+                        self._memory[r.key] = kept[r.key]
+                        self._inflight.pop(r.key).set_result(kept[r.key])
+                    else:
+                        self._inflight.pop(r.key).set_exception(error)
+            if partial:
+                raise error from error.__cause__
             raise
         with self._lock:
             for r in mine:
@@ -122,19 +138,28 @@ class CompileService:
 
     def _compile(self, backend: Backend, target: Target, missing: list[CompileRequest],
                  cache: Any) -> dict[str, Binary]:
+        """Compile ``missing``; the configurations that finish are cached even when another one fails or
+        times out, and a failure then raises ``_PartialFailure`` carrying them (``compile`` keeps them)."""
         found = {}
         start = time.perf_counter()
-        binaries = self._run(backend, target, missing)
+        outcomes = self._run(backend, target, missing)
         elapsed = time.perf_counter() - start
+        done = [(r, b) for r, b in zip(missing, outcomes, strict=True) if isinstance(b, Binary)]
         with self._lock:
-            self.stats["compiled"] += len(missing)
+            self.stats["compiled"] += len(done)
             self.stats["compile_seconds"] += elapsed
-        for r, binary in zip(missing, binaries, strict=True):
+        for r, binary in done:
             log.info("compiled %s for %s (key %s)", r.description, target.describe(), r.key[:12])
             if cache is not None and cache.put(r.key, binary):
                 log.info("cached %s in %s", r.description, cache.directory)
             found[r.key] = binary
-        log.info("compiled %d configuration(s) in %.3f s", len(missing), elapsed)
+        log.info("compiled %d configuration(s) in %.3f s", len(done), elapsed)
+        failures = [e for e in outcomes if not isinstance(e, Binary)]
+        if failures:
+            if done:
+                failures[0].add_note(f"tritonplug: the other {len(done)} configuration(s) of this call "
+                                     f"compiled and are kept (in memory and in the cache)")
+            raise _PartialFailure(found, failures[0])
         return found
 
     def _from_disk(self, cache: Any, requests: list[CompileRequest]) -> dict[str, Binary]:
@@ -150,18 +175,45 @@ class CompileService:
                     self.stats["disk_hits"] += 1
         return found
 
-    def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary]:
-        jobs = [r.make_job() for r in requests]
+    def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary | Exception]:
+        """Each request's binary, or the exception its compile raised. With compile workers, each
+        configuration goes to a worker as soon as its front end has run, so front ends (serialised by the
+        lowering's front-end lock) overlap the back ends already running."""
         if not backend.compiles_in_worker:
-            return [_compile_here(backend, job, r.description) for job, r in zip(jobs, requests, strict=True)]
-        tasks = [Task(WORKER_COMPILE, (job,), r.description) for job, r in zip(jobs, requests, strict=True)]
-        return self._run_tasks(tasks)
+            return [_settled(lambda r=r: _compile_here(backend, r.make_job(), r.description)) for r in requests]
+
+        def one(r: CompileRequest) -> Binary:
+            return self._run_tasks([Task(WORKER_COMPILE, (r.make_job(),), r.description)])[0]
+
+        lanes = self._lanes()
+        if lanes == 0 or len(requests) == 1:
+            return [_settled(lambda r=r: one(r)) for r in requests]
+        with ThreadPoolExecutor(min(len(requests), lanes), thread_name_prefix="tritonplug-compile") as threads:
+            futures = [threads.submit(one, r) for r in requests]
+        return [f.exception() or f.result() for f in futures]  # type: ignore[misc]
 
 
-def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary:
+class _PartialFailure(Exception):
+    """Some configurations failed to compile; ``found`` holds the binaries of all the others."""
+
+    def __init__(self, found: dict[str, Binary], error: BaseException) -> None:
+        super().__init__(str(error))
+        self.found, self.error = found, error
+
+
+def _settled(compile_one: Callable[[], Binary]) -> Binary | Exception:
+    try:
+        return compile_one()
+    except Exception as exc:
+        return exc
+
+
+def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary | Exception:
     try:
         return backend.compile(job)
-    except CompileError:
-        raise
+    except CompileError as exc:
+        return exc
     except Exception as exc:
-        raise CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}") from exc
+        failure = CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}")
+        failure.__cause__ = exc
+        return failure

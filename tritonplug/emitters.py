@@ -7,7 +7,6 @@ runs it on NumPy buffers.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import zlib
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import host_ffi, jax_compat, jaxlib_compat
+from tritonplug import host_ffi, jax_compat, jaxlib_compat, launch_payload
 from tritonplug.call import CallSpec, buffer_nbytes
 from tritonplug.kernel_call import encode_kernel_call
 from tritonplug.records import ArrayParam, GpuKernel, HostKernel, Launch
@@ -32,8 +31,7 @@ def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, 
 
 
 def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec) -> Sequence[Any]:
-    if not jaxlib_compat.accepts_module_image():
-        kernels = [dataclasses.replace(k, module_image=None) for k in kernels]
+    kernels = launch_payload.lean_gpu_kernels(kernels, call.options.debug)
     launch = kernels[0].launch
     aliases = [(i, o, buffer_nbytes(launch.operands[i])) for i, o in launch.aliases]
     name = call.options.name or launch.kernel_name
@@ -76,7 +74,8 @@ def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec
         kernel.run(operands, results)
 
     extra = {"cost_estimate_json": json.dumps(dict(call.options.cost_estimate))} if call.options.cost_estimate else None
-    return host_ffi.lower_host_call(ctx, args, function_id=host_ffi.register_function(run_on_host),
+    function_id = host_ffi.register_function(run_on_host, launch_payload.host_kernel_key(kernel, zero_buffers))
+    return host_ffi.lower_host_call(ctx, args, function_id=function_id,
                                     operand_output_aliases=dict(launch.aliases),
                                     has_side_effect=call.options.has_side_effect, extra_attributes=extra)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import triton_compat
+from tritonplug import kernel_use, triton_compat
 from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, buffer_nbytes, pointer_type
 from tritonplug.errors import KernelSourceError
 from tritonplug.records import ArrayParam, BackendInfo, BufferSpec, ConstexprParam, Options, ScalarParam, Target
@@ -34,6 +34,9 @@ class Configuration:
     metaparams: tuple[tuple[str, Any], ...]
     call_options: tuple[tuple[str, Any], ...]
     description: str
+    #: The autotune config it came from, as (name, value) pairs of its kwargs and options (tuning records
+    #: name configurations by it); empty for a kernel without ``triton.autotune``.
+    autotune_config: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
         require_constexprs(name, bound, values)
         merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
         description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
-        result.append(Configuration(tuple(values.items()), tuple(merged.items()), description))
+        result.append(Configuration(tuple(values.items()), tuple(merged.items()), description,
+                                    tuple({**kwargs, **options}.items()) if kernel.autotuner is not None else ()))
     return result
 
 
@@ -167,19 +171,40 @@ def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Specialization) -> str:
-    """Run Triton's front end (to TTIR); a kernel error becomes a ``KernelSourceError`` pointing at its line."""
+def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Specialization,
+            bound: BoundArgs | None = None) -> str:
+    """Run Triton's front end (to TTIR). A kernel error becomes a ``TypeError``/``ValueError`` naming the
+    argument behind it when ``bound`` shows one (see ``kernel_use``), else a ``KernelSourceError``; both
+    point at the kernel's source line."""
     assert target.triton_backend is not None
     fn = kernel.fn
-    constexprs = {k: v for k, v in spec.constexprs.items()}
+    gpu_target = (target.triton_backend, target.arch, target.warp_size)
+
+    def front_end(signature: dict, constexprs: dict, attrs: dict) -> str:
+        return triton_compat.frontend_ttir(fn, gpu_target, options.as_dict(), signature, dict(constexprs), attrs)
+
     try:
-        return triton_compat.frontend_ttir(fn, (target.triton_backend, target.arch, target.warp_size),
-                                           options.as_dict(), spec.signature, constexprs, spec.attrs)
+        return front_end(spec.signature, spec.constexprs, spec.attrs)
     except Exception as exc:
-        if triton_compat.is_kernel_source_error(exc):
-            raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}"
-                                    f"{_source_location(fn, exc)}:\n{exc}") from exc
-        raise
+        if not triton_compat.is_kernel_source_error(exc):
+            raise
+        where = _source_location(fn, exc)
+        if bound is not None:
+            culprit = kernel_use.blame(kernel.name, bound, spec.signature, spec.constexprs, spec.attrs, exc, where,
+                                       _succeeds(front_end))
+            if culprit is not None:
+                raise culprit from exc
+        raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{where}:\n{exc}") from exc
+
+
+def _succeeds(front_end: Any) -> Any:
+    def compiles(signature: dict, constexprs: dict, attrs: dict) -> bool:
+        try:
+            front_end(signature, constexprs, attrs)
+        except Exception:
+            return False
+        return True
+    return compiles
 
 
 def _source_location(fn: Any, exc: Exception) -> str:

@@ -250,6 +250,13 @@ def capability_problem(info: BackendInfo) -> str | None:
         value = getattr(info, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value & (value - 1):
             return f"declares {field}={value!r}; expected 0 or a power of two"
+    names = info.option_names
+    if names is not None and not (isinstance(names, tuple) and all(isinstance(n, str) for n in names)):
+        return f"declares option_names={names!r}; expected None or a tuple of str"
+    grid = info.max_grid
+    if grid is not None and not (isinstance(grid, tuple) and len(grid) == 3 and all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in grid)):
+        return f"declares max_grid={grid!r}; expected None or a tuple of three positive ints"
     return None
 
 

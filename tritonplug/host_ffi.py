@@ -20,6 +20,7 @@ becomes an ``XLA_FFI_Error`` (never a crash), so it surfaces as a ``JaxRuntimeEr
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import secrets
 import threading
@@ -120,17 +121,27 @@ _lock = threading.Lock()
 _registered = False
 
 
-def register_function(fn: HostFunction) -> int:
+def register_function(fn: HostFunction, content_key: str | None = None) -> int:
     """Keep ``fn`` for the life of the process and return the id to pass to :func:`lower_host_call`.
 
     ``fn(operands, results)`` receives zero-copy numpy views of the XLA buffers: ``operands`` are
     read-only (and may share memory with a result), ``results`` are writable; a result aliased to
     an operand already holds that operand's data. ``fn`` runs on an XLA thread, holding the GIL.
+
+    With a ``content_key`` (a string that determines everything ``fn`` does) the id is derived from
+    it, so every process lowering the same program emits the same module, and JAX's persistent
+    compilation cache can serve it: a cached executable finds the function the new process registered
+    under the same id while lowering. Registering a key again replaces the function (an equal one).
+    Without a key the id is fresh and random.
     """
     if not callable(fn):
         raise TypeError(f"expected a callable, got {type(fn).__name__}")
     with _lock:
-        function_id = next(_ids)
+        if content_key is None:
+            function_id = next(_ids)
+        else:
+            digest = hashlib.sha256(f"{TARGET_NAME}\n{content_key}".encode()).digest()
+            function_id = int.from_bytes(digest[:7], "big") | 1 << 56  # positive i64, never a small counter id
         _functions[function_id] = fn
     return function_id
 

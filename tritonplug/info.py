@@ -12,7 +12,7 @@ def collect_info() -> dict[str, Any]:
     import triton
 
     from tritonplug import frontend
-    from tritonplug.cache import cache_from_env
+    from tritonplug.cache import CacheDirError, open_cache_from_env
     from tritonplug.cache_plugins import redact
     from tritonplug.state import state
     from tritonplug.workers import pool_size, pool_timeout
@@ -30,14 +30,18 @@ def collect_info() -> dict[str, Any]:
         for platform in backend.info.platforms:
             entry[f"target[{platform}]"] = _target(backend, platform)
         backends[backend.name] = entry
-    cache = cache_from_env()
+    try:
+        cache = open_cache_from_env()
+        cache_report: Any = dict(vars(cache.stats())) if cache is not None else "disabled (TRITONPLUG_CACHE=0)"
+    except (CacheDirError, ValueError) as exc:
+        cache_report = f"not usable: {exc}"
     return {
         "versions": {"tritonplug": frontend.TRITONPLUG_VERSION, "triton": triton.__version__,
                      "jax": jax.__version__, "jaxlib": jaxlib.__version__},
         "backends": backends or "none installed",
         "problems": [*host.problems, *state.compiler.remote.problems()] or "none",
         "jax devices": ", ".join(str(d) for d in jax.devices()),
-        "cache": dict(vars(cache.stats())) if cache is not None else "disabled",
+        "cache": cache_report,
         "remote cache": state.compiler.remote.status(),
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),

@@ -157,3 +157,14 @@ def distributed_runtime() -> DistributedRuntime | None:
         return None
     return DistributedRuntime(client, int(state.process_id), int(state.num_processes),
                               str(state.coordinator_address or "?"))
+
+
+def lowering_platform(platform: str) -> str:
+    """The platform name lowering rules are registered under: ``gpu`` (what a CUDA or ROCm device and
+    ``jax.default_backend()`` may report) becomes ``cuda`` or ``rocm``, whichever is present."""
+    from jax._src import xla_bridge
+
+    try:
+        return xla_bridge.canonicalize_platform(platform)
+    except RuntimeError:
+        return platform

@@ -6,12 +6,14 @@ parse options, specialise, cache lookup, compile on a miss â†’ kernel objects â†
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import emitters, frontend, jax_compat
-from tritonplug.call import CallSpec
-from tritonplug.call_options import grid_for, zeroed_for
+from tritonplug import emitters, frontend, jax_compat, tuning_select
+from tritonplug.call import BoundArgs, CallSpec
+from tritonplug.call_options import check_grid_limits, grid_for, zeroed_for
 from tritonplug.compiler import CompileRequest
 from tritonplug.errors import PluginError
 from tritonplug.host import Backend
@@ -20,17 +22,41 @@ from tritonplug.state import state
 from tritonplug.triton_compat import KernelFacts
 
 
+@dataclass(frozen=True)
+class LoweringPlan:
+    """What lowering one call for one target needs: a launch and a compile request per configuration."""
+
+    backend: Backend
+    target: Target
+    launches: tuple[Launch, ...]
+    requests: tuple[CompileRequest, ...]
+
+
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     check_not_partitioned(ctx)
     backend = state.host().backend_for(platform)
     target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
     if target is None:
         raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
-    kernel = call.kernel
     operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
+    plan = plan_call(backend, target, call, operands)
+    binaries = state.compiler.compile(backend, target, plan.requests)
+    if len(plan.launches) > 1:
+        state.compiler.note_runtime_autotuned()
+    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
+    return emitters.emit(ctx, args, kernels, call, platform)
+
+
+def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
+              count_tuned_hit: bool = True) -> LoweringPlan:
+    """The configurations to compile for ``target`` (a tuning record's winner when there is one), each with
+    its launch and its compile request; nothing is compiled yet. An early compile plans without counting
+    a tuned hit (its lowering counts it)."""
+    kernel = call.kernel
     named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
     configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
                                       named)
+    configs = tuning_select.select(state.tuning, backend.name, target, call, operands, configs, count_tuned_hit)
     if backend.info.autotune == "first":
         configs = configs[:1]
 
@@ -39,28 +65,32 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
         metaparams = dict(config.metaparams)
         options = backend.parse_options(target, dict(config.call_options))
         grid = grid_for(call.options.grid, metaparams)
+        check_grid_limits(grid, backend.info)
         zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs))
         spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
         description = f"kernel {kernel.name!r} [{config.description}]"
         launches.append(Launch(kernel.name, grid, spec.params, call.bound.names, operands, call.out_specs,
                                call.bound.aliases, kernel.fn, config.description))
         key = frontend.cache_key(backend.info, target, options, kernel.fn, spec)
-        requests.append(CompileRequest(key, _job_maker(backend, kernel, target, options, spec, description),
-                                       description))
-    binaries = state.compiler.compile(backend, target, requests)
-    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches, strict=True)]
-    return emitters.emit(ctx, args, kernels, call, platform)
+        make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound)
+        requests.append(CompileRequest(key, make_job, description))
+    return LoweringPlan(backend, target, tuple(launches), tuple(requests))
+
+
+#: Triton's front end is not known to be thread-safe, and early compiles run it off the main thread.
+_FRONTEND_LOCK = threading.Lock()
 
 
 def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: Options,
-               spec: frontend.Specialization, description: str) -> Callable[[], CompileJob]:
+               spec: frontend.Specialization, description: str, bound: BoundArgs) -> Callable[[], CompileJob]:
     """The job for one configuration, made only on a cache miss: the front end runs then, if the backend
     compiles IR at all."""
     def make() -> CompileJob:
         if not backend.info.ir_stages:
             return CompileJob(backend.name, kernel.name, target, options, "", "", description)
-        return CompileJob(backend.name, kernel.name, target, options, frontend.make_ir(kernel, target, options, spec),
-                          "ttir", description)
+        with _FRONTEND_LOCK:
+            ir = frontend.make_ir(kernel, target, options, spec, bound)
+        return CompileJob(backend.name, kernel.name, target, options, ir, "ttir", description)
     return make
 
 

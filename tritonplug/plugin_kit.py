@@ -4,7 +4,8 @@
   Triton's on-disk cache kept out of the way (:func:`private_triton_cache`);
 * checks of the options every Triton backend has (:func:`power_of_two`, :func:`int_in_range`,
   :func:`check_bools`, :func:`check_hashable`) and of option names against the backend's options
-  class in Triton (:func:`check_known_options`), each raising the error the user sees;
+  class in Triton (:func:`check_known_options`, :func:`check_option_names`), each raising the error
+  the user sees; the grid CUDA devices launch (:data:`CUDA_MAX_GRID`);
 * building the kernel object jaxlib's GPU runtime launches (:func:`gpu_kernel`).
 
 A plugin may import this module besides :mod:`tritonplug.hookspecs` and :mod:`tritonplug.records`.
@@ -132,6 +133,9 @@ def compile_ttir(ttir: str, name: str, triton_backend: str, arch: int | str, war
 # ---------------------------------------------------------------------------------------------
 # Option checks: each returns the checked value or raises the error the user sees, naming the option.
 
+#: The most program instances a CUDA device launches along x, y and z (``BackendInfo.max_grid``).
+CUDA_MAX_GRID = (2**31 - 1, 65535, 65535)
+
 #: Options every Triton backend has that must be bools.
 BOOL_OPTIONS = ("enable_fp_fusion", "debug")
 
@@ -178,11 +182,16 @@ def check_hashable(options: Mapping[str, Any]) -> None:
 def check_known_options(options: Mapping[str, Any], options_class: type, backend: str) -> None:
     """Every name in ``options`` is a field of Triton's ``options_class``; ``backend`` names the
     backend in the error (``"CUDA"``)."""
-    known = option_names(options_class)
+    check_option_names(options, option_names(options_class), backend, f"Triton's {options_class.__name__}")
+
+
+def check_option_names(options: Mapping[str, Any], known: Iterable[str], backend: str, source: str) -> None:
+    """Every name in ``options`` is one of ``known`` (what ``source`` accepts, for the error)."""
+    known = frozenset(known)
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"unknown {backend} backend option(s) {unknown} in backend_options; "
-                         f"Triton's {options_class.__name__} has {sorted(known)}")
+                         f"{source} has {sorted(known)}")
 
 
 # ---------------------------------------------------------------------------------------------

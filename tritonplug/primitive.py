@@ -18,12 +18,16 @@ from tritonplug.batching import batch_rule
 from tritonplug.call import CallSpec, refs_as_outputs
 from tritonplug.lowering import lower_call
 from tritonplug.records import BufferSpec
+from tritonplug.tuning_select import active_session
 
 triton_call_p = Primitive("tritonplug_call")
 triton_call_p.multiple_results = True
 
 
 def _impl(*args: Any, call: CallSpec) -> Any:
+    session = active_session.get()
+    if session is not None and call.kernel.autotuner is not None and call.pinned_config is None:
+        session.observe(args, call)  # tritonplug.tune: time every configuration first
     if call.bound.refs:  # refs are discharged into aliased outputs, which needs tracing
         with jax.disable_jit(False):
             return jax.jit(functools.partial(triton_call_p.bind, call=call))(*args)

@@ -38,6 +38,11 @@ class BackendInfo:
     * ``pointer_divisibility`` / ``integer_divisibility``: the ``tt.divisibility`` promised for pointer
       parameters and for integer scalars divisible by it (``0``: none); ``specialize_ones``: integer
       scalars equal to 1 become constants, as Triton's own launcher does.
+    * ``option_names``: the option names ``parse_options`` accepts (``None``: not declared). When every
+      installed backend declares them, ``backend_options`` naming an option none accepts is refused at
+      the call, on every platform alike.
+    * ``max_grid``: the most program instances the device launches along x, y and z (``None``: no
+      limit beyond 2**31-1); a larger grid is refused when lowering for this backend.
     """
 
     name: str
@@ -51,6 +56,8 @@ class BackendInfo:
     pointer_divisibility: int = 16
     integer_divisibility: int = 16
     specialize_ones: bool = True
+    option_names: tuple[str, ...] | None = None
+    max_grid: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)

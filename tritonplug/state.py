@@ -18,6 +18,7 @@ from tritonplug.compiler import CompileService
 from tritonplug.host import Host
 from tritonplug.records import BackendInfo
 from tritonplug.triton_compat import KernelFactsCache
+from tritonplug.tuning_store import TuningStore
 from tritonplug.worker_pool import Task, WorkerPool
 from tritonplug.workers import pool_from_env, pool_size, pool_timeout
 
@@ -28,9 +29,10 @@ class ProcessState:
         self._host: Host | None = None
         self._pool: WorkerPool | None = None
         self._pool_from_env = False
-        self.compiler = CompileService(self.run_tasks)
+        self.compiler = CompileService(self.run_tasks, lambda: self.pool().size)
         self.kernels = KernelFactsCache()
         self.memo = CallMemo()
+        self.tuning = TuningStore()
 
     def host(self) -> Host:
         """The plugin host, loading the entry points on first use."""
@@ -57,8 +59,8 @@ class ProcessState:
             stale.shutdown()
         return pool
 
-    def run_tasks(self, tasks: Sequence[Task]) -> list[Any]:
-        return self.pool().run(tasks)
+    def run_tasks(self, tasks: Sequence[Task], return_exceptions: bool = False) -> list[Any]:
+        return self.pool().run(tasks, return_exceptions)
 
     def set_pool(self, pool: WorkerPool | None) -> WorkerPool | None:
         """Make ``pool`` the process's pool and return the previous one, which keeps running.
@@ -82,6 +84,7 @@ class ProcessState:
         too (reloaded on next use). Warm workers stay: they hold nothing but their imports, and the
         pool follows the environment by itself."""
         self.compiler.reset()
+        self.tuning.reset()
         self.kernels.clear()
         self.memo.clear()
         if plugins:
@@ -116,6 +119,8 @@ def backend_for(platform: str) -> BackendInfo:
 
 
 def compile_stats() -> dict[str, float]:
-    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``, and the remote
-    tier's ``remote_hits``, ``remote_waits``, ``remote_published``, ``remote_errors``."""
-    return {**state.compiler.stats, **state.compiler.remote.counters()}
+    """This process's counters: ``compiled``, ``disk_hits``, ``memory_hits``, ``compile_seconds``,
+    ``runtime_autotuned`` (calls lowered with several configurations, which jaxlib times on the device at
+    their first execution), ``tuned_hits`` (autotuned calls lowered with their recorded configuration), and
+    the remote tier's ``remote_hits``, ``remote_waits``, ``remote_published``, ``remote_errors``."""
+    return {**state.compiler.stats, **state.tuning.stats, **state.compiler.remote.counters()}

@@ -109,6 +109,16 @@ def autotune_configs(autotuner: Autotuner) -> list[triton.Config]:
     return list(autotuner.configs)
 
 
+def autotune_key_names(autotuner: Autotuner | None) -> list[str]:
+    """The argument names of ``triton.autotune(key=...)``; none without an autotuner."""
+    return list(autotuner.keys) if autotuner is not None else []
+
+
+def autotune_resets(autotuner: Autotuner) -> tuple[list[str], list[str]]:
+    """``reset_to_zero`` and ``restore_value`` of a ``triton.autotune`` wrapper (argument names)."""
+    return list(autotuner.reset_to_zero or []), list(autotuner.restore_value or [])
+
+
 def config_fields(config: triton.Config) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """(kwargs, options, pre_hook) of an autotune configuration."""
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages, "num_ctas": config.num_ctas}
@@ -160,6 +170,25 @@ def kernel_source_error_line(exc: BaseException) -> int | None:
     """The line a kernel source error points at, counted from the kernel's ``def`` line (1-based); None if unknown."""
     line = getattr(getattr(exc, "node", None), "lineno", None)
     return line if isinstance(line, int) else None
+
+
+def kernel_source_error_node(exc: BaseException) -> Any:
+    """The AST node (of the kernel's source) a kernel source error points at; None if unknown."""
+    return getattr(exc, "node", None)
+
+
+def kernel_source_error_message(exc: BaseException) -> str:
+    """Triton's own words for a kernel source error, without the source excerpt: the innermost
+    message along the chain of causes (an error in a called ``@triton.jit`` function is wrapped)."""
+    message, seen = "", set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = getattr(current, "error_message", None) if isinstance(current, CompilationError) else str(current)
+        if text:
+            message = str(text)
+        current = current.__cause__ or current.__context__
+    return message.strip().splitlines()[-1] if message.strip() else str(exc).strip().splitlines()[-1]
 
 
 def environment_key() -> tuple[tuple[str, str], ...]:

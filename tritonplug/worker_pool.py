@@ -74,8 +74,8 @@ class WorkerPool:
         self._workers: dict[WorkerProcess, None] = {}  # live workers, in start order
         self._ids = itertools.count(1)
         self._dir = tempfile.mkdtemp(prefix="tritonplug-workers-") if size else ""
-        if size:
-            weakref.finalize(self, _remove_dir, self._dir, os.getpid())
+        if size:  # a pool dropped unclosed still ends its workers (no "subprocess is still running")
+            weakref.finalize(self, _release, self._workers, self._dir, os.getpid())
             _pools.add(self)
 
     def warm(self) -> None:
@@ -98,15 +98,24 @@ class WorkerPool:
             for worker in started:
                 self._put_back(worker)
 
-    def run(self, tasks: Sequence[Task]) -> list[Any]:
+    def start(self) -> None:
+        """Start a worker in every empty slot, without waiting: they import in the background, so the
+        first compile finds them ready (or nearly). Does nothing for a pool of size 0."""
+        self._ensure_open()
+        if self.size:
+            self._fill()
+
+    def run(self, tasks: Sequence[Task], return_exceptions: bool = False) -> list[Any]:
         """Run the tasks on up to ``size`` workers; results in task order.
 
         Every task runs to its end even when another fails; then the first failure in task order
-        is raised: a CompileError, or a WorkerError when a worker died or timed out.
+        is raised: a CompileError, or a WorkerError when a worker died or timed out. With
+        ``return_exceptions`` a failure takes its task's place in the results instead, so the
+        caller keeps what finished.
         """
         tasks = list(tasks)
         if self.size == 0:
-            return [_run_here(task) for task in tasks]
+            return [_run_here(task, return_exceptions) for task in tasks]
         self._ensure_open()
         if tasks:
             self._fill()
@@ -137,9 +146,11 @@ class WorkerPool:
             raise
         for thread in helpers:
             thread.join()
-        for failure in failures:
-            if failure is not None:
+        for index, failure in enumerate(failures):
+            if failure is not None and not return_exceptions:
                 raise failure
+            if failure is not None:
+                results[index] = failure
         return results
 
     def worker_pids(self) -> list[int]:
@@ -311,13 +322,18 @@ class WorkerPool:
         return WorkerError(_compose(message, stderr=stderr, worker_log=startup_log))
 
 
-def _run_here(task: Task) -> Any:
+def _run_here(task: Task, return_exceptions: bool = False) -> Any:
     try:
-        return resolve(task.func)(*task.args)
-    except CompileError:
+        try:
+            return resolve(task.func)(*task.args)
+        except CompileError:
+            raise
+        except Exception as exc:
+            raise CompileError(f"{_label(task)} failed: {type(exc).__name__}: {exc}") from exc
+    except CompileError as failure:
+        if return_exceptions:
+            return failure
         raise
-    except Exception as exc:
-        raise CompileError(f"{_label(task)} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _label(task: Task) -> str:
@@ -333,9 +349,17 @@ def _compose(headline: str, **sections: str) -> str:
     return "\n".join(parts)
 
 
-def _remove_dir(path: str, owner: int) -> None:
-    if os.getpid() == owner:  # not in a forked child, which inherits the finalizer
-        shutil.rmtree(path, ignore_errors=True)
+def _release(workers: dict[WorkerProcess, None], path: str, owner: int) -> None:
+    """A pool's finalizer: kill the workers it still has, close their pipes, remove its directory."""
+    if os.getpid() != owner:  # not in a forked child, which inherits the finalizer
+        return
+    for worker in list(workers):
+        worker.kill()
+        if not worker.busy:  # a busy worker's pipes belong to the thread reading them (at exit)
+            for pipe in (worker.proc.stdin, worker.proc.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _close_all() -> None:

@@ -98,8 +98,9 @@ def test_parse_options_keeps_cuda_options_triton_knows():
     ({"num_warps": True}, ValueError, r"num_warps must be a power of two"),
     ({"num_stages": -1}, ValueError, r"num_stages must be a non-negative int, got -1"),
     ({"num_stages": 2.0}, ValueError, r"num_stages must be a non-negative int, got 2.0"),
-    ({"num_ctas": 0}, ValueError, r"num_ctas must be an int between 1 and 16, got 0"),
-    ({"num_ctas": 32}, ValueError, r"num_ctas must be an int between 1 and 16, got 32"),
+    ({"num_ctas": 0}, ValueError, r"num_ctas must be one of \(1, 2, 4, 8\) on sm_90 .*got 0"),
+    ({"num_ctas": 16}, ValueError, r"num_ctas must be one of \(1, 2, 4, 8\) on sm_90 .*got 16"),
+    ({"num_ctas": 3}, ValueError, r"num_ctas must be one of \(1, 2, 4, 8\) on sm_90 .*got 3"),
     ({"enable_fp_fusion": 1}, TypeError, r"enable_fp_fusion must be a bool, got 1"),
     ({"debug": "yes"}, TypeError, r"debug must be a bool, got 'yes'"),
     ({"warp_count": 2}, ValueError, r"unknown CUDA backend option\(s\) \['warp_count'\] in backend_options; "
@@ -116,6 +117,9 @@ def test_clusters_need_hopper():
     assert plugin.tritonplug_parse_options(sm80, {"num_ctas": 1}).get("num_ctas") == 1
     with pytest.raises(ValueError, match=r"num_ctas=2 needs thread-block clusters .*the target is sm_80"):
         plugin.tritonplug_parse_options(sm80, {"num_ctas": 2})
+    assert plugin.tritonplug_parse_options(SM90, {"num_ctas": 8}).get("num_ctas") == 8
+    info = plugin.tritonplug_backend_info()
+    assert info.max_grid == (2**31 - 1, 65535, 65535) and "maxnreg" in info.option_names
 
 
 # ----------------------------------------------------------------------------- compile and kernel object

@@ -13,12 +13,16 @@ from tritonplug_cuda import __version__, compat
 
 ARCH_VARIABLE = "TRITONPLUG_CUDA_ARCH"
 MODULE_IMAGE_VARIABLE = "TRITONPLUG_CUDA_MODULE_IMAGE"
+#: ``num_ctas`` values a GPU with thread-block clusters (sm_90+) launches: a portable cluster's sizes.
+CLUSTER_SIZES = (1, 2, 4, 8)
 
 
 @hookimpl
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("cuda", ("cuda",), f"{__version__}+triton{compat.TRITON_VERSION}",
-                       "NVIDIA GPUs through jaxlib's Triton kernel-call runtime")
+                       "NVIDIA GPUs through jaxlib's Triton kernel-call runtime",
+                       option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))),
+                       max_grid=plugin_kit.CUDA_MAX_GRID)
 
 
 def _parse_capability(value: Any, source: str) -> int:
@@ -53,10 +57,13 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
     options = {k: v for k, v in call_options.items() if v is not None}
     options["num_warps"] = plugin_kit.power_of_two("num_warps", options.get("num_warps", 4), 32)
     options["num_stages"] = plugin_kit.int_in_range("num_stages", options.get("num_stages", 3), 0)
-    ctas = plugin_kit.int_in_range("num_ctas", options.get("num_ctas", 1), 1, 16)
-    if ctas > 1 and int(target.arch) < 90:
-        raise ValueError(f"num_ctas={ctas} needs thread-block clusters (compute capability 90+); "
-                         f"the target is sm_{target.arch}")
+    ctas = options.get("num_ctas", 1)
+    if ctas != 1 and int(target.arch) < 90:
+        raise ValueError(f"num_ctas={ctas!r} needs thread-block clusters (compute capability 90+); "
+                         f"the target is sm_{target.arch}, where num_ctas must be 1")
+    if ctas not in CLUSTER_SIZES:
+        raise ValueError(f"num_ctas must be one of {CLUSTER_SIZES} on sm_{target.arch} (the thread blocks of a "
+                         f"portable cluster), got {ctas!r}")
     plugin_kit.check_bools(options)
     plugin_kit.check_known_options(options, compat.OPTIONS_CLASS, "CUDA")
     return Options.from_mapping(options)

@@ -20,9 +20,12 @@ def test_backend_info_and_target():
     assert info.name == "interpret" and info.platforms == ("cpu", ) and info.version
     assert info.version.endswith(f"+triton{compat.TRITON_VERSION}")
     target = plugin.tritonplug_detect_target("cpu", None, {})
-    assert target == Target(backend="interpret", platform="cpu", arch="host", warp_size=1,
-                            triton_backend=None)
+    # Triton's front end runs for the CPU as for sm_90, so source and argument errors match a GPU's
+    assert target == Target(backend="interpret", platform="cpu", arch=90, warp_size=32, triton_backend="cuda")
     assert plugin.tritonplug_detect_target("cuda", None, {}) is None
+    assert (info.ir_stages, info.cache_binaries, info.compile_in_worker) == (("ttir",), True, False)
+    assert info.max_grid == (2**31 - 1, 65535, 65535)
+    assert {"num_warps", "maxnreg", "waves_per_eu"} <= set(info.option_names)
 
 
 def test_parse_options_validates_like_a_gpu_backend():
@@ -33,22 +36,26 @@ def test_parse_options_validates_like_a_gpu_backend():
     assert options == Options.from_mapping({"num_warps": 8, "num_stages": 0, "num_ctas": 1,
                                             "enable_fp_fusion": False, "maxnreg": 128})
     assert parse(target, {"num_warps": None}) == Options()
-    assert parse(target, {"num_warps": 64}).get("num_warps") == 64  # no GPU's upper limit here
+    assert parse(target, {"num_warps": 32, "num_ctas": 8}).get("num_ctas") == 8  # sm_90's largest
     for bad, error in [({"num_warps": 3}, ValueError), ({"num_warps": 0}, ValueError),
-                       ({"num_warps": True}, ValueError), ({"num_stages": -1}, ValueError),
+                       ({"num_warps": True}, ValueError), ({"num_warps": 64}, ValueError),
+                       ({"num_stages": -1}, ValueError),
                        ({"num_stages": 1.5}, ValueError), ({"num_ctas": 0}, ValueError),
+                       ({"num_ctas": 16}, ValueError), ({"num_ctas": 3}, ValueError),
                        ({"enable_fp_fusion": 1}, TypeError), ({"debug": "yes"}, TypeError),
-                       ({"some_option": [1, 2]}, TypeError)]:
+                       ({"maxnreg": [1, 2]}, TypeError), ({"some_option": 1}, ValueError)]:
         name = next(iter(bad))
         with pytest.raises(error, match=name):
             parse(target, bad)
 
 
 @pytest.mark.parametrize(("bad", "message"), [
-    ({"num_warps": 3}, r"num_warps must be a positive power of two, got 3"),
+    ({"num_warps": 3}, r"num_warps must be a power of two between 1 and 32, got 3"),
     ({"num_stages": -1}, r"num_stages must be a non-negative int, got -1"),
-    ({"num_ctas": 0}, r"num_ctas must be an int >= 1, got 0"),
-    ({"some_option": [1, 2]}, r"option some_option must be hashable, got list \[1, 2\]"),
+    ({"num_ctas": 0}, r"num_ctas must be one of \(1, 2, 4, 8\) .*got 0"),
+    ({"maxnreg": [1, 2]}, r"option maxnreg must be hashable, got list \[1, 2\]"),
+    ({"some_option": 1}, r"unknown interpret backend option\(s\) \['some_option'\] in backend_options; Triton's "
+                         r"GPU backends \(CUDAOptions, HIPOptions\) has"),
 ])
 def test_parse_options_errors_say_what_was_expected(bad, message):
     target = plugin.tritonplug_detect_target("cpu", None, {})

@@ -685,10 +685,10 @@ def test_wrong_buffer_count_or_dtype_is_an_error():
 
 def test_compile_and_make_kernel(monkeypatch):
     target = plugin.tritonplug_detect_target("cpu", None, {})
-    job = CompileJob("interpret", "add_kernel", target, Options(), "", "")
+    job = CompileJob("interpret", "add_kernel", target, Options(), "module {}", "ttir")
     binary = plugin.tritonplug_compile(job)
     assert (binary.kernel_name, binary.format, dict(binary.images), dict(binary.metadata)) == \
-        ("add_kernel", "interpret", {}, {})
+        ("add_kernel", "ttir", {"ttir": b"module {}"}, {})
     n = 10
     x = np.arange(n, dtype=np.float32)
     out = np.zeros(2, np.float32)

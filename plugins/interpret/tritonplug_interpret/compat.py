@@ -42,11 +42,16 @@ import triton
 import triton.language as tl
 from triton._C.libtriton import interpreter as _native
 from triton._C.libtriton import ir as _ir
+from triton.backends.amd.compiler import HIPOptions
+from triton.backends.nvidia.compiler import CUDAOptions
 from triton.language import standard as _standard
 from triton.runtime import interpreter as _interp
 from triton.runtime.jit import JITFunction
 
 TRITON_VERSION = triton.__version__
+#: The options Triton's GPU backends accept: the interpreter accepts them too, so one call runs on both.
+GPU_OPTION_NAMES: tuple[str, ...] = tuple(sorted(set(CUDAOptions.__dataclass_fields__)
+                                                 | set(HIPOptions.__dataclass_fields__)))
 
 TensorHandle = _interp.TensorHandle
 #: The one builder every patched ``triton.language`` builtin calls into.

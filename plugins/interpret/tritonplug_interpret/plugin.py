@@ -15,6 +15,9 @@ from tritonplug_interpret.checked import OutOfBoundsAccess
 __all__ = ["CHECK_VARIABLE", "OutOfBoundsAccess"]
 
 CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
+#: Triton's front end runs as for an sm_90 GPU, so a kernel's source errors, and arguments it cannot
+#: use, are refused on the CPU as on a GPU; the interpreter uses none of the GPU specifics.
+FRONT_END_ARCH = 90
 
 
 @hookimpl
@@ -22,7 +25,8 @@ def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("interpret", ("cpu", ), f"{__version__}+triton{compat.TRITON_VERSION}",
                        "Triton kernels on the CPU through Triton's interpreter "
                        f"(bounds-checked when {CHECK_VARIABLE}=1)",
-                       ir_stages=(), cache_binaries=False, compile_in_worker=False, autotune="first")
+                       ir_stages=("ttir",), cache_binaries=True, compile_in_worker=False, autotune="first",
+                       option_names=compat.GPU_OPTION_NAMES, max_grid=plugin_kit.CUDA_MAX_GRID)
 
 
 @hookimpl
@@ -30,31 +34,36 @@ def tritonplug_detect_target(platform: str, device: Any | None,
                              requested: Mapping[str, Any]) -> Target | None:
     if platform != "cpu":
         return None
-    return Target(backend="interpret", platform="cpu", arch="host", warp_size=1, triton_backend=None)
+    return Target(backend="interpret", platform="cpu", arch=FRONT_END_ARCH, warp_size=32, triton_backend="cuda")
 
 
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
-    """Check the options as a GPU backend would, so a call that runs here also runs there.
+    """Check the options as the GPU the front end compiles for (sm_90) would, so a call that runs here
+    also runs there.
 
-    The interpreter ignores them all; options of other backends are accepted (portability)
-    as long as they are hashable.
+    The interpreter ignores them all; options of Triton's GPU backends (CUDA's and AMD's) are accepted
+    (portability), any other name is refused.
     """
     options = {k: v for k, v in call_options.items() if v is not None}
     if "num_warps" in options:
-        plugin_kit.power_of_two("num_warps", options["num_warps"])
+        plugin_kit.power_of_two("num_warps", options["num_warps"], 32)
     if "num_stages" in options:
         plugin_kit.int_in_range("num_stages", options["num_stages"], 0)
-    if "num_ctas" in options:
-        plugin_kit.int_in_range("num_ctas", options["num_ctas"], 1)
+    if options.get("num_ctas", 1) not in (1, 2, 4, 8):
+        raise ValueError(f"num_ctas must be one of (1, 2, 4, 8) (the thread blocks of a portable cluster on "
+                         f"sm_90), got {options['num_ctas']!r}")
     plugin_kit.check_bools(options)
     plugin_kit.check_hashable(options)
+    plugin_kit.check_option_names(options, compat.GPU_OPTION_NAMES, "interpret",
+                                  "Triton's GPU backends (CUDAOptions, HIPOptions)")
     return Options.from_mapping(options)
 
 
 @hookimpl
 def tritonplug_compile(job: CompileJob) -> Binary:
-    return Binary(job.kernel_name, "interpret", {}, {})
+    """The binary is the kernel's TTIR (cached on disk like any binary); the interpreter runs the source."""
+    return Binary(job.kernel_name, "ttir", {"ttir": job.ir.encode()}, {})
 
 
 @hookimpl

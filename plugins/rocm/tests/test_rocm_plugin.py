@@ -3,13 +3,17 @@ parsing, a real compile for gfx942 (no GPU needed) and the HSACO file jaxlib's r
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from plugin_test_support import SCALE_KERNEL_BLOCK, assert_plugin_imports, distribution_metadata, scale_kernel_ttir
 from plugin_test_support import tomllib as _tomllib
-from tritonplug_rocm import compat, plugin
+from tritonplug_rocm import compat, hsaco_files, plugin
 
 from tritonplug.records import (
     ArrayParam,
@@ -124,22 +128,51 @@ def _launch() -> Launch:
                   ("x_ptr", "out_ptr", "n", "BLOCK"), (spec,), (spec,))
 
 
-def test_make_kernel_writes_a_fresh_hsaco_file_per_kernel(gfx942_binary):
-    """jaxlib's ROCm runtime reads the HSACO from the path in ``image`` and deletes the file."""
+def test_make_kernel_names_the_hsaco_by_content_and_recreates_it(gfx942_binary):
+    """jaxlib's ROCm runtime reads the HSACO from the path in ``image`` and deletes the file: the path names
+    the content (so it is the same in every process) and each lowering re-creates a file that is gone."""
     launch = _launch()
     first = plugin.tritonplug_make_kernel(GFX942, gfx942_binary, launch)
+    assert isinstance(first, GpuKernel) and first.launch is launch
+    assert (first.kernel_name, first.num_warps, first.num_ctas, first.compute_capability) == \
+        ("scale_kernel", 4, 1, 0)
+    assert first.module_image is None and first.ttir == gfx942_binary.images["ttir"].decode()
+    digest = hashlib.sha256(gfx942_binary.images["hsaco"]).hexdigest()
+    assert first.image == f"/proc/self/fd/{hsaco_files.FD}/{digest}.hsaco"
+    assert Path(first.image).read_bytes() == gfx942_binary.images["hsaco"]
+    Path(first.image).unlink()  # what jaxlib does after reading it
     second = plugin.tritonplug_make_kernel(GFX942, gfx942_binary, launch)
+    assert second.image == first.image and Path(second.image).read_bytes() == gfx942_binary.images["hsaco"]
+
+
+_HOLDER = """
+import sys
+from tritonplug_rocm import hsaco_files
+path = hsaco_files.hsaco_path(sys.stdin.buffer.readline().strip())
+print(path, flush=True)
+sys.stdin.readline()  # the parent has deleted its own file by now
+print(open(path, "rb").read().decode(), flush=True)
+"""
+
+
+def test_the_same_hsaco_path_in_another_process_is_another_file():
+    """A file one process's runtime deletes is never one another process still needs."""
+    content = b"not really an hsaco " + os.urandom(8).hex().encode()
+    child = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=False)
     try:
-        assert isinstance(first, GpuKernel) and first.launch is launch
-        assert (first.kernel_name, first.num_warps, first.num_ctas, first.compute_capability) == \
-            ("scale_kernel", 4, 1, 0)
-        assert first.module_image is None and first.ttir == gfx942_binary.images["ttir"].decode()
-        assert first.image != second.image and first.image.endswith(".hsaco")
-        for kernel in (first, second):
-            assert Path(kernel.image).read_bytes() == gfx942_binary.images["hsaco"]
+        child.stdin.write(content + b"\n")
+        child.stdin.flush()
+        their_path = child.stdout.readline().decode().strip()
+        mine = hsaco_files.hsaco_path(content)
+        assert mine == their_path
+        os.unlink(mine)
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == content
     finally:
-        for kernel in (first, second):
-            Path(kernel.image).unlink(missing_ok=True)
+        child.kill()
+        child.wait()
 
 
 # ----------------------------------------------------------------------------- distribution

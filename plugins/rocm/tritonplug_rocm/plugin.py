@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
-from tritonplug_rocm import __version__, compat
+from tritonplug_rocm import __version__, compat, hsaco_files
 
 ARCH_VARIABLE = "TRITONPLUG_ROCM_ARCH"
-_HSACO_DIR = os.path.join(tempfile.gettempdir(), f"tritonplug-hsaco-{os.getuid()}")
 
 
 @hookimpl
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("rocm", ("rocm",), f"{__version__}+triton{compat.TRITON_VERSION}",
-                       "AMD GPUs through jaxlib's Triton kernel-call runtime")
+                       "AMD GPUs through jaxlib's Triton kernel-call runtime",
+                       option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))))
 
 
 def _parse_arch(value: Any, source: str) -> str:
@@ -64,10 +63,6 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> GpuKernel:
-    """jaxlib's ROCm runtime reads the HSACO from a file path in the ``ptx`` field and deletes
-    it, so every lowering gets its own copy of the cached binary."""
-    os.makedirs(_HSACO_DIR, mode=0o700, exist_ok=True)
-    fd, path = tempfile.mkstemp(suffix=".hsaco", dir=_HSACO_DIR)
-    with os.fdopen(fd, "wb") as f:
-        f.write(binary.images["hsaco"])
-    return plugin_kit.gpu_kernel(binary, launch, path, compute_capability=0)
+    """jaxlib's ROCm runtime reads the HSACO from a file path in the ``ptx`` field and deletes it:
+    the path names the binary's content and resolves to a directory of this process (``hsaco_files``)."""
+    return plugin_kit.gpu_kernel(binary, launch, hsaco_files.hsaco_path(binary.images["hsaco"]), compute_capability=0)

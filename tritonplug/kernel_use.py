@@ -1,0 +1,113 @@
+"""Which argument of a call a kernel source error is about.
+
+Triton's front end type-checks the kernel against the call's signature, and its errors point at
+a line of the kernel ("Unsupported ptr type <['128'], int32> in `tl.load`"), not at the argument
+the caller got wrong. Triton itself decides which argument it was: the front end runs again with
+one argument's kind changed — a pointer where the call passed a scalar, a scalar where it passed
+an array — and if that compiles, the call passed the wrong kind of value for that argument. Errors
+of ``tl.arange``'s extent name the ``tl.constexpr`` parameters the failing expression uses.
+
+This runs only after the front end failed, on every backend alike (each runs the front end), before
+anything is compiled or cached.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from tritonplug import triton_compat
+from tritonplug.call import ArrayArg, BoundArgs, OutputArg, ScalarArg
+
+#: Triton's messages about ``tl.arange``'s bounds, and what the user is told instead.
+_ARANGE_PROBLEMS = {
+    "arange's range must be a power of 2": "a power-of-two extent (end - start)",
+    "arange's end argument must be greater than the start argument": "an end greater than its start",
+    "exceeds triton maximum tensor numel": "at most 1048576 elements (Triton's largest tensor)",
+    "arange must fit in int32": "bounds between 0 and 2**32 - 1",
+}
+_ARANGE_NOT_CONSTEXPR = "arange's arguments must be of type tl.constexpr"
+
+#: Scalar types tried for a parameter the call bound to an array, in order.
+_SCALAR_GUESSES = ("i32", "fp32")
+
+Compiles = Callable[[dict, dict, dict], bool]
+
+
+def blame(kernel_name: str, bound: BoundArgs, signature: dict, constexprs: dict, attrs: dict,
+          exc: BaseException, where: str, compiles: Compiles) -> Exception | None:
+    """The ``TypeError``/``ValueError`` naming the argument behind the front end's error ``exc``, or
+    ``None`` when no single argument explains it (the error is the kernel's own).
+
+    ``compiles(signature, constexprs, attrs)`` runs the front end and says whether it succeeded;
+    ``where`` is the error's location, `` (File "k.py", line 12)``.
+    """
+    triton_message = triton_compat.kernel_source_error_message(exc)
+    found = _arange_blame(kernel_name, bound, constexprs, exc, triton_message, where)
+    if found is not None:
+        return found
+    for index, (name, node) in enumerate(zip(bound.names, bound.nodes, strict=True)):
+        if isinstance(node, ScalarArg):
+            for element in _pointer_guesses(signature):
+                trial_constexprs = {k: v for k, v in constexprs.items() if k != (index,)}
+                if compiles({**signature, name: element}, trial_constexprs, _without(attrs, index)):
+                    return TypeError(
+                        f"argument {name!r} of kernel {kernel_name!r} is used as a pointer by the kernel{where}, "
+                        f"but a scalar was passed ({node.value!r}, {node.dtype}); pass an array for it. "
+                        f"Triton's front end: {triton_message}")
+        elif isinstance(node, (ArrayArg, OutputArg)):
+            for scalar in _SCALAR_GUESSES:
+                if compiles({**signature, name: scalar}, constexprs, _without(attrs, index)):
+                    what = ("an output buffer of out_shape" if isinstance(node, OutputArg)
+                            else f"an array of {signature[name].lstrip('*')}")
+                    fix = ("pass the scalar as an operand, before the outputs" if isinstance(node, OutputArg)
+                           else "pass a Python or NumPy scalar for it")
+                    return TypeError(
+                        f"argument {name!r} of kernel {kernel_name!r} is used as a scalar by the kernel{where}, "
+                        f"but it was bound to {what}; {fix}. Triton's front end: {triton_message}")
+    return None
+
+
+def _arange_blame(kernel_name: str, bound: BoundArgs, constexprs: dict, exc: BaseException, triton_message: str,
+                  where: str) -> Exception | None:
+    """``tl.arange`` with a bad extent: the constexprs (or runtime arguments) its bounds use, by name."""
+    names = _names_in(triton_compat.kernel_source_error_node(exc))
+    if _ARANGE_NOT_CONSTEXPR in triton_message:
+        runtime = [n for n, node in zip(bound.names, bound.nodes, strict=True)
+                   if n in names and isinstance(node, (ScalarArg, ArrayArg, OutputArg))]
+        if runtime:
+            return TypeError(f"argument {runtime[0]!r} of kernel {kernel_name!r} bounds a tl.arange{where}, whose "
+                             f"bounds must be compile-time constants, but it is a runtime argument; declare it "
+                             f"`{runtime[0]}: tl.constexpr` and pass it by keyword")
+        return None
+    expected = next((text for problem, text in _ARANGE_PROBLEMS.items() if problem in triton_message), None)
+    if expected is None:
+        return None
+    index_of = {n: i for i, n in enumerate(bound.names)}
+    used = [(n, constexprs[(index_of[n],)]) for n in bound.names if n in names and (index_of[n],) in constexprs]
+    if not used:
+        return None
+    values = ", ".join(f"{n}={v!r}" for n, v in used)
+    noun = "tl.constexpr" if len(used) == 1 else "tl.constexprs"
+    return ValueError(f"{noun} {', '.join(repr(n) for n, _ in used)} of kernel {kernel_name!r} ({values}) bound "
+                      f"a tl.arange{where} that needs {expected}: {triton_message}")
+
+
+def _names_in(node: Any) -> set[str]:
+    if not isinstance(node, ast.AST):
+        return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _pointer_guesses(signature: dict) -> list[str]:
+    """Pointer types to try for a scalar: the call's most common pointer type first, then fp32 and i32."""
+    pointers = Counter(t for t in signature.values() if isinstance(t, str) and t.startswith("*"))
+    ordered = [t for t, _ in pointers.most_common()][:1]
+    return list(dict.fromkeys([*ordered, "*fp32", "*i32"]))
+
+
+def _without(attrs: dict, index: int) -> dict:
+    """The attributes without those of parameter ``index`` (a pointer's divisibility means nothing for a float)."""
+    return {path: value for path, value in attrs.items() if path[0] != index}
