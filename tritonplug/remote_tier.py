@@ -4,7 +4,8 @@ chosen by :mod:`tritonplug.remote_cache`).
 Values are the disk cache's own entries (:func:`tritonplug.cache.encode_entry`: checksummed, versioned,
 never pickled), stored under ``tritonplug-<version>/triton-<version>/<key>``; a value that does not decode
 for its key (corrupt, truncated, foreign) is ignored with one warning, and replaced when this process
-compiles the key. A remote hit is also written to the local disk cache.
+compiles the key. A remote hit is also written to the local disk cache, by a background thread that the
+interpreter waits for at exit (the disk cache publishes atomically, so a reader never sees half an entry).
 
 Single flight across hosts: a host claims the keys still missing (an expiring claim, renewed while it
 compiles), in key order, stopping at the first key another host holds; it compiles what it claimed, publishes
@@ -25,6 +26,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from tritonplug.cache import decode_entry, encode_entry
@@ -60,6 +62,7 @@ class RemoteTier:
         self.claim_s = claim_s
         self.wait_s = wait_s
         self.off = False
+        self._disk_writer = ThreadPoolExecutor(1, thread_name_prefix="tritonplug-remote-hits")
         self._failures = 0
         self._warned: set[str] = set()
         self._lock = threading.Lock()
@@ -171,8 +174,8 @@ class RemoteTier:
             return None
         with self._lock:
             self.stats["remote_hits"] += 1
-        if disk is not None:
-            disk.put(key, binary)
+        if disk is not None:  # write-behind: the lowering need not wait for the fsync (done before exit)
+            self._disk_writer.submit(disk.put, key, binary)
         return binary
 
     def _publish(self, key: str, binary: Binary) -> None:
