@@ -62,9 +62,12 @@ def test_two_processes_lower_the_same_program_to_identical_modules(platform, tmp
     first = lowered_in_a_new_process(platform, tmp_path / "cache")
     second = lowered_in_a_new_process(platform, tmp_path / "cache")
     assert first["sha256"] == second["sha256"], "the lowered module differs between processes"
-    if platform == "cpu":  # three host kernels, three ids: each names what it runs
+    if platform == "cpu":
         ids = re.findall(r"function_id = (\d+)", first["text"])
-        assert len(ids) == 3 and len(set(ids)) == 3
+        if os.environ.get("TRITONPLUG_CPU_PATH") == "interpret":  # three host kernels, each id names what it runs
+            assert len(ids) == 3 and len(set(ids)) == 3
+        else:  # compiled by XLA: the kernels are part of the module, no host call at all
+            assert ids == [] and "stablehlo" in first["text"]
     else:
         assert len(kernel_calls(first["text"])) == 3
 
