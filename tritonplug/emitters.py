@@ -32,6 +32,11 @@ def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, 
 
 
 def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec) -> Sequence[Any]:
+    scratch = max(k.global_scratch_size for k in kernels)
+    problem = jaxlib_compat.global_scratch_problem() if scratch else None
+    if problem:
+        raise NotImplementedError(f"kernel {kernels[0].launch.kernel_name!r} needs {scratch} bytes of global scratch "
+                                  f"memory per launch: {problem}")
     if not jaxlib_compat.accepts_module_image():
         kernels = [dataclasses.replace(k, module_image=None) for k in kernels]
     launch = kernels[0].launch

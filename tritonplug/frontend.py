@@ -14,9 +14,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import triton_compat
-from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, buffer_nbytes, pointer_type
+from tritonplug.call import (
+    ArrayArg,
+    BoundArgs,
+    ConstArg,
+    DescriptorArg,
+    OutputArg,
+    ScalarArg,
+    UnsetConst,
+    buffer_nbytes,
+    pointer_type,
+)
 from tritonplug.errors import KernelSourceError
-from tritonplug.records import ArrayParam, BackendInfo, BufferSpec, ConstexprParam, Options, ScalarParam, Target
+from tritonplug.records import (
+    ArrayParam,
+    BackendInfo,
+    BufferSpec,
+    ConstexprParam,
+    Options,
+    ScalarParam,
+    Target,
+    TensorDescriptorParam,
+)
 from tritonplug.triton_compat import KernelFacts
 
 try:
@@ -125,6 +144,12 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
                 attrs[path] = [["tt.divisibility", divisibility]]
             buffer = node.index if isinstance(node, ArrayArg) else len(operands) + node.index
             return "*" + pointer_type(spec.dtype, "operand"), ArrayParam(buffer, zero, divisibility)
+        if isinstance(node, DescriptorArg):
+            signature_type = triton_compat.descriptor_type(pointer_type(node.dtype, "descriptor"), node.block_shape,
+                                                           node.layout)
+            return signature_type, TensorDescriptorParam(node.index, node.dtype, node.shape, node.strides,
+                                                         node.block_shape, node.padding, node.round_f32_to_tf32,
+                                                         node.layout)
         if isinstance(node, ScalarArg):
             if specializable and policy.specialize_ones and node.dtype != "i1" and isinstance(node.value, int) \
                     and node.value == 1 and len(path) == 1:
@@ -168,12 +193,13 @@ def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec
 
 
 def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Specialization) -> str:
-    """Run Triton's front end (to TTIR); a kernel error becomes a ``KernelSourceError`` pointing at its line."""
+    """Run the kernel's front end (to TTIR, or TTGIR for Gluon: ``kernel.ir_stage``); a kernel error becomes a
+    ``KernelSourceError`` pointing at its line."""
     assert target.triton_backend is not None
     fn = kernel.fn
     constexprs = {k: v for k, v in spec.constexprs.items()}
     try:
-        return triton_compat.frontend_ttir(fn, (target.triton_backend, target.arch, target.warp_size),
+        return triton_compat.frontend_ir(fn, (target.triton_backend, target.arch, target.warp_size),
                                            options.as_dict(), spec.signature, constexprs, spec.attrs)
     except Exception as exc:
         if triton_compat.is_kernel_source_error(exc):
@@ -211,6 +237,8 @@ def named_args_for_heuristics(bound: BoundArgs, operands: Sequence[Any], results
             return results[node.index]
         if isinstance(node, (ScalarArg, ConstArg)):
             return node.value
+        if isinstance(node, DescriptorArg):
+            return node
         return None
     named = {n: value(node) for n, node in zip(bound.names, bound.nodes, strict=True)
              if not isinstance(node, UnsetConst)}

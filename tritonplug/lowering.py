@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tritonplug import emitters, frontend, jax_compat
-from tritonplug.call import CallSpec
+from tritonplug import emitters, frontend, jax_compat, jaxlib_compat
+from tritonplug.call import CallSpec, DescriptorArg
 from tritonplug.call_options import grid_for, zeroed_for
 from tritonplug.compiler import CompileRequest
 from tritonplug.errors import PluginError
@@ -23,11 +23,19 @@ from tritonplug.triton_compat import KernelFacts
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     check_not_partitioned(ctx)
     backend = state.host().backend_for(platform)
+    check_backend_runs(backend, call, platform)
     target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
     if target is None:
         raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
-    kernel = call.kernel
     operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
+    kernels = kernel_objects(backend, target, call, operands)
+    return emitters.emit(ctx, args, kernels, call, platform)
+
+
+def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> list[Any]:
+    """The backend's kernel objects for every configuration of ``call`` on ``target``, compiled (or read
+    from the cache) on the way: everything a lowering does but emitting the custom call."""
+    kernel = call.kernel
     named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
     configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
                                       named)
@@ -48,8 +56,34 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
         requests.append(CompileRequest(key, _job_maker(backend, kernel, target, options, spec, description),
                                        description))
     binaries = state.compiler.compile(backend, target, requests)
-    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches, strict=True)]
-    return emitters.emit(ctx, args, kernels, call, platform)
+    return [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, launches, strict=True)]
+
+
+def check_backend_runs(backend: Backend, call: CallSpec, platform: str) -> None:
+    """Refuse, before anything is compiled, a call the backend's declared capabilities cannot run.
+
+    The kernel's front end must emit an IR stage the backend compiles (a backend that compiles no IR
+    runs ``@triton.jit`` kernels from their source, so not Gluon's); host-side tensor descriptors need
+    a backend that passes them and, through jaxlib's runtime, a jaxlib that can.
+    """
+    kernel, info = call.kernel, backend.info
+    if kernel.ir_stage not in info.ir_stages and (info.ir_stages or kernel.language != "triton"):
+        accepted = f"compiles {list(info.ir_stages)}" if info.ir_stages else "compiles no IR (it runs Triton source)"
+        what = "Gluon kernels need a GPU backend" if kernel.language == "gluon" else "the backend cannot run it"
+        raise NotImplementedError(
+            f"{what}: kernel {kernel.name!r} is a {kernel.language} kernel whose front end emits "
+            f"{kernel.ir_stage.upper()}, but backend {backend.name!r} serving platform {platform!r} {accepted}")
+    if _has_descriptor(call.bound.nodes):
+        if info.tensor_descriptors == "none":
+            raise NotImplementedError(f"kernel {kernel.name!r} takes a TensorDescriptor (host-side TMA descriptor), "
+                                      f"but backend {backend.name!r} serving platform {platform!r} cannot pass one")
+        problem = jaxlib_compat.tensor_descriptor_problem() if info.tensor_descriptors == "jaxlib" else None
+        if problem:
+            raise NotImplementedError(f"kernel {kernel.name!r} on platform {platform!r}: {problem}")
+
+
+def _has_descriptor(nodes: Sequence[Any]) -> bool:
+    return any(_has_descriptor(n) if isinstance(n, tuple) else isinstance(n, DescriptorArg) for n in nodes)
 
 
 def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: Options,
@@ -60,7 +94,7 @@ def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: O
         if not backend.info.ir_stages:
             return CompileJob(backend.name, kernel.name, target, options, "", "", description)
         return CompileJob(backend.name, kernel.name, target, options, frontend.make_ir(kernel, target, options, spec),
-                          "ttir", description)
+                          kernel.ir_stage, description)
     return make
 
 
