@@ -24,6 +24,8 @@ _LAZY = {
     "get_compute_capability": "tritonplug.utils",
     "next_power_of_2": "tritonplug.utils",
     "strides_from_shape": "tritonplug.utils",
+    "__version__": "tritonplug.version",
+    "__version_info__": "tritonplug.version",
 }
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
@@ -31,6 +33,7 @@ __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
     "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "export_disabled_checks",
     "get_compute_capability", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
+    "__version__", "__version_info__",
 ]
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from tritonplug.state import backend_for, backends, compile_stats, register_plugin
     from tritonplug.tensor_descriptor import TensorDescriptor
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
+    from tritonplug.version import __version__, __version_info__
 
 
 def __getattr__(name: str) -> Any:

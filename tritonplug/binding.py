@@ -174,8 +174,6 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
 
 def _descriptor_node(facts: KernelFacts, desc: TensorDescriptor, index: int, where: str) -> Any:
     node = tensor_descriptor.check(desc, index, where)
-    if is_ref(desc.base):
-        raise TypeError(f"{where}: a TensorDescriptor's base cannot be a Ref (jax.new_ref); pass the array")
     if facts.language == "gluon" and not node.layout:
         raise ValueError(f"{where}: kernel {facts.name!r} is a Gluon kernel, whose descriptors need a shared-memory "
                          f"layout: pass TensorDescriptor(..., layout=gl.NVMMASharedLayout(...))")

@@ -37,13 +37,9 @@ from tritonplug.records import (
     TensorDescriptorParam,
 )
 from tritonplug.triton_compat import KernelFacts
+from tritonplug.version import __version__
 
-try:
-    from importlib.metadata import version as _dist_version
-
-    TRITONPLUG_VERSION = _dist_version("tritonplug")
-except Exception:  # running from a source tree
-    TRITONPLUG_VERSION = "0+source"
+TRITONPLUG_VERSION = __version__
 
 
 @dataclass(frozen=True)

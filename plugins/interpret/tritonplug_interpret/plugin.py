@@ -22,7 +22,8 @@ def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("interpret", ("cpu", ), f"{__version__}+triton{compat.TRITON_VERSION}",
                        "Triton kernels on the CPU through Triton's interpreter "
                        f"(bounds-checked when {CHECK_VARIABLE}=1)",
-                       ir_stages=(), cache_binaries=False, compile_in_worker=False, autotune="first")
+                       ir_stages=(), cache_binaries=False, compile_in_worker=False, autotune="first",
+                       tensor_descriptors="kernel")
 
 
 @hookimpl
