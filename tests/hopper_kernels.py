@@ -88,9 +88,9 @@ def gluon_device_tma_copy_kernel(in_ptr, out_ptr, M: gl.constexpr, N: gl.constex
     out_desc = gl_hopper.tma.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[M, N],
                                                     layout=layout)
     smem = gl.allocate_shared_memory(gl.float32, [M, N], layout)
-    bar = gl_hopper.mbarrier.allocate_mbarrier()
+    bar = gl.allocate_shared_memory(gl.int64, [1], gl_hopper.mbarrier.MBarrierLayout())
     gl_hopper.mbarrier.init(bar, count=1)
-    gl_hopper.mbarrier.expect(bar, in_desc.block_type.nbytes)
+    gl_hopper.mbarrier.expect(bar, M * N * 4)
     gl_hopper.tma.async_copy_global_to_shared(in_desc, [0, 0], bar, smem)
     gl_hopper.mbarrier.wait(bar, phase=0)
     gl_hopper.mbarrier.invalidate(bar)
@@ -104,9 +104,9 @@ def gluon_host_desc_copy_kernel(in_desc, out_ptr, M: gl.constexpr, N: gl.constex
     out_desc = gl_hopper.tma.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[M, N],
                                                     layout=in_desc.layout)
     smem = gl.allocate_shared_memory(in_desc.dtype, [M, N], in_desc.layout)
-    bar = gl_hopper.mbarrier.allocate_mbarrier()
+    bar = gl.allocate_shared_memory(gl.int64, [1], gl_hopper.mbarrier.MBarrierLayout())
     gl_hopper.mbarrier.init(bar, count=1)
-    gl_hopper.mbarrier.expect(bar, in_desc.block_type.nbytes)
+    gl_hopper.mbarrier.expect(bar, M * N * in_desc.dtype.primitive_bitwidth // 8)
     gl_hopper.tma.async_copy_global_to_shared(in_desc, [0, 0], bar, smem)
     gl_hopper.mbarrier.wait(bar, phase=0)
     gl_hopper.mbarrier.invalidate(bar)

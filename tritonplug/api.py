@@ -26,11 +26,13 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     kernel's operands: arrays become pointers, ``TensorDescriptor``s host-side TMA descriptors,
     Python/NumPy scalars are passed by value. Pointers to the outputs described by ``out_type``
     (any pytree of objects with ``shape`` and ``dtype``; ``out_shape``, its jax-triton 0.3 name,
-    still works with a ``DeprecationWarning``) fill the remaining non-constexpr parameters in order. ``grid`` is an int, up to three ints, or a callable of the
-    metaparameters; the other options are the fields of
+    still works with a ``DeprecationWarning``) fill the remaining non-constexpr parameters in order.
+    ``grid`` is an int, up to three ints, or a callable of the metaparameters; the other options are
+    the fields of
     :class:`tritonplug.call_options.CallOptions` (``num_warps``, ``num_stages``, ``num_ctas``,
     ``compute_capability``, ``backend_options``, ``input_output_aliases`` (an operand index,
-    scalars counted, to an output index), ``zeroed_outputs``, ``name``, ``debug``,
+    scalars counted, to an output index; deprecated as in jax-triton 0.4: prefer ``jax.new_ref``
+    operands), ``zeroed_outputs`` (deprecated likewise), ``name``, ``debug``,
     ``serialized_metadata``, ``cost_estimate``, ``has_side_effect``, ``custom_call_target_name``
     (jax-triton 0.3: jaxlib's ``triton_kernel_call_ffi`` or the legacy ``triton_kernel_call``)).
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
