@@ -22,7 +22,7 @@ S = jax.ShapeDtypeStruct
 
 
 def copy(desc, **options):
-    m, n = desc.block_shape
+    m, n = desc.block_shape[-2:]
     return tritonplug.triton_call(desc, kernel=desc_copy_kernel, out_type=S((m, n), desc.base.dtype), grid=1, M=m, N=n,
                                   **options)
 
@@ -55,7 +55,8 @@ INVALID = {
     "shape beyond the base": (dict(base=X32, shape=(64, 64), strides=(64, 1), block_shape=(32, 64)),
                               r"reaches element 4095, but the base array has only 2048 elements"),
     "rank 6": (dict(base=jnp.zeros((2,) * 5 + (8,), jnp.float32), shape=(2,) * 5 + (8,),
-                    strides=(128, 64, 32, 16, 8, 1), block_shape=(1,) * 5 + (8,)), r"rank 6; TMA descriptors have 1 to 5"),
+                    strides=(128, 64, 32, 16, 8, 1), block_shape=(1,) * 5 + (8,)),
+           r"rank 6; TMA descriptors have 1 to 5"),
     "nan padding of ints": (dict(base=jnp.zeros((32, 64), jnp.int32), shape=(32, 64), strides=(64, 1),
                                  block_shape=(32, 64), padding="nan"), r"padding='nan' needs a floating-point base"),
     "nan padding of fp8": (dict(base=jnp.zeros((32, 64), jnp.float8_e5m2), shape=(32, 64), strides=(64, 1),
