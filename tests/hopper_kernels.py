@@ -6,6 +6,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import hopper as gl_hopper
 
+# Triton 3.9 renamed Gluon's TMA copies (3.6 has only the old names, 3.9 only the new ones).
+tma_load = getattr(gl_hopper.tma, "async_load", None) or gl_hopper.tma.async_copy_global_to_shared
+tma_store = getattr(gl_hopper.tma, "async_store", None) or gl_hopper.tma.async_copy_shared_to_global
+
 
 @triton.jit
 def desc_copy_kernel(in_desc, out_ptr, M: tl.constexpr, N: tl.constexpr):
@@ -42,7 +46,7 @@ def device_desc_copy_kernel(in_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
-def tma_matmul_kernel(a_desc, b_desc, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def tma_matmul_kernel(a_desc, b_desc, M, N, K, c_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """C = A @ B with A and B read through host-side descriptors (fp16 in, fp32 accumulate, fp16 out)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -91,10 +95,10 @@ def gluon_device_tma_copy_kernel(in_ptr, out_ptr, M: gl.constexpr, N: gl.constex
     bar = gl.allocate_shared_memory(gl.int64, [1], gl_hopper.mbarrier.MBarrierLayout())
     gl_hopper.mbarrier.init(bar, count=1)
     gl_hopper.mbarrier.expect(bar, M * N * 4)
-    gl_hopper.tma.async_copy_global_to_shared(in_desc, [0, 0], bar, smem)
+    tma_load(in_desc, [0, 0], bar, smem)
     gl_hopper.mbarrier.wait(bar, phase=0)
     gl_hopper.mbarrier.invalidate(bar)
-    gl_hopper.tma.async_copy_shared_to_global(out_desc, [0, 0], smem)
+    tma_store(out_desc, [0, 0], smem)
     gl_hopper.tma.store_wait(0)
 
 
@@ -107,8 +111,8 @@ def gluon_host_desc_copy_kernel(in_desc, out_ptr, M: gl.constexpr, N: gl.constex
     bar = gl.allocate_shared_memory(gl.int64, [1], gl_hopper.mbarrier.MBarrierLayout())
     gl_hopper.mbarrier.init(bar, count=1)
     gl_hopper.mbarrier.expect(bar, M * N * in_desc.dtype.primitive_bitwidth // 8)
-    gl_hopper.tma.async_copy_global_to_shared(in_desc, [0, 0], bar, smem)
+    tma_load(in_desc, [0, 0], bar, smem)
     gl_hopper.mbarrier.wait(bar, phase=0)
     gl_hopper.mbarrier.invalidate(bar)
-    gl_hopper.tma.async_copy_shared_to_global(out_desc, [0, 0], smem)
+    tma_store(out_desc, [0, 0], smem)
     gl_hopper.tma.store_wait(0)
