@@ -3,7 +3,8 @@
     python bench/jax_triton_suite/run.py --out $OUT/jax_triton_suite      # log, JUnit XML, summary JSON
 
 ``upstream/`` holds jax-triton 0.4.0's ``tests/triton_call_test.py`` and ``tests/gluon_test.py`` verbatim
-(Apache-2.0, commit 2e271999faaa95af2cc6c08d2a93e787746cab02). This script copies them to a scratch
+(Apache-2.0, commit 2e271999faaa95af2cc6c08d2a93e787746cab02), as ``.py.txt`` so that no linter or test
+collector of this repository mistakes them for its own. This script copies them to a scratch
 directory, rewrites ``import jax_triton as jt`` to ``import tritonplug as jt`` and points the tests' one use
 of jax-triton's primitive (``jttl.triton_kernel_call_p``, to find the call in a jaxpr) at tritonplug's,
 then runs pytest on them, deselecting :data:`EXCLUDED` (each with its reason). It needs a CUDA GPU, absl-py
@@ -64,7 +65,7 @@ def exclusions(triton_version: str) -> dict[str, str]:
 
 def adapt(source: str) -> str:
     """The upstream test file, calling tritonplug."""
-    adapted = source.replace("import jax_triton.triton_lib as jttl", "import jax_triton_shim as jttl")
+    adapted = source.replace("import jax_triton.triton_lib as jttl", "import tritonplug_triton_lib_shim as jttl")
     adapted = adapted.replace("import jax_triton as jt", "import tritonplug as jt")
     if "jax_triton" in re.sub(r"#.*|r?\"[^\"\n]*\"", "", adapted):
         raise SystemExit("an upstream test still imports jax_triton after adaptation; update adapt()")
@@ -86,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="jax-triton-suite-") as scratch:
         work = Path(scratch)
         for name in FILES:
-            (work / name).write_text(adapt((UPSTREAM / name).read_text()))
-        (work / "jax_triton_shim.py").write_text(SHIM)
+            (work / name).write_text(adapt((UPSTREAM / f"{name}.txt").read_text()))
+        (work / "tritonplug_triton_lib_shim.py").write_text(SHIM)
         deselect = " and ".join(f"not {name}" for name in excluded)
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfEs", "-q", "-k", deselect,
                    f"--junitxml={out / 'jax_triton_suite.xml'}", *FILES, *args.pytest_args]
