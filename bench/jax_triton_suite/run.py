@@ -75,6 +75,7 @@ def adapt(source: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."), help="directory for the log, XML and summary")
+    parser.add_argument("--select", default="", help="a pytest -k expression to run a subset (the exclusions apply too)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
     import jax
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             (work / name).write_text(adapt((UPSTREAM / f"{name}.txt").read_text()))
         (work / "tritonplug_triton_lib_shim.py").write_text(SHIM)
         deselect = " and ".join(f"not {name}" for name in excluded)
+        if args.select:
+            deselect = f"({args.select}) and {deselect}"
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfEs", "-q", "-k", deselect,
                    f"--junitxml={out / 'jax_triton_suite.xml'}", *FILES, *args.pytest_args]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]))
