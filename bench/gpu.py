@@ -40,6 +40,7 @@ from typing import Any
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU with JAX
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_hopper  # noqa: E402
 from _util import (  # noqa: E402
     ROOT,
     Results,
@@ -54,7 +55,7 @@ from _util import (  # noqa: E402
 SCRIPT = Path(__file__).resolve()
 DEFAULT_OUT = ROOT / "bench" / "results" / "h200.json"
 GROUPS = ("copy", "add", "matmul", "softmax", "fused_attention", "launch_overhead", "eager_dispatch", "compile",
-          "module_image")
+          "module_image", "tma_matmul", "layer_norm")
 RESULT_MARK = "@@TRITONPLUG_BENCH_RESULT@@"
 ROTATE_BYTES = 256 << 20      # rotate input sets until they add up to this (well above L2)
 INFLIGHT_BYTES = 8 << 30      # bound on outputs of queued-but-unfinished JAX calls
@@ -954,6 +955,7 @@ BENCHES: dict[str, Callable[[Run], None]] = {
     "copy": bench_copy, "add": bench_add, "matmul": bench_matmul, "softmax": bench_softmax,
     "fused_attention": bench_attention, "launch_overhead": bench_launch_overhead, "eager_dispatch": bench_eager,
     "compile": bench_compile, "module_image": bench_module_image,
+    "tma_matmul": gpu_hopper.bench_tma_matmul, "layer_norm": gpu_hopper.bench_layer_norm,
 }
 COLUMNS = ["bench", "impl", "median_us", "ratio_vs_triton_native", "gbps", "tflops", "check", "config"]
 

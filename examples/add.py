@@ -34,7 +34,7 @@ def add_kernel(x_ptr, y_ptr, n_elements, out_ptr, BLOCK: tl.constexpr):
 
 def add(x: jax.Array, y: jax.Array, block: int = 1024) -> jax.Array:
     return tritonplug.triton_call(
-        x, y, x.size, kernel=add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        x, y, x.size, kernel=add_kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
         grid=(tritonplug.cdiv(x.size, block),), BLOCK=block)
 
 

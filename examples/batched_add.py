@@ -42,7 +42,7 @@ def _launch(x: jax.Array, y: jax.Array, batch: int, x_stride: int, y_stride: int
     n = x.shape[-1]
     return tritonplug.triton_call(
         x, y, n, x_stride, y_stride, kernel=batched_add_kernel,
-        out_shape=jax.ShapeDtypeStruct((batch, n), x.dtype), grid=(triton.cdiv(n, block), batch), BLOCK=block)
+        out_type=jax.ShapeDtypeStruct((batch, n), x.dtype), grid=(triton.cdiv(n, block), batch), BLOCK=block)
 
 
 @jax.custom_batching.custom_vmap

@@ -61,7 +61,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = False, bl
     batch, heads, seq, dim = q.shape
     return tritonplug.triton_call(
         q, k, v, seq, 1.0 / math.sqrt(dim), kernel=attention_fwd_kernel,
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(tritonplug.cdiv(seq, block_m), batch * heads),
+        out_type=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(tritonplug.cdiv(seq, block_m), batch * heads),
         num_warps=4, num_stages=2, HEAD_DIM=dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal)
 
 

@@ -78,7 +78,7 @@ def _forward(x: jax.Array, w: jax.Array, b: jax.Array, eps: float) -> tuple[jax.
     stats = jax.ShapeDtypeStruct((n_rows,), jnp.float32)
     y, mean, rstd = tritonplug.triton_call(
         x.reshape(n_rows, n_cols), w, b, n_cols, eps, kernel=layer_norm_fwd_kernel,
-        out_shape=(jax.ShapeDtypeStruct((n_rows, n_cols), x.dtype), stats, stats), grid=(n_rows,), BLOCK=block)
+        out_type=(jax.ShapeDtypeStruct((n_rows, n_cols), x.dtype), stats, stats), grid=(n_rows,), BLOCK=block)
     return y.reshape(x.shape), mean, rstd
 
 
@@ -100,7 +100,7 @@ def _layer_norm_bwd(eps, residuals, dy):
     part = jax.ShapeDtypeStruct((n_rows, n_cols), jnp.float32)
     dx, dw_part, db_part = tritonplug.triton_call(
         x.reshape(n_rows, n_cols), w, mean, rstd, dy.reshape(n_rows, n_cols), n_cols, kernel=layer_norm_bwd_kernel,
-        out_shape=(jax.ShapeDtypeStruct((n_rows, n_cols), x.dtype), part, part), grid=(n_rows,), BLOCK=block)
+        out_type=(jax.ShapeDtypeStruct((n_rows, n_cols), x.dtype), part, part), grid=(n_rows,), BLOCK=block)
     dw = jnp.sum(dw_part, axis=0).astype(w.dtype)
     db = jnp.sum(db_part, axis=0).astype(w.dtype)
     return dx.reshape(x.shape), dw, db

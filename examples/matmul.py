@@ -61,7 +61,7 @@ def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
 
     return tritonplug.triton_call(
         a, b, m, n, k, k, 1, n, 1, n, 1, kernel=matmul_kernel,
-        out_shape=jax.ShapeDtypeStruct((m, n), a.dtype), grid=grid)
+        out_type=jax.ShapeDtypeStruct((m, n), a.dtype), grid=grid)
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ def softmax(x: jax.Array) -> jax.Array:
     rows, cols = x.shape
     block = triton.next_power_of_2(cols)
     return tritonplug.triton_call(
-        x, cols, cols, kernel=softmax_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(rows,),
+        x, cols, cols, kernel=softmax_kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(rows,),
         num_warps=8 if block >= 2048 else 4, BLOCK=block)
 
 

@@ -82,5 +82,5 @@ def scale_kernel_ttir(triton_backend: str, arch: int | str, warp_size: int) -> s
     compile hook: fp32 pointers divisible by 16, ``n`` an i32, ``BLOCK`` 128."""
     signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
     attrs = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
-    return triton_compat.frontend_ttir(scale_kernel, (triton_backend, arch, warp_size), {"num_warps": 4},
+    return triton_compat.frontend_ir(scale_kernel, (triton_backend, arch, warp_size), {"num_warps": 4},
                                        signature, {(3,): SCALE_KERNEL_BLOCK}, attrs)

@@ -106,7 +106,7 @@ CASES: dict[str, Case] = {
     "out_shape_list_of_ints": Case(lambda x, y: call(x, y, out_shape=[N]), TypeError,
                                    r"out_shape leaf 0 .*got int: 256"),
     "out_shape_none_without_out_type": Case(lambda x, y: call(x, y, out_shape=None), TypeError,
-                                            r"missing required keyword argument: 'out_shape'"),
+                                            r"missing required keyword argument: 'out_type'"),
     "out_shape_and_out_type": Case(lambda x, y: call(x, y, out_type=SPEC), TypeError,
                                    r"pass out_shape or out_type, not both"),
     "out_shape_negative_dimension": Case(lambda x, y: call(x, y, out_shape=Shape((-1,), np.float32)), TypeError,

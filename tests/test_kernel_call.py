@@ -11,7 +11,7 @@ import pytest
 
 from tritonplug.jaxlib_compat import gpu_triton_module
 from tritonplug.kernel_call import decode_kernel_call, encode_kernel_call
-from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, Launch, ScalarParam
+from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, Launch, ScalarParam, TmaDescriptorParam
 
 gpu_triton = gpu_triton_module()
 HAS_JAXLIB_TRITON = gpu_triton is not None and hasattr(gpu_triton, "TritonKernel")
@@ -73,10 +73,15 @@ def jaxlib_proto(kernels, *, name, metadata=b"", descriptions=None, aliases=()) 
                 yield gpu_triton.create_array_parameter(p.bytes_to_zero, p.divisibility)
             elif isinstance(p, ScalarParam):
                 yield gpu_triton.create_scalar_parameter(p.value, p.dtype)
+            elif isinstance(p, TmaDescriptorParam):
+                yield gpu_triton.create_tma_descriptor_parameter(
+                    elem_type=p.elem_type, swizzle=p.swizzle, shape=list(p.shape), strides=list(p.strides),
+                    block_shape=list(p.block_shape), oob_fill=p.oob_fill)
 
     def call(k):
+        scratch = (k.global_scratch_size, k.global_scratch_align) if k.global_scratch_size else ()
         kernel = gpu_triton.TritonKernel(k.kernel_name, k.num_warps, k.num_ctas, k.shared_mem_bytes, k.image,
-                                         k.ttir, k.compute_capability)
+                                         k.ttir, k.compute_capability, *scratch)
         return gpu_triton.TritonKernelCall(kernel, *k.launch.grid, list(flat(k.launch.params)))
 
     if len(kernels) == 1:
@@ -211,6 +216,52 @@ SINGLE_CASES = {
     "autotuned": dict(kernels=autotuned_kernels(), name="tuned", metadata=b"m", aliases=AUTOTUNE_ALIASES),
     "autotuned_explicit_descriptions": dict(kernels=autotuned_kernels()[:2], name="", descriptions=["", "d"]),
 }
+
+
+TMA = TmaDescriptorParam(0, elem_type=6, swizzle=3, shape=(32, 64), strides=(64, 1), block_shape=(32, 64), oob_fill=1)
+#: Parameter { tensor_descriptor (9) { nvidia (1) { elem_type 6, swizzle 3, packed shape, strides, block_shape,
+#: oob_fill 1 } } }, as proto3 writes it
+TMA_BYTES = bytes.fromhex("4a14" "0a12" "0806" "1003" "1a022040" "22024001" "2a022040" "3001")
+
+
+def test_tma_descriptor_parameter_bytes_and_round_trip():
+    kernel = make_kernel((TMA, ScalarParam(32, "i32"), ScalarParam(64, "i64"), ArrayParam(1)))
+    encoded = encode_kernel_call([kernel], name="tma")
+    assert b"\x2a\x16" + TMA_BYTES in encoded  # the first of the call's repeated parameters (field 5)
+    params = decode_kernel_call(encoded)["kernel_call"]["parameters"]
+    assert params[0] == {"tensor_descriptor": {"nvidia": {"elem_type": 6, "swizzle": 3, "shape": [32, 64],
+                                                          "strides": [64, 1], "block_shape": [32, 64],
+                                                          "oob_fill": 1}}}
+    assert params[1:] == [{"i32": 32}, {"i64": 64}, {"array": {"ptr_divisibility": 16}}]
+    zero = TmaDescriptorParam(0, 0, 0, (2**33,), (1,), (256,))  # zero fields left out; big dims take long varints
+    nvidia = decode_kernel_call(encode_kernel_call([make_kernel((zero,))], name="z"))["kernel_call"]["parameters"][0]
+    assert nvidia == {"tensor_descriptor": {"nvidia": {"shape": [2**33], "strides": [1], "block_shape": [256]}}}
+
+
+requires_jaxlib_descriptors = pytest.mark.skipif(
+    not hasattr(gpu_triton, "create_tma_descriptor_parameter"),
+    reason="this jaxlib's gpu_triton has no create_tma_descriptor_parameter (jaxlib 0.11.1+ with its CUDA plugin)")
+DESCRIPTOR_CASES = {
+    "tma_descriptor": dict(kernels=[make_kernel((TMA, ScalarParam(32, "i32"), ScalarParam(64, "i32"),
+                                                 ScalarParam(64, "i64"), ScalarParam(1, "i64"), ArrayParam(1)))],
+                           name="tma"),
+    "tma_zero_fields_and_global_scratch": dict(
+        kernels=[make_kernel((TmaDescriptorParam(0, 0, 0, (8, 2**33), (2**33, 1), (8, 16)),),
+                             global_scratch_size=256, global_scratch_align=128)], name="s"),
+}
+
+
+@pytest.mark.cuda
+@requires_jaxlib_triton
+@requires_jaxlib_descriptors
+@pytest.mark.parametrize("case", sorted(DESCRIPTOR_CASES))
+def test_descriptor_bytes_match_jaxlib_to_proto(case):
+    kwargs = dict(DESCRIPTOR_CASES[case])
+    kernels = kwargs.pop("kernels")
+    ours = encode_kernel_call(kernels, **kwargs)
+    theirs = jaxlib_proto(kernels, **kwargs)
+    assert decode_kernel_call(ours) == decode_kernel_call(theirs)
+    assert ours == theirs
 
 
 @pytest.mark.cuda

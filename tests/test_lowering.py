@@ -87,7 +87,7 @@ def test_no_device_and_no_arch_is_a_clear_error(monkeypatch):
 def test_scalar_parameters_are_typed_and_one_is_specialized():
     def f(x):
         return tritonplug.triton_call(
-            x, -7, 2**31 + 5, -(2**40), 2**63 + 9, 0.5, 0.1, True, 1, kernel=scalars_kernel,
+            x, -7, 2**31 + 5, -(2**40), 2**63 + 9, 0.1, 1e300, True, 1, kernel=scalars_kernel,
             out_shape=spec((128,)), grid=1, compute_capability=90, BLOCK=128)
 
     (call,) = kernel_calls(lower(f, spec((128,))))
@@ -95,8 +95,8 @@ def test_scalar_parameters_are_typed_and_one_is_specialized():
     assert params == [
         {"array": {"ptr_divisibility": 16}},
         {"i32": -7}, {"u32": 2**31 + 5}, {"i64": -(2**40)}, {"u64": 2**63 + 9},
-        {"f32": 0.5}, {"f64": 0.1}, {"bool_": True}, {"array": {"ptr_divisibility": 16}},
-    ]  # `one` == 1 is specialised into the kernel, as Triton does
+        {"f32": float(np.float32(0.1))}, {"f64": 1e300}, {"bool_": True}, {"array": {"ptr_divisibility": 16}},
+    ]  # `one` == 1 is specialised into the kernel, as Triton does; 0.1 is fp32 (in range), 1e300 fp64
 
 
 @cuda

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import jaxlib
 import numpy as np
 import pytest
 import triton
@@ -341,10 +340,11 @@ def unused_call(has_side_effect):
 @interpret
 @pytest.mark.parametrize("has_side_effect", [False, True])
 def test_has_side_effect_keeps_an_unused_call(has_side_effect, capfd):
-    # announce_kernel prints, which only the interpreter path does: the XLA path hands it over
+    """JAX never drops a call (jax-triton 0.4); has_side_effect also keeps XLA from removing an unused one.
+    announce_kernel prints, which only the interpreter path does: the XLA path hands it over."""
     x = jax.device_put(jnp.full((1,), 7.0, jnp.float32), jax.devices("cpu")[0])  # the CPU's host kernel
     text = jax.jit(unused_call(has_side_effect)).lower(x).as_text()
-    assert ("tritonplug_host_kernel" in text) == has_side_effect
+    assert "tritonplug_host_kernel" in text
     capfd.readouterr()
     np.testing.assert_array_equal(np.asarray(jax.jit(unused_call(has_side_effect))(x)), [8.0])
     assert ("tritonplug-side-effect" in capfd.readouterr().out) == has_side_effect
@@ -495,25 +495,3 @@ def test_tensor_descriptor_record():
     with pytest.raises(ValueError, match="same length"):
         tritonplug.TensorDescriptor(base, (4, 6), (6, 1), (2,))
 
-
-@triton.jit
-def tma_copy_kernel(in_desc, out_ptr, M: tl.constexpr, N: tl.constexpr):
-    block = in_desc.load([0, 0])
-    offs = tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]
-    tl.store(out_ptr + offs, block)
-
-
-def test_tensor_descriptor_operand_is_a_clear_not_implemented_error():
-    x = jnp.ones((8, 16), jnp.float32)
-    desc = tritonplug.TensorDescriptor.from_array(x, block_shape=[8, 16])
-    expected = "jaxlib" if jaxlib_compat.tma_descriptor_support() else "descriptor"
-    with pytest.raises(NotImplementedError, match=expected):
-        tritonplug.triton_call(desc, kernel=tma_copy_kernel, out_type=jax.typeof(x), grid=1, M=8, N=16)
-
-
-def test_tma_support_is_detected_from_jaxlib():
-    reason = jaxlib_compat.tma_descriptor_support()
-    if jaxlib_compat.JAXLIB_VERSION <= (0, 11, 0):
-        assert reason is not None and "0.11.0" in reason and jaxlib.__version__ in reason
-    message = str(tritonplug.tensor_descriptor.unsupported_error())
-    assert "TensorDescriptor" in message and "tl.make_tensor_descriptor" in message

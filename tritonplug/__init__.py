@@ -25,6 +25,8 @@ _LAZY = {
     "get_compute_capability": "tritonplug.utils",
     "next_power_of_2": "tritonplug.utils",
     "strides_from_shape": "tritonplug.utils",
+    "__version__": "tritonplug.version",
+    "__version_info__": "tritonplug.version",
 }
 #: Submodules reachable as attributes (``tritonplug.inspection.kernel_calls(...)``), imported on first use.
 _LAZY_SUBMODULES = frozenset({"inspection"})
@@ -34,7 +36,7 @@ __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
     "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "export_disabled_checks",
     "get_compute_capability", "inspection", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
-    "tune",
+    "tune", "__version__", "__version_info__",
 ]
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from tritonplug.tensor_descriptor import TensorDescriptor
     from tritonplug.tuning import tune
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
+    from tritonplug.version import __version__, __version_info__
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,20 +23,23 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     """Call a Triton kernel on JAX arrays, eagerly or inside ``jax.jit``.
 
     Positional ``args`` (and keywords naming non-constexpr kernel parameters) are the
-    kernel's operands: arrays become pointers, Python/NumPy scalars are passed by value.
-    Pointers to the outputs described by ``out_shape`` (any pytree of objects with
-    ``shape`` and ``dtype``; ``out_type`` is an alias) fill the remaining non-constexpr
-    parameters in order. ``grid`` is an int, up to three ints, or a callable of the
-    metaparameters; the other options are the fields of
+    kernel's operands: arrays become pointers, ``TensorDescriptor``s host-side TMA descriptors,
+    Python/NumPy scalars are passed by value. Pointers to the outputs described by ``out_type``
+    (any pytree of objects with ``shape`` and ``dtype``; ``out_shape``, its jax-triton 0.3 name,
+    still works with a ``DeprecationWarning``) fill the remaining non-constexpr parameters in order.
+    ``grid`` is an int, up to three ints, or a callable of the metaparameters; the other options are
+    the fields of
     :class:`tritonplug.call_options.CallOptions` (``num_warps``, ``num_stages``, ``num_ctas``,
     ``compute_capability``, ``backend_options``, ``input_output_aliases`` (an operand index,
-    scalars counted, to an output index), ``zeroed_outputs``, ``name``, ``debug``,
+    scalars counted, to an output index; deprecated as in jax-triton 0.4: prefer ``jax.new_ref``
+    operands), ``zeroed_outputs`` (deprecated likewise), ``name``, ``debug``,
     ``serialized_metadata``, ``cost_estimate``, ``has_side_effect``, ``custom_call_target_name``
     (jax-triton 0.3: jaxlib's ``triton_kernel_call_ffi`` or the legacy ``triton_kernel_call``)).
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
     out_value = _pick_out_shape(out_shape, out_type)
+    _warn_deprecated(out_shape, kwargs)
     memo_key = call_memo.signature(kernel, args, kwargs, out_value)
     memo = state.memo.lookup(memo_key)
     if memo is not None:
@@ -85,8 +89,30 @@ def _pick_out_shape(out_shape: Any, out_type: Any) -> Any:
         raise TypeError("pass out_shape or out_type, not both (out_type is an alias of out_shape)")
     value = out_shape if out_shape is not None else out_type
     if value is None:
-        raise TypeError("triton_call() missing required keyword argument: 'out_shape'")
+        raise TypeError("triton_call() missing required keyword argument: 'out_type' (or its deprecated spelling "
+                        "'out_shape')")
     return value
+
+
+def _warn_deprecated(out_shape: Any, kwargs: dict[str, Any]) -> None:
+    """jax-triton 0.4's deprecation warnings, for the 0.3 spellings that keep working."""
+    if out_shape is not None:
+        warnings.warn("out_shape= is deprecated in favor of out_type= (as in jax-triton 0.4)", DeprecationWarning,
+                      stacklevel=3)
+    if kwargs.get("input_output_aliases"):
+        warnings.warn("input_output_aliases is deprecated (as in jax-triton 0.4): pass the inputs to update in "
+                      "place as Ref arguments (jax.new_ref) instead", DeprecationWarning, stacklevel=3)
+    zeroed = kwargs.get("zeroed_outputs")
+    if zeroed is not None and (callable(zeroed) or _nonempty(zeroed)):
+        warnings.warn("zeroed_outputs is deprecated (as in jax-triton 0.4): zero the buffer explicitly and pass it "
+                      "as a Ref argument (jax.new_ref) instead", DeprecationWarning, stacklevel=3)
+
+
+def _nonempty(value: Any) -> bool:
+    try:
+        return len(value) > 0
+    except TypeError:
+        return True  # not a sequence: CallOptions reports it
 
 
 def _buffer_spec(leaf: Any, index: int) -> BufferSpec:

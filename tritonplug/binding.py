@@ -6,24 +6,42 @@ array, an output buffer, a scalar, a constexpr, or a tuple of nodes.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tritonplug import jax_compat, tensor_descriptor
-from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, pointer_type
+from tritonplug.call import (
+    ArrayArg,
+    BoundArgs,
+    ConstArg,
+    DescriptorArg,
+    OutputArg,
+    ScalarArg,
+    UnsetConst,
+    pointer_type,
+)
 from tritonplug.tensor_descriptor import TensorDescriptor
 from tritonplug.triton_compat import KernelFacts
 
+_F32 = np.finfo(np.float32)
+#: NumPy scalar dtypes jaxlib's runtime passes as they are; narrower NumPy ints widen to i32 (exactly).
+_NUMPY_SCALARS = {"uint32": "u32", "int64": "i64", "uint64": "u64", "float64": "fp64"}
+
 
 def scalar_type(value: Any, where: str) -> str:
-    """Triton's type for a Python or NumPy scalar: ints by range, floats fp32 when exact."""
+    """Triton's type for a Python or NumPy scalar, as Triton and jax-triton 0.4 type them.
+
+    Ints by range (i32, u32, i64, u64); a Python float is fp32 whenever it lies in float32's range
+    (zero, inf and nan included) and fp64 only beyond it; NumPy scalars keep their dtype (float16
+    widens to fp32 and narrow ints to i32, since the runtime has no narrower scalar types).
+    """
     if isinstance(value, (bool, np.bool_)):
         return "i1"
     if isinstance(value, np.integer):
-        name = value.dtype.name
-        return {"uint32": "u32", "int64": "i64", "uint64": "u64"}.get(name, "i32")
+        return _NUMPY_SCALARS.get(value.dtype.name, "i32")
     if isinstance(value, int):
         if -(2**31) <= value < 2**31:
             return "i32"
@@ -34,11 +52,14 @@ def scalar_type(value: Any, where: str) -> str:
         if 2**63 <= value < 2**64:
             return "u64"
         raise ValueError(f"{where}: integer {value} does not fit in 64 bits")
-    if isinstance(value, np.float32):
-        return "fp32"
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        if value != value or value in (float("inf"), float("-inf")) or float(np.float32(value)) == value:
+    if isinstance(value, np.floating):
+        if np.dtype(value.dtype).itemsize > 8:
+            raise TypeError(f"{where}: {value.dtype.name} scalars cannot be passed to a kernel; use a Python float")
+        return _NUMPY_SCALARS.get(value.dtype.name, "fp32")
+    if isinstance(value, float):
+        magnitude = abs(value)
+        if magnitude != magnitude or magnitude == float("inf") or magnitude == 0.0 \
+                or float(_F32.tiny) <= magnitude <= float(_F32.max):
             return "fp32"
         return "fp64"
     raise TypeError(f"{where}: expected an array, a tuple or a Python/NumPy scalar, got {type(value).__name__}")
@@ -80,16 +101,25 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
             return tuple(operand_node(v, name, f"{path}[{i}]", indices + (i,)) for i, v in enumerate(value))
         where = f"argument {name!r}{path} of kernel {kernel!r}"
         if isinstance(value, TensorDescriptor):
-            raise tensor_descriptor.unsupported_error(where)
+            node: Any = _descriptor_node(facts, value, len(arrays), where)
+            arrays.append(value.base)
+            if sources is not None:
+                sources.append((name, indices))
+            flat_inputs.append(node)
+            return node
         if is_array(value):
             pointer_type(value.dtype, where)
             arrays.append(value)
             if sources is not None:
                 sources.append((name, indices))
-            node: Any = ArrayArg(len(arrays) - 1)
+            node = ArrayArg(len(arrays) - 1)
         else:
             dtype = scalar_type(value, where)  # first: it names the argument when the value is no scalar
-            node = ScalarArg.of(python_scalar(value) if not isinstance(value, np.float32) else float(value), dtype)
+            if isinstance(value, np.float32):
+                warnings.warn("Passing np.float32 scalars to triton_call is deprecated (as in jax-triton 0.4): "
+                              "pass a Python float, which is fp32 whenever float32 can hold it",
+                              DeprecationWarning, stacklevel=4)
+            node = ScalarArg.of(python_scalar(value), dtype)
         flat_inputs.append(node)
         return node
 
@@ -142,6 +172,17 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
                      aliases, aliased_params, refs), arrays
 
 
+def _descriptor_node(facts: KernelFacts, desc: TensorDescriptor, index: int, where: str) -> Any:
+    node = tensor_descriptor.check(desc, index, where)
+    if facts.language == "gluon" and not node.layout:
+        raise ValueError(f"{where}: kernel {facts.name!r} is a Gluon kernel, whose descriptors need a shared-memory "
+                         f"layout: pass TensorDescriptor(..., layout=gl.NVMMASharedLayout(...))")
+    if facts.language != "gluon" and node.layout:
+        raise ValueError(f"{where}: TensorDescriptor.layout is for Gluon kernels (@gluon.jit); kernel "
+                         f"{facts.name!r} is a @triton.jit kernel, whose descriptors take no layout")
+    return node
+
+
 def bind_like_a_call(names: tuple[str, ...], args: Sequence[Any], kwargs: Mapping[str, Any],
                       kernel: str) -> dict[str, Any]:
     """Positional arguments fill the parameters in order, keywords by name, as in a Python call."""
@@ -172,6 +213,9 @@ def _check_aliases(input_output_aliases: Mapping[int, int], flat_inputs: list[An
             raise ValueError(f"input_output_aliases: output index {o!r} is out of range; out_shape has "
                              f"{len(out_specs)} outputs")
         node = flat_inputs[i]
+        if isinstance(node, DescriptorArg):
+            raise ValueError(f"input_output_aliases: input {i} is a TensorDescriptor; only arrays alias (pass its base "
+                             f"array as an operand of its own, or as a Ref)")
         if not isinstance(node, ArrayArg):
             raise ValueError(f"input_output_aliases: input {i} is a scalar ({node.value!r}); only arrays alias")
         array, out = arrays[node.index], out_specs[o]

@@ -1,7 +1,7 @@
 """The hashable description of one ``triton_call``: the primitive's only parameter, and its parts.
 
 Binding (``binding.py``) turns each kernel parameter into one argument node: an operand array,
-an output buffer, a scalar, a constexpr, or a tuple of nodes. The nodes, the options
+a tensor descriptor over one, an output buffer, a scalar, a constexpr, or a tuple of nodes. The nodes, the options
 (``call_options.py``) and the kernel's facts (``triton_compat.KernelFacts``) make a ``CallSpec``:
 everything a lowering needs to build a launch for any configuration.
 """
@@ -37,6 +37,22 @@ class ArrayArg:
 @dataclass(frozen=True)
 class OutputArg:
     index: int  # position among the flattened outputs
+
+
+@dataclass(frozen=True)
+class DescriptorArg:
+    """A host-side tensor descriptor (``tritonplug.TensorDescriptor``) over array operand ``index``,
+    validated by ``tensor_descriptor.check``: its static part, in ints; ``layout`` is the ``repr`` of a
+    Gluon shared-memory layout, or ``""``."""
+
+    index: int
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    block_shape: tuple[int, ...]
+    padding: str
+    round_f32_to_tf32: bool
+    layout: str
 
 
 @dataclass(frozen=True)

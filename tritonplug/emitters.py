@@ -33,6 +33,11 @@ def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, 
 
 
 def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call: CallSpec) -> Sequence[Any]:
+    scratch = max(k.global_scratch_size for k in kernels)
+    problem = jaxlib_compat.global_scratch_problem() if scratch else None
+    if problem:
+        raise NotImplementedError(f"kernel {kernels[0].launch.kernel_name!r} needs {scratch} bytes of global scratch "
+                                  f"memory per launch: {problem}")
     kernels = launch_payload.lean_gpu_kernels(kernels, call.options.debug)
     launch = kernels[0].launch
     aliases = [(i, o, buffer_nbytes(launch.operands[i])) for i, o in launch.aliases]

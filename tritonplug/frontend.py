@@ -14,17 +14,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import kernel_use, triton_compat
-from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg, UnsetConst, buffer_nbytes, pointer_type
+from tritonplug.call import (
+    ArrayArg,
+    BoundArgs,
+    ConstArg,
+    DescriptorArg,
+    OutputArg,
+    ScalarArg,
+    UnsetConst,
+    buffer_nbytes,
+    pointer_type,
+)
 from tritonplug.errors import KernelSourceError
-from tritonplug.records import ArrayParam, BackendInfo, BufferSpec, ConstexprParam, Options, ScalarParam, Target
+from tritonplug.records import (
+    ArrayParam,
+    BackendInfo,
+    BufferSpec,
+    ConstexprParam,
+    Options,
+    ScalarParam,
+    Target,
+    TensorDescriptorParam,
+)
 from tritonplug.triton_compat import KernelFacts
+from tritonplug.version import __version__
 
-try:
-    from importlib.metadata import version as _dist_version
-
-    TRITONPLUG_VERSION = _dist_version("tritonplug")
-except Exception:  # running from a source tree
-    TRITONPLUG_VERSION = "0+source"
+TRITONPLUG_VERSION = __version__
 
 
 @dataclass(frozen=True)
@@ -129,6 +144,12 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
                 attrs[path] = [["tt.divisibility", divisibility]]
             buffer = node.index if isinstance(node, ArrayArg) else len(operands) + node.index
             return "*" + pointer_type(spec.dtype, "operand"), ArrayParam(buffer, zero, divisibility)
+        if isinstance(node, DescriptorArg):
+            signature_type = triton_compat.descriptor_type(pointer_type(node.dtype, "descriptor"), node.block_shape,
+                                                           node.layout)
+            return signature_type, TensorDescriptorParam(node.index, node.dtype, node.shape, node.strides,
+                                                         node.block_shape, node.padding, node.round_f32_to_tf32,
+                                                         node.layout)
         if isinstance(node, ScalarArg):
             if specializable and policy.specialize_ones and node.dtype != "i1" and isinstance(node.value, int) \
                     and node.value == 1 and len(path) == 1:
@@ -173,15 +194,15 @@ def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec
 
 def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Specialization,
             bound: BoundArgs | None = None) -> str:
-    """Run Triton's front end (to TTIR). A kernel error becomes a ``TypeError``/``ValueError`` naming the
-    argument behind it when ``bound`` shows one (see ``kernel_use``), else a ``KernelSourceError``; both
-    point at the kernel's source line."""
+    """Run the kernel's front end (to TTIR, or TTGIR for Gluon: ``kernel.ir_stage``). A kernel error becomes a
+    ``TypeError``/``ValueError`` naming the argument behind it when ``bound`` shows one (see ``kernel_use``),
+    else a ``KernelSourceError``; both point at the kernel's source line."""
     assert target.triton_backend is not None
     fn = kernel.fn
     gpu_target = (target.triton_backend, target.arch, target.warp_size)
 
     def front_end(signature: dict, constexprs: dict, attrs: dict) -> str:
-        return triton_compat.frontend_ttir(fn, gpu_target, options.as_dict(), signature, dict(constexprs), attrs)
+        return triton_compat.frontend_ir(fn, gpu_target, options.as_dict(), signature, dict(constexprs), attrs)
 
     try:
         return front_end(spec.signature, spec.constexprs, spec.attrs)
@@ -236,6 +257,8 @@ def named_args_for_heuristics(bound: BoundArgs, operands: Sequence[Any], results
             return results[node.index]
         if isinstance(node, (ScalarArg, ConstArg)):
             return node.value
+        if isinstance(node, DescriptorArg):
+            return node
         return None
     named = {n: value(node) for n, node in zip(bound.names, bound.nodes, strict=True)
              if not isinstance(node, UnsetConst)}

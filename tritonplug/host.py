@@ -25,6 +25,7 @@ from tritonplug.errors import PluginError
 from tritonplug.records import (
     AUTOTUNE_MODES,
     IR_STAGES,
+    TENSOR_DESCRIPTOR_MODES,
     BackendInfo,
     Binary,
     CompileJob,
@@ -244,6 +245,8 @@ def capability_problem(info: BackendInfo) -> str | None:
         return f"declares ir_stages={info.ir_stages!r}; expected a tuple drawn from {IR_STAGES}"
     if info.autotune not in AUTOTUNE_MODES:
         return f"declares autotune={info.autotune!r}; expected one of {AUTOTUNE_MODES}"
+    if info.tensor_descriptors not in TENSOR_DESCRIPTOR_MODES:
+        return f"declares tensor_descriptors={info.tensor_descriptors!r}; expected one of {TENSOR_DESCRIPTOR_MODES}"
     for flag in ("cache_binaries", "compile_in_worker", "specialize_ones"):
         if not isinstance(getattr(info, flag), bool):
             return f"declares {flag}={getattr(info, flag)!r}; expected a bool"

@@ -26,7 +26,8 @@ def collect_info() -> dict[str, Any]:
                                  "capabilities": f"ir={','.join(info.ir_stages) or 'none'} "
                                                  f"cache={'yes' if info.cache_binaries else 'no'} "
                                                  f"worker={'yes' if backend.compiles_in_worker else 'no'} "
-                                                 f"autotune={info.autotune}"}
+                                                 f"autotune={info.autotune} "
+                                                 f"descriptors={info.tensor_descriptors}"}
         for platform in backend.info.platforms:
             entry[f"target[{platform}]"] = _target(backend, platform)
         backends[backend.name] = entry

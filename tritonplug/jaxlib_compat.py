@@ -37,10 +37,43 @@ def accepts_cost_estimate() -> bool:
     return JAXLIB_VERSION > (0, 11, 0)
 
 
+#: The first jaxlib whose kernel-call proto has ``module_image`` (field 11), global scratch (fields 12/13)
+#: and tensor-descriptor parameters (``Parameter.tensor_descriptor``, field 9): read from the protos
+#: embedded in the CUDA plugins' ``_triton`` extensions, which 0.11.0 still lacks and 0.11.1 has (as
+#: ``gpu_triton.create_tma_descriptor_parameter``). jax-triton 0.4 says "jaxlib > 0.11.0".
+KERNEL_CALL_V2_JAXLIB = (0, 11, 1)
+_NEEDED = ".".join(map(str, KERNEL_CALL_V2_JAXLIB))
+
+
 def accepts_module_image() -> bool:
-    """jaxlib 0.11 loads a ready cubin from ``module_image`` (seen on 0.11.2: no ptxas ran); older
-    jaxlib protos lack the field."""
-    return JAXLIB_VERSION >= (0, 11, 0)
+    """jaxlib 0.11.1+ loads a ready cubin from ``module_image`` (seen on 0.11.2: no ptxas ran); older
+    jaxlib skips the unknown field and loads the PTX."""
+    return JAXLIB_VERSION >= KERNEL_CALL_V2_JAXLIB
+
+
+def global_scratch_problem() -> str | None:
+    """None when jaxlib allocates the per-launch global scratch a kernel asks for (proto fields 12/13,
+    needed by ``tl.make_tensor_descriptor``), else why not."""
+    if JAXLIB_VERSION >= KERNEL_CALL_V2_JAXLIB:
+        return None
+    return (f"global scratch memory (what device-side TMA descriptors, tl.make_tensor_descriptor, are built "
+            f"in) is allocated by jaxlib's runtime from version {_NEEDED} on; the installed jaxlib is "
+            f"{jaxlib.__version__}")
+
+
+def tensor_descriptor_problem() -> str | None:
+    """None when jaxlib's runtime can pass host-side TMA descriptors, else why not.
+
+    The version decides where no GPU plugin is installed (lowering on a machine without a GPU);
+    where one is, its ``gpu_triton`` module must have ``create_tma_descriptor_parameter``.
+    """
+    module = gpu_triton_module()
+    has_function = module is None or getattr(module, "TritonKernel", None) is None \
+        or hasattr(module, "create_tma_descriptor_parameter")
+    if JAXLIB_VERSION >= KERNEL_CALL_V2_JAXLIB and has_function:
+        return None
+    return (f"host-side TMA descriptors (TensorDescriptor operands) need jaxlib {_NEEDED} or newer, whose "
+            f"kernel-call runtime encodes them; the installed jaxlib is {jaxlib.__version__}")
 
 
 def export_disabled_checks() -> list:
@@ -55,14 +88,3 @@ def export_disabled_checks() -> list:
 
     checks = jax.export.DisabledSafetyCheck
     return [checks.custom_call(FFI_TARGET), checks.custom_call(LEGACY_TARGET), checks.custom_call(TARGET_NAME)]
-
-
-TMA_MIN_JAXLIB = (0, 11, 1)  # jax-triton: host-side TMA descriptors need jaxlib > 0.11.0
-
-
-def tma_descriptor_support() -> str | None:
-    """None when the installed jaxlib can pass host-side TMA descriptors, else why not."""
-    if JAXLIB_VERSION >= TMA_MIN_JAXLIB and hasattr(gpu_triton_module(), "create_tma_descriptor_parameter"):
-        return None
-    return (f"host-side TMA descriptors need jaxlib > 0.11.0 with gpu_triton.create_tma_descriptor_parameter; "
-            f"the installed jaxlib is {jaxlib.__version__}")

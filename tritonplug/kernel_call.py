@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, ScalarParam
+from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, ScalarParam, TmaDescriptorParam
 
 _U64 = (1 << 64) - 1
 # dtype -> (Parameter field, wire kind, smallest value, largest value)
@@ -40,14 +40,18 @@ _SCHEMA: dict[str, dict[int, tuple[str, str]]] = {
     "call": {1: ("kernel", "kernel"), 2: ("grid_0", "uint"), 3: ("grid_1", "uint"), 4: ("grid_2", "uint"),
              5: ("parameters", "param")},
     "param": {1: ("array", "array"), 2: ("bool_", "bool"), 3: ("i32", "int32"), 4: ("u32", "uint"),
-              5: ("i64", "int64"), 6: ("u64", "uint"), 7: ("f32", "float"), 8: ("f64", "double")},
+              5: ("i64", "int64"), 6: ("u64", "uint"), 7: ("f32", "float"), 8: ("f64", "double"),
+              9: ("tensor_descriptor", "descriptor")},
+    "descriptor": {1: ("nvidia", "nvidia")},
+    "nvidia": {1: ("elem_type", "uint"), 2: ("swizzle", "uint"), 3: ("shape", "packed"), 4: ("strides", "packed"),
+               5: ("block_shape", "packed"), 6: ("oob_fill", "uint")},
     "array": {1: ("bytes_to_zero", "uint"), 2: ("ptr_divisibility", "uint")},
     "autotuned": {1: ("name", "string"), 2: ("configs", "config"), 3: ("input_output_aliases", "alias")},
     "config": {1: ("kernel_call", "call"), 2: ("description", "string")},
     "alias": {1: ("input_buffer_idx", "uint"), 2: ("output_buffer_idx", "uint"),
               3: ("buffer_size_bytes", "uint")},
 }
-_REPEATED = {"parameters", "configs", "input_output_aliases"}
+_REPEATED = {"parameters", "configs", "input_output_aliases", "shape", "strides", "block_shape"}
 _WIRE = {"uint": 0, "int32": 0, "int64": 0, "bool": 0, "double": 1, "float": 5}  # everything else: 2
 _CONVERT = {
     "uint": int, "bool": bool, "bytes": bytes, "string": lambda raw: bytes(raw).decode(),
@@ -81,9 +85,22 @@ def _flatten(params: Sequence[Any]) -> list[Any]:
     return [q for p in params for q in (_flatten(p) if isinstance(p, tuple) else [p])]
 
 
-def _param(p: ArrayParam | ScalarParam) -> bytes:
+def _packed(field: int, values: Sequence[int]) -> bytes:
+    """A proto3 repeated integer field: packed (one length-delimited run of varints), absent when empty."""
+    return _len(field, b"".join(_varint(v) for v in values))
+
+
+def _descriptor(p: TmaDescriptorParam) -> bytes:
+    nvidia = (_int(1, p.elem_type) + _int(2, p.swizzle) + _packed(3, p.shape) + _packed(4, p.strides)
+              + _packed(5, p.block_shape) + _int(6, p.oob_fill))
+    return _len(9, _len(1, nvidia, always=True), always=True)
+
+
+def _param(p: ArrayParam | ScalarParam | TmaDescriptorParam) -> bytes:
     if isinstance(p, ArrayParam):
         return _len(1, _int(1, p.bytes_to_zero) + _int(2, p.divisibility), always=True)
+    if isinstance(p, TmaDescriptorParam):
+        return _descriptor(p)
     if not isinstance(p, ScalarParam):
         raise TypeError(f"not a kernel parameter: {p!r}")
     if p.dtype not in _SCALARS:
@@ -173,6 +190,14 @@ def _decode(data: bytes, message: str) -> dict:
         if field not in schema:
             continue  # unknown field: skipped, as protobuf parsers do
         name, kind = schema[field]
+        if kind == "packed":  # repeated varints: packed (wire type 2) as proto3 writes them, or one by one
+            if wire == 2:
+                out[name].extend(_varints(raw))
+            elif wire == 0:
+                out[name].append(raw)
+            else:
+                raise ValueError(f"{message}.{name}: wire type {wire} does not match a repeated integer")
+            continue
         if _WIRE.get(kind, 2) != wire:
             raise ValueError(f"{message}.{name}: wire type {wire} does not match {kind}")
         value = _decode(raw, kind) if kind in _SCHEMA else _CONVERT[kind](raw)
@@ -181,6 +206,19 @@ def _decode(data: bytes, message: str) -> dict:
         else:
             out[name] = value
     return out
+
+
+def _varints(data: bytes) -> list[int]:
+    values, value, shift = [], 0, 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            values.append(value)
+            value = shift = 0
+    if shift:
+        raise ValueError("truncated packed field in kernel-call proto")
+    return values
 
 
 def decode_kernel_call(data: bytes) -> dict:

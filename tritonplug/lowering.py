@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import emitters, frontend, jax_compat, tuning_select
-from tritonplug.call import BoundArgs, CallSpec
+from tritonplug import emitters, frontend, jax_compat, jaxlib_compat, tuning_select
+from tritonplug.call import BoundArgs, CallSpec, DescriptorArg
 from tritonplug.call_options import check_grid_limits, grid_for, zeroed_for
 from tritonplug.compiler import CompileRequest
 from tritonplug.errors import PluginError
@@ -35,16 +35,23 @@ class LoweringPlan:
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     check_not_partitioned(ctx)
     backend = state.host().backend_for(platform)
+    check_backend_runs(backend, call, platform)
     target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
     if target is None:
         raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
     operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
+    kernels = kernel_objects(backend, target, call, operands)
+    return emitters.emit(ctx, args, kernels, call, platform)
+
+
+def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> list[Any]:
+    """The backend's kernel objects for every configuration of ``call`` on ``target``, compiled (or read
+    from the cache) on the way: everything a lowering does but emitting the custom call."""
     plan = plan_call(backend, target, call, operands)
     binaries = state.compiler.compile(backend, target, plan.requests)
     if len(plan.launches) > 1:
         state.compiler.note_runtime_autotuned()
-    kernels = [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
-    return emitters.emit(ctx, args, kernels, call, platform)
+    return [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
 
 
 def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
@@ -77,6 +84,33 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
     return LoweringPlan(backend, target, tuple(launches), tuple(requests))
 
 
+def check_backend_runs(backend: Backend, call: CallSpec, platform: str) -> None:
+    """Refuse, before anything is compiled, a call the backend's declared capabilities cannot run.
+
+    The kernel's front end must emit an IR stage the backend compiles (a backend that compiles no IR
+    runs ``@triton.jit`` kernels from their source, so not Gluon's); host-side tensor descriptors need
+    a backend that passes them and, through jaxlib's runtime, a jaxlib that can.
+    """
+    kernel, info = call.kernel, backend.info
+    if kernel.ir_stage not in info.ir_stages and (info.ir_stages or kernel.language != "triton"):
+        accepted = f"compiles {list(info.ir_stages)}" if info.ir_stages else "compiles no IR (it runs Triton source)"
+        what = "Gluon kernels need a GPU backend" if kernel.language == "gluon" else "the backend cannot run it"
+        raise NotImplementedError(
+            f"{what}: kernel {kernel.name!r} is a {kernel.language} kernel whose front end emits "
+            f"{kernel.ir_stage.upper()}, but backend {backend.name!r} serving platform {platform!r} {accepted}")
+    if _has_descriptor(call.bound.nodes):
+        if info.tensor_descriptors == "none":
+            raise NotImplementedError(f"kernel {kernel.name!r} takes a TensorDescriptor (host-side TMA descriptor), "
+                                      f"but backend {backend.name!r} serving platform {platform!r} cannot pass one")
+        problem = jaxlib_compat.tensor_descriptor_problem() if info.tensor_descriptors == "jaxlib" else None
+        if problem:
+            raise NotImplementedError(f"kernel {kernel.name!r} on platform {platform!r}: {problem}")
+
+
+def _has_descriptor(nodes: Sequence[Any]) -> bool:
+    return any(_has_descriptor(n) if isinstance(n, tuple) else isinstance(n, DescriptorArg) for n in nodes)
+
+
 #: Triton's front end is not known to be thread-safe, and early compiles run it off the main thread.
 _FRONTEND_LOCK = threading.Lock()
 
@@ -90,7 +124,7 @@ def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: O
             return CompileJob(backend.name, kernel.name, target, options, "", "", description)
         with _FRONTEND_LOCK:
             ir = frontend.make_ir(kernel, target, options, spec, bound)
-        return CompileJob(backend.name, kernel.name, target, options, ir, "ttir", description)
+        return CompileJob(backend.name, kernel.name, target, options, ir, kernel.ir_stage, description)
     return make
 
 

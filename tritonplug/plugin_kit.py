@@ -29,6 +29,7 @@ import triton
 from triton._C.libtriton import ir
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
 
 from tritonplug.records import Binary, GpuKernel, Launch
 
@@ -86,6 +87,22 @@ class TTIRSource(ASTSource):
         return module
 
 
+class TTGIRSource(GluonASTSource):
+    """A Gluon kernel's front-end output (TTGIR text), so ``triton.compile`` runs Gluon's passes and every
+    later stage, exactly as for the ``@gluon.jit`` function itself."""
+
+    def __init__(self, ttgir: str, name: str) -> None:
+        super().__init__(types.SimpleNamespace(__name__=name, arg_names=[]), {})
+        self.ttir = ttgir
+
+    hash = TTIRSource.hash
+    make_ir = TTIRSource.make_ir
+
+
+#: The source class that continues Triton's pipeline from each front-end stage.
+SOURCES = {"ttir": TTIRSource, "ttgir": TTGIRSource}
+
+
 @contextlib.contextmanager
 def private_triton_cache() -> Iterator[None]:
     """Keep Triton's own cache out of the way: tritonplug caches binaries itself."""
@@ -120,13 +137,16 @@ class CompiledTTIR:
 
 
 def compile_ttir(ttir: str, name: str, triton_backend: str, arch: int | str, warp_size: int,
-                 options: Mapping[str, Any]) -> CompiledTTIR:
-    """TTIR → every later stage, with Triton's own pipeline for ``GPUTarget(triton_backend, arch, warp_size)``.
+                 options: Mapping[str, Any], stage: str = "ttir") -> CompiledTTIR:
+    """TTIR (or, with ``stage="ttgir"``, a Gluon kernel's TTGIR) → every later stage, with Triton's own
+    pipeline for ``GPUTarget(triton_backend, arch, warp_size)``.
 
     Triton's cache is a private scratch directory, removed afterwards.
     """
+    if stage not in SOURCES:
+        raise ValueError(f"cannot compile IR of stage {stage!r}; known stages: {sorted(SOURCES)}")
     with private_triton_cache():
-        asm, metadata = _compile(TTIRSource(ttir, name), GPUTarget(triton_backend, arch, warp_size), options)
+        asm, metadata = _compile(SOURCES[stage](ttir, name), GPUTarget(triton_backend, arch, warp_size), options)
     return CompiledTTIR(asm, metadata)
 
 
@@ -203,12 +223,13 @@ def gpu_kernel(binary: Binary, launch: Launch, image: str, compute_capability: i
     """The ``GpuKernel`` for a binary whose metadata is Triton's (see :meth:`CompiledTTIR.binary_metadata`).
 
     ``image`` is what jaxlib's runtime reads as PTX: PTX text on CUDA, an HSACO file's path on
-    ROCm; the binary's ``ttir`` image, when it has one, rides along for debugging.
+    ROCm; the binary's ``ttir`` image (a Gluon kernel's ``ttgir``), when it has one, rides along for debugging.
     """
     meta = binary.metadata
     return GpuKernel(
         kernel_name=meta["name"], num_warps=meta["num_warps"], num_ctas=meta.get("num_ctas", 1),
-        shared_mem_bytes=meta.get("shared", 0), image=image, ttir=binary.images.get("ttir", b"").decode(),
+        shared_mem_bytes=meta.get("shared", 0), image=image,
+        ttir=(binary.images.get("ttir") or binary.images.get("ttgir") or b"").decode(),
         compute_capability=compute_capability, launch=launch, module_image=module_image,
         global_scratch_size=meta.get("global_scratch_size", 0),
         global_scratch_align=meta.get("global_scratch_align", 1))

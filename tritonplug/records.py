@@ -19,6 +19,10 @@ SCALAR_DTYPES = ("i1", "i32", "u32", "i64", "u64", "fp32", "fp64")
 IR_STAGES = ("ttir", "ttgir")
 #: How a backend treats ``triton.autotune`` configurations.
 AUTOTUNE_MODES = ("runtime", "first")
+#: How a backend passes host-side tensor descriptors (:class:`TensorDescriptorParam`) to its kernels:
+#: not at all, as descriptor parameters of jaxlib's GPU kernel-call runtime (``GpuKernel``), or
+#: through its own kernel object.
+TENSOR_DESCRIPTOR_MODES = ("none", "jaxlib", "kernel")
 
 
 @dataclass(frozen=True)
@@ -28,8 +32,10 @@ class BackendInfo:
     The capability fields tell the host how to drive the backend; it never infers them:
 
     * ``ir_stages``: the IR the compile hook accepts, in :data:`IR_STAGES` (``"ttir"`` from Triton's
-      front end, ``"ttgir"`` from Gluon's). ``()`` means the hook needs no IR (``job.ir`` is ``""``);
-      otherwise the target's ``triton_backend``/``arch``/``warp_size`` drive Triton's front end.
+      front end for ``@triton.jit`` kernels, ``"ttgir"`` from Gluon's for ``@gluon.jit`` kernels).
+      ``()`` means the hook needs no IR (``job.ir`` is ``""``): the backend runs ``@triton.jit``
+      kernels from their source, and cannot run Gluon kernels. Otherwise the target's
+      ``triton_backend``/``arch``/``warp_size`` drive the front end.
     * ``cache_binaries``: binaries go to the on-disk cache (and any remote tier).
     * ``compile_in_worker``: the compile hook runs in a subprocess worker. Workers load plugins from
       entry points, so a plugin registered at run time always compiles in the calling process.
@@ -43,6 +49,11 @@ class BackendInfo:
       the call, on every platform alike.
     * ``max_grid``: the most program instances the device launches along x, y and z (``None``: no
       limit beyond 2**31-1); a larger grid is refused when lowering for this backend.
+    * ``tensor_descriptors``: how host-side TMA descriptors reach the kernel, in
+      :data:`TENSOR_DESCRIPTOR_MODES`: ``"none"`` (refused at the call), ``"jaxlib"`` (the plugin's
+      ``GpuKernel`` carries :class:`TmaDescriptorParam` entries that jaxlib's runtime encodes; the host
+      refuses them where the installed jaxlib cannot), ``"kernel"`` (the backend's kernel object
+      takes :class:`TensorDescriptorParam` entries itself).
     """
 
     name: str
@@ -58,6 +69,7 @@ class BackendInfo:
     specialize_ones: bool = True
     option_names: tuple[str, ...] | None = None
     max_grid: tuple[int, int, int] | None = None
+    tensor_descriptors: str = "none"
 
 
 @dataclass(frozen=True)
@@ -155,7 +167,47 @@ class ConstexprParam:
     value: Any
 
 
-Param = Union[ArrayParam, ScalarParam, ConstexprParam]
+@dataclass(frozen=True)
+class TensorDescriptorParam:
+    """A host-side tensor descriptor (``tritonplug.TensorDescriptor``) over buffer ``buffer``.
+
+    ``shape``/``strides`` are in elements (row-major strides end in 1); ``block_shape`` is the
+    block each ``desc.load`` moves; ``padding`` is ``"zero"`` or ``"nan"`` (what out-of-bounds
+    elements read as); ``layout`` is the ``repr`` of a Gluon shared-memory layout, or ``""``.
+    A plugin turns it into what its runtime passes (for CUDA: a :class:`TmaDescriptorParam`
+    followed by the shape as ``i32`` and the strides as ``i64`` scalars).
+    """
+
+    buffer: int
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    block_shape: tuple[int, ...]
+    padding: str = "zero"
+    round_f32_to_tf32: bool = False
+    layout: str = ""
+
+
+@dataclass(frozen=True)
+class TmaDescriptorParam:
+    """An NVIDIA TMA descriptor that jaxlib's runtime encodes (``cuTensorMapEncodeTiled``) over the
+    next buffer, as ``Parameter.tensor_descriptor.nvidia`` of jaxlib's ``triton.proto``.
+
+    ``elem_type`` and ``swizzle`` are the CUDA driver's ``CUtensorMapDataType`` and
+    ``CUtensorMapSwizzle`` values; ``shape``/``strides`` are in elements, outermost first;
+    ``block_shape`` is the box; ``oob_fill`` is 1 for NaN padding, else 0.
+    """
+
+    buffer: int
+    elem_type: int
+    swizzle: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    block_shape: tuple[int, ...]
+    oob_fill: int = 0
+
+
+Param = Union[ArrayParam, ScalarParam, ConstexprParam, TensorDescriptorParam, TmaDescriptorParam]
 
 
 @dataclass(frozen=True)
@@ -171,7 +223,8 @@ class Launch:
     """One configuration of one call: what the kernel object must launch.
 
     ``params`` has one entry per kernel parameter, in the kernel's order; a tuple
-    parameter is a (possibly nested) tuple of entries. A GPU backend passes the
+    parameter is a (possibly nested) tuple of entries; a host-side tensor descriptor is a
+    :class:`TensorDescriptorParam` (a ``GpuKernel``'s launch holds what the plugin made of it). A GPU backend passes the
     flattened non-constexpr entries to the runtime; a host backend rebuilds the whole
     argument list. ``arg_names`` names each top-level entry. ``kernel`` is the
     ``@triton.jit`` function itself, for backends that run Python. ``aliases`` pairs

@@ -14,10 +14,14 @@ from typing import Any
 
 import triton
 from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
+from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
 TRITON_VERSION = triton.__version__
+#: The IR each kernel language's front end emits: Triton's TTIR, Gluon's TTGIR (layouts chosen by the
+#: author; Triton 3.9 names the stage ``glir``, 3.6 ``ttgir``: the same dialect, before Gluon's passes).
+FRONTEND_STAGES = {"triton": "ttir", "gluon": "ttgir"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,12 @@ class KernelFacts:
     params: tuple[KernelParameter, ...]
     param_names: frozenset[str]
     constexpr_names: frozenset[str]
+    language: str = "triton"  # "gluon" for @gluon.jit kernels
+
+    @property
+    def ir_stage(self) -> str:
+        """The IR stage this kernel's front end emits (a key of ``FRONTEND_STAGES``' values)."""
+        return FRONTEND_STAGES[self.language]
 
 
 def is_triton_kernel(obj: object) -> bool:
@@ -85,7 +95,8 @@ def kernel_facts(kernel: object) -> KernelFacts:
     params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
                                    p.has_default) for p in fn.params)
     return KernelFacts(kernel, fn, autotuner, tuple(heuristics), fn.fn.__name__, params,
-                       frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr))
+                       frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr),
+                       "gluon" if isinstance(fn, GluonJITFunction) else "triton")
 
 
 def python_function(fn: JITFunction) -> Any:
@@ -137,9 +148,18 @@ def early_prune(autotuner: Autotuner, configs: list, named_args: dict[str, Any])
     return list(prune(configs, named_args)) if prune else configs
 
 
-def frontend_ttir(fn: JITFunction, target: tuple[str, int | str, int], options: dict[str, Any],
-                  signature: dict[str, str], constexprs: dict[str, Any], attrs: dict[tuple, list]) -> str:
-    """Run Triton's front end (Python AST → TTIR) and return the module as text."""
+def descriptor_type(dtype: str, block_shape: tuple[int, ...], layout: str) -> str:
+    """The signature type of a host-side tensor descriptor parameter, as Triton's launcher mangles it
+    (``tensordesc<fp16[64,64]>``; a Gluon descriptor appends its layout's ``repr``)."""
+    inner = f"{dtype}[{','.join(map(str, block_shape))}]"
+    return f"tensordesc<{inner},{layout}>" if layout else f"tensordesc<{inner}>"
+
+
+def frontend_ir(fn: JITFunction, target: tuple[str, int | str, int], options: dict[str, Any],
+                signature: dict[str, str], constexprs: dict[str, Any], attrs: dict[tuple, list]) -> str:
+    """Run the kernel's front end and return the module as text: Triton's (Python AST → TTIR) for a
+    ``@triton.jit`` kernel, Gluon's (→ TTGIR, with the warps, CTAs and target set on the module) for a
+    ``@gluon.jit`` one."""
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
@@ -150,7 +170,8 @@ def frontend_ttir(fn: JITFunction, target: tuple[str, int | str, int], options: 
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    source = ASTSource(fn, signature, constexprs, attrs)
+    source_class = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
+    source = source_class(fn, signature, constexprs, attrs)
     module = source.make_ir(gpu_target, parsed, backend.get_codegen_implementation(parsed),
                             backend.get_module_map(), context)
     return str(module)
@@ -162,7 +183,7 @@ KERNEL_SOURCE_ERRORS = (CompilationError, CompileTimeAssertionFailure, Unsupport
 
 
 def is_kernel_source_error(exc: BaseException) -> bool:
-    """Whether ``exc``, raised by :func:`frontend_ttir`, blames the kernel's source rather than tritonplug."""
+    """Whether ``exc``, raised by :func:`frontend_ir`, blames the kernel's source rather than tritonplug."""
     return isinstance(exc, KERNEL_SOURCE_ERRORS)
 
 

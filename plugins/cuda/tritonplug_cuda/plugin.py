@@ -1,7 +1,9 @@
-"""The CUDA backend's hooks: sm_XY targets, Triton's NVIDIA options, PTX + cubin binaries."""
+"""The CUDA backend's hooks: sm_XY targets, Triton's NVIDIA options, PTX + cubin binaries from TTIR or
+(Gluon kernels) TTGIR, host-side tensor descriptors as jaxlib TMA descriptor parameters."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
-from tritonplug_cuda import __version__, compat
+from tritonplug_cuda import __version__, compat, descriptors
 
 ARCH_VARIABLE = "TRITONPLUG_CUDA_ARCH"
 MODULE_IMAGE_VARIABLE = "TRITONPLUG_CUDA_MODULE_IMAGE"
@@ -22,7 +24,7 @@ def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("cuda", ("cuda",), f"{__version__}+triton{compat.TRITON_VERSION}",
                        "NVIDIA GPUs through jaxlib's Triton kernel-call runtime",
                        option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))),
-                       max_grid=plugin_kit.CUDA_MAX_GRID)
+                       max_grid=plugin_kit.CUDA_MAX_GRID, ir_stages=("ttir", "ttgir"), tensor_descriptors="jaxlib")
 
 
 def _parse_capability(value: Any, source: str) -> int:
@@ -71,12 +73,16 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
 
 @hookimpl
 def tritonplug_compile(job: CompileJob) -> Binary:
-    images, metadata = compat.compile_ttir(job.ir, job.kernel_name, int(job.target.arch), job.options.as_dict())
+    images, metadata = compat.compile_ir(job.ir, job.ir_stage, job.kernel_name, int(job.target.arch),
+                                         job.options.as_dict())
     return Binary(metadata.get("name", job.kernel_name), "cuda", images, metadata)
 
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> GpuKernel:
     use_cubin = os.environ.get(MODULE_IMAGE_VARIABLE, "1") != "0"
+    if descriptors.count(launch.params):
+        params = descriptors.expand(launch.params, binary.metadata.get("tensordesc_meta") or (), launch.kernel_name)
+        launch = dataclasses.replace(launch, params=params)
     return plugin_kit.gpu_kernel(binary, launch, binary.images["ptx"].decode(), int(target.arch),
                                  module_image=binary.images["cubin"] if use_cubin else None)

@@ -164,3 +164,21 @@ def canonical_ttir(text: str) -> str:
 
 _PASS_RUN_TAKES_NAME = "str" in (getattr(_ir.pass_manager.run, "__doc__", "") or "")
 
+
+
+def make_descriptor(base: Any, shape: tuple[int, ...], strides: tuple[int, ...], block_shape: tuple[int, ...],
+                    padding: str, round_f32_to_tf32: bool) -> Any:
+    """A host-side tensor descriptor over the pointer tensor ``base``, built as the interpreter builds one
+    for a ``triton.tools.tensor_descriptor.TensorDescriptor`` argument (3.6 and 3.9 alike; the TF32
+    rounding flag exists from 3.7 on)."""
+    strides_arg: list[Any] = [_interp._implicit_cvt(int(s)) for s in strides]
+    strides_arg[-1] = tl.constexpr(1)
+    desc = _interp.interpreter_semantic.make_tensor_descriptor(
+        base=base, shape=[_interp._implicit_cvt(int(d)) for d in shape], strides=strides_arg,
+        block_shape=[tl.constexpr(int(b)) for b in block_shape], padding_option=padding)
+    if round_f32_to_tf32:
+        if not hasattr(desc.handle, "round_f32_to_tf32"):
+            raise NotImplementedError(f"round_f32_to_tf32 needs Triton 3.7+ in the interpreter (installed: "
+                                      f"{TRITON_VERSION})")
+        desc.handle.round_f32_to_tf32 = True
+    return desc

@@ -28,7 +28,8 @@ def tritonplug_backend_info() -> BackendInfo:
                        "Triton kernels on the CPU: their TTIR compiled by XLA, or Triton's interpreter "
                        f"({paths.PATH_VARIABLE}=xla|interpret; bounds-checked when {CHECK_VARIABLE}=1)",
                        ir_stages=("ttir",), cache_binaries=True, compile_in_worker=False, autotune="first",
-                       option_names=compat.GPU_OPTION_NAMES, max_grid=plugin_kit.CUDA_MAX_GRID)
+                       option_names=compat.GPU_OPTION_NAMES, max_grid=plugin_kit.CUDA_MAX_GRID,
+                       tensor_descriptors="kernel")
 
 
 @hookimpl

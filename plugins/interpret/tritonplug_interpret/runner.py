@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import triton.language as tl
 
-from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
+from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam, TensorDescriptorParam
 from tritonplug_interpret import bf16, checked, compat
 from tritonplug_interpret.checked import OutOfBoundsAccess
 
@@ -54,6 +54,15 @@ class _Pointer:
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
+
+
+class _Descriptor:
+    """Placeholder in the argument template: a tensor descriptor over the ``slot``-th pointer."""
+
+    __slots__ = ("slot", "param")
+
+    def __init__(self, slot: int, param: TensorDescriptorParam) -> None:
+        self.slot, self.param = slot, param
 
 
 class _Scope:
@@ -118,6 +127,9 @@ class Prepared:
         self._rewritten: Callable | None = None
 
     def _convert(self, param: Any, name: str) -> Any:
+        if isinstance(param, TensorDescriptorParam):
+            pointer = self._convert(ArrayParam(param.buffer, 0, 0), name)
+            return _Descriptor(pointer.slot, param)
         if isinstance(param, ArrayParam):
             buffer = int(param.buffer)
             if not 0 <= buffer < len(self.buffer_dtypes):
@@ -141,7 +153,7 @@ class Prepared:
         if isinstance(param, tuple):
             return tuple(self._convert(p, f"{name}[{i}]") for i, p in enumerate(param))
         raise TypeError(f"{self.name}: argument {name!r} is {param!r}, not an ArrayParam, ScalarParam, "
-                        f"ConstexprParam or tuple of them")
+                        f"TensorDescriptorParam, ConstexprParam or tuple of them")
 
     @property
     def rewritten(self) -> Callable:
@@ -181,6 +193,10 @@ class Prepared:
         def fill(entry: Any) -> Any:
             if isinstance(entry, _Pointer):
                 return pointers[entry.slot]
+            if isinstance(entry, _Descriptor):
+                p = entry.param
+                return compat.make_descriptor(pointers[entry.slot], p.shape, p.strides, p.block_shape, p.padding,
+                                              p.round_f32_to_tf32)
             if type(entry) is tuple:
                 return tuple(fill(e) for e in entry)
             return entry
@@ -197,7 +213,6 @@ class Prepared:
             addresses = [int(v) for v in amap.virtual]
         else:
             addresses = real
-        args = self._arguments(addresses)
         kernel = self.rewritten
         gx, gy, gz = self.grid
         builder = compat.builder
@@ -210,6 +225,7 @@ class Prepared:
                 bf16.install(scope)
                 if amap is not None:
                     checked.install(scope, amap)
+                args = self._arguments(addresses)
                 builder.set_grid_dim(gx, gy, gz)
                 for x in range(gx):
                     for y in range(gy):
