@@ -44,7 +44,7 @@ def test_the_interpreter_refuses_a_gluon_kernel_at_the_call(fresh_state):
     x = jnp.ones(1000, jnp.float32)
     before = tritonplug.compile_stats()
     with pytest.raises(NotImplementedError, match=r"Gluon kernels need a GPU backend: .* backend 'interpret' serving "
-                                                  r"platform 'cpu' compiles no IR"):
+                                                  r"platform 'cpu' compiles \['ttir'\]"):
         gluon_add(x, x)
     assert tritonplug.compile_stats() == before  # refused before anything compiled
 
@@ -52,7 +52,8 @@ def test_the_interpreter_refuses_a_gluon_kernel_at_the_call(fresh_state):
 @cuda
 @pytest.mark.parametrize("num_warps", [4, 8])
 def test_a_gluon_kernel_with_a_layout_lowers_for_sm90(num_warps, private_cache):
-    text = jax.jit(lambda x, y: gluon_add(x, y, num_warps=num_warps, compute_capability=90)).trace(
+    # debug=True: the payload then carries the IR (the Gluon module) and the PTX on every jaxlib
+    text = jax.jit(lambda x, y: gluon_add(x, y, num_warps=num_warps, compute_capability=90, debug=True)).trace(
         S((1000,), jnp.float32), S((1000,), jnp.float32)).lower(lowering_platforms=("cuda",)).as_text()
     (call,) = kernel_calls(text)
     kernel = call["kernel_call"]["kernel"]
