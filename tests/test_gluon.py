@@ -41,7 +41,7 @@ def test_gluon_kernels_are_detected():
 
 @requires_backend("interpret")
 def test_the_interpreter_refuses_a_gluon_kernel_at_the_call(fresh_state):
-    x = jnp.ones(1000, jnp.float32)
+    x = jax.device_put(jnp.ones(1000, jnp.float32), jax.devices("cpu")[0])  # the CPU backend, on a GPU machine too
     before = tritonplug.compile_stats()
     with pytest.raises(NotImplementedError, match=r"Gluon kernels need a GPU backend: .* backend 'interpret' serving "
                                                   r"platform 'cpu' compiles \['ttir'\]"):

@@ -62,7 +62,7 @@ def test_a_python_float_computes_in_float32(fresh_state):
 def test_eps_reaches_the_gpu_payload_as_f32():
     def f(x):
         return tritonplug.triton_call(x, 1e-5, x.size, kernel=scale_kernel, out_type=jax.typeof(x), grid=(1,),
-                                      compute_capability=90, BLOCK=1024)
+                                      compute_capability=90, BLOCK=1024, debug=True)  # debug: the PTX rides along
 
     text = jax.jit(f).trace(S((1024,), jnp.float32)).lower(lowering_platforms=("cuda",)).as_text()
     (call,) = kernel_calls(text)
