@@ -1,13 +1,14 @@
 """Run jax-triton 0.4.0's own tests against tritonplug (``import tritonplug as jt``) on a GPU machine.
 
-    python bench/jax_triton_suite/run.py --out $OUT/jax_triton_suite      # log, JUnit XML, summary JSON
+    python bench/jax_triton_suite/run.py --upstream PATH/TO/jax-triton/tests --out $OUT/jax_triton_suite
 
-``upstream/`` holds jax-triton 0.4.0's ``tests/triton_call_test.py`` and ``tests/gluon_test.py`` verbatim
-(Apache-2.0, commit 2e271999faaa95af2cc6c08d2a93e787746cab02), as ``.py.txt`` so that no linter or test
-collector of this repository mistakes them for its own. This script copies them to a scratch
-directory, rewrites ``import jax_triton as jt`` to ``import tritonplug as jt`` and points the tests' one use
-of jax-triton's primitive (``jttl.triton_kernel_call_p``, to find the call in a jaxpr) at tritonplug's,
-then runs pytest on them, deselecting :data:`EXCLUDED` (each with its reason). It needs a CUDA GPU, absl-py
+``--upstream`` is the ``tests/`` directory of a jax-triton 0.4.0 checkout (commit
+2e271999faaa95af2cc6c08d2a93e787746cab02): its ``triton_call_test.py`` and ``gluon_test.py`` are not part of
+this repository (they are jax-triton's code, Apache-2.0); bring them to the GPU machine beside the checkout.
+This script copies them to a scratch directory, rewrites ``import jax_triton as jt`` to
+``import tritonplug as jt``, points the tests' one use of jax-triton's primitive
+(``jttl.triton_kernel_call_p``, to find the call in a jaxpr) at tritonplug's, then runs pytest on them,
+deselecting :data:`EXCLUDED` (each with its reason). It needs a CUDA GPU, absl-py
 and pytest; it is not part of the CI test run.
 """
 
@@ -24,7 +25,6 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-UPSTREAM = HERE / "upstream"
 FILES = ("triton_call_test.py", "gluon_test.py")
 
 _INTERNALS = "inspects jax-triton's internals (its triton_lib module: TritonFunction, its kernel cache, " \
@@ -74,6 +74,8 @@ def adapt(source: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--upstream", required=True, type=Path,
+                        help="jax-triton 0.4.0's tests/ directory (holding triton_call_test.py and gluon_test.py)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."), help="directory for the log, XML and summary")
     parser.add_argument("--select", default="", help="a pytest -k expression (a subset; the exclusions apply too)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="jax-triton-suite-") as scratch:
         work = Path(scratch)
         for name in FILES:
-            (work / name).write_text(adapt((UPSTREAM / f"{name}.txt").read_text()))
+            (work / name).write_text(adapt((args.upstream / name).read_text()))
         (work / "tritonplug_triton_lib_shim.py").write_text(SHIM)
         deselect = " and ".join(f"not {name}" for name in excluded)
         if args.select:
