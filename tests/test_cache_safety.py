@@ -41,7 +41,7 @@ def lower_for_sm90() -> None:
     spec = jax.ShapeDtypeStruct((N,), jnp.float32)
 
     def f(x):
-        return tritonplug.triton_call(x, N, kernel=scale_kernel, out_shape=spec, grid=(tritonplug.cdiv(N, 256),),
+        return tritonplug.triton_call(x, N, kernel=scale_kernel, out_type=spec, grid=(tritonplug.cdiv(N, 256),),
                                       BLOCK=256)
 
     text = jax.jit(f).trace(spec).lower(lowering_platforms=("cuda",)).as_text()

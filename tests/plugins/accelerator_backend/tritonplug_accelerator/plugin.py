@@ -2,7 +2,7 @@
 
 It asks for Triton's TTIR (``ir_stages``), compiles it in a worker into a "binary" that is the
 TTIR itself plus a manifest, lets the host cache that on disk, and keeps every autotune
-configuration. Its kernels run through the interpret backend on host buffers, so the platform
+configuration. Its kernels run in Triton's interpreter on host buffers, so the platform
 needs no device here: tests lower for ``tpu``/``oneapi`` on a CPU-only machine.
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tritonplug_interpret import plugin as interpret
+from tritonplug_interpret import runner
 
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, Launch, Options, Target
@@ -54,4 +55,6 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel:
-    return interpret.tritonplug_make_kernel(target=target, binary=binary, launch=launch)
+    # Triton's interpreter on host buffers (the interpret backend's fallback path): a host call lowers for
+    # any platform, where the interpret backend's checked XLA path would need Python callbacks.
+    return HostKernel(launch.kernel_name, runner.prepare(launch).run, launch)

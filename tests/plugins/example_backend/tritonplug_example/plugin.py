@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tritonplug_interpret import plugin as interpret
+from tritonplug_interpret import runner
 
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, Launch, Options, Target
@@ -55,7 +56,10 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
     tag = options.get("example_tag", "")
     if not isinstance(tag, str):
         raise TypeError(f"backend_options['example_tag'] must be a str, got {tag!r}")
-    checked = interpret.tritonplug_parse_options(target, options)  # the interpreter's GPU-like checks
+    gpu_like = {k: v for k, v in options.items() if k != "example_tag"}
+    checked = interpret.tritonplug_parse_options(target, gpu_like)  # the interpreter's GPU-like checks
+    if "example_tag" in options:
+        checked = Options.from_mapping({**checked.as_dict(), "example_tag": tag})
     RECORD["parse_options"].append(checked.as_dict())
     return checked
 
@@ -74,7 +78,7 @@ def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> Ho
     if binary.format != BINARY_FORMAT:
         raise RuntimeError(f"the example backend cannot run a {binary.format!r} binary")
     RECORD["make_kernel"].append((binary.format, launch.kernel_name, launch.grid))
-    inner = interpret.tritonplug_make_kernel(target=target, binary=binary, launch=launch)
+    inner = runner.prepare(launch)  # Triton's interpreter on host buffers, as the interpret backend's fallback
 
     def run(operands: list, results: list) -> None:
         RECORD["run"].append((launch.kernel_name, binary.metadata.get("tag", "")))
