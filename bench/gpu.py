@@ -45,10 +45,12 @@ from _util import (  # noqa: E402
     ROOT,
     Results,
     batched_seconds,
+    check,
     format_table,
     load_example,
     sample_seconds,
     summarize,
+    to_numpy,
     write_json,
 )
 
@@ -275,35 +277,6 @@ def jaxlib_pick(log: str) -> str | None:
     """The configuration jaxlib's autotuner chose, from its log lines."""
     matches = list(_AUTOTUNE_LOG.finditer(log))
     return matches[-1].group("config").strip() if matches else None
-
-
-def max_abs_diff(a: Any, b: Any) -> float:
-    import numpy as np
-
-    return float(np.max(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32))))
-
-
-def check(record: dict, got: Any, want: Any, tol: float) -> None:
-    """Note in the record whether the output matches the reference."""
-    try:
-        diff = max_abs_diff(got, want)
-    except Exception as exc:  # noqa: BLE001 - a failed comparison must not lose the timing
-        record["check"] = f"not compared: {type(exc).__name__}: {exc}"
-        return
-    record["max_abs_diff"] = diff
-    record["check"] = "ok" if diff <= tol else f"MISMATCH (max abs diff {diff:.3g} > {tol})"
-
-
-def to_numpy(x: Any) -> Any:
-    """A host copy of a JAX array or torch tensor (torch bf16 goes through float32)."""
-    import numpy as np
-
-    if hasattr(x, "detach"):
-        x = x.detach()
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        return x.cpu().numpy()
-    return np.asarray(x)
 
 
 # ------------------------------------------------------------------ benchmarks

@@ -12,26 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from _util import load_example
+from _util import check, load_example, to_numpy
 
 TILE = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}
 TILE_OPTIONS = {"num_warps": 8, "num_stages": 3}
-
-
-def _check(record: dict, got: Any, want: Any, tol: float) -> None:
-    import numpy as np
-
-    try:
-        diff = float(np.max(np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32))))
-    except Exception as exc:  # noqa: BLE001 - a failed comparison must not lose the timing
-        record["check"] = f"not compared: {type(exc).__name__}: {exc}"
-        return
-    record["max_abs_diff"] = diff
-    record["check"] = "ok" if diff <= tol else f"MISMATCH (max abs diff {diff:.3g} > {tol})"
-
-
-def _torch_numpy(tensor: Any) -> Any:
-    return tensor.detach().float().cpu().numpy()
 
 
 def bench_tma_matmul(run: Any) -> None:
@@ -74,7 +58,7 @@ def bench_tma_matmul(run: Any) -> None:
             first = jitted(*sets[0])
             r = run.results.add(bench, "tritonplug", **run.time_jax(jitted, sets, 2 * m * n), **common)
             r["tflops"] = flops / (r["median_us"] * 1e-6) / 1e12
-            _check(r, first, want, tol)
+            check(r, first, want, tol)
         if run.skip_native(bench, **common):
             continue
         torch = run.torch
@@ -102,7 +86,7 @@ def bench_tma_matmul(run: Any) -> None:
             r = run.results.add(bench, "triton_native", **run.time_torch(launch, sets_n), **common)
             r["tflops"] = flops / (r["median_us"] * 1e-6) / 1e12
             a, b, c = tsets[0]
-            _check(r, _torch_numpy(c), _torch_numpy(a.float() @ b.float()), tol)
+            check(r, to_numpy(c), to_numpy(a.float() @ b.float()), tol)
     del sets, want
     run.free()
 
@@ -129,7 +113,7 @@ def bench_layer_norm(run: Any) -> None:
         fn = jax.jit(lambda x, w, b: ex.layer_norm(x, w, b, eps))
         r = run.results.add(bench, "tritonplug", **run.time_jax(fn, [(x, w, b)], 4 * rows * cols), **common)
         r["gbps"] = nbytes / (r["median_us"] * 1e-6) / 1e9
-        _check(r, fn(x, w, b), want, 1e-3)
+        check(r, fn(x, w, b), want, 1e-3)
     if run.skip_native(bench, **common):
         return
     torch = run.torch
@@ -146,5 +130,5 @@ def bench_layer_norm(run: Any) -> None:
         r["gbps"] = nbytes / (r["median_us"] * 1e-6) / 1e9
         launch(0)
         ref = torch.nn.functional.layer_norm(tx, (cols,), tw, tb, eps)
-        _check(r, _torch_numpy(ty), _torch_numpy(ref), 1e-3)
+        check(r, to_numpy(ty), to_numpy(ref), 1e-3)
     run.free()
