@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
-from tritonplug import binding, call_memo, early_compile, frontend
+from tritonplug import binding, call_memo, early_compile, frontend, user_warnings
 from tritonplug.call import CallSpec, pointer_type
 from tritonplug.call_options import CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
 from tritonplug.primitive import ensure_lowering_rules, triton_call_p
@@ -97,15 +96,14 @@ def _pick_out_shape(out_shape: Any, out_type: Any) -> Any:
 def _warn_deprecated(out_shape: Any, kwargs: dict[str, Any]) -> None:
     """jax-triton 0.4's deprecation warnings, for the 0.3 spellings that keep working."""
     if out_shape is not None:
-        warnings.warn("out_shape= is deprecated in favor of out_type= (as in jax-triton 0.4)", DeprecationWarning,
-                      stacklevel=3)
+        user_warnings.warn("out_shape= is deprecated in favor of out_type= (as in jax-triton 0.4)", DeprecationWarning)
     if kwargs.get("input_output_aliases"):
-        warnings.warn("input_output_aliases is deprecated (as in jax-triton 0.4): pass the inputs to update in "
-                      "place as Ref arguments (jax.new_ref) instead", DeprecationWarning, stacklevel=3)
+        user_warnings.warn("input_output_aliases is deprecated (as in jax-triton 0.4): pass the inputs to update in "
+                           "place as Ref arguments (jax.new_ref) instead", DeprecationWarning)
     zeroed = kwargs.get("zeroed_outputs")
     if zeroed is not None and (callable(zeroed) or _nonempty(zeroed)):
-        warnings.warn("zeroed_outputs is deprecated (as in jax-triton 0.4): zero the buffer explicitly and pass it "
-                      "as a Ref argument (jax.new_ref) instead", DeprecationWarning, stacklevel=3)
+        user_warnings.warn("zeroed_outputs is deprecated (as in jax-triton 0.4): zero the buffer explicitly and pass "
+                           "it as a Ref argument (jax.new_ref) instead", DeprecationWarning)
 
 
 def _nonempty(value: Any) -> bool:

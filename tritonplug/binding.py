@@ -6,13 +6,12 @@ array, an output buffer, a scalar, a constexpr, or a tuple of nodes.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from tritonplug import jax_compat, tensor_descriptor
+from tritonplug import jax_compat, tensor_descriptor, user_warnings
 from tritonplug.call import (
     ArrayArg,
     BoundArgs,
@@ -116,9 +115,8 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
         else:
             dtype = scalar_type(value, where)  # first: it names the argument when the value is no scalar
             if isinstance(value, np.float32):
-                warnings.warn("Passing np.float32 scalars to triton_call is deprecated (as in jax-triton 0.4): "
-                              "pass a Python float, which is fp32 whenever float32 can hold it",
-                              DeprecationWarning, stacklevel=4)
+                user_warnings.warn("Passing np.float32 scalars to triton_call is deprecated (as in jax-triton 0.4): "
+                              "pass a Python float, which is fp32 whenever float32 can hold it", DeprecationWarning)
             node = ScalarArg.of(python_scalar(value), dtype)
         flat_inputs.append(node)
         return node

@@ -13,12 +13,11 @@ import importlib
 import importlib.metadata
 import os
 import re
-import warnings
 from urllib.parse import urlsplit
 
 import pluggy
 
-from tritonplug import cache_hookspecs
+from tritonplug import cache_hookspecs, user_warnings
 from tritonplug.cache_records import RemoteCacheInfo, RemoteStore
 from tritonplug.errors import PluginError
 
@@ -130,7 +129,7 @@ class CachePlugins:
 
     def _report(self, message: str) -> None:
         self.problems.append(message)
-        warnings.warn(f"tritonplug: {message}", RuntimeWarning, stacklevel=3)
+        user_warnings.warn(f"tritonplug: {message}", RuntimeWarning)
 
 
 def redact(url: str) -> str:

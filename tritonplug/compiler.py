@@ -18,15 +18,16 @@ from typing import Any
 
 from tritonplug import cache as disk_cache
 from tritonplug.errors import CompileError, KernelSourceError
-from tritonplug.host import Backend
+from tritonplug.host import USER_ERRORS, Backend
 from tritonplug.records import Binary, CompileJob, Target
 from tritonplug.remote_cache import RemoteCaches
 from tritonplug.worker_pool import Task
 
 log = logging.getLogger("tritonplug.compiler")
 
-#: Errors that say the call itself is wrong (raised by the front end, before any back end ran).
-CALL_ERRORS = (KernelSourceError, TypeError, ValueError, NotImplementedError)
+#: Errors that say the call itself is wrong (raised by the front end, before any back end ran): the kernel's
+#: source, or the errors a hook raises about the user's call.
+CALL_ERRORS = (KernelSourceError, *USER_ERRORS)
 
 #: The worker-side entry point of a compile job (see ``worker_jobs.py``), referenced by name so
 #: this module does not import the process state the worker uses.

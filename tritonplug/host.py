@@ -14,13 +14,12 @@ import importlib.metadata
 import os
 import re
 import threading
-import warnings
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import pluggy
 
-from tritonplug import hookspecs
+from tritonplug import hookspecs, user_warnings
 from tritonplug.errors import PluginError
 from tritonplug.records import (
     AUTOTUNE_MODES,
@@ -210,7 +209,7 @@ class Host:
 
     def _report(self, message: str) -> None:
         self.problems.append(message)
-        warnings.warn(f"tritonplug: {message}", RuntimeWarning, stacklevel=3)
+        user_warnings.warn(f"tritonplug: {message}", RuntimeWarning)
 
     def platforms(self) -> set[str]:
         """Every JAX platform some loaded backend declares."""

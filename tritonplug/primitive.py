@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,7 +12,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
-from tritonplug import jax_compat
+from tritonplug import jax_compat, user_warnings
 from tritonplug.batching import batch_rule
 from tritonplug.call import CallSpec, refs_as_outputs
 from tritonplug.lowering import lower_call
@@ -90,8 +89,8 @@ def ensure_lowering_rules(platforms: Iterable[str]) -> None:
                 mlir.register_lowering(triton_call_p, _lowering(platform), platform=platform)
             except NotImplementedError as exc:
                 _refused_platforms.add(platform)
-                warnings.warn(f"tritonplug: a backend declares the platform {platform!r}, which JAX cannot lower "
-                              f"for; calls are not lowered for it ({exc})", RuntimeWarning, stacklevel=3)
+                user_warnings.warn(f"tritonplug: a backend declares the platform {platform!r}, which JAX cannot lower "
+                              f"for; calls are not lowered for it ({exc})", RuntimeWarning)
                 continue
             _lowered_platforms.add(platform)
 

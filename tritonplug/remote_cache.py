@@ -17,6 +17,7 @@ import threading
 import warnings
 from typing import Any
 
+from tritonplug import user_warnings
 from tritonplug.cache_plugins import CachePlugins, redact
 from tritonplug.cache_records import StoreDescription
 from tritonplug.errors import PluginError
@@ -90,7 +91,7 @@ class RemoteCaches:
             tier = RemoteTier(store, namespace(), claim_s, wait_s, self.stats)
         except (ValueError, PluginError) as exc:
             self._errors[url] = str(exc)
-            warnings.warn(f"tritonplug: no remote kernel cache: {exc}", RuntimeWarning, stacklevel=4)
+            user_warnings.warn(f"tritonplug: no remote kernel cache: {exc}", RuntimeWarning)
             return None
         log.info("remote kernel cache: %s", tier.location)
         return tier

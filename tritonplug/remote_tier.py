@@ -24,11 +24,11 @@ import contextlib
 import logging
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from tritonplug import user_warnings
 from tritonplug.cache import decode_entry, encode_entry
 from tritonplug.cache_records import RemoteCacheError, RemoteStore
 from tritonplug.records import Binary
@@ -246,7 +246,7 @@ class RemoteTier:
             if kind in self._warned:
                 return
             self._warned.add(kind)
-        warnings.warn(f"tritonplug: {message}", RuntimeWarning, stacklevel=2)
+        user_warnings.warn(f"tritonplug: {message}", RuntimeWarning)
 
     def status(self) -> dict[str, Any]:
         """For ``tritonplug info``: where the store is, its mode, and whether it answers a ping now."""

@@ -59,8 +59,8 @@ class ProcessState:
             stale.shutdown()
         return pool
 
-    def run_tasks(self, tasks: Sequence[Task], return_exceptions: bool = False) -> list[Any]:
-        return self.pool().run(tasks, return_exceptions)
+    def run_tasks(self, tasks: Sequence[Task]) -> list[Any]:
+        return self.pool().run(tasks)
 
     def set_pool(self, pool: WorkerPool | None) -> WorkerPool | None:
         """Make ``pool`` the process's pool and return the previous one, which keeps running.

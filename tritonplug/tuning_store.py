@@ -17,9 +17,9 @@ import logging
 import os
 import re
 import threading
-import warnings
 from pathlib import Path
 
+from tritonplug import user_warnings
 from tritonplug.cache import DiskCache, default_directory
 from tritonplug.records import Binary
 from tritonplug.tuning_records import TuningRecord, decode_entry, decode_file, encode_entry
@@ -65,8 +65,7 @@ class TuningStore:
                     try:
                         self._disk = DiskCache(tuning_directory())
                     except Exception as exc:  # CacheDirError and friends: tuning still works in memory
-                        warnings.warn(f"tritonplug: tuning records are not persisted: {exc}", RuntimeWarning,
-                                      stacklevel=3)
+                        user_warnings.warn(f"tritonplug: tuning records are not persisted: {exc}", RuntimeWarning)
             return self._disk
 
     def overlay(self) -> dict[str, TuningRecord]:
@@ -149,7 +148,7 @@ def _read_overlay(path: str) -> dict[str, TuningRecord]:
         data = Path(path).expanduser().read_bytes()
         records = decode_file(data, f"{FILE_VARIABLE}={path}")
     except (OSError, ValueError) as exc:
-        warnings.warn(f"tritonplug: ignoring the tuning file: {exc}", RuntimeWarning, stacklevel=4)
+        user_warnings.warn(f"tritonplug: ignoring the tuning file: {exc}", RuntimeWarning)
         return {}
     log.info("read %d tuning record(s) from %s", len(records), path)
     return {r.identity: r for r in records}
