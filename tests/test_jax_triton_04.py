@@ -110,10 +110,14 @@ def add(x, y, **kwargs):
     return tritonplug.triton_call(x, y, x.size, kernel=add_kernel, grid=1, BLOCK=8, **kwargs)
 
 
+ADD_LINE = add.__code__.co_firstlineno + 1
+
+
 def test_0_3_spellings_warn_as_in_jax_triton_04():
     x = S((8,), jnp.float32)
-    with pytest.warns(DeprecationWarning, match="out_shape= is deprecated in favor of out_type="):
+    with pytest.warns(DeprecationWarning, match="out_shape= is deprecated in favor of out_type=") as caught:
         jax.make_jaxpr(lambda x, y: add(x, y, out_shape=jax.typeof(x)))(x, x)
+    assert {(w.filename, w.lineno) for w in caught} == {(__file__, ADD_LINE)}  # the line that called triton_call
     with pytest.warns(DeprecationWarning, match="input_output_aliases is deprecated"):
         jax.make_jaxpr(lambda x, y: add(x, y, out_type=jax.typeof(x), input_output_aliases={0: 0}))(x, x)
     with pytest.warns(DeprecationWarning, match="zeroed_outputs is deprecated"):

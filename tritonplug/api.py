@@ -12,10 +12,11 @@ import numpy as np
 from tritonplug import binding, call_memo, early_compile, frontend, user_warnings
 from tritonplug.call import CallSpec, pointer_type
 from tritonplug.call_options import CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
-from tritonplug.primitive import ensure_lowering_rules, triton_call_p
+from tritonplug.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
 from tritonplug.records import BufferSpec
 from tritonplug.state import state
 from tritonplug.triton_compat import KernelFacts
+from tritonplug.tuning_select import active_session
 
 
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
@@ -42,7 +43,11 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     memo_key = call_memo.signature(kernel, args, kwargs, out_value)
     memo = state.memo.lookup(memo_key)
     if memo is not None:
-        results = triton_call_p.bind(*call_memo.arrays_of(memo, args, kwargs), call=memo.call)
+        arrays = call_memo.arrays_of(memo, args, kwargs)
+        if call_memo.all_concrete(arrays) and active_session.get() is None:
+            results = memo.dispatch(*arrays)  # eager: JAX's C++ dispatch, as apply_primitive would reach
+        else:
+            results = triton_call_p.bind(*arrays, call=memo.call)
         return jax.tree_util.tree_unflatten(memo.out_tree, results)
 
     facts = state.kernels.get(kernel)
@@ -68,7 +73,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     ensure_lowering_rules(state.host().platforms())
     if not bound.refs:
         state.memo.store(memo_key, call_memo.Entry(call, bound.names, frozenset(operand_kwargs), tuple(sources),
-                                                   out_tree))
+                                                   out_tree, eager_dispatcher(call)))
     early_compile.on_bind(call, arrays)
     results = triton_call_p.bind(*arrays, call=call)
     return jax.tree_util.tree_unflatten(out_tree, results)
@@ -94,16 +99,18 @@ def _pick_out_shape(out_shape: Any, out_type: Any) -> Any:
 
 
 def _warn_deprecated(out_shape: Any, kwargs: dict[str, Any]) -> None:
-    """jax-triton 0.4's deprecation warnings, for the 0.3 spellings that keep working."""
+    """jax-triton 0.4's deprecation warnings, for the 0.3 spellings that keep working; at the line that
+    called ``triton_call`` (two frames up)."""
     if out_shape is not None:
-        user_warnings.warn("out_shape= is deprecated in favor of out_type= (as in jax-triton 0.4)", DeprecationWarning)
+        user_warnings.warn_caller("out_shape= is deprecated in favor of out_type= (as in jax-triton 0.4)",
+                                  DeprecationWarning, 2)
     if kwargs.get("input_output_aliases"):
-        user_warnings.warn("input_output_aliases is deprecated (as in jax-triton 0.4): pass the inputs to update in "
-                           "place as Ref arguments (jax.new_ref) instead", DeprecationWarning)
+        user_warnings.warn_caller("input_output_aliases is deprecated (as in jax-triton 0.4): pass the inputs to "
+                                  "update in place as Ref arguments (jax.new_ref) instead", DeprecationWarning, 2)
     zeroed = kwargs.get("zeroed_outputs")
     if zeroed is not None and (callable(zeroed) or _nonempty(zeroed)):
-        user_warnings.warn("zeroed_outputs is deprecated (as in jax-triton 0.4): zero the buffer explicitly and pass "
-                           "it as a Ref argument (jax.new_ref) instead", DeprecationWarning)
+        user_warnings.warn_caller("zeroed_outputs is deprecated (as in jax-triton 0.4): zero the buffer explicitly "
+                                  "and pass it as a Ref argument (jax.new_ref) instead", DeprecationWarning, 2)
 
 
 def _nonempty(value: Any) -> bool:

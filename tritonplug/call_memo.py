@@ -7,13 +7,14 @@ scalars' types and values, the outputs, the grid and the options — so an ident
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
 
+from tritonplug import jax_compat
 from tritonplug.binding import bind_like_a_call
 from tritonplug.call import CallSpec
 from tritonplug.call_options import OPTION_FIELDS
@@ -33,6 +34,8 @@ class Entry:
     operand_keywords: frozenset[str]
     sources: tuple[tuple[str, tuple[int, ...]], ...]
     out_tree: Any
+    #: ``primitive.eager_dispatcher(call)``: how an eager repeat runs the call.
+    dispatch: Callable[..., Any]
 
 
 class CallMemo:
@@ -55,18 +58,50 @@ class CallMemo:
         self.entries.clear()
 
 
-def _operand_key(value: Any) -> Hashable:
+def _tuple_key(value: tuple) -> Hashable:
+    return ("tuple", *map(_operand_key, value))
+
+
+def _array_key(value: Any) -> Hashable:
+    return ("array", value.shape, value.dtype)
+
+
+def _float_key(value: Any) -> Hashable:
+    return (type(value), float(value).hex())  # exact: 0.0 == -0.0, but the kernel sees the sign
+
+
+def _scalar_key(value: Any) -> Hashable:
+    return (type(value), value)
+
+
+#: The key function of each operand type seen so far. Eager loops call with the same few types, so a
+#: dict lookup replaces the isinstance chain (``isinstance(x, jax.Array)`` alone costs a C++ check).
+_KEY_OF_TYPE: dict[type, Callable[[Any], Hashable]] = {}
+
+
+def _key_function(value: Any) -> Callable[[Any], Hashable]:
     if isinstance(value, tuple):
-        return ("tuple", *map(_operand_key, value))
-    if isinstance(value, (jax.Array, np.ndarray)):
-        return ("array", value.shape, value.dtype)
+        return _tuple_key
+    if isinstance(value, (jax.Array, np.ndarray)):  # tracers too: jax.Array's check looks at the aval
+        return _array_key
     if isinstance(value, jax.core.Tracer):
-        return ("traced", type(value.aval).__name__, value.shape, value.dtype)
+        return lambda v: ("traced", type(v.aval).__name__, v.shape, v.dtype)
     if isinstance(value, (float, np.floating)):
-        return (type(value), float(value).hex())  # exact: 0.0 == -0.0, but the kernel sees the sign
+        return _float_key
     if type(value) in (bool, int) or isinstance(value, np.generic):
-        return (type(value), value)
+        return _scalar_key
     raise NotMemoisable
+
+
+def _operand_key(value: Any) -> Hashable:
+    kind = type(value)
+    known = _KEY_OF_TYPE.get(kind)
+    if known is not None:
+        return known(value)
+    key_function = _key_function(value)
+    if not issubclass(kind, jax.core.Tracer):  # a tracer's classification depends on its aval, not its type
+        _KEY_OF_TYPE[kind] = key_function
+    return key_function(value)
 
 
 def _option_key(value: Any) -> Hashable:
@@ -91,6 +126,11 @@ def signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_v
         return (id(kernel), tuple(map(_operand_key, args)), keywords, tree, outs)
     except (NotMemoisable, TypeError, AttributeError):
         return None
+
+
+def all_concrete(arrays: Sequence[Any]) -> bool:
+    """Whether every operand is a concrete array (a ``jax.Array`` on a device or a NumPy array)."""
+    return all(type(a) in jax_compat.CONCRETE_ARRAY_TYPES for a in arrays)
 
 
 def arrays_of(entry: Entry, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:

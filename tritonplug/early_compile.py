@@ -1,18 +1,17 @@
 """Compiles that start when a call is traced, so they overlap JAX's tracing and each other.
 
-``triton_call`` hands every call it binds to :func:`on_bind`. For the platform the program will most
-likely run on (JAX's default backend, on its first device), when that platform's backend compiles in
-workers:
+``triton_call`` hands every call it binds to :func:`on_bind`. A call bound inside a trace
+(``jax.jit``), for the platform the program will most likely run on (JAX's default backend, on its
+first device), when that platform's backend compiles in workers, is planned as its lowering will plan
+it (configurations, tuning record, specialisation, cache keys) and compiled on a background thread.
+The compile service looks in memory, on disk and in the remote tier first; only a miss starts the
+worker pool (whose workers import Triton and the plugins while JAX keeps tracing), so a process whose
+kernels are all cached never starts one. The lowering later makes the same requests and collects the
+results from the compile service (in memory, or in flight: it waits). A guess that turns out wrong
+(another device kind, another platform in ``lowering_platforms``) only costs the background work: the
+lowering compiles what it needs.
 
-* the compile-worker pool starts in the background (its workers import Triton and the plugins while
-  JAX keeps tracing), once per pool;
-* a call bound inside a trace (``jax.jit``) is planned as its lowering will plan it (configurations,
-  tuning record, specialisation, cache keys) and compiled on a background thread. The lowering later
-  makes the same requests and collects the results from the compile service (in memory, or in flight:
-  it waits). A guess that turns out wrong (another device kind, another platform in
-  ``lowering_platforms``) only costs the background work: the lowering compiles what it needs.
-
-An eager call is lowered at once by its own bind, so it starts no early compile. Errors of an early
+An eager call is lowered at once by its own bind, so it starts nothing early. Errors of an early
 compile are left for the lowering to report. ``TRITONPLUG_EARLY_COMPILE=0`` turns all of this off (the
 pool then starts, and compiles run, when the lowering needs them).
 """
@@ -39,14 +38,14 @@ log = logging.getLogger("tritonplug.compiler")
 
 VARIABLE = "TRITONPLUG_EARLY_COMPILE"
 
-_lock = threading.Lock()
 _slots = threading.BoundedSemaphore(8)  # early compiles planned at once; the pool queues their tasks anyway
-_started_pool: Any = None  # the pool most recently started in the background
 
 
 def on_bind(call: CallSpec, arrays: Sequence[Any]) -> None:
-    """Start the pool, and (for a traced call) the call's compiles, for the platform JAX defaults to."""
+    """Start a traced call's compiles for the platform JAX defaults to, in the background."""
     if os.environ.get(VARIABLE, "1").strip().lower() in ("0", "off", "false", "no"):
+        return
+    if call.bound.refs or not any(isinstance(a, jax.core.Tracer) for a in arrays):
         return
     try:
         platform = jax_compat.lowering_platform(jax.default_backend())
@@ -55,30 +54,10 @@ def on_bind(call: CallSpec, arrays: Sequence[Any]) -> None:
         return
     if not backend.compiles_in_worker:
         return
-    _start_pool()
-    if call.bound.refs or not any(isinstance(a, jax.core.Tracer) for a in arrays):
-        return
     operands = tuple(BufferSpec(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in arrays)
     # Daemon threads: a process that exits (or only lowers) must not wait for a compile it never needs.
     threading.Thread(target=_compile_early, args=(backend, platform, call, operands), daemon=True,
                      name="tritonplug-early-compile").start()
-
-
-def _start_pool() -> None:
-    global _started_pool
-    pool = state.pool()
-    with _lock:
-        if pool is _started_pool:
-            return
-        _started_pool = pool
-    threading.Thread(target=_start, args=(pool,), name="tritonplug-pool-start", daemon=True).start()
-
-
-def _start(pool: Any) -> None:
-    try:
-        pool.start()
-    except Exception as exc:  # the first compile starts it again, and reports what fails
-        log.info("could not start the compile workers early: %s", exc)
 
 
 def _compile_early(backend: Backend, platform: str, call: CallSpec, operands: tuple[BufferSpec, ...]) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import core, dispatch, distributed
+from jax._src import array, core, dispatch, distributed
 from jax._src.lib.mlir import ir
 from jax._src.state import discharge
 from jax._src.state import types as state_types
@@ -36,6 +36,8 @@ from jax._src.state import types as state_types
 #: Run one primitive eagerly: JAX compiles it alone (cached by JAX) and runs it. The same
 #: function on jax 0.10 and 0.11, bound here once because eager calls go through it every time.
 apply_primitive = dispatch.apply_primitive
+#: The concrete (committed or not, never traced) array types an eager call receives.
+CONCRETE_ARRAY_TYPES: tuple[type, ...] = (array.ArrayImpl, np.ndarray)
 
 _DISCHARGE_TAKES_CONTEXT = hasattr(discharge, "DischargeContext")  # jax >= 0.11
 

@@ -17,6 +17,7 @@ tritonplug's version, and plugins depend on ``tritonplug`` for it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import tempfile
@@ -29,7 +30,6 @@ import triton
 from triton._C.libtriton import ir
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.experimental.gluon._runtime import GluonASTSource
 
 from tritonplug.records import Binary, GpuKernel, Launch
 
@@ -87,20 +87,28 @@ class TTIRSource(ASTSource):
         return module
 
 
-class TTGIRSource(GluonASTSource):
-    """A Gluon kernel's front-end output (TTGIR text), so ``triton.compile`` runs Gluon's passes and every
-    later stage, exactly as for the ``@gluon.jit`` function itself."""
+@functools.cache
+def _ttgir_source_class() -> type:
+    """The source class for a Gluon kernel's TTGIR. Made on first use: Gluon's package takes about
+    0.3 s to import, which no process that never compiles a Gluon kernel should pay."""
+    from triton.experimental.gluon._runtime import GluonASTSource
 
-    def __init__(self, ttgir: str, name: str) -> None:
-        super().__init__(types.SimpleNamespace(__name__=name, arg_names=[]), {})
-        self.ttir = ttgir
+    class TTGIRSource(GluonASTSource):
+        """A Gluon kernel's front-end output (TTGIR text), so ``triton.compile`` runs Gluon's passes and
+        every later stage, exactly as for the ``@gluon.jit`` function itself."""
 
-    hash = TTIRSource.hash
-    make_ir = TTIRSource.make_ir
+        def __init__(self, ttgir: str, name: str) -> None:
+            super().__init__(types.SimpleNamespace(__name__=name, arg_names=[]), {})
+            self.ttir = ttgir
+
+        hash = TTIRSource.hash
+        make_ir = TTIRSource.make_ir
+
+    return TTGIRSource
 
 
 #: The source class that continues Triton's pipeline from each front-end stage.
-SOURCES = {"ttir": TTIRSource, "ttgir": TTGIRSource}
+SOURCES = {"ttir": lambda: TTIRSource, "ttgir": _ttgir_source_class}
 
 
 @contextlib.contextmanager
@@ -146,7 +154,7 @@ def compile_ttir(ttir: str, name: str, triton_backend: str, arch: int | str, war
     if stage not in SOURCES:
         raise ValueError(f"cannot compile IR of stage {stage!r}; known stages: {sorted(SOURCES)}")
     with private_triton_cache():
-        asm, metadata = _compile(SOURCES[stage](ttir, name), GPUTarget(triton_backend, arch, warp_size), options)
+        asm, metadata = _compile(SOURCES[stage]()(ttir, name), GPUTarget(triton_backend, arch, warp_size), options)
     return CompiledTTIR(asm, metadata)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -31,6 +31,17 @@ def _impl(*args: Any, call: CallSpec) -> Any:
         with jax.disable_jit(False):
             return jax.jit(functools.partial(triton_call_p.bind, call=call))(*args)
     return jax_compat.apply_primitive(triton_call_p, *args, call=call)
+
+
+def eager_dispatcher(call: CallSpec) -> Callable[..., Any]:
+    """A jitted function of the call's arrays, for repeated eager calls of one memoised spec.
+
+    Calling it goes through JAX's C++ dispatch of a jitted function directly. ``bind`` gets to the same
+    kind of function through ``apply_primitive``, which costs several microseconds of Python per call
+    (hashing the parameters to find its cached jit). Only for concrete arrays outside
+    ``tritonplug.tune``: see :func:`tritonplug.api.triton_call`.
+    """
+    return jax.jit(functools.partial(triton_call_p.bind, call=call))
 
 
 def _abstract_eval(*avals: Any, call: CallSpec) -> tuple[list[jax.core.ShapedArray], set]:

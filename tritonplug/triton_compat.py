@@ -9,12 +9,12 @@ used are the same in every supported version.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import triton
 from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
-from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
@@ -22,6 +22,16 @@ TRITON_VERSION = triton.__version__
 #: The IR each kernel language's front end emits: Triton's TTIR, Gluon's TTGIR (layouts chosen by the
 #: author; Triton 3.9 names the stage ``glir``, 3.6 ``ttgir``: the same dialect, before Gluon's passes).
 FRONTEND_STAGES = {"triton": "ttir", "gluon": "ttgir"}
+
+#: Gluon's runtime module. Importing Gluon costs about 0.3 s (its layouts and NVIDIA/AMD language
+#: packages), so the host never imports it: a ``@gluon.jit`` kernel exists only once its author has.
+_GLUON_RUNTIME = "triton.experimental.gluon._runtime"
+
+
+def is_gluon_kernel(fn: Any) -> bool:
+    """Whether ``fn`` (an unwrapped jit function) is a ``@gluon.jit`` kernel."""
+    runtime = sys.modules.get(_GLUON_RUNTIME)
+    return runtime is not None and isinstance(fn, runtime.GluonJITFunction)
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,7 @@ def kernel_facts(kernel: object) -> KernelFacts:
                                    p.has_default) for p in fn.params)
     return KernelFacts(kernel, fn, autotuner, tuple(heuristics), fn.fn.__name__, params,
                        frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr),
-                       "gluon" if isinstance(fn, GluonJITFunction) else "triton")
+                       "gluon" if is_gluon_kernel(fn) else "triton")
 
 
 def python_function(fn: JITFunction) -> Any:
@@ -170,7 +180,7 @@ def frontend_ir(fn: JITFunction, target: tuple[str, int | str, int], options: di
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    source_class = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
+    source_class = sys.modules[_GLUON_RUNTIME].GluonASTSource if is_gluon_kernel(fn) else ASTSource
     source = source_class(fn, signature, constexprs, attrs)
     module = source.make_ir(gpu_target, parsed, backend.get_codegen_implementation(parsed),
                             backend.get_module_map(), context)

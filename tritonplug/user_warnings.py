@@ -15,9 +15,17 @@ from types import FrameType
 _MACHINERY = ("tritonplug", "jax", "jaxlib", "contextlib")
 
 
+#: Whether each module name seen so far is machinery (warnings are issued on every eager call).
+_MACHINERY_BY_MODULE: dict[str, bool] = {}
+
+
 def _is_machinery(frame: FrameType) -> bool:
     name = frame.f_globals.get("__name__", "")
-    return name.startswith("tritonplug_") or any(name == m or name.startswith(m + ".") for m in _MACHINERY)
+    known = _MACHINERY_BY_MODULE.get(name)
+    if known is None:
+        known = name.startswith("tritonplug_") or any(name == m or name.startswith(m + ".") for m in _MACHINERY)
+        _MACHINERY_BY_MODULE[name] = known
+    return known
 
 
 def _skipped_by_warnings(frame: FrameType) -> bool:
@@ -44,3 +52,13 @@ def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
     """``warnings.warn(message, category)`` attributed to the user's frame."""
     frame = sys._getframe(0)
     warnings.warn(message, category, stacklevel=user_stacklevel(frame))
+
+
+def warn_caller(message: str, category: type[Warning], frames: int) -> None:
+    """``warnings.warn`` attributed to the frame ``frames`` above the caller of this function.
+
+    For the checks of a public function's arguments, where the user's frame is known to be the public
+    function's caller: eager calls issue these warnings on every call, and :func:`warn`'s walk of the
+    stack would double their cost.
+    """
+    warnings.warn(message, category, stacklevel=frames + 2)

@@ -1,0 +1,179 @@
+"""Per-call cost, tritonplug vs jax-triton, side by side in one process, in interleaved rounds.
+
+The same tiny kernel (examples/add.py, 1024 floats, one program) is called
+
+* ``jit``: 1,000 chained calls unrolled in one jitted program (what each launch costs inside XLA's
+  executable: jaxlib's kernel call, its payload lookup, the launch);
+* ``eager``: one un-jitted call at a time, synchronised after each (the latency a user sees);
+* ``eager_async``: 500 back-to-back un-jitted calls, one synchronisation (the host's dispatch rate).
+
+Single runs of such tiny timings drift by tens of percent with the machine's state (clocks, other
+load), more than the differences measured here. So each round measures every implementation once,
+in an order that rotates from round to round, and the result is the median over rounds of each
+implementation and the median of the per-round ratios to jax-triton (with how many rounds each won).
+
+tritonplug is measured with ``out_type=`` (jax-triton 0.4's spelling) and with ``out_shape=`` (0.3's,
+which warns as 0.4 does); the installed jax-triton takes ``out_shape=``. ``xla`` (``x + y``) shows
+JAX's own floor for an eager op.
+
+Usage: python bench/launch_ab.py [--rounds N] [--out FILE]   (needs a GPU and jax_triton)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _util import format_table, load_example, write_json  # noqa: E402
+
+N = 1024
+STEPS = 1000
+ASYNC_CALLS = 500
+EAGER_CALLS = 100
+COLUMNS = ["bench", "impl", "median_us", "min_round_us", "max_round_us", "vs_jax_triton", "rounds_won",
+           "rounds"]
+
+
+def calls(jt: Any) -> dict[str, Callable[[Any, Any], Any]]:
+    """The call of each implementation: ``f(x, y) -> x + y`` through the add kernel."""
+    import jax
+
+    import tritonplug
+
+    kernel = load_example("add").add_kernel
+    spec = jax.ShapeDtypeStruct((N,), "float32")
+    impls = {
+        "tritonplug": lambda a, b: tritonplug.triton_call(a, b, N, kernel=kernel, out_type=spec, grid=(1,), BLOCK=N),
+        "tritonplug_out_shape": lambda a, b: tritonplug.triton_call(a, b, N, kernel=kernel, out_shape=spec,
+                                                                    grid=(1,), BLOCK=N),
+    }
+    if jt is not None:
+        impls["jax_triton"] = lambda a, b: jt.triton_call(a, b, N, kernel=kernel, out_shape=spec, grid=(1,), BLOCK=N)
+    return impls
+
+
+def chained(impls: dict[str, Callable], x: Any, y: Any) -> dict[str, Callable]:
+    """Each implementation's jitted program of ``STEPS`` chained calls, compiled."""
+    import jax
+
+    def chain(call: Callable) -> Callable:
+        def run(a: Any, b: Any) -> Any:
+            for _ in range(STEPS):
+                a = call(a, b)
+            return a
+        return run
+
+    return {name: jax.jit(chain(call)).trace(x, y).lower().compile() for name, call in impls.items()}
+
+
+def programs(impls: dict[str, Callable], jitted: dict[str, Callable], x: Any,
+             y: Any) -> dict[str, dict[str, Callable[[], float]]]:
+    """For each bench, a no-argument function per implementation that runs one sample and returns its
+    per-call seconds."""
+    import jax
+
+    def jit_sample(fn: Callable) -> Callable[[], float]:
+        def sample() -> float:
+            start = time.perf_counter()
+            jax.block_until_ready(fn(x, y))
+            return (time.perf_counter() - start) / STEPS
+        return sample
+
+    def eager_sample(call: Callable) -> Callable[[], float]:
+        def sample() -> float:
+            times = []
+            for _ in range(EAGER_CALLS):
+                start = time.perf_counter()
+                jax.block_until_ready(call(x, y))
+                times.append(time.perf_counter() - start)
+            return statistics.median(times)
+        return sample
+
+    def async_sample(call: Callable) -> Callable[[], float]:
+        def sample() -> float:
+            start = time.perf_counter()
+            out = None
+            for _ in range(ASYNC_CALLS):
+                out = call(x, y)
+            jax.block_until_ready(out)
+            return (time.perf_counter() - start) / ASYNC_CALLS
+        return sample
+
+    eager = {**impls, "xla": lambda a, b: a + b}
+    return {
+        "jit": {name: jit_sample(fn) for name, fn in jitted.items()},
+        "eager": {name: eager_sample(call) for name, call in eager.items()},
+        "eager_async": {name: async_sample(call) for name, call in eager.items()},
+    }
+
+
+def measure(samplers: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """``rounds`` samples per implementation; round r starts at implementation r (mod count)."""
+    names = list(samplers)
+    for name in names:  # warm-up: compiles, caches, clocks
+        samplers[name]()
+        samplers[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(samplers[name]())
+    return samples
+
+
+def records_of(bench: str, samples: dict[str, list[float]]) -> list[dict]:
+    base = samples.get("jax_triton")
+    out = []
+    for name, values in samples.items():
+        record = {"bench": bench, "impl": name, "median_us": statistics.median(values) * 1e6,
+                  "min_round_us": min(values) * 1e6, "max_round_us": max(values) * 1e6, "rounds": len(values),
+                  "round_us": [round(v * 1e6, 3) for v in values]}
+        if base is not None:
+            ratios = [v / b for v, b in zip(values, base, strict=True)]
+            record["vs_jax_triton"] = round(statistics.median(ratios), 4)
+            record["rounds_won"] = sum(v < b for v, b in zip(values, base, strict=True))
+        out.append(record)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--out", default=str(HERE / "results" / "launch-ab.json"))
+    args = parser.parse_args()
+    warnings.simplefilter("ignore", DeprecationWarning)  # out_shape= warns once per line; keep the table clean
+    import jax
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    from gpu import import_jax_triton
+
+    jt, why = import_jax_triton()
+    if jt is None:
+        print(f"jax_triton unavailable ({why}): measuring tritonplug alone", file=sys.stderr)
+    x = jax.device_put(np.random.default_rng(0).standard_normal(N, dtype=np.float32))
+    y = jax.device_put(np.random.default_rng(1).standard_normal(N, dtype=np.float32))
+    impls = calls(jt)
+    jitted = chained(impls, x, y)
+    want = np.asarray(x) + STEPS * np.asarray(y)
+    for name, fn in jitted.items():  # every implementation computes the same thing
+        got = np.asarray(fn(x, y))
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-2):
+            raise SystemExit(f"{name}: wrong result, max abs diff {np.abs(got - want).max()}")
+    records = []
+    for bench, samplers in programs(impls, jitted, x, y).items():
+        records += records_of(bench, measure(samplers, args.rounds))
+    print(format_table(records, COLUMNS))
+    print(f"wrote {write_json(args.out, records, rounds=args.rounds, steps=STEPS, n=N)}")
+
+
+if __name__ == "__main__":
+    main()
