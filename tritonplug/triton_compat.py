@@ -187,6 +187,15 @@ def frontend_ir(fn: JITFunction, target: tuple[str, int | str, int], options: di
     return str(module)
 
 
+def prepare_compiler() -> None:
+    """Compute what ``triton.compile`` computes once per process before its first compile: the hash of
+    Triton's own sources and library (``triton_key``, about 0.5 s: it reads all of ``libtriton``).
+    Compile workers call it while they start, so a worker's first compile is not the slowest."""
+    from triton.runtime.cache import triton_key
+
+    triton_key()
+
+
 #: What Triton's front end raises for a fault in the kernel's source (a type error, an unsupported
 #: construct, a failed ``tl.static_assert``); the last two subclass the first in every supported version.
 KERNEL_SOURCE_ERRORS = (CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct)

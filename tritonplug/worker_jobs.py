@@ -3,14 +3,17 @@ jobs never import the process state they use."""
 
 from __future__ import annotations
 
+from tritonplug import triton_compat
 from tritonplug.errors import CompileError
 from tritonplug.records import Binary, CompileJob
 from tritonplug.state import state
 
 
 def prepare_worker() -> None:
-    """Run once in each worker before its first job: load the backend plugins (and Triton)."""
+    """Run once in each worker before its first job: load the backend plugins (and Triton), and do
+    the once-per-process work of Triton's compiler, so the first job costs what every later one does."""
     state.host()
+    triton_compat.prepare_compiler()
 
 
 def compile_in_worker(job: CompileJob) -> Binary:
