@@ -1,5 +1,8 @@
 """Repeat calls skip validation and binding: each call's spec is memoised by its signature.
 
+The memo itself (``state.memo``) is a plain bounded dict in ``state.py``, which compile workers
+import without JAX; this module makes its keys and entries.
+
 The signature is everything binding looks at — the kernel, the operands' shapes and dtypes, the
 scalars' types and values, the outputs, the grid and the options — so an identical later call
 (the common case in eager loops) reuses the ``CallSpec`` and only gathers its arrays.
@@ -19,7 +22,6 @@ from tritonplug.binding import bind_like_a_call
 from tritonplug.call import CallSpec
 from tritonplug.call_options import OPTION_FIELDS
 
-_LIMIT = 4096
 _OPTION_NAMES = frozenset(f.name for f in OPTION_FIELDS)
 
 
@@ -36,26 +38,6 @@ class Entry:
     out_tree: Any
     #: ``primitive.eager_dispatcher(call)``: how an eager repeat runs the call.
     dispatch: Callable[..., Any]
-
-
-class CallMemo:
-    """Memoised call specs by signature, bounded (cleared when full: eager loops repeat few signatures)."""
-
-    def __init__(self) -> None:
-        self.entries: dict[Hashable, Entry] = {}
-
-    def lookup(self, key: Hashable | None) -> Entry | None:
-        return None if key is None else self.entries.get(key)
-
-    def store(self, key: Hashable | None, entry: Entry) -> None:
-        if key is None:
-            return
-        if len(self.entries) >= _LIMIT:
-            self.entries.clear()
-        self.entries[key] = entry
-
-    def clear(self) -> None:
-        self.entries.clear()
 
 
 def _tuple_key(value: tuple) -> Hashable:

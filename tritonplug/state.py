@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
-from tritonplug.call_memo import CallMemo
 from tritonplug.compiler import CompileService
 from tritonplug.host import Host
 from tritonplug.records import BackendInfo
@@ -21,6 +20,30 @@ from tritonplug.triton_compat import KernelFactsCache
 from tritonplug.tuning_store import TuningStore
 from tritonplug.worker_pool import Task, WorkerPool
 from tritonplug.workers import pool_from_env, pool_size, pool_timeout
+
+_MEMO_LIMIT = 4096
+
+
+class CallMemo:
+    """Memoised call specs (``call_memo.Entry``) by signature (``call_memo.signature``), bounded: cleared
+    when full, as eager loops repeat few signatures. Plain data here, so compile workers import this
+    module without JAX."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Hashable, Any] = {}
+
+    def lookup(self, key: Hashable | None) -> Any:
+        return None if key is None else self.entries.get(key)
+
+    def store(self, key: Hashable | None, entry: Any) -> None:
+        if key is None:
+            return
+        if len(self.entries) >= _MEMO_LIMIT:
+            self.entries.clear()
+        self.entries[key] = entry
+
+    def clear(self) -> None:
+        self.entries.clear()
 
 
 class ProcessState:
