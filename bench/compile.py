@@ -247,7 +247,7 @@ def child_pool_start() -> None:
 def bench_cold_compile(parallel: dict, new_process: dict, reps: int) -> dict:
     """(d) A new process's cold compile of the 8-configuration kernel (its lowering in (c)) against the
     slowest configuration's compile (from (b)) plus the time a new process's pool takes to start."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITONPLUG_CACHE"}
+    env = {k: v for k, v in os.environ.items() if k not in (workers.SIZE_ENV, "TRITONPLUG_CACHE")}  # as (c)
     starts = []
     for _ in range(reps):
         done = subprocess.run([sys.executable, __file__, "--child-pool"], env=env, capture_output=True, text=True)

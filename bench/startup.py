@@ -98,6 +98,16 @@ def child(args: argparse.Namespace) -> None:
         print(tritonplug.tune(fn, *inputs), file=sys.stderr)
         return
     ready = time.perf_counter()
+    if args.profile_out:  # where the program's time goes (a diagnostic run; its times are not reported)
+        import cProfile
+        import pstats
+
+        with cProfile.Profile() as profile:
+            jax.block_until_ready(jax.jit(fn)(*inputs))
+        with open(args.profile_out, "w") as out:
+            pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(60)
+            pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(30)
+        return
     jax.block_until_ready(jax.jit(fn)(*inputs))
     done = time.perf_counter()
     stats = tritonplug.compile_stats()
@@ -142,6 +152,16 @@ def median_record(scenario: str, runs: list[dict]) -> dict:
     return record
 
 
+def profile_warm(workload_name: str, scratch: Path, out: str) -> None:
+    """Profile one fully warm child (the caches ``measure`` filled) into ``out``."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", "--workload", workload_name,
+               "--jax-cache", str(scratch / "jax-cache"), "--profile-out", out]
+    environment = {**os.environ, "TRITONPLUG_CACHE_DIR": str(scratch / "tritonplug-cache")}
+    if workload_name == "cpu":
+        environment["JAX_PLATFORMS"] = "cpu"
+    subprocess.run(command, env=environment, check=True, timeout=600)
+
+
 def measure(workload_name: str, reps: int, scratch: Path) -> list[dict]:
     cache, jax_cache = scratch / "tritonplug-cache", scratch / "jax-cache"
     cold = [run_child(workload_name, scratch / f"cold-{i}") for i in range(reps)]
@@ -168,6 +188,8 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--jax-cache", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tune", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-out", default=None,
+                        help="also profile one fully warm process's program and write the stats to this file")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -181,6 +203,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="tritonplug-startup-") as scratch:
         records = measure(args.workload, args.reps, Path(scratch))
+        if args.profile_out:
+            profile_warm(args.workload, Path(scratch), args.profile_out)
     print(format_table(records, COLUMNS))
     out = args.out or str(HERE / "results" / f"startup-{args.workload}.json")
     import jax  # noqa: F401 - environment() describes the versions of what is imported
