@@ -36,6 +36,9 @@ from jax._src.state import types as state_types
 #: Run one primitive eagerly: JAX compiles it alone (cached by JAX) and runs it. The same
 #: function on jax 0.10 and 0.11, bound here once because eager calls go through it every time.
 apply_primitive = dispatch.apply_primitive
+#: ``jax.extend.core.Primitive`` itself; taken from its home module because importing ``jax.extend``
+#: imports all of its submodules (Pallas among them: about 40 ms of a process's first call).
+Primitive = core.Primitive
 #: The concrete (committed or not, never traced) array types an eager call receives.
 CONCRETE_ARRAY_TYPES: tuple[type, ...] = (array.ArrayImpl, np.ndarray)
 

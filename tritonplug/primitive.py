@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
-from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
@@ -19,7 +18,7 @@ from tritonplug.lowering import lower_call
 from tritonplug.records import BufferSpec
 from tritonplug.tuning_select import active_session
 
-triton_call_p = Primitive("tritonplug_call")
+triton_call_p = jax_compat.Primitive("tritonplug_call")
 triton_call_p.multiple_results = True
 
 
