@@ -53,6 +53,7 @@ def lower_for_sm90() -> None:
 def use_cache_dir(monkeypatch: pytest.MonkeyPatch, fresh_state):
     """Point the compile service at a directory, forgetting what it compiled or cached so far."""
     monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
+    monkeypatch.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "0")  # PTX in the payload on every jaxlib (lower_for_sm90)
     monkeypatch.delenv("TRITONPLUG_CACHE", raising=False)
 
     def use(directory: Path) -> None:

@@ -49,6 +49,11 @@ def lower_matmul_for_cuda(matmul) -> list[dict]:
     return kernel_calls(text)
 
 
+def on_the_cpu(x):
+    """``x`` on the CPU, where the interpret backend runs, whatever JAX's default device is."""
+    return jax.device_put(x, jax.devices("cpu")[0])
+
+
 def fresh_process(cache: Path, **env: str) -> dict:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("TRITONPLUG_TUNING")}
     environment.update(JAX_PLATFORMS="cpu", TRITONPLUG_CACHE_DIR=str(cache), **env)
@@ -60,7 +65,7 @@ def fresh_process(cache: Path, **env: str) -> dict:
 
 @interpret
 def test_tune_on_the_cpu_records_the_fastest_and_a_new_process_uses_it(private_cache: Path):
-    x = jnp.arange(1000, dtype=jnp.float32)
+    x = on_the_cpu(jnp.arange(1000, dtype=jnp.float32))
     report = tritonplug.tune(tagged_copy, x)
     (tuned,) = report.calls
     assert tuned.kernel == "tagged_copy_kernel" and tuned.backend == "interpret"
@@ -193,7 +198,7 @@ def cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
 
 @interpret
 def test_export_and_import_move_records_between_cache_directories(private_cache: Path, tmp_path: Path):
-    tritonplug.tune(tagged_copy, jnp.arange(1000, dtype=jnp.float32))
+    tritonplug.tune(tagged_copy, on_the_cpu(jnp.arange(1000, dtype=jnp.float32)))
     exported = tmp_path / "tuned.json"
     assert cli("tune", "export", str(exported), cache=private_cache).returncode == 0
     (moved,) = decode_file(exported.read_bytes())
