@@ -32,6 +32,7 @@ What differs between the versions, and how it is absorbed:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from collections.abc import Callable
@@ -45,7 +46,6 @@ from triton._C.libtriton import ir as _ir
 from triton.backends.amd.compiler import HIPOptions
 from triton.backends.nvidia.compiler import CUDAOptions
 from triton.language import standard as _standard
-from triton.runtime import interpreter as _interp
 from triton.runtime.jit import JITFunction
 
 TRITON_VERSION = triton.__version__
@@ -53,15 +53,37 @@ TRITON_VERSION = triton.__version__
 GPU_OPTION_NAMES: tuple[str, ...] = tuple(sorted(set(CUDAOptions.__dataclass_fields__)
                                                  | set(HIPOptions.__dataclass_fields__)))
 
-TensorHandle = _interp.TensorHandle
-#: The one builder every patched ``triton.language`` builtin calls into.
-builder = _interp.interpreter_builder
+
+@functools.cache
+def _interpreter() -> types.ModuleType:
+    """Triton's interpreter module, imported on first use: tens of milliseconds that a process which never
+    runs a kernel in the interpreter (a GPU process loads this plugin too) should not pay."""
+    from triton.runtime import interpreter
+
+    return interpreter
+
+
+#: Names taken from the interpreter module on first access (PEP 562): ``TensorHandle``; ``builder``, the
+#: one builder every patched ``triton.language`` builtin calls into; ``JIT_CALLABLE_TYPES``, the classes
+#: whose instances kernels call as helpers (``@triton.jit`` functions, interpreted or not).
+_FROM_INTERPRETER: dict[str, Callable[[Any], Any]] = {
+    "TensorHandle": lambda interpreter: interpreter.TensorHandle,
+    "builder": lambda interpreter: interpreter.interpreter_builder,
+    "JIT_CALLABLE_TYPES": lambda interpreter: (JITFunction, interpreter.InterpretedFunction),
+}
+
+
+def __getattr__(name: str) -> Any:
+    take = _FROM_INTERPRETER.get(name)
+    if take is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = take(_interpreter())
+    return value
+
 
 #: Builder methods that touch memory (see the module docstring).
 MEMORY_OPS = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
 
-#: Classes whose instances kernels call as helpers (``@triton.jit`` functions, interpreted or not).
-JIT_CALLABLE_TYPES: tuple[type, ...] = (JITFunction, _interp.InterpretedFunction)
 
 ATOMIC_FADD = _ir.ATOMIC_OP.FADD
 ATOMIC_XCHG = _ir.ATOMIC_OP.XCHG
@@ -91,7 +113,7 @@ def _index(self: Any) -> int:
 
 def patch_language() -> Any:
     """Point ``triton.language`` at the interpreter; returns an object with ``restore()``."""
-    scope = _interp._patch_lang(_LANGUAGE_CARRIER)
+    scope = _interpreter()._patch_lang(_LANGUAGE_CARRIER)
     scope.set_attr(tl.tensor, "__index__", _index)
     return scope
 
@@ -108,16 +130,17 @@ def python_function(kernel: Any) -> Callable:
 
 def interpreted(fn: Callable) -> Callable:
     """``fn`` with the interpreter's AST rewrite applied (cached, shared with Triton's own cache)."""
-    cache = _interp.InterpretedFunction.rewritten_fn
+    interpreter = _interpreter()
+    cache = interpreter.InterpretedFunction.rewritten_fn
     rewritten = cache.get(fn)
     if rewritten is None:
-        rewritten = cache[fn] = _interp.FunctionRewriter(fn).rewrite_ast()
+        rewritten = cache[fn] = interpreter.FunctionRewriter(fn).rewrite_ast()
     return rewritten
 
 
 def np_dtype(tl_dtype: Any) -> np.dtype:
     """The NumPy dtype the interpreter stores a Triton type in (bf16 as uint16)."""
-    return _interp._get_np_dtype(tl_dtype)
+    return _interpreter()._get_np_dtype(tl_dtype)
 
 
 def raw_load(addresses: np.ndarray, mask: np.ndarray, other: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -171,10 +194,11 @@ def make_descriptor(base: Any, shape: tuple[int, ...], strides: tuple[int, ...],
     """A host-side tensor descriptor over the pointer tensor ``base``, built as the interpreter builds one
     for a ``triton.tools.tensor_descriptor.TensorDescriptor`` argument (3.6 and 3.9 alike; the TF32
     rounding flag exists from 3.7 on)."""
-    strides_arg: list[Any] = [_interp._implicit_cvt(int(s)) for s in strides]
+    interpreter = _interpreter()
+    strides_arg: list[Any] = [interpreter._implicit_cvt(int(s)) for s in strides]
     strides_arg[-1] = tl.constexpr(1)
-    desc = _interp.interpreter_semantic.make_tensor_descriptor(
-        base=base, shape=[_interp._implicit_cvt(int(d)) for d in shape], strides=strides_arg,
+    desc = interpreter.interpreter_semantic.make_tensor_descriptor(
+        base=base, shape=[interpreter._implicit_cvt(int(d)) for d in shape], strides=strides_arg,
         block_shape=[tl.constexpr(int(b)) for b in block_shape], padding_option=padding)
     if round_f32_to_tf32:
         if not hasattr(desc.handle, "round_f32_to_tf32"):

@@ -10,7 +10,7 @@ from typing import Any
 from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, JaxKernel, Launch, Options, Target
-from tritonplug_interpret import __version__, compat, paths, runner
+from tritonplug_interpret import __version__, compat, paths
 from tritonplug_interpret.checked import OutOfBoundsAccess
 
 __all__ = ["CHECK_VARIABLE", "OutOfBoundsAccess"]
@@ -76,5 +76,7 @@ def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> Ho
     compiled = paths.xla_kernel(binary, launch, check)
     if compiled is not None:
         return compiled
+    from tritonplug_interpret import runner  # the interpreter: imported only when a kernel needs it
+
     prepared = runner.prepare(launch, check)
     return HostKernel(launch.kernel_name, prepared.run, launch)
