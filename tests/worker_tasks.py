@@ -57,3 +57,10 @@ def hang_with_child(pid_file: str) -> None:
     with open(pid_file, "w") as file:
         file.write(str(child.pid))
     time.sleep(1000)
+
+
+def loaded_modules(*names: str) -> list[str]:
+    """Which of ``names`` this process has imported."""
+    import sys
+
+    return [name for name in names if name in sys.modules]

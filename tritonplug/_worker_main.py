@@ -14,8 +14,9 @@ output of C++ compiler passes and of ``ptxas`` children lands there too); betwee
 point at the worker's log, which the parent created. The protocol uses private duplicates of
 the original stdin/stdout, so a task that prints or reads cannot corrupt it.
 
-``-m`` imports the ``tritonplug`` package (and jax with it) before this module; the module itself
-needs only the standard library and cloudpickle, since ``tritonplug.worker_process`` imports its framing.
+``-m`` imports the ``tritonplug`` package before this module (not JAX: the package loads its API
+lazily, and nothing a worker imports needs JAX); the module itself needs only the standard library and
+cloudpickle, since ``tritonplug.worker_process`` imports its framing.
 """
 
 from __future__ import annotations
