@@ -202,6 +202,12 @@ def _fp_to_fp(f: Frame, op: Op):
     target = _result_dtype(op)
     if "rtz" in op.header and np.dtype(target).itemsize < x.dtype.itemsize:
         return [_round_toward_zero(x, target)]
+    if np.dtype(target).itemsize == 1 and x.dtype.itemsize > 1:
+        # Triton's sm_90 lowering (cvt.rn.satfinite): nearest-even, out-of-range values (and infinities)
+        # saturate to the largest finite fp8 value, NaN stays NaN; XLA alone would give NaN or inf
+        top = float(jnp.finfo(target).max)
+        wide = jnp.clip(lax.convert_element_type(x, jnp.float32), -top, top)
+        return [lax.convert_element_type(wide, target)]
     if x.dtype.itemsize == 1 or np.dtype(target).itemsize == 1:  # fp8 goes through fp32, as Triton does
         return [lax.convert_element_type(lax.convert_element_type(x, jnp.float32), target)]
     return [lax.convert_element_type(x, target)]
