@@ -138,13 +138,15 @@ def test_dropout_with_philox_matches_the_interpreter(caplog, monkeypatch):
     assert 0.62 < keep.mean() < 0.78  # the random numbers are uniform-ish, not all one value
 
 
-def test_gelu_and_silu_with_libdevice(caplog):
+@pytest.mark.parametrize("libdevice", [True, False], ids=["libdevice", "tl_math"])
+def test_gelu_and_silu(libdevice, caplog):
     from math import erf
 
     x = np.concatenate([np.linspace(-8, 8, 1001), rng(6).standard_normal(500) * 3]).astype(np.float32)
     outs = tuple(sds(x.shape, jnp.float32) for _ in range(3))
     gelu, gelu_tanh, silu = run_xla(lambda a: call(K.activations_kernel, a, a.size, out=outs,
-                                                   grid=(triton.cdiv(a.size, 256),), BLOCK=256), x, caplog=caplog)
+                                                   grid=(triton.cdiv(a.size, 256),), BLOCK=256, LIBDEVICE=libdevice), x,
+                                    caplog=caplog)
     xd = x.astype(np.float64)
     np.testing.assert_allclose(gelu, 0.5 * xd * (1 + np.vectorize(erf)(xd / np.sqrt(2))), rtol=1e-5, atol=1e-6)
     inner = np.sqrt(2 / np.pi) * (xd + 0.044715 * xd ** 3)

@@ -98,17 +98,22 @@ def dropout_kernel(x_ptr, n, p, seed, out_ptr, keep_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def activations_kernel(x_ptr, n, gelu_ptr, gelu_tanh_ptr, silu_ptr, BLOCK: tl.constexpr):
+def activations_kernel(x_ptr, n, gelu_ptr, gelu_tanh_ptr, silu_ptr, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
+    """GELU (erf and tanh forms) and SiLU; LIBDEVICE=False spells erf/tanh with tl.math, which Triton's
+    interpreter can run (it has no libdevice)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    gelu = 0.5 * x * (1 + tl.extra.cuda.libdevice.erf(x * 0.7071067811865476))
     inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    gelu_tanh = 0.5 * x * (1 + tl.extra.cuda.libdevice.tanh(inner))
-    silu = x / (1 + tl.exp(-x))
-    tl.store(gelu_ptr + offs, gelu, mask=mask)
-    tl.store(gelu_tanh_ptr + offs, gelu_tanh, mask=mask)
-    tl.store(silu_ptr + offs, silu, mask=mask)
+    if LIBDEVICE:
+        erf = tl.extra.cuda.libdevice.erf(x * 0.7071067811865476)
+        tanh = tl.extra.cuda.libdevice.tanh(inner)
+    else:
+        erf = tl.math.erf(x * 0.7071067811865476)
+        tanh = 2 * tl.sigmoid(2 * inner) - 1
+    tl.store(gelu_ptr + offs, 0.5 * x * (1 + erf), mask=mask)
+    tl.store(gelu_tanh_ptr + offs, 0.5 * x * (1 + tanh), mask=mask)
+    tl.store(silu_ptr + offs, x / (1 + tl.exp(-x)), mask=mask)
 
 
 @triton.jit
