@@ -267,6 +267,18 @@ def test_max_with_indices_and_argmin_on_masked_rows(caplog):
     np.testing.assert_array_equal(low, x.argmin(axis=1))
 
 
+def test_max_and_min_skip_nan_unless_asked_to_propagate_it(caplog):
+    x = rng(22).standard_normal((6, 50)).astype(np.float32)
+    x[1, 7] = x[3, 0] = x[3, 49] = np.nan
+    x[4, :] = np.nan
+    got = run_xla(lambda a: call(K.nan_row_stats_kernel, a, 50, out=sds((6, 4), jnp.float32), grid=(6,), BLOCK=64),
+                  x, caplog=caplog)
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning, match="All-NaN"):
+        ref = np.stack([np.nanmax(x, axis=1), x.max(axis=1), np.nanmin(x, axis=1)], axis=1)
+    np.testing.assert_array_equal(got[:, :3], ref)
+    np.testing.assert_allclose(got[:, 3], x.sum(axis=1), rtol=1e-5)  # NaN where a row holds one
+
+
 # ----------------------------------------------------------------------------- layout
 
 

@@ -210,6 +210,23 @@ def argmax_kernel(x_ptr, n_rows, n_cols, max_ptr, idx_ptr, min_idx_ptr, BLOCK_R:
     tl.store(min_idx_ptr + rows, low, mask=rows < n_rows)
 
 
+@triton.jit
+def _max_propagating_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def nan_row_stats_kernel(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
+    """Row max/min (tl.max/tl.min skip NaN, as max.f32 does on a GPU), a NaN-propagating max, and the sum."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=float("nan"))  # padding: NaN, skipped
+    stats = tl.join(tl.join(tl.max(x, axis=0), tl.min(x, axis=0)),  # [[max, nan-max], [min, sum]]
+                    tl.join(tl.reduce(tl.where(cols < n_cols, x, -float("inf")), 0, _max_propagating_nan),
+                            tl.sum(tl.where(cols < n_cols, x, 0.0), axis=0)))
+    tl.store(out_ptr + row * 4 + tl.arange(0, 4), tl.reshape(stats, (4,)))
+
+
 # ----------------------------------------------------------------------------- layout
 
 
