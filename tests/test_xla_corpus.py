@@ -10,6 +10,7 @@ it in a fresh Python.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+import scipy.special
 import triton
 import xla_corpus_kernels as K
 from helpers import requires_backend
@@ -233,6 +235,50 @@ def test_fp8_arrays_in_and_out(caplog):
                                  grid=(triton.cdiv(a.size, 256),), BLOCK=256), x, caplog=caplog)
     ref = (x.astype(np.float32) * np.float32(0.37)).astype(ml_dtypes.float8_e5m2)
     np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
+
+
+def test_int8_quantisation_rounds_halves_as_libdevice_does(caplog):
+    x = rng(23).uniform(-100, 100, (5, 90)).astype(np.float32)
+    x[:, 0] = 127  # scale 1: the quotients below are exact, halves included
+    x[:, 1:9] = [0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, -126.5, 3.5]
+    outs = (sds(x.shape, jnp.int8), sds(x.shape, jnp.int32), sds((5,), jnp.float32))
+    q, q_even, scale = run_xla(lambda a: call(K.quantize_rows_kernel, a, 90, out=outs, grid=(5,), BLOCK=128), x,
+                               caplog=caplog)
+    np.testing.assert_array_equal(scale, np.float32(1.0))
+    np.testing.assert_array_equal(q[:, 1:9], np.broadcast_to([1, -1, 2, 3, -3, 0, -127, 4], (5, 8)))
+    np.testing.assert_array_equal(q_even[:, 1:9], np.broadcast_to([0, 0, 2, 2, -2, 0, -126, 4], (5, 8)))
+    np.testing.assert_array_equal(q, np.sign(x) * np.floor(np.abs(x.astype(np.float64)) + 0.5))
+    np.testing.assert_array_equal(q_even, np.rint(x))
+
+
+LIBDEVICE = {  # FN: (reference in float64, x, y)
+    "erfcinv": (lambda x, y: scipy.special.erfcinv(x), np.linspace(0.02, 1.98, 64), None),
+    "normcdf": (lambda x, y: scipy.special.ndtr(x), np.linspace(-6, 6, 64), None),
+    "normcdfinv": (lambda x, y: scipy.special.ndtri(x), np.linspace(0.01, 0.99, 64), None),
+    "sinpi": (lambda x, y: np.sin(np.pi * x), np.linspace(-4, 4, 64), None),
+    "cospi": (lambda x, y: np.cos(np.pi * x), np.linspace(-4, 4, 64), None),
+    "logb": (lambda x, y: np.floor(np.log2(np.abs(x))), np.geomspace(1e-30, 1e30, 64) * (-1) ** np.arange(64), None),
+    "ilogb": (lambda x, y: np.floor(np.log2(np.abs(x))), np.geomspace(1e-30, 1e30, 64), None),
+    "rcbrt": (lambda x, y: 1 / np.cbrt(x), np.linspace(-8, 8, 64) + 0.01, None),
+    "i0": (lambda x, y: scipy.special.i0(x), np.linspace(-10, 10, 64), None),
+    "erfcx": (lambda x, y: scipy.special.erfcx(x), np.linspace(-3, 30, 64), None),
+    "remainder": (lambda x, y: np.vectorize(math.remainder)(x, y), np.linspace(-10, 10, 64), np.full(64, 1.25)),
+    "fdim": (lambda x, y: np.maximum(x - y, 0), np.linspace(-3, 3, 64), np.linspace(3, -3, 64)),
+    "rhypot": (lambda x, y: 1 / np.hypot(x, y), np.linspace(-3, 3, 64), np.linspace(1, 2, 64)),
+    "ldexp": (lambda x, y: np.ldexp(x, y.astype(int)), np.linspace(-3, 3, 64), np.arange(-32, 32)),
+    "nearbyint": (lambda x, y: np.rint(x) + np.trunc(y), np.arange(-16, 16, 0.5), np.linspace(-3, 3, 64)),
+}
+
+
+@pytest.mark.parametrize("fn", sorted(LIBDEVICE))
+def test_libdevice_functions_beyond_the_interpreter(fn, caplog):
+    ref, x, y = LIBDEVICE[fn]
+    x = x.astype(np.float32)
+    y = (np.linspace(0.5, 2, 64) if y is None else y).astype(np.float32)
+    got = run_xla(lambda a, b: call(K.libdevice_kernel, a, b, out=sds((64,), jnp.float32), grid=(1,), FN=fn,
+                                    BLOCK=64), x, y, caplog=caplog)
+    want = ref(x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=5e-6, atol=1e-6 if fn not in ("sinpi", "cospi") else 3e-7)
 
 
 # ----------------------------------------------------------------------------- reductions and scans

@@ -4,6 +4,7 @@ times each against Triton's interpreter. Module-level, so Triton finds their sou
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import libdevice
 
 try:  # Triton 3.6 spells fp8 e5m2 ``float8e5`` as well; keep one name for the kernels
     FP8_E5M2 = tl.float8e5
@@ -165,6 +166,61 @@ def fp8_rescale_kernel(x_ptr, n, scale, out_ptr, BLOCK: tl.constexpr):
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + offs, (x * scale).to(FP8_E5M2), mask=mask)
+
+
+@triton.jit
+def quantize_rows_kernel(x_ptr, n_cols, q_ptr, q_even_ptr, scale_ptr, BLOCK: tl.constexpr):
+    """Symmetric int8 quantisation per row: libdevice round (halves away from zero) and rint (to even)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    scale = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-8) / 127
+    v = x / scale
+    q = tl.clamp(tl.extra.cuda.libdevice.round(v), -127.0, 127.0).to(tl.int8)
+    q_even = tl.extra.cuda.libdevice.float2int_rn(v)
+    tl.store(q_ptr + row * n_cols + cols, q, mask=mask)
+    tl.store(q_even_ptr + row * n_cols + cols, q_even, mask=mask)
+    tl.store(scale_ptr + row, scale)
+
+
+@triton.jit
+def libdevice_kernel(x_ptr, y_ptr, out_ptr, FN: tl.constexpr, BLOCK: tl.constexpr):
+    """One libdevice function per FN (Triton's interpreter runs none of them)."""
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.load(y_ptr + offs)
+    if FN == "erfcinv":
+        r = libdevice.erfcinv(x)
+    elif FN == "normcdf":
+        r = libdevice.normcdf(x)
+    elif FN == "normcdfinv":
+        r = libdevice.normcdfinv(x)
+    elif FN == "sinpi":
+        r = libdevice.sinpi(x)
+    elif FN == "cospi":
+        r = libdevice.cospi(x)
+    elif FN == "logb":
+        r = libdevice.logb(x)
+    elif FN == "ilogb":
+        r = libdevice.ilogb(x).to(tl.float32)
+    elif FN == "rcbrt":
+        r = libdevice.rcbrt(x)
+    elif FN == "i0":
+        r = libdevice.cyl_bessel_i0(x)
+    elif FN == "erfcx":
+        r = libdevice.erfcx(x)
+    elif FN == "remainder":
+        r = libdevice.remainder(x, y)
+    elif FN == "fdim":
+        r = libdevice.fdim(x, y)
+    elif FN == "rhypot":
+        r = libdevice.rhypot(x, y)
+    elif FN == "ldexp":
+        r = libdevice.ldexp(x, y.to(tl.int32))
+    else:
+        r = libdevice.nearbyint(x) + libdevice.trunc(y)
+    tl.store(out_ptr + offs, r)
 
 
 # ----------------------------------------------------------------------------- reductions and scans

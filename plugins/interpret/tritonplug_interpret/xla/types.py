@@ -54,6 +54,20 @@ def signed(dtype: np.dtype) -> np.dtype:
     return np.dtype(_SIGNED[8 * dtype.itemsize if dtype != np.bool_ else 1])
 
 
+def to_unsigned(x):
+    """Integer values viewed as the unsigned type of their width (MLIR integers are signless)."""
+    from jax import lax
+
+    return lax.bitcast_convert_type(x, unsigned(x.dtype)) if x.dtype != np.bool_ else x
+
+
+def to_signed(x, dtype):
+    """The bits of ``x`` (an unsigned view) back in the signed ``dtype`` of the same width."""
+    from jax import lax
+
+    return lax.bitcast_convert_type(x, dtype) if np.dtype(dtype) != np.bool_ and x.dtype != dtype else x
+
+
 def bitwidth(dtype: np.dtype) -> int:
     return 1 if dtype == np.bool_ else 8 * dtype.itemsize
 
