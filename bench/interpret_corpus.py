@@ -177,7 +177,9 @@ def path_call(spec: Spec, path: str) -> Callable[[], Any]:
 
 def direct_call(spec: Spec) -> tuple[Callable[[], None], list[np.ndarray]]:
     outs = [np.zeros(s, d) for s, d in spec.outs]
-    host = [HostTensor(a, _TL[a.dtype]) if isinstance(a, np.ndarray) else a for a in spec.args]
+    # copies: Triton's interpreter writes every argument back after a run, and a CPU jax array made from a NumPy
+    # array may share its memory
+    host = [HostTensor(a.copy(), _TL[a.dtype]) if isinstance(a, np.ndarray) else a for a in spec.args]
     host += [HostTensor(o, _TL[o.dtype]) for o in outs]
     launch = direct_launch(spec.kernel, spec.grid)
 
@@ -254,6 +256,7 @@ def run_one(name: str, spec: Spec, results: Results, reps: int, warmup: int, int
     calls = {"xla": path_call(spec, "xla")}
     direct, direct_outs = direct_call(spec)
     ours = calls["xla"]()
+    _sync(ours)
     direct()
     diff = max_diff(ours, direct_outs)
     if spec.tolerance is not None and diff > spec.tolerance:
