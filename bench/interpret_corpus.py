@@ -103,7 +103,9 @@ def _specs() -> dict[str, Callable[[], Spec]]:
         "casts": lambda: Spec(K.casts_kernel, [_normal(13, (1 << 16,), scale=4), 1 << 16],
                               [((1 << 16,), np.float16), ((1 << 16,), ml_dtypes.bfloat16), ((1 << 16,), np.uint8),
                                ((1 << 16,), np.uint8), ((1 << 16,), f32), ((1 << 16,), np.int32)], (64,),
-                              {"BLOCK": 1024}, tolerance=None, description="2^16, fp16/bf16/fp8 round trips"),
+                              {"BLOCK": 1024}, tolerance=None,
+                              description="2^16, fp16/bf16/fp8 round trips (max_diff not checked: the "
+                                          "interpreter's fp8 rounding drops carries, see test_xla_corpus)"),
         "scans": lambda: Spec(K.scans_kernel, [_normal(14, (256, 200)),
                                                _rng(15).uniform(0.5, 1, (256, 200)).astype(f32), 200],
                               [((256, 200), f32)] * 3, (256,), {"BLOCK": 256}, tolerance=1e-4,
