@@ -147,8 +147,10 @@ def _ignored(f: Frame, op: Op):
 
 # ------------------------------------------------------------------ reductions and scans
 
-_SIMPLE_REDUCE = {"arith.addf": jnp.sum, "arith.addi": jnp.sum, "arith.maxnumf": jnp.max,
-                  "arith.maximumf": jnp.max, "arith.minnumf": jnp.min, "arith.minimumf": jnp.min,
+# maxnumf/minnumf ignore a NaN operand (tl.max/tl.min): nanmax/nanmin, NaN only where every value is NaN;
+# maximumf/minimumf propagate it (propagate_nan=ALL)
+_SIMPLE_REDUCE = {"arith.addf": jnp.sum, "arith.addi": jnp.sum, "arith.maxnumf": jnp.nanmax,
+                  "arith.maximumf": jnp.max, "arith.minnumf": jnp.nanmin, "arith.minimumf": jnp.min,
                   "arith.maxsi": jnp.max, "arith.minsi": jnp.min, "arith.mulf": jnp.prod, "arith.muli": jnp.prod,
                   "arith.andi": jnp.all, "arith.ori": jnp.any}
 

@@ -14,17 +14,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tritonplug_interpret.xla.program import Frame, Unsupported, handler
+from tritonplug_interpret.xla.libdevice import mulhi, round_half_away  # also registers tt.extern_elementwise
+from tritonplug_interpret.xla.program import Frame, handler
 from tritonplug_interpret.xla.ttir import Op
-from tritonplug_interpret.xla.types import bitwidth, jnp_dtype, parse_type, unsigned
+from tritonplug_interpret.xla.types import bitwidth, jnp_dtype, parse_type, to_signed, to_unsigned, unsigned
 
-
-def _u(x):
-    return lax.bitcast_convert_type(x, unsigned(x.dtype)) if x.dtype != jnp.bool_ else x
+_u = to_unsigned
 
 
 def _s(x, like):
-    return lax.bitcast_convert_type(x, like.dtype) if like.dtype != jnp.bool_ else x
+    return to_signed(x, like.dtype)
 
 
 def _unsigned_op(fn):
@@ -68,7 +67,7 @@ _BINARY = {
     "tt.precise_divf": jnp.divide, "math.copysign": jnp.copysign, "math.powf": jnp.power,
     "math.atan2": jnp.arctan2, "math.fpowi": lambda x, n: jnp.power(x, n.astype(x.dtype)),
     "math.ipowi": lambda x, n: lax.integer_pow(x, n) if isinstance(n, int) else jnp.power(x, n),
-    "tt.mulhiui": lambda a, b: _mulhi(a, b),
+    "tt.mulhiui": lambda a, b: _s(mulhi(_u(a), _u(b)), a),
 }
 
 _UNARY = {
@@ -77,20 +76,11 @@ _UNARY = {
     "math.log1p": jnp.log1p, "math.expm1": jnp.expm1, "math.sqrt": jnp.sqrt, "math.rsqrt": lax.rsqrt,
     "tt.precise_sqrt": jnp.sqrt, "math.sin": jnp.sin, "math.cos": jnp.cos, "math.tan": jnp.tan,
     "math.tanh": jnp.tanh, "math.erf": lax.erf, "math.floor": jnp.floor, "math.ceil": jnp.ceil,
-    "math.trunc": jnp.trunc, "math.roundeven": jnp.round, "math.round": lambda x: jnp.trunc(x + jnp.copysign(
-        jnp.asarray(0.5, x.dtype), x) - jnp.copysign(jnp.asarray(0.0, x.dtype), x)),
+    "math.trunc": jnp.trunc, "math.roundeven": jnp.round, "math.round": round_half_away,
     "math.asin": jnp.arcsin, "math.acos": jnp.arccos, "math.atan": jnp.arctan, "math.sinh": jnp.sinh,
     "math.cosh": jnp.cosh, "math.asinh": jnp.arcsinh, "math.acosh": jnp.arccosh, "math.atanh": jnp.arctanh,
     "math.ctlz": lax.clz, "math.ctpop": lax.population_count, "math.cbrt": jnp.cbrt,
 }
-
-
-def _mulhi(a, b):
-    wide = jnp.uint64 if a.dtype.itemsize == 4 else None
-    if wide is None:
-        raise Unsupported("tt.mulhiui", f"on {a.dtype}")
-    product = _u(a).astype(wide) * _u(b).astype(wide)
-    return _s((product >> 32).astype(jnp.uint32), a)
 
 
 _NARROW = {np.dtype(jnp.bfloat16): (8, 7), np.dtype(jnp.float16): (5, 10)}
@@ -202,6 +192,12 @@ def _fp_to_fp(f: Frame, op: Op):
     target = _result_dtype(op)
     if "rtz" in op.header and np.dtype(target).itemsize < x.dtype.itemsize:
         return [_round_toward_zero(x, target)]
+    if np.dtype(target).itemsize == 1 and x.dtype.itemsize > 1:
+        # Triton's sm_90 lowering (cvt.rn.satfinite): nearest-even, out-of-range values (and infinities)
+        # saturate to the largest finite fp8 value, NaN stays NaN; XLA alone would give NaN or inf
+        top = float(jnp.finfo(target).max)
+        wide = jnp.clip(lax.convert_element_type(x, jnp.float32), -top, top)
+        return [lax.convert_element_type(wide, target)]
     if x.dtype.itemsize == 1 or np.dtype(target).itemsize == 1:  # fp8 goes through fp32, as Triton does
         return [lax.convert_element_type(lax.convert_element_type(x, jnp.float32), target)]
     return [lax.convert_element_type(x, target)]
@@ -274,42 +270,6 @@ def _constant(f: Frame, op: Op):
 def _poison(f: Frame, op: Op):
     ty = parse_type(op.result_types()[0])
     return [jnp.zeros(ty.shape, ty.dtype)]
-
-
-# libdevice / extern functions by symbol (CUDA __nv_* and HIP __ocml_* names alike)
-_EXTERN = {
-    "exp": jnp.exp, "exp2": jnp.exp2, "exp10": lambda x: jnp.power(jnp.asarray(10, x.dtype), x), "expm1": jnp.expm1,
-    "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p, "sqrt": jnp.sqrt, "rsqrt": lax.rsqrt,
-    "cbrt": jnp.cbrt, "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos,
-    "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh,
-    "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf, "erfc": lax.erfc, "erfinv": lax.erf_inv,
-    "lgamma": lax.lgamma, "tgamma": lambda x: jnp.exp(lax.lgamma(x)) * jnp.sign(x) ** 0,
-    "floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc, "round": jnp.round, "rint": jnp.round,
-    "nearbyint": jnp.round, "fabs": jnp.abs, "abs": jnp.abs, "llabs": jnp.abs, "pow": jnp.power,
-    "powf": jnp.power, "powi": lambda x, n: jnp.power(x, n.astype(x.dtype)), "fmod": lax.rem,
-    "atan2": jnp.arctan2, "hypot": jnp.hypot, "fmin": jnp.fmin, "fmax": jnp.fmax, "min": jnp.minimum,
-    "max": jnp.maximum, "copysign": jnp.copysign, "isnan": jnp.isnan, "isinf": jnp.isinf,
-    "isfinited": jnp.isfinite, "finitef": jnp.isfinite, "signbit": jnp.signbit, "fma": lambda a, b, c: a * b + c,
-    "div_rn": jnp.divide, "fdiv_rn": jnp.divide, "ddiv_rn": jnp.divide, "sqrt_rn": jnp.sqrt,
-    "fsqrt_rn": jnp.sqrt, "dsqrt_rn": jnp.sqrt, "rcp_rn": lambda x: 1 / x, "frcp_rn": lambda x: 1 / x,
-    "saturatef": lambda x: jnp.clip(x, 0, 1), "nextafter": jnp.nextafter, "exp2f": jnp.exp2,
-    "fast_expf": jnp.exp, "fast_logf": jnp.log, "fast_exp2f": jnp.exp2, "fast_log2f": jnp.log2,
-    "fast_sinf": jnp.sin, "fast_cosf": jnp.cos, "fast_tanf": jnp.tan, "fast_powf": jnp.power,
-    "fast_fdividef": jnp.divide, "umulhi": lambda a, b: _mulhi(a, b), "mulhi": None,
-}
-_PREFIX = re.compile(r"^(__nv_|__ocml_)")
-_SUFFIX = re.compile(r"(_f16|_f32|_f64)$")
-
-
-@handler("tt.extern_elementwise")
-def _extern(f: Frame, op: Op):
-    symbol = op.attrs.get("symbol", "").strip('"')
-    name = _SUFFIX.sub("", _PREFIX.sub("", symbol))
-    fn = _EXTERN.get(name) or _EXTERN.get(name[:-1] if name.endswith("f") else name)
-    if fn is None:
-        raise Unsupported("tt.extern_elementwise", f"symbol {symbol}")
-    out = fn(*f.args(op))
-    return [lax.convert_element_type(out, _result_dtype(op))]
 
 
 def scalar_dtype(type_text: str) -> np.dtype:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 _SCALARS = {
     "i1": jnp.bool_, "i8": jnp.int8, "i16": jnp.int16, "i32": jnp.int32, "i64": jnp.int64,
@@ -52,6 +53,16 @@ def unsigned(dtype: np.dtype) -> np.dtype:
 
 def signed(dtype: np.dtype) -> np.dtype:
     return np.dtype(_SIGNED[8 * dtype.itemsize if dtype != np.bool_ else 1])
+
+
+def to_unsigned(x):
+    """Integer values viewed as the unsigned type of their width (MLIR integers are signless)."""
+    return lax.bitcast_convert_type(x, unsigned(x.dtype)) if x.dtype != np.bool_ else x
+
+
+def to_signed(x, dtype):
+    """The bits of ``x`` (an unsigned view) back in the signed ``dtype`` of the same width."""
+    return lax.bitcast_convert_type(x, dtype) if np.dtype(dtype) != np.bool_ and x.dtype != dtype else x
 
 
 def bitwidth(dtype: np.dtype) -> int:
