@@ -14,6 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
+from tritonplug_interpret.xla.memory import Pointer
 from tritonplug_interpret.xla.program import Frame, State, Unsupported, handler, writes_memory
 from tritonplug_interpret.xla.ttir import Op
 
@@ -50,6 +51,21 @@ def _like(value: Any, template: Any) -> Any:
     return value
 
 
+def _compact(f: Frame, name: str, value: Any) -> Any:
+    """A pointer iter_arg known to stay ``base + pattern`` (:class:`strided.Carried`) as its lane-0 offset."""
+    if name in f.ctx.carried and isinstance(value, Pointer):
+        offset = jnp.asarray(value.offset)
+        return Pointer(value.buffer, jnp.reshape(offset, (-1,))[0] if offset.ndim else offset, value.element)
+    return value
+
+
+def _expand(f: Frame, name: str, value: Any) -> Any:
+    carried = f.ctx.carried.get(name)
+    if carried is None or not isinstance(value, Pointer):
+        return value
+    return Pointer(value.buffer, value.offset + jnp.asarray(carried.pattern()), value.element)
+
+
 @handler("scf.for")
 def _for(f: Frame, op: Op):
     m = _FOR.match(op.header)
@@ -73,16 +89,17 @@ def _for(f: Frame, op: Op):
         _unpack(f, packed)
         f.env[iv] = i
         for n, v in zip(names, values, strict=True):
-            f.env[n] = v
+            f.env[n] = _expand(f, n, v)
         out = f.run_block(_body_without_args(block), ())
-        out = [_like(o, t) for o, t in zip(out, values, strict=True)]
+        out = [_like(_compact(f, n, o), t) for n, o, t in zip(names, out, values, strict=True)]
         return i + stride, out, _pack(f, carry_buffers, carry_check)
 
-    start = (jnp.asarray(lower), list(init), _pack(f, carry_buffers, carry_check))
+    compact = [_compact(f, n, v) for n, v in zip(names, init, strict=True)]
+    start = (jnp.asarray(lower), compact, _pack(f, carry_buffers, carry_check))
     _, results, packed = lax.while_loop(cond, body, start)
     f.state = outer_state
     _unpack(f, packed)
-    return list(results)
+    return [_expand(f, n, r) for n, r in zip(names, results, strict=True)]
 
 
 def _body_without_args(block):

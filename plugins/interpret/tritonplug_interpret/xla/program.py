@@ -89,6 +89,9 @@ class Context:
     check: bool
     sites: list[Site] = field(default_factory=list)
     windows: dict[int, Any] = field(default_factory=dict)  # id(op) → affine.Window of a top-level access
+    accesses: dict[int, Any] = field(default_factory=dict)  # id(load op) → strided.Access (parallel mode)
+    views: dict[Any, Any] = field(default_factory=dict)     # strided.View → its array, built before the grid
+    carried: dict[str, Any] = field(default_factory=dict)   # scf.for iter_arg → strided.Carried
     store_log: list[tuple[str, int, Any, Any, Any]] = field(default_factory=list)  # (kind, buffer, idx, val, mask)
 
 
