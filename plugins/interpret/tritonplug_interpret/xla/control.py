@@ -51,19 +51,23 @@ def _like(value: Any, template: Any) -> Any:
     return value
 
 
-def _compact(f: Frame, name: str, value: Any) -> Any:
-    """A pointer iter_arg known to stay ``base + pattern`` (:class:`strided.Carried`) as its lane-0 offset."""
-    if name in f.ctx.carried and isinstance(value, Pointer):
-        offset = jnp.asarray(value.offset)
-        return Pointer(value.buffer, jnp.reshape(offset, (-1,))[0] if offset.ndim else offset, value.element)
-    return value
+def _lane0(value: Any) -> Any:
+    offset = jnp.asarray(value.offset)
+    return jnp.reshape(offset, (-1,))[0] if offset.ndim else offset
 
 
-def _expand(f: Frame, name: str, value: Any) -> Any:
+def _carry_kind(f: Frame, name: str, value: Any) -> str:
+    """How the loop carries an iter_arg: ``value`` (as is), ``base`` (a pointer's lane-0 offset) or
+    ``none`` (a pointer whose base advances by a static step: computed from the trip count)."""
     carried = f.ctx.carried.get(name)
     if carried is None or not isinstance(value, Pointer):
-        return value
-    return Pointer(value.buffer, value.offset + jnp.asarray(carried.pattern()), value.element)
+        return "value"
+    return "base" if carried.step is None else "none"
+
+
+def _pointer_at(f: Frame, name: str, like: Pointer, base: Any) -> Pointer:
+    pattern = jnp.asarray(f.ctx.carried[name].pattern())
+    return Pointer(like.buffer, jnp.asarray(base, jnp.int64) + pattern, like.element)
 
 
 @handler("scf.for")
@@ -75,31 +79,47 @@ def _for(f: Frame, op: Op):
     bindings = _BINDING.findall(iter_text or "")
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
+    kinds = [_carry_kind(f, n, v) for n, v in zip(names, init, strict=True)]
+    bases = [_lane0(v) if k != "value" else None for k, v in zip(kinds, init, strict=True)]
     lower, upper, stride = f.get(lb), f.get(ub), f.get(step)
     block = op.regions[0][0]
     carry_buffers, carry_check = _carried_state(f, op)
     outer_state = f.state
 
-    def cond(carry):
-        i, _, _ = carry
-        return i < upper
+    def bind(trip, values):
+        """The iter_args' values at ``trip`` from the carried ``values``."""
+        out, carried = [], iter(values)
+        for n, kind, v0, base0 in zip(names, kinds, init, bases, strict=True):
+            if kind == "none":
+                out.append(_pointer_at(f, n, v0, base0 + trip.astype(jnp.int64) * f.ctx.carried[n].step))
+            elif kind == "base":
+                out.append(_pointer_at(f, n, v0, next(carried).offset))
+            else:
+                out.append(next(carried))
+        return out
 
-    def body(carry):
-        i, values, packed = carry
+    def carry(values):
+        return [Pointer(v.buffer, _lane0(v), v.element) if kind == "base" else v
+                for v, kind in zip(values, kinds, strict=True) if kind != "none"]
+
+    def cond(state):
+        return state[0] < upper
+
+    def body(state):
+        i, trip, values, packed = state
         _unpack(f, packed)
         f.env[iv] = i
-        for n, v in zip(names, values, strict=True):
-            f.env[n] = _expand(f, n, v)
-        out = f.run_block(_body_without_args(block), ())
-        out = [_like(_compact(f, n, o), t) for n, o, t in zip(names, out, values, strict=True)]
-        return i + stride, out, _pack(f, carry_buffers, carry_check)
+        for n, v in zip(names, bind(trip, values), strict=True):
+            f.env[n] = v
+        out = carry(f.run_block(_body_without_args(block), ()))
+        out = [_like(o, t) for o, t in zip(out, values, strict=True)]
+        return i + stride, trip + 1, out, _pack(f, carry_buffers, carry_check)
 
-    compact = [_compact(f, n, v) for n, v in zip(names, init, strict=True)]
-    start = (jnp.asarray(lower), compact, _pack(f, carry_buffers, carry_check))
-    _, results, packed = lax.while_loop(cond, body, start)
+    start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
+    _, trips, results, packed = lax.while_loop(cond, body, start)
     f.state = outer_state
     _unpack(f, packed)
-    return [_expand(f, n, r) for n, r in zip(names, results, strict=True)]
+    return bind(trips, results)
 
 
 def _body_without_args(block):
