@@ -56,17 +56,16 @@ def _lane0(value: Any) -> Any:
     return jnp.reshape(offset, (-1,))[0] if offset.ndim else offset
 
 
-def _carry_kind(f: Frame, name: str, value: Any) -> str:
+def _carry_kind(carried: Any, value: Any) -> str:
     """How the loop carries an iter_arg: ``value`` (as is), ``base`` (a pointer's lane-0 offset) or
     ``none`` (a pointer whose base advances by a static step: computed from the trip count)."""
-    carried = f.ctx.carried.get(name)
     if carried is None or not isinstance(value, Pointer):
         return "value"
     return "base" if carried.step is None else "none"
 
 
-def _pointer_at(f: Frame, name: str, like: Pointer, base: Any) -> Pointer:
-    pattern = jnp.asarray(f.ctx.carried[name].pattern())
+def _pointer_at(carried: Any, like: Pointer, base: Any) -> Pointer:
+    pattern = jnp.asarray(carried.pattern())
     return Pointer(like.buffer, jnp.asarray(base, jnp.int64) + pattern, like.element)
 
 
@@ -79,7 +78,8 @@ def _for(f: Frame, op: Op):
     bindings = _BINDING.findall(iter_text or "")
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
-    kinds = [_carry_kind(f, n, v) for n, v in zip(names, init, strict=True)]
+    lanes = f.ctx.carried.get(id(op), {})     # strided.Carried of the pointer iter_args that keep their lanes
+    kinds = [_carry_kind(lanes.get(n), v) for n, v in zip(names, init, strict=True)]
     bases = [_lane0(v) if k != "value" else None for k, v in zip(kinds, init, strict=True)]
     lower, upper, stride = f.get(lb), f.get(ub), f.get(step)
     block = op.regions[0][0]
@@ -91,9 +91,9 @@ def _for(f: Frame, op: Op):
         out, carried = [], iter(values)
         for n, kind, v0, base0 in zip(names, kinds, init, bases, strict=True):
             if kind == "none":
-                out.append(_pointer_at(f, n, v0, base0 + trip.astype(jnp.int64) * f.ctx.carried[n].step))
+                out.append(_pointer_at(lanes[n], v0, base0 + trip.astype(jnp.int64) * lanes[n].step))
             elif kind == "base":
-                out.append(_pointer_at(f, n, v0, next(carried).offset))
+                out.append(_pointer_at(lanes[n], v0, next(carried).offset))
             else:
                 out.append(next(carried))
         return out

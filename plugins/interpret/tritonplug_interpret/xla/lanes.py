@@ -197,9 +197,9 @@ class _Analysis:
         gx, gy, gz = grid
         linear = np.arange(gx * gy * gz, dtype=np.int64)
         self.pids = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
-        self.loads: list[Op] = []
-        self.loops: dict[str, Loop] = {}        # loop value → its loop
-        self.carried: dict[str, Carried] = {}
+        self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
+        self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
+        self.carried: dict[int, dict[str, Carried]] = {}
 
     def block(self, block: Block) -> list[str]:
         """Analyse ``block``'s ops; returns its terminator's operands."""
@@ -214,8 +214,9 @@ class _Analysis:
                     for name, _ in b.args:
                         self.lanes.pop(name, None)
                     self.block(b)
-            if op.name == "tt.load":
-                self.loads.append(op)
+            if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
+                lanes = self.lanes[op.operands[0]]
+                self.loads[id(op)] = (op, lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
             if len(op.results) == 1:
                 out = self.one(op)
                 if out is None:
@@ -271,7 +272,7 @@ class _Analysis:
                 self.lanes[result] = replace(assumed[name], value=None, origin=None)
                 shape = shape_of(type_text)
                 if assumed[name].buffer is not None and shape:
-                    self.carried[name] = Carried(assumed[name].strides, shape, steps.get(name))
+                    self.carried.setdefault(id(op), {})[name] = Carried(assumed[name].strides, shape, steps.get(name))
             else:
                 self.lanes.pop(result, None)
 
@@ -336,30 +337,27 @@ def _normal(lanes: Lanes, shape: tuple[int, ...]) -> Lanes | None:
 
 @dataclass(frozen=True, eq=False)
 class Found:
-    loads: dict[int, LoadLanes]     # id(load op) → its pointer's lanes
-    carried: dict[str, Carried]     # pointer iter_arg → how the loop carries it
+    loads: dict[int, LoadLanes]             # id(load op) → its pointer's lanes
+    carried: dict[int, dict[str, Carried]]  # id(scf.for op) → pointer iter_arg → how the loop carries it
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
     """Lanes of every load's pointer (nested loads included) and of every loop-carried pointer."""
     analysis = _Analysis(arguments, grid)
     analysis.block(fn.body)
-    loads = {}
-    for op in analysis.loads:
-        lanes = analysis.lanes.get(op.operands[0]) if op.operands else None
-        if lanes is not None and lanes.buffer is not None:
-            loads[id(op)] = LoadLanes(op, lanes, _starts(lanes, analysis.loops))
+    loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
+             for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
     return Found(loads, dict(analysis.carried))
 
 
-def _starts(lanes: Lanes, loops: dict[str, Loop]) -> np.ndarray | None:
-    """Every lane-0 offset the load may read from (over programs and loop trips), or None."""
+def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:
+    """Every lane-0 offset the load may read from (over programs and the trips of ``loop``, the
+    loop of the lanes' origin), or None."""
     if lanes.value is None:
         return None
     if lanes.origin is None:
         return lanes.value.reshape(-1)
     name, coef = lanes.origin
-    loop = loops.get(name)
     if loop is None or not loop.trips or name not in loop.steps or loop.inits.get(name) is None:
         return None
     trips = np.arange(loop.trips, dtype=np.int64)[:, None] * loop.steps[name]
