@@ -22,6 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import jax.numpy as jnp
+from jax import lax
+
 from tritonplug_interpret.xla.lanes import LoadLanes, shape_of
 
 #: At most this many shifted copies of the buffer per view (rows closer than a window is wide).
@@ -55,9 +58,7 @@ def access(load: LoadLanes, size: int) -> Access | None:
     """How ``load`` reads a window of a buffer of ``size`` elements, if its lanes allow one."""
     lanes = load.lanes
     types = load.op.result_types()
-    if not types:
-        return None
-    shape = shape_of(types[-1])
+    shape = shape_of(types[-1]) if types else None
     if not shape or lanes.buffer is None:
         return None
     moving = [(s, d) for d, s in enumerate(lanes.strides) if s]
@@ -68,28 +69,39 @@ def access(load: LoadLanes, size: int) -> Access | None:
         (s, d), = moving
         if s != 1:
             return None
-        n = shape[d]
-        if starts is None:
-            front, length = n - 1, size + 2 * (n - 1)
-        else:
-            front = max(0, -int(starts.min()))
-            length = front + max(size, int(starts.max()) + n)
-        return Access(View(lanes.buffer, 0, n, front, length, 1, n), None, d, shape)
+        views = [_flat_view(lanes.buffer, shape[d], size, None)]
+        if starts is not None:
+            views.append(_flat_view(lanes.buffer, shape[d], size, starts))
+        return Access(min(views, key=_cells), None, d, shape)
     (row, d0), (s1, d1) = sorted(moving, reverse=True)
-    if s1 != 1:
+    if s1 != 1 or -(-(row + shape[d1] - 1) // row) - 1 > MAX_SHIFTS:
         return None
-    rows, cols = shape[d0], shape[d1]
-    if starts is None:
-        width, front = row + cols - 1, (rows - 1) * row + cols - 1
-        n_rows = (size - 1 + front) // row + rows
-    else:
-        front = row * max(0, -(int(starts.min()) // row))      # whole rows, so columns stay put
-        wraps = int((starts % row).max()) + cols > row
-        width = row + cols - 1 if wraps else row
-        n_rows = max(-(-(front + size) // row), (front + int(starts.max())) // row + rows)
-    if -(-width // row) - 1 > MAX_SHIFTS:
-        return None
-    return Access(View(lanes.buffer, row, width, front, n_rows, rows, cols), d0, d1, shape)
+    views = [_row_view(lanes.buffer, row, shape[d0], shape[d1], size, None)]
+    if starts is not None:
+        views.append(_row_view(lanes.buffer, row, shape[d0], shape[d1], size, starts))
+    return Access(min(views, key=_cells), d0, d1, shape)
+
+
+def _cells(view: View) -> int:
+    """Elements of the view (a tight view far larger than the buffer is not worth its padding)."""
+    return view.n_rows * (view.width if view.row else 1)
+
+
+def _flat_view(buffer: int, n: int, size: int, starts: Any) -> View:
+    if starts is None:     # any window with a lane inside the buffer is unclamped
+        return View(buffer, 0, n, n - 1, size + 2 * (n - 1), 1, n)
+    front = max(0, -int(starts.min()))
+    return View(buffer, 0, n, front, front + max(size, int(starts.max()) + n), 1, n)
+
+
+def _row_view(buffer: int, row: int, rows: int, cols: int, size: int, starts: Any) -> View:
+    if starts is None:     # any window with a lane inside the buffer is unclamped; rows may wrap
+        front = (rows - 1) * row + cols - 1
+        return View(buffer, row, row + cols - 1, front, (size - 1 + front) // row + rows, rows, cols)
+    front = row * max(0, -(int(starts.min()) // row))      # whole rows, so columns stay put
+    width = row + cols - 1 if int((starts % row).max()) + cols > row else row
+    n_rows = max(-(-(front + size) // row), (front + int(starts.max())) // row + rows)
+    return View(buffer, row, width, front, n_rows, rows, cols)
 
 
 # ------------------------------------------------------------------ runtime
@@ -97,8 +109,6 @@ def access(load: LoadLanes, size: int) -> Access | None:
 
 def build_view(buffer: Any, view: View) -> Any:
     """The view of a flat ``buffer``: a reshape when it needs neither padding nor wider rows."""
-    import jax.numpy as jnp
-
     length = buffer.shape[0]
     if not view.row:
         return jnp.pad(buffer, (view.front, view.n_rows - view.front - length))
@@ -117,9 +127,6 @@ def build_view(buffer: Any, view: View) -> Any:
 
 def read(view_array: Any, access: Access, base: Any) -> Any:
     """The block at lane offset ``base`` (a traced scalar) in the block's own shape."""
-    import jax.numpy as jnp
-    from jax import lax
-
     view = access.view
     start = jnp.asarray(base).astype(jnp.int64) + view.front
     if access.row_dim is None:
