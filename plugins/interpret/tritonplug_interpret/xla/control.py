@@ -4,6 +4,10 @@ Loop-carried values may be pointers (pytrees whose buffer is static). The progra
 (buffers in sequential mode, the checked-mode record) is carried too when the region can
 change it. Under ``vmap`` JAX batches these: a while loop whose trip count differs between
 programs runs until every program is done, each keeping its own values.
+
+A pointer iter_arg that :mod:`.lanes` found to stay ``base + pattern`` is carried as its lane-0
+offset only, or not at all when the loop advances it by a static step (``base = init + trip *
+step``), so the loop carries no per-lane offsets and each load's window start is one number.
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ def _for(f: Frame, op: Op):
     bindings = _BINDING.findall(iter_text or "")
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
-    lanes = f.ctx.carried.get(id(op), {})     # strided.Carried of the pointer iter_args that keep their lanes
+    lanes = f.ctx.carried.get(id(op), {})     # lanes.Carried of the pointer iter_args that keep their lanes
     kinds = [_carry_kind(lanes.get(n), v) for n, v in zip(names, init, strict=True)]
     bases = [_lane0(v) if k != "value" else None for k, v in zip(kinds, init, strict=True)]
     lower, upper, stride = f.get(lb), f.get(ub), f.get(step)
