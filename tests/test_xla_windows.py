@@ -23,6 +23,7 @@ from xla_loop_kernels import (
     overrun_loop_kernel,
     row_sum_kernel,
     shifted_sum_kernel,
+    two_loops_kernel,
 )
 
 import tritonplug
@@ -110,6 +111,18 @@ def test_windows_from_the_loop_counter_start_before_and_end_past_the_buffer():
     assert element_gathers(compiled_hlo(fn, x)) == []
     padded = np.pad(x, 1)
     np.testing.assert_allclose(np.asarray(jax.jit(fn)(x)), padded[:-2] + padded[1:-1] + padded[2:], rtol=1e-6)
+
+
+def test_two_loops_in_a_row_advance_their_pointers_by_their_own_steps():
+    block, steps = 16, 3
+    x = RNG.standard_normal(4 * block * steps).astype(np.float32)
+    fn = lambda v: tritonplug.triton_call(  # noqa: E731
+        v, steps, kernel=two_loops_kernel, out_type=jax.ShapeDtypeStruct((4 * block,), jnp.float32), grid=(4,),
+        BLOCK=block)
+    assert element_gathers(compiled_hlo(fn, x)) == []
+    lanes = np.arange(4 * block)
+    expected = x.reshape(steps, 4 * block).sum(axis=0) + 10 * (x[lanes] + x[lanes + 1] + x[lanes + 2])
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(x)), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_pointer_step_known_only_at_run_time():

@@ -81,3 +81,20 @@ def overrun_loop_kernel(x_ptr, n_steps, out_ptr, BLOCK: tl.constexpr):
         acc += tl.load(ptrs)
         ptrs += BLOCK
     tl.store(out_ptr + tl.arange(0, BLOCK), acc)
+
+
+@triton.jit
+def two_loops_kernel(x_ptr, n_steps, out_ptr, BLOCK: tl.constexpr):
+    """Two loops in a row whose pointer iter_args (printed under the same names) move by different steps."""
+    pid = tl.program_id(0)
+    lanes = pid * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    p = x_ptr + lanes
+    for _ in range(0, n_steps):
+        acc += tl.load(p)
+        p += 4 * BLOCK
+    q = x_ptr + lanes
+    for _ in range(0, 3):
+        acc += 10.0 * tl.load(q)
+        q += 1
+    tl.store(out_ptr + lanes, acc)
