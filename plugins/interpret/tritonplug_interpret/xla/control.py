@@ -4,6 +4,10 @@ Loop-carried values may be pointers (pytrees whose buffer is static). The progra
 (buffers in sequential mode, the checked-mode record) is carried too when the region can
 change it. Under ``vmap`` JAX batches these: a while loop whose trip count differs between
 programs runs until every program is done, each keeping its own values.
+
+A pointer iter_arg that :mod:`.lanes` found to stay ``base + pattern`` is carried as its lane-0
+offset only, or not at all when the loop advances it by a static step (``base = init + trip *
+step``), so the loop carries no per-lane offsets and each load's window start is one number.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
+from tritonplug_interpret.xla.memory import Pointer
 from tritonplug_interpret.xla.program import Frame, State, Unsupported, handler, writes_memory
 from tritonplug_interpret.xla.ttir import Op
 
@@ -50,6 +55,24 @@ def _like(value: Any, template: Any) -> Any:
     return value
 
 
+def _lane0(value: Any) -> Any:
+    offset = jnp.asarray(value.offset)
+    return jnp.reshape(offset, (-1,))[0] if offset.ndim else offset
+
+
+def _carry_kind(carried: Any, value: Any) -> str:
+    """How the loop carries an iter_arg: ``value`` (as is), ``base`` (a pointer's lane-0 offset) or
+    ``none`` (a pointer whose base advances by a static step: computed from the trip count)."""
+    if carried is None or not isinstance(value, Pointer):
+        return "value"
+    return "base" if carried.step is None else "none"
+
+
+def _pointer_at(carried: Any, like: Pointer, base: Any) -> Pointer:
+    pattern = jnp.asarray(carried.pattern())
+    return Pointer(like.buffer, jnp.asarray(base, jnp.int64) + pattern, like.element)
+
+
 @handler("scf.for")
 def _for(f: Frame, op: Op):
     m = _FOR.match(op.header)
@@ -59,30 +82,48 @@ def _for(f: Frame, op: Op):
     bindings = _BINDING.findall(iter_text or "")
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
+    lanes = f.ctx.carried.get(id(op), {})     # lanes.Carried of the pointer iter_args that keep their lanes
+    kinds = [_carry_kind(lanes.get(n), v) for n, v in zip(names, init, strict=True)]
+    bases = [_lane0(v) if k != "value" else None for k, v in zip(kinds, init, strict=True)]
     lower, upper, stride = f.get(lb), f.get(ub), f.get(step)
     block = op.regions[0][0]
     carry_buffers, carry_check = _carried_state(f, op)
     outer_state = f.state
 
-    def cond(carry):
-        i, _, _ = carry
-        return i < upper
+    def bind(trip, values):
+        """The iter_args' values at ``trip`` from the carried ``values``."""
+        out, carried = [], iter(values)
+        for n, kind, v0, base0 in zip(names, kinds, init, bases, strict=True):
+            if kind == "none":
+                out.append(_pointer_at(lanes[n], v0, base0 + trip.astype(jnp.int64) * lanes[n].step))
+            elif kind == "base":
+                out.append(_pointer_at(lanes[n], v0, next(carried).offset))
+            else:
+                out.append(next(carried))
+        return out
 
-    def body(carry):
-        i, values, packed = carry
+    def carry(values):
+        return [Pointer(v.buffer, _lane0(v), v.element) if kind == "base" else v
+                for v, kind in zip(values, kinds, strict=True) if kind != "none"]
+
+    def cond(state):
+        return state[0] < upper
+
+    def body(state):
+        i, trip, values, packed = state
         _unpack(f, packed)
         f.env[iv] = i
-        for n, v in zip(names, values, strict=True):
+        for n, v in zip(names, bind(trip, values), strict=True):
             f.env[n] = v
-        out = f.run_block(_body_without_args(block), ())
+        out = carry(f.run_block(_body_without_args(block), ()))
         out = [_like(o, t) for o, t in zip(out, values, strict=True)]
-        return i + stride, out, _pack(f, carry_buffers, carry_check)
+        return i + stride, trip + 1, out, _pack(f, carry_buffers, carry_check)
 
-    start = (jnp.asarray(lower), list(init), _pack(f, carry_buffers, carry_check))
-    _, results, packed = lax.while_loop(cond, body, start)
+    start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
+    _, trips, results, packed = lax.while_loop(cond, body, start)
     f.state = outer_state
     _unpack(f, packed)
-    return list(results)
+    return bind(trips, results)
 
 
 def _body_without_args(block):

@@ -20,10 +20,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
-from tritonplug_interpret.xla import affine, blocks, control, elementwise, memory  # noqa: F401  (handlers)
+from tritonplug_interpret.xla import affine, blocks, control, elementwise, lanes, memory, strided  # noqa: F401
 from tritonplug_interpret.xla.checks import raise_if_bad
 from tritonplug_interpret.xla.program import (
     HANDLERS,
@@ -157,12 +158,23 @@ class Translation:
         self.parallel = choose_parallel(fn, pointer_args)
         self.windows: dict[int, affine.Window] = {}
         self.load_ids = {id(op) for op in fn.body.ops if op.name == "tt.load"}
+        forms = {arg: affine.Form(0, (0, 0, 0), (), slot) for arg, slot in pointer_args.items()}
+        known = {arg: lanes.Lanes((), slot, np.zeros((), np.int64)) for arg, slot in pointer_args.items()}
+        for arg, (kind, value, element) in self.arguments:
+            if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int):
+                forms[arg] = affine.Form(int(value), (0, 0, 0), ())
+                known[arg] = lanes.Lanes((), None, np.asarray(int(value), np.int64))
+        grid = tuple(int(g) for g in launch.grid)
         if self.parallel:
-            forms = {arg: affine.Form(0, (0, 0, 0), (), slot) for arg, slot in pointer_args.items()}
-            for arg, (kind, value, element) in self.arguments:
-                if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int):
-                    forms[arg] = affine.Form(int(value), (0, 0, 0), ())
-            self.windows = affine.windows(fn, forms, tuple(int(g) for g in launch.grid))
+            self.windows = affine.windows(fn, forms, grid)
+        found = lanes.analyse(fn, known, grid)
+        self.carried = found.carried
+        self.accesses: dict[int, strided.Access] = {}
+        if self.parallel:   # windows of views only here: in parallel mode no buffer changes during the grid
+            for key, load in found.loads.items():
+                access = None if key in self.windows else strided.access(load, self.buffers[load.lanes.buffer].size)
+                if access is not None:
+                    self.accesses[key] = access
 
     def trial(self) -> None:
         """Trace once on abstract values, so anything the translation cannot express shows now."""
@@ -183,7 +195,7 @@ class Translation:
         if total == 0:
             return list(results)
         ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
-                      windows=dict(self.windows))
+                      windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried))
         if self.parallel:
             buffers, record = self._parallel(ctx, buffers, total)
         else:
@@ -211,6 +223,9 @@ class Translation:
     def _parallel(self, ctx: Context, buffers: list[Any], total: int):
         loads = {key: w for key, w in ctx.windows.items() if key in self.load_ids}
         rows = {key: affine.read(buffers[w.buffer], w, total) for key, w in loads.items()}
+        for access in ctx.accesses.values():
+            if access.view not in ctx.views:
+                ctx.views[access.view] = strided.build_view(buffers[access.view.buffer], access.view)
 
         def program(linear, hoisted):
             ctx.store_log.clear()

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tritonplug_interpret.xla import affine
+from tritonplug_interpret.xla import affine, strided
 from tritonplug_interpret.xla.program import Frame, Unsupported, handler
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import TType, parse_type, unsigned
@@ -90,7 +90,8 @@ def _clean(f: Frame, buffer: int, offset, mask):
 
 
 def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None) -> Any:
-    """Load ``offset`` lanes; ``window`` is this program's row of a grid-wide slice (:mod:`.affine`)."""
+    """Load ``offset`` lanes; ``window``, when given, holds them already (a row of a grid-wide slice,
+    :mod:`.affine`, or a window of a strided view, :mod:`.strided`): only the mask is applied."""
     offset = jnp.asarray(offset)
     f.record_check("load", buffer, offset, mask)
     active = _clean(f, buffer, offset, mask)
@@ -189,7 +190,12 @@ def _load(f: Frame, op: Op):
     mask = args[1] if len(args) > 1 else None
     other = args[2] if len(args) > 2 else None
     dtype = parse_type(p.element).dtype
-    return [gather(f, p.buffer, p.offset, mask, other, dtype, f.hoisted.get(id(op)))]
+    window = f.hoisted.get(id(op))
+    access = f.ctx.accesses.get(id(op))
+    if window is None and access is not None and access.view in f.ctx.views:
+        base = jnp.reshape(jnp.asarray(p.offset), (-1,))[0]
+        window = strided.read(f.ctx.views[access.view], access, base)
+    return [gather(f, p.buffer, p.offset, mask, other, dtype, window)]
 
 
 @handler("tt.store")

@@ -89,6 +89,9 @@ class Context:
     check: bool
     sites: list[Site] = field(default_factory=list)
     windows: dict[int, Any] = field(default_factory=dict)  # id(op) → affine.Window of a top-level access
+    accesses: dict[int, Any] = field(default_factory=dict)  # id(load op) → strided.Access (parallel mode)
+    views: dict[Any, Any] = field(default_factory=dict)     # strided.View → its array, built before the grid
+    carried: dict[int, Any] = field(default_factory=dict)   # id(scf.for) → {iter_arg: lanes.Carried}
     store_log: list[tuple[str, int, Any, Any, Any]] = field(default_factory=list)  # (kind, buffer, idx, val, mask)
 
 
@@ -146,7 +149,9 @@ class Frame:
         self.ctx.sites.append(Site(access, buffer, info.dtype.itemsize))
         first = self.state.bad_site < 0
         take = first & any_bad
-        offset = offsets.reshape(-1)[lane].astype(jnp.int64) * info.dtype.itemsize
+        # the failing lane's offset by a reduction, not an indexed read (a gather per program under vmap)
+        flat_offsets = jnp.broadcast_to(offsets, bad.shape).reshape(-1).astype(jnp.int64)
+        offset = jnp.max(jnp.where(lanes == lane, flat_offsets, jnp.iinfo(jnp.int64).min)) * info.dtype.itemsize
         self.state.bad_site = jnp.where(take, jnp.int32(site), self.state.bad_site)
         self.state.bad_offset = jnp.where(take, offset, self.state.bad_offset)
         self.state.bad_lane = jnp.where(take, lane, self.state.bad_lane)

@@ -1,0 +1,365 @@
+"""Static analysis of pointer lanes: which loads read a rectangle of a buffer, and where.
+
+Before tracing, every integer and pointer value of the kernel (loop bodies included) is
+described, where possible, as ``base + Σ_d strides[d] * i_d``: static strides per block
+dimension and a per-program ``base``. The grid and the launch's scalars are known here, so
+``base`` is often known too, as one number per program (``tt.get_program_id`` and the scalar
+arithmetic on it are evaluated with NumPy over the whole grid). Inside ``scf.for`` a base may be
+relative to a loop value (``origin``): the induction variable, or an iter_arg that the body
+advances by a uniform, loop-invariant step (the ``a_ptrs += BLOCK_K * stride_ak`` of a matmul).
+Such a pointer iter_arg is not carried by the loop at all: its base is ``init + trip * step``.
+
+:mod:`.strided` turns the result into views and windows; :mod:`.control` uses :class:`Carried`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tritonplug_interpret.xla.ttir import Block, Function, Op, split_top
+from tritonplug_interpret.xla.types import UnsupportedType, parse_type
+
+_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
+                  r"(?:\s+iter_args\((.*)\))?")
+_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
+_INT_SCALARS = frozenset({"i1", "i8", "i16", "i32", "i64", "index"})
+_LIMIT = 1 << 31    # static values past this are left unknown (the kernel's i32 arithmetic may wrap)
+
+
+@dataclass(frozen=True, eq=False)
+class Lanes:
+    """Lanes ``base + Σ strides[d] * i_d`` with ``base = coef * origin + value`` (``origin``: a loop value).
+
+    ``value`` is an int64 array over the grid's programs (0-d when every program has the same),
+    or None when unknown.
+    """
+
+    strides: tuple[int, ...]        # per block dimension, 0 along size-1 and broadcast dimensions
+    buffer: int | None = None       # set for pointers
+    value: np.ndarray | None = None
+    origin: tuple[str, int] | None = None   # (loop value, coefficient)
+
+
+@dataclass(frozen=True, eq=False)
+class Loop:
+    """What is known of an ``scf.for``: its trip count and the static step of its values."""
+
+    trips: int | None
+    steps: dict[str, int]           # loop value (iv or iter_arg) → its change per trip
+    inits: dict[str, np.ndarray | None] = field(default_factory=dict)   # → its static base at trip 0
+
+
+@dataclass(frozen=True, eq=False)
+class Carried:
+    """A pointer iter_arg that stays ``base + pattern``, ``base`` advancing by ``step`` per trip
+    (None: not static, the loop carries ``base``)."""
+
+    strides: tuple[int, ...]
+    shape: tuple[int, ...]
+    step: int | None
+
+    def pattern(self) -> np.ndarray:
+        """The lane offsets relative to lane 0 (int64, the block's shape)."""
+        lanes = np.zeros(self.shape, np.int64)
+        for d, (s, n) in enumerate(zip(self.strides, self.shape, strict=True)):
+            index = [1] * len(self.shape)
+            index[d] = n
+            lanes = lanes + s * np.arange(n, dtype=np.int64).reshape(index)
+        return lanes
+
+
+@dataclass(frozen=True, eq=False)
+class LoadLanes:
+    """A load's pointer lanes and every lane-0 offset it may have (None: not known statically)."""
+
+    op: Op
+    lanes: Lanes
+    starts: np.ndarray | None
+
+
+def for_header(op: Op) -> tuple[str, str, str, str, list[tuple[str, str]]] | None:
+    """``scf.for``'s (induction variable, lower, upper, step, [(iter_arg, initial value)])."""
+    m = _FOR.match(op.header)
+    if not m:
+        return None
+    iv, lb, ub, step, iter_text = m.groups()
+    return iv, lb, ub, step, _BINDING.findall(iter_text or "")
+
+
+def _for_result_types(op: Op) -> list[str]:
+    parts = split_top(op.header, "->")
+    if len(parts) < 2:
+        return []
+    tail = parts[-1].strip()
+    if tail.startswith("(") and tail.endswith(")"):
+        tail = tail[1:-1]
+    return [t.strip() for t in split_top(tail, ",") if t.strip()]
+
+
+def shape_of(type_text: str) -> tuple[int, ...] | None:
+    """The shape of a TTIR type (() for scalars), None for types the translation has no dtype for."""
+    try:
+        return parse_type(type_text).shape
+    except UnsupportedType:
+        return None
+
+
+def _int_constant(op: Op) -> int | None:
+    text = op.header.strip()
+    if text.startswith("dense<"):
+        text = text[len("dense<"):-1]
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _checked(value: np.ndarray | None) -> np.ndarray | None:
+    if value is None or (value.size and int(np.max(np.abs(value))) >= _LIMIT):
+        return None
+    return value
+
+
+def _uniform(value: np.ndarray | None) -> int | None:
+    if value is None or (value.ndim and value.size and not np.all(value == value.flat[0])):
+        return None
+    return int(value.flat[0]) if value.size else None
+
+
+def _known(a: Lanes) -> bool:
+    return a.buffer is None and a.origin is None and a.value is not None and not any(a.strides)
+
+
+def _plus(a: Lanes, b: Lanes, sign: int = 1) -> Lanes | None:
+    if a.buffer is not None and b.buffer is not None:
+        return None
+    sa = a.strides or (0,) * len(b.strides)
+    sb = b.strides or (0,) * len(sa)
+    if len(sa) != len(sb):
+        return None
+    value = _checked(a.value + sign * b.value) if a.value is not None and b.value is not None else None
+    if a.origin is not None and b.origin is not None:
+        coef = a.origin[1] + sign * b.origin[1]
+        if a.origin[0] != b.origin[0]:
+            origin, value = None, None      # relative to two loop values: base unknown
+        else:
+            origin = (a.origin[0], coef) if coef else None
+    elif b.origin is not None:
+        origin = (b.origin[0], sign * b.origin[1])
+    else:
+        origin = a.origin
+    return Lanes(tuple(x + sign * y for x, y in zip(sa, sb, strict=True)),
+                 a.buffer if a.buffer is not None else b.buffer, value, origin)
+
+
+def _times(a: Lanes, b: Lanes) -> Lanes | None:
+    if a.buffer is not None or b.buffer is not None:
+        return None
+    if _known(b):
+        a, b = b, a
+    rank = max(len(a.strides), len(b.strides))
+    if not _known(a):       # neither factor is a constant: the lanes must not move
+        if any(a.strides) or any(b.strides):
+            return None
+        value = None if a.origin or b.origin or a.value is None or b.value is None else _checked(a.value * b.value)
+        return Lanes((0,) * rank, None, value)
+    k = a.value
+    scalar = _uniform(k)
+    if any(b.strides) or b.origin:
+        if scalar is None:
+            return None
+        return Lanes(tuple(s * scalar for s in (b.strides or (0,) * rank)), None,
+                     None if b.value is None else _checked(b.value * scalar),
+                     None if b.origin is None else (b.origin[0], b.origin[1] * scalar))
+    return Lanes((0,) * rank, None, None if b.value is None else _checked(b.value * k))
+
+
+def _scalar_op(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    if name in ("arith.divsi", "arith.remsi", "arith.divui", "arith.remui") and np.any(b == 0):
+        return None
+    if name in ("arith.divsi", "arith.divui"):
+        return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))    # truncating, as arith.divsi
+    if name in ("arith.remsi", "arith.remui"):
+        return np.fmod(a, b)
+    if name == "arith.minsi":
+        return np.minimum(a, b)
+    if name == "arith.maxsi":
+        return np.maximum(a, b)
+    return None
+
+
+class _Analysis:
+    def __init__(self, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> None:
+        self.lanes: dict[str, Lanes] = dict(arguments)
+        gx, gy, gz = grid
+        linear = np.arange(gx * gy * gz, dtype=np.int64)
+        self.pids = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
+        self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
+        self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
+        self.carried: dict[int, dict[str, Carried]] = {}
+
+    def block(self, block: Block) -> list[str]:
+        """Analyse ``block``'s ops; returns its terminator's operands."""
+        for op in block.ops:
+            if op.name in ("scf.yield", "scf.condition"):
+                return list(op.operands)
+            if op.name == "scf.for":
+                self.loop(op)
+                continue
+            for region in op.regions:       # scf.if / scf.while / reductions: their values are unknown
+                for b in region:
+                    for name, _ in b.args:
+                        self.lanes.pop(name, None)
+                    self.block(b)
+            if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
+                lanes = self.lanes[op.operands[0]]
+                self.loads[id(op)] = (op, lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
+            if len(op.results) == 1:
+                out = self.one(op)
+                if out is None:
+                    self.lanes.pop(op.results[0], None)
+                else:
+                    self.lanes[op.results[0]] = out
+        return []
+
+    def _static(self, name: str) -> np.ndarray | None:
+        lanes = self.lanes.get(name)
+        return None if lanes is None or lanes.origin is not None or any(lanes.strides) else lanes.value
+
+    def loop(self, op: Op) -> None:
+        header = for_header(op)
+        body = op.regions[0][0]
+        if header is None:
+            self.block(body)
+            return
+        iv, lb, ub, step, bindings = header
+        lower, upper, stride = self._static(lb), self._static(ub), _uniform(self._static(step))
+        trips = None
+        if lower is not None and upper is not None and stride:
+            trips = max(0, int(np.max(-((lower - upper) // stride))))
+        zero = np.zeros((), np.int64)
+        self.lanes[iv] = Lanes((), None, zero, (iv, 1))
+        steps: dict[str, int] = {} if stride is None else {iv: stride}
+        inits = {iv: lower}
+        assumed = {}
+        for name, init in bindings:
+            if init in self.lanes:
+                assumed[name] = Lanes(self.lanes[init].strides, self.lanes[init].buffer, zero, (name, 1))
+                inits[name] = self._static_base(init)
+        for _ in range(len(bindings) + 1):          # drop iter_args until the assumption holds
+            self.loops.update({n: Loop(trips, steps, inits) for n in [iv, *assumed]})
+            self.lanes.update(assumed)
+            for name, _ in bindings:
+                if name not in assumed:
+                    self.lanes.pop(name, None)
+            yielded = dict(zip((n for n, _ in bindings), body.ops[-1].operands if body.ops else [], strict=False))
+            self.block(body)
+            broken = [name for name in assumed if not self._keeps(assumed[name], self.lanes.get(yielded.get(name)))]
+            if not broken:
+                break
+            for name in broken:
+                del assumed[name]
+        for name in assumed:
+            out = self.lanes[yielded[name]]
+            step_value = _uniform(out.value) if out.origin == (name, 1) else None
+            if step_value is not None:
+                steps[name] = step_value
+        for result, (name, _), type_text in zip(op.results, bindings, _for_result_types(op), strict=False):
+            if name in assumed:
+                self.lanes[result] = replace(assumed[name], value=None, origin=None)
+                shape = shape_of(type_text)
+                if assumed[name].buffer is not None and shape:
+                    self.carried.setdefault(id(op), {})[name] = Carried(assumed[name].strides, shape, steps.get(name))
+            else:
+                self.lanes.pop(result, None)
+
+    def _static_base(self, name: str) -> np.ndarray | None:
+        lanes = self.lanes.get(name)
+        return None if lanes is None or lanes.origin is not None else lanes.value
+
+    @staticmethod
+    def _keeps(assumed: Lanes, out: Lanes | None) -> bool:
+        return out is not None and out.strides == assumed.strides and out.buffer == assumed.buffer
+
+    def one(self, op: Op) -> Lanes | None:
+        types = op.result_types()
+        shape = shape_of(types[-1]) if types else None
+        if shape is None:
+            return None
+        args = [self.lanes.get(n) for n in op.operands]
+        name = op.name
+        out: Lanes | None = None
+        if name == "arith.constant":
+            value = _int_constant(op)
+            out = None if value is None else Lanes((0,) * len(shape), None, np.asarray(value, np.int64))
+        elif name == "tt.make_range":
+            out = Lanes((1,), None, np.asarray(int(op.attrs.get("start", "0").split(":")[0]), np.int64))
+        elif name == "tt.get_program_id":
+            axis = {"x": 0, "y": 1, "z": 2}.get(op.header.split()[0]) if op.header else None
+            out = None if axis is None else Lanes((), None, self.pids[axis])
+        elif None not in args and args:
+            out = self._combine(name, op, args, shape)
+        if out is None and not shape and types[-1].strip() in _INT_SCALARS:
+            out = Lanes(())             # an integer scalar: fine as a base, whatever it is
+        return None if out is None else _normal(out, shape)
+
+    def _combine(self, name: str, op: Op, args: list[Lanes], shape: tuple[int, ...]) -> Lanes | None:
+        a = args[0]
+        if name in ("tt.splat", "tt.broadcast"):
+            if not a.strides:
+                return replace(a, strides=(0,) * len(shape))
+            return a if len(a.strides) == len(shape) else None
+        if name == "tt.expand_dims":
+            axis = int(op.attrs["axis"].split(":")[0])
+            return replace(a, strides=a.strides[:axis] + (0,) + a.strides[axis:])
+        if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast"):
+            return a
+        if name in ("arith.addi", "tt.addptr") and len(args) == 2:
+            return _plus(a, args[1])
+        if name == "arith.subi" and args[1].buffer is None:
+            return _plus(a, args[1], -1)
+        if name == "arith.muli":
+            return _times(a, args[1])
+        if len(args) == 2 and _known(a) and _known(args[1]):
+            value = _scalar_op(name, a.value, args[1].value)
+            return None if value is None else Lanes((0,) * len(shape), None, _checked(value))
+        return None
+
+
+def _normal(lanes: Lanes, shape: tuple[int, ...]) -> Lanes | None:
+    if len(lanes.strides) != len(shape):
+        return None
+    return replace(lanes, strides=tuple(0 if n == 1 else s for s, n in zip(lanes.strides, shape, strict=True)))
+
+
+@dataclass(frozen=True, eq=False)
+class Found:
+    loads: dict[int, LoadLanes]             # id(load op) → its pointer's lanes
+    carried: dict[int, dict[str, Carried]]  # id(scf.for op) → pointer iter_arg → how the loop carries it
+
+
+def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
+    """Lanes of every load's pointer (nested loads included) and of every loop-carried pointer."""
+    analysis = _Analysis(arguments, grid)
+    analysis.block(fn.body)
+    loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
+             for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
+    return Found(loads, dict(analysis.carried))
+
+
+def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:
+    """Every lane-0 offset the load may read from (over programs and the trips of ``loop``, the
+    loop of the lanes' origin), or None."""
+    if lanes.value is None:
+        return None
+    if lanes.origin is None:
+        return lanes.value.reshape(-1)
+    name, coef = lanes.origin
+    if loop is None or not loop.trips or name not in loop.steps or loop.inits.get(name) is None:
+        return None
+    trips = np.arange(loop.trips, dtype=np.int64)[:, None] * loop.steps[name]
+    bases = loop.inits[name].reshape(1, -1) + trips
+    return _checked((lanes.value.reshape(1, -1) + coef * bases).reshape(-1))

@@ -1,0 +1,154 @@
+"""The XLA path reads block loads as windows, in loops too (issue 13: matmul within 3x of jnp).
+
+A load whose lanes are ``base + static strides`` becomes a ``dynamic_slice`` of a view of the
+buffer; under ``vmap`` the programs' slices are one gather of whole windows (one index per
+program). These tests check the numbers against NumPy (edges not multiples of the block, windows
+before and past the buffer, steps known only at run time), the interpreter path's agreement, checked
+mode, and that the compiled program holds no element-wise gather: the regression they guard
+against is a k-loop whose loads fall back to one gathered index per element.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import requires_backend
+from xla_loop_kernels import (
+    grouped_matmul_kernel,
+    loaded_step_kernel,
+    overrun_loop_kernel,
+    row_sum_kernel,
+    shifted_sum_kernel,
+    two_loops_kernel,
+)
+
+import tritonplug
+
+pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
+RNG = np.random.default_rng(13)
+HOST_CALL = "tritonplug_host_kernel"  # the interpreter path's FFI target
+_GATHER = re.compile(r"= \S+ gather\(.*?slice_sizes=\{([\d,]*)\}")
+
+
+@pytest.fixture(autouse=True)
+def _xla_path(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
+
+
+def compiled_hlo(fn, *args) -> str:
+    lowered = jax.jit(fn).lower(*args)
+    assert HOST_CALL not in lowered.as_text(), "the kernel was not translated to XLA"
+    return lowered.compile().as_text()
+
+
+def gathered_windows(hlo: str) -> list[tuple[int, ...]]:
+    """The slice sizes of every gather in compiled HLO text."""
+    return [tuple(int(s) for s in m.group(1).split(",") if s) for m in _GATHER.finditer(hlo)]
+
+
+def element_gathers(hlo: str) -> list[tuple[int, ...]]:
+    """Gathers that fetch one element per index (what a load without a window becomes)."""
+    return [sizes for sizes in gathered_windows(hlo) if all(s == 1 for s in sizes)]
+
+
+def matmul(a, b, block=(32, 32, 32), group=8, transposed_b=False):
+    (m, k), n = a.shape, (b.shape[0] if transposed_b else b.shape[1])
+    bm, bn, bk = block
+    grid = (tritonplug.cdiv(m, bm) * tritonplug.cdiv(n, bn),)
+    stride_bk, stride_bn = (1, k) if transposed_b else (n, 1)
+    return tritonplug.triton_call(
+        a, b, m, n, k, k, 1, stride_bk, stride_bn, n, 1, kernel=grouped_matmul_kernel,
+        out_type=jax.ShapeDtypeStruct((m, n), jnp.float32), grid=grid,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group)
+
+
+@pytest.mark.parametrize("m, n, k, block", [(256, 256, 256, (32, 32, 32)), (70, 45, 83, (32, 16, 16)),
+                                            (33, 64, 17, (16, 32, 16))])
+def test_matmul_k_loop_loads_windows_not_elements(m, n, k, block):
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    hlo = compiled_hlo(lambda x, y: matmul(x, y, block), a, b)
+    assert element_gathers(hlo) == [], "a k-loop load went back to one gathered index per element"
+    assert sorted(gathered_windows(hlo)) == sorted([(block[0], block[2]), (block[2], block[1])])
+    out = jax.jit(lambda x, y: matmul(x, y, block))(a, b)
+    np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_with_column_major_b_reads_transposed_windows():
+    a = RNG.standard_normal((48, 40)).astype(np.float32)
+    bt = RNG.standard_normal((56, 40)).astype(np.float32)     # B stored as B^T: stride_bk = 1
+    fn = lambda x, y: matmul(x, y, (16, 16, 16), group=2, transposed_b=True)  # noqa: E731
+    assert element_gathers(compiled_hlo(fn, a, bt)) == []
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, bt)), a @ bt.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("path", ["xla", "interpret"])
+def test_matmul_agrees_on_both_cpu_paths(path, monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", path)
+    a = RNG.standard_normal((50, 70)).astype(np.float32)
+    b = RNG.standard_normal((70, 30)).astype(np.float32)
+    out = jax.jit(lambda x, y: matmul(x, y, (16, 16, 32), group=3))(a, b)
+    np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_loop_advanced_1d_pointer_with_a_masked_tail():
+    x = RNG.standard_normal((6, 100)).astype(np.float32)
+    fn = lambda v: tritonplug.triton_call(  # noqa: E731
+        v, 100, 100, kernel=row_sum_kernel, out_type=jax.ShapeDtypeStruct((6,), jnp.float32), grid=(6,), BLOCK=32)
+    assert element_gathers(compiled_hlo(fn, x)) == []
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(x)), x.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_windows_from_the_loop_counter_start_before_and_end_past_the_buffer():
+    n = 100
+    x = RNG.standard_normal(n).astype(np.float32)
+    fn = lambda v: tritonplug.triton_call(  # noqa: E731
+        v, n, kernel=shifted_sum_kernel, out_type=jax.ShapeDtypeStruct((n,), jnp.float32), grid=(7,), BLOCK=16)
+    assert element_gathers(compiled_hlo(fn, x)) == []
+    padded = np.pad(x, 1)
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(x)), padded[:-2] + padded[1:-1] + padded[2:], rtol=1e-6)
+
+
+def test_two_loops_in_a_row_advance_their_pointers_by_their_own_steps():
+    block, steps = 16, 3
+    x = RNG.standard_normal(4 * block * steps).astype(np.float32)
+    fn = lambda v: tritonplug.triton_call(  # noqa: E731
+        v, steps, kernel=two_loops_kernel, out_type=jax.ShapeDtypeStruct((4 * block,), jnp.float32), grid=(4,),
+        BLOCK=block)
+    assert element_gathers(compiled_hlo(fn, x)) == []
+    lanes = np.arange(4 * block)
+    expected = x.reshape(steps, 4 * block).sum(axis=0) + 10 * (x[lanes] + x[lanes + 1] + x[lanes + 2])
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(x)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_pointer_step_known_only_at_run_time():
+    x = RNG.standard_normal(4 * 16 * 3).astype(np.float32)
+    step = np.array([64], np.int32)
+    fn = lambda v, s: tritonplug.triton_call(  # noqa: E731
+        v, s, 3, kernel=loaded_step_kernel, out_type=jax.ShapeDtypeStruct((64,), jnp.float32), grid=(4,),
+        BLOCK=16)
+    assert element_gathers(compiled_hlo(fn, x, step)) == []
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(x, step)), x.reshape(3, 64).sum(axis=0), rtol=1e-6)
+
+
+def test_checked_mode_reports_a_loop_load_past_the_end(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "1")
+    x = np.ones(48, np.float32)
+    fn = jax.jit(lambda v: tritonplug.triton_call(
+        v, 4, kernel=overrun_loop_kernel, out_type=jax.ShapeDtypeStruct((16,), jnp.float32), grid=(1,),
+        BLOCK=16))
+    with pytest.raises(Exception, match=r"overrun_loop_kernel.*x_ptr.*byte offset 192"):
+        np.asarray(fn(x))
+
+
+def test_unchecked_loop_load_past_the_end_reads_zeros(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "0")
+    x = np.ones(48, np.float32)
+    fn = jax.jit(lambda v: tritonplug.triton_call(
+        v, 4, kernel=overrun_loop_kernel, out_type=jax.ShapeDtypeStruct((16,), jnp.float32), grid=(1,),
+        BLOCK=16))
+    np.testing.assert_array_equal(np.asarray(fn(x)), np.full(16, 3.0, np.float32))

@@ -1,0 +1,100 @@
+"""Kernels whose loads sit in loops, for the XLA path's window tests (module-level, so Triton finds their source)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def grouped_matmul_kernel(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          stride_cm, stride_cn, c_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """The tutorial matmul: grouped program order, pointers advanced in the k-loop, masks at every edge."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group = pid // (GROUP_M * num_pid_n)
+    first_m = group * GROUP_M
+    group_size = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size)
+    pid_n = (pid % (GROUP_M * num_pid_n)) // group_size
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def row_sum_kernel(x_ptr, n_cols, stride, out_ptr, BLOCK: tl.constexpr):
+    """One row per program, summed BLOCK columns at a time through a pointer the loop advances."""
+    row = tl.program_id(0)
+    ptrs = x_ptr + row * stride + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        acc += tl.load(ptrs, mask=cols < n_cols, other=0.0)
+        ptrs += BLOCK
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def shifted_sum_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    """x[i - 1] + x[i] + x[i + 1] with zeros outside, pointers computed from the loop counter:
+    windows start before the buffer and run past its end."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for j in range(0, 3):
+        src = offs + j - 1
+        acc += tl.load(x_ptr + src, mask=(src >= 0) & (src < n), other=0.0)
+    tl.store(out_ptr + offs, acc, mask=offs < n)
+
+
+@triton.jit
+def loaded_step_kernel(x_ptr, step_ptr, n_steps, out_ptr, BLOCK: tl.constexpr):
+    """A pointer advanced by a step read from memory (not known before the kernel runs)."""
+    pid = tl.program_id(0)
+    step = tl.load(step_ptr)
+    ptrs = x_ptr + pid * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for _ in range(0, n_steps):
+        acc += tl.load(ptrs)
+        ptrs += step
+    tl.store(out_ptr + pid * BLOCK + tl.arange(0, BLOCK), acc)
+
+
+@triton.jit
+def overrun_loop_kernel(x_ptr, n_steps, out_ptr, BLOCK: tl.constexpr):
+    """Reads one block past the end of ``x`` on its last trip, without a mask."""
+    ptrs = x_ptr + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for _ in range(0, n_steps):
+        acc += tl.load(ptrs)
+        ptrs += BLOCK
+    tl.store(out_ptr + tl.arange(0, BLOCK), acc)
+
+
+@triton.jit
+def two_loops_kernel(x_ptr, n_steps, out_ptr, BLOCK: tl.constexpr):
+    """Two loops in a row whose pointer iter_args (printed under the same names) move by different steps."""
+    pid = tl.program_id(0)
+    lanes = pid * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    p = x_ptr + lanes
+    for _ in range(0, n_steps):
+        acc += tl.load(p)
+        p += 4 * BLOCK
+    q = x_ptr + lanes
+    for _ in range(0, 3):
+        acc += 10.0 * tl.load(q)
+        q += 1
+    tl.store(out_ptr + lanes, acc)
