@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tritonplug_interpret.xla.ttir import Function, Op
+from tritonplug_interpret.xla.ttir import Function, int_constant
 from tritonplug_interpret.xla.types import parse_type
 
 
@@ -36,16 +36,6 @@ class Window:
     start: int
     step: int
     size: int
-
-
-def _int_constant(op: Op) -> int | None:
-    text = op.header.strip()
-    if text.startswith("dense<"):
-        text = text[len("dense<"):-1]
-    try:
-        return int(text)
-    except ValueError:
-        return None
 
 
 def _combine(a: Form, b: Form, sign: int) -> Form | None:
@@ -74,7 +64,7 @@ def _forms(fn: Function, arguments: dict[str, Form]) -> dict[str, Form]:
         out = None
         name = op.name
         if name == "arith.constant":
-            value = _int_constant(op)
+            value = int_constant(op)
             if value is not None and op.type_text:
                 shape = parse_type(op.type_text).shape
                 out = Form(value, (0, 0, 0), tuple(0 for _ in shape))

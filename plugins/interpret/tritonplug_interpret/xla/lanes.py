@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tritonplug_interpret.xla.ttir import Block, Function, Op, split_top
+from tritonplug_interpret.xla.ttir import Block, Function, Op, int_constant, split_top
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
 
 _FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
@@ -104,16 +104,6 @@ def shape_of(type_text: str) -> tuple[int, ...] | None:
     try:
         return parse_type(type_text).shape
     except UnsupportedType:
-        return None
-
-
-def _int_constant(op: Op) -> int | None:
-    text = op.header.strip()
-    if text.startswith("dense<"):
-        text = text[len("dense<"):-1]
-    try:
-        return int(text)
-    except ValueError:
         return None
 
 
@@ -293,7 +283,7 @@ class _Analysis:
         name = op.name
         out: Lanes | None = None
         if name == "arith.constant":
-            value = _int_constant(op)
+            value = int_constant(op)
             out = None if value is None else Lanes((0,) * len(shape), None, np.asarray(value, np.int64))
         elif name == "tt.make_range":
             out = Lanes((1,), None, np.asarray(int(op.attrs.get("start", "0").split(":")[0]), np.int64))

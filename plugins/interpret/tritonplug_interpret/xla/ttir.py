@@ -272,3 +272,14 @@ def walk(block: Block) -> Any:
         for region in op.regions:
             for b in region:
                 yield from walk(b)
+
+
+def int_constant(op: Op) -> int | None:
+    """The value of an integer ``arith.constant`` (a scalar, or a splat ``dense<…>``); None for anything else."""
+    text = op.header.strip()
+    if text.startswith("dense<"):
+        text = text[len("dense<"):-1]
+    try:
+        return int(text)
+    except ValueError:
+        return None
