@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,14 @@ def execution_platforms() -> list:
     params = [pytest.param("cpu", marks=requires_backend("interpret"))]
     params.append(pytest.param("cuda", marks=[pytest.mark.cuda, requires_backend("cuda"), requires_cuda_device]))
     return params
+
+
+def run_exported(script: str, exported_path: Path) -> list[str]:
+    """Run ``script`` (which deserialises and calls ``sys.argv[1]``) in a fresh CPU-only Python that cannot
+    import this checkout (no PYTHONPATH, another working directory); its printed words."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["JAX_PLATFORMS"] = "cpu"
+    done = subprocess.run([sys.executable, "-c", script, str(exported_path)], capture_output=True, text=True,
+                          env=env, cwd=exported_path.parent, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()

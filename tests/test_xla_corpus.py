@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -24,7 +21,7 @@ import pytest
 import scipy.special
 import triton
 import xla_corpus_kernels as K
-from helpers import requires_backend
+from helpers import requires_backend, run_exported
 
 import tritonplug
 
@@ -521,9 +518,4 @@ def test_exported_program_of_two_corpus_kernels_runs_in_a_fresh_python(tmp_path,
     exported = jax.export.export(jax.jit(program), platforms=["cpu"])(x, w)
     path = tmp_path / "rms_softmax.jax"
     path.write_bytes(exported.serialize())
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["JAX_PLATFORMS"] = "cpu"
-    done = subprocess.run([sys.executable, "-c", EXPORT_SCRIPT, str(path)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["ok", "False", "False"]
+    assert run_exported(EXPORT_SCRIPT, path) == ["ok", "False", "False"]

@@ -8,8 +8,6 @@ unless the test is about the fallback to the interpreter.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -20,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-from helpers import requires_backend
+from helpers import requires_backend, run_exported
 from xla_kernels import (
     atomics_kernel,
     bf16_kernel,
@@ -277,12 +275,7 @@ def test_exported_cpu_program_runs_in_a_fresh_python(tmp_path, monkeypatch):
     exported = jax.export.export(jax.jit(add_example.add), platforms=["cpu"])(x, x)
     path = tmp_path / "add.jax"
     path.write_bytes(exported.serialize())
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["JAX_PLATFORMS"] = "cpu"
-    done = subprocess.run([sys.executable, "-c", EXPORT_SCRIPT, str(path)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["ok", "False"]
+    assert run_exported(EXPORT_SCRIPT, path) == ["ok", "False"]
 
 
 def test_cpu_path_variable_is_checked(monkeypatch):
