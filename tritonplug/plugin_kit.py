@@ -107,7 +107,7 @@ def _ttgir_source_class() -> type:
     return TTGIRSource
 
 
-#: The source class that continues Triton's pipeline from each front-end stage.
+#: For each front-end stage, a function returning the source class that continues Triton's pipeline from it.
 SOURCES = {"ttir": lambda: TTIRSource, "ttgir": _ttgir_source_class}
 
 
