@@ -25,6 +25,9 @@ from tritonplug_interpret.xla.ttir import Op
 _FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
                   r"(?:\s+iter_args\((.*)\))?")
 _BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
+#: A ``scf.for`` whose trip count is known (and the same in every program) is unrolled when
+#: trips × body ops stays below this.
+UNROLL_OPS = 512
 
 
 def _carried_state(f: Frame, op: Op) -> tuple[bool, bool]:
@@ -120,7 +123,14 @@ def _for(f: Frame, op: Op):
         return i + stride, trip + 1, out, _pack(f, carry_buffers, carry_check)
 
     start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
-    _, trips, results, packed = lax.while_loop(cond, body, start)
+    static_trips = f.ctx.trips.get(id(op))
+    if static_trips is not None and static_trips * len(block.ops) <= UNROLL_OPS:
+        state = start      # a short loop of known length: unrolled (XLA runs a while loop's body op by op)
+        for _ in range(static_trips):
+            state = body(state)
+        _, trips, results, packed = state
+    else:
+        _, trips, results, packed = lax.while_loop(cond, body, start)
     f.state = outer_state
     _unpack(f, packed)
     return bind(trips, results)

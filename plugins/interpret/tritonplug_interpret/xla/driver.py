@@ -169,6 +169,7 @@ class Translation:
             self.windows = affine.windows(fn, forms, grid)
         found = lanes.analyse(fn, known, grid)
         self.carried = found.carried
+        self.trips = found.trips
         self.accesses: dict[int, strided.Access] = {}
         if self.parallel:   # windows of views only here: in parallel mode no buffer changes during the grid
             for key, load in found.loads.items():
@@ -195,7 +196,8 @@ class Translation:
         if total == 0:
             return list(results)
         ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
-                      windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried))
+                      windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried),
+                      trips=dict(self.trips))
         if self.parallel:
             buffers, record = self._parallel(ctx, buffers, total)
         else:

@@ -190,6 +190,7 @@ class _Analysis:
         self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
         self.carried: dict[int, dict[str, Carried]] = {}
+        self.trips: dict[int, int] = {}         # id(scf.for) → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
         """Analyse ``block``'s ops; returns its terminator's operands."""
@@ -230,6 +231,8 @@ class _Analysis:
         trips = None
         if lower is not None and upper is not None and stride:
             trips = max(0, int(np.max(-((lower - upper) // stride))))
+            if _uniform(lower) is not None and _uniform(upper) is not None:
+                self.trips[id(op)] = trips
         zero = np.zeros((), np.int64)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
         steps: dict[str, int] = {} if stride is None else {iv: stride}
@@ -329,6 +332,7 @@ def _normal(lanes: Lanes, shape: tuple[int, ...]) -> Lanes | None:
 class Found:
     loads: dict[int, LoadLanes]             # id(load op) → its pointer's lanes
     carried: dict[int, dict[str, Carried]]  # id(scf.for op) → pointer iter_arg → how the loop carries it
+    trips: dict[int, int] = field(default_factory=dict)   # id(scf.for op) → trip count, uniform over programs
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -337,7 +341,7 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     analysis.block(fn.body)
     loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
              for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
-    return Found(loads, dict(analysis.carried))
+    return Found(loads, dict(analysis.carried), dict(analysis.trips))
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:
