@@ -12,6 +12,7 @@ import re
 import jax.numpy as jnp
 from jax import lax
 
+from tritonplug_interpret.xla import gemm
 from tritonplug_interpret.xla.program import Frame, Unsupported, handler
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import parse_type
@@ -133,6 +134,9 @@ def _histogram(f: Frame, op: Op):
 @handler("tt.dot")
 def _dot(f: Frame, op: Op):
     a, b, c = f.args(op)
+    shared = f.ctx.shared_dots.get(id(op)) if f.ctx.parallel else None
+    if shared is not None and jnp.ndim(a) == 2 and jnp.ndim(b) == 2:
+        return [gemm.dot(shared, a, b, c)]
     out = jnp.matmul(a, b, preferred_element_type=c.dtype, precision=lax.Precision.HIGHEST)
     return [c + out]
 

@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
-from tritonplug_interpret.xla import affine, blocks, control, elementwise, lanes, memory, strided  # noqa: F401
+from tritonplug_interpret.xla import affine, blocks, control, elementwise, gemm, lanes, memory, strided  # noqa: F401
 from tritonplug_interpret.xla.checks import raise_if_bad
 from tritonplug_interpret.xla.program import (
     HANDLERS,
@@ -170,6 +170,12 @@ class Translation:
         found = lanes.analyse(fn, known, grid)
         self.carried = found.carried
         self.trips = found.trips
+        self.shared_dots: dict[int, gemm.SharedDot] = {}
+        if self.parallel:   # loads read unchanging buffers: equal operands give equal tiles
+            for key, (a_labels, b_labels) in found.dots.items():
+                shared = gemm.plan(a_labels, b_labels)
+                if shared is not None:
+                    self.shared_dots[key] = shared
         self.accesses: dict[int, strided.Access] = {}
         if self.parallel:   # windows of views only here: in parallel mode no buffer changes during the grid
             for key, load in found.loads.items():
@@ -197,7 +203,7 @@ class Translation:
             return list(results)
         ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
                       windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried),
-                      trips=dict(self.trips))
+                      trips=dict(self.trips), shared_dots=dict(self.shared_dots))
         if self.parallel:
             buffers, record = self._parallel(ctx, buffers, total)
         else:

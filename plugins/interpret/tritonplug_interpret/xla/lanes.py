@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tritonplug_interpret.xla.sharing import ROUNDS, Labels
 from tritonplug_interpret.xla.ttir import Block, Function, Op, int_constant, split_top
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
 
@@ -187,6 +188,7 @@ class _Analysis:
         gx, gy, gz = grid
         linear = np.arange(gx * gy * gz, dtype=np.int64)
         self.pids = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
+        self.labels = Labels(gx * gy * gz)
         self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
         self.carried: dict[int, dict[str, Carried]] = {}
@@ -204,16 +206,20 @@ class _Analysis:
                 for b in region:
                     for name, _ in b.args:
                         self.lanes.pop(name, None)
+                    self.labels.set_unknown(name for name, _ in b.args)
                     self.block(b)
             if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
                 lanes = self.lanes[op.operands[0]]
                 self.loads[id(op)] = (op, lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
+            out = None
             if len(op.results) == 1:
                 out = self.one(op)
                 if out is None:
                     self.lanes.pop(op.results[0], None)
                 else:
                     self.lanes[op.results[0]] = out
+            self.labels.after(op, None if out is None else out.value,
+                              None if out is None or out.origin is None else out.origin[0])
         return []
 
     def _static(self, name: str) -> np.ndarray | None:
@@ -224,7 +230,9 @@ class _Analysis:
         header = for_header(op)
         body = op.regions[0][0]
         if header is None:
+            self.labels.set_unknown(name for name, _ in body.args)
             self.block(body)
+            self.labels.set_unknown(op.results)
             return
         iv, lb, ub, step, bindings = header
         lower, upper, stride = self._static(lb), self._static(ub), _uniform(self._static(step))
@@ -242,7 +250,11 @@ class _Analysis:
             if init in self.lanes:
                 assumed[name] = Lanes(self.lanes[init].strides, self.lanes[init].buffer, zero, (name, 1))
                 inits[name] = self._static_base(init)
-        for _ in range(len(bindings) + 1):          # drop iter_args until the assumption holds
+        labels = self.labels
+        labels.of[iv] = labels.combine([labels.get(lb), labels.get(ub), labels.get(step)])
+        for name, init in bindings:
+            labels.of[name] = labels.combine([labels.get(init), labels.get(iv)])
+        for attempt in range(len(bindings) + 1 + ROUNDS):    # drop iter_args until the assumption holds
             self.loops.update({n: Loop(trips, steps, inits) for n in [iv, *assumed]})
             self.lanes.update(assumed)
             for name, _ in bindings:
@@ -251,7 +263,10 @@ class _Analysis:
             yielded = dict(zip((n for n, _ in bindings), body.ops[-1].operands if body.ops else [], strict=False))
             self.block(body)
             broken = [name for name in assumed if not self._keeps(assumed[name], self.lanes.get(yielded.get(name)))]
-            if not broken:
+            refined = labels.refine((name, yielded.get(name)) for name, _ in bindings)
+            if refined and attempt == len(bindings) + ROUNDS:
+                labels.sound = False
+            if not broken and not refined:
                 break
             for name in broken:
                 del assumed[name]
@@ -260,6 +275,8 @@ class _Analysis:
             step_value = _uniform(out.value) if out.origin == (name, 1) else None
             if step_value is not None:
                 steps[name] = step_value
+        for result, (name, _) in zip(op.results, bindings, strict=False):
+            labels.of[result] = labels.get(name)
         for result, (name, _), type_text in zip(op.results, bindings, _for_result_types(op), strict=False):
             if name in assumed:
                 self.lanes[result] = replace(assumed[name], value=None, origin=None)
@@ -333,6 +350,7 @@ class Found:
     loads: dict[int, LoadLanes]             # id(load op) → its pointer's lanes
     carried: dict[int, dict[str, Carried]]  # id(scf.for op) → pointer iter_arg → how the loop carries it
     trips: dict[int, int] = field(default_factory=dict)   # id(scf.for op) → trip count, uniform over programs
+    dots: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # id(tt.dot) → operand labels
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -341,7 +359,8 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     analysis.block(fn.body)
     loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
              for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
-    return Found(loads, dict(analysis.carried), dict(analysis.trips))
+    dots = dict(analysis.labels.dots) if analysis.labels.sound else {}
+    return Found(loads, dict(analysis.carried), dict(analysis.trips), dots)
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:
