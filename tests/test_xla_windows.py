@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 from helpers import requires_backend
 from xla_loop_kernels import (
+    gathered_rows_matmul_kernel,
     grouped_matmul_kernel,
+    halves_matmul_kernel,
     loaded_step_kernel,
     overrun_loop_kernel,
     row_sum_kernel,
@@ -31,6 +33,7 @@ import tritonplug
 pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
 RNG = np.random.default_rng(13)
 HOST_CALL = "tritonplug_host_kernel"  # the interpreter path's FFI target
+_DOT = re.compile(r"= \w+\[([\d,]*)\]\{[\d,]*\} dot\(")
 _GATHER = re.compile(r"= \S+ gather\(.*?slice_sizes=\{([\d,]*)\}")
 
 
@@ -55,6 +58,11 @@ def element_gathers(hlo: str) -> list[tuple[int, ...]]:
     return [sizes for sizes in gathered_windows(hlo) if all(s == 1 for s in sizes)]
 
 
+def dot_shapes(hlo: str) -> list[tuple[int, ...]]:
+    """The result shape of every dot in compiled HLO text."""
+    return [tuple(int(s) for s in m.group(1).split(",") if s) for m in _DOT.finditer(hlo)]
+
+
 def matmul(a, b, block=(32, 32, 32), group=8, transposed_b=False):
     (m, k), n = a.shape, (b.shape[0] if transposed_b else b.shape[1])
     bm, bn, bk = block
@@ -73,7 +81,9 @@ def test_matmul_k_loop_loads_windows_not_elements(m, n, k, block):
     b = RNG.standard_normal((k, n)).astype(np.float32)
     hlo = compiled_hlo(lambda x, y: matmul(x, y, block), a, b)
     assert element_gathers(hlo) == [], "a k-loop load went back to one gathered index per element"
-    assert set(gathered_windows(hlo)) == {(block[0], block[2]), (block[2], block[1])}
+    # windows of A and B, and whole output blocks picked from a shared GEMM's product (one index per block)
+    allowed = {(block[0], block[2]), (block[2], block[1]), (1, 1, block[0], block[1])}
+    assert set(gathered_windows(hlo)) <= allowed
     out = jax.jit(lambda x, y: matmul(x, y, block))(a, b)
     np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-4, atol=1e-4)
 
@@ -152,3 +162,44 @@ def test_unchecked_loop_load_past_the_end_reads_zeros(monkeypatch):
         v, 4, kernel=overrun_loop_kernel, out_type=jax.ShapeDtypeStruct((16,), jnp.float32), grid=(1,),
         BLOCK=16))
     np.testing.assert_array_equal(np.asarray(fn(x)), np.full(16, 3.0, np.float32))
+
+
+@pytest.mark.parametrize("check", ["0", "1"])
+def test_matmul_256_is_one_gemm_per_k_step_of_the_distinct_tiles(check, monkeypatch):
+    """64 programs share 8 A tiles and 8 B tiles per k-step: each step is one 256x32 @ 32x256 GEMM
+    (and the short static k-loop is unrolled), not a batch of 64 32x32 dots."""
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", check)
+    a = RNG.standard_normal((256, 256)).astype(np.float32)
+    b = RNG.standard_normal((256, 256)).astype(np.float32)
+    hlo = compiled_hlo(lambda x, y: matmul(x, y), a, b)
+    assert dot_shapes(hlo) == [(256, 256)] * 8
+    assert " while(" not in hlo
+    out = jax.jit(lambda x, y: matmul(x, y))(a, b)
+    np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_programs_sharing_pointers_but_not_masks_get_their_own_tiles():
+    """The second half of the grid loads the first half's A pointers under a false mask: it shares B
+    tiles only (4 distinct A tiles x 2 B tiles for 8 programs), and its products are zeros."""
+    m, n, k, block = 64, 64, 96, 32
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    fn = lambda x, y: tritonplug.triton_call(  # noqa: E731
+        x, y, m, n, k, kernel=halves_matmul_kernel, out_type=jax.ShapeDtypeStruct((2, m, n), jnp.float32),
+        grid=(8,), BLOCK=block)
+    assert dot_shapes(compiled_hlo(fn, a, b)) == [(4 * block, 2 * block)] * 3
+    out = np.asarray(jax.jit(fn)(a, b))
+    np.testing.assert_allclose(out[0], a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(out[1], np.zeros((m, n), np.float32))
+
+
+def test_tiles_chosen_by_loaded_indices_are_not_shared():
+    rows = np.array([5, 5, 0, 63, 1, 2, 3, 4] * 8, np.int32)   # repeated rows: equal tiles nothing can prove
+    a = RNG.standard_normal((64, 64)).astype(np.float32)
+    b = RNG.standard_normal((64, 64)).astype(np.float32)
+    fn = lambda x, r, y: tritonplug.triton_call(  # noqa: E731
+        x, r, y, 64, 64, kernel=gathered_rows_matmul_kernel, out_type=jax.ShapeDtypeStruct((64, 64), jnp.float32),
+        grid=(2, 2), BLOCK=32)
+    shapes = dot_shapes(compiled_hlo(fn, a, rows, b))
+    assert shapes and all(len(s) == 3 and s[0] == 4 for s in shapes), shapes   # batched: one dot per program
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, rows, b)), a[rows] @ b, rtol=1e-4, atol=1e-4)

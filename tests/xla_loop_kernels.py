@@ -73,3 +73,43 @@ def two_loops_kernel(x_ptr, n_steps, out_ptr, BLOCK: tl.constexpr):
         acc += 10.0 * tl.load(q)
         q += 1
     tl.store(out_ptr + lanes, acc)
+
+
+@triton.jit
+def halves_matmul_kernel(a_ptr, b_ptr, M, N, K, c_ptr, BLOCK: tl.constexpr):
+    """Two programs per output tile: the second half of the grid reads the same A tiles with a mask that
+    is all false (``half == 0``) and writes its product, zeros, to the second half of ``c``. A tile's
+    pointers are shared across the halves; its values are not."""
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BLOCK)
+    tiles = tl.cdiv(M, BLOCK) * tiles_n
+    half = pid // tiles
+    tile = pid % tiles
+    rm = (tile // tiles_n) * BLOCK + tl.arange(0, BLOCK)
+    rn = (tile % tiles_n) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK)):
+        kk = k * BLOCK + tl.arange(0, BLOCK)
+        a = tl.load(a_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K) & (half == 0),
+                    other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + half * M * N + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def gathered_rows_matmul_kernel(a_ptr, rows_ptr, b_ptr, N, K, c_ptr, BLOCK: tl.constexpr):
+    """c[i] = a[rows[i]] @ b, one BLOCK x BLOCK output tile per program: the A tile's rows come from
+    memory, so nothing proves two programs load the same tile (no sharing)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK + tl.arange(0, BLOCK)
+    src = tl.load(rows_ptr + rm)
+    rn = pid_n * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    for k in range(0, K, BLOCK):
+        kk = k + tl.arange(0, BLOCK)
+        a = tl.load(a_ptr + src[:, None] * K + kk[None, :])
+        b = tl.load(b_ptr + kk[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
