@@ -192,6 +192,7 @@ class _Analysis:
         self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
         self.carried: dict[int, dict[str, Carried]] = {}
+        self.stores: dict[int, tuple[Op, Lanes]] = {}
         self.trips: dict[int, int] = {}         # id(scf.for) → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
@@ -211,6 +212,8 @@ class _Analysis:
             if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
                 lanes = self.lanes[op.operands[0]]
                 self.loads[id(op)] = (op, lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
+            if op.name == "tt.store" and self.lanes.get(op.operands[0]) is not None:
+                self.stores[id(op)] = (op, self.lanes[op.operands[0]])
             out = None
             if len(op.results) == 1:
                 out = self.one(op)
@@ -351,6 +354,7 @@ class Found:
     carried: dict[int, dict[str, Carried]]  # id(scf.for op) → pointer iter_arg → how the loop carries it
     trips: dict[int, int] = field(default_factory=dict)   # id(scf.for op) → trip count, uniform over programs
     dots: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # id(tt.dot) → operand labels
+    stores: dict[int, tuple[Op, Lanes]] = field(default_factory=dict)   # id(tt.store) → its pointer's lanes
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -360,7 +364,7 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
              for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
     dots = dict(analysis.labels.dots) if analysis.labels.sound else {}
-    return Found(loads, dict(analysis.carried), dict(analysis.trips), dots)
+    return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores))
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:

@@ -94,6 +94,7 @@ class Context:
     carried: dict[int, Any] = field(default_factory=dict)   # id(scf.for) → {iter_arg: lanes.Carried}
     trips: dict[int, int] = field(default_factory=dict)     # id(scf.for) → static trip count, same in every program
     shared_dots: dict[int, Any] = field(default_factory=dict)  # id(tt.dot) → gemm.SharedDot (parallel mode)
+    tilings: dict[int, Any] = field(default_factory=dict)      # id(tt.store) → tiles.Tiling (parallel mode)
     store_log: list[tuple[str, int, Any, Any, Any]] = field(default_factory=list)  # (kind, buffer, idx, val, mask)
 
 
