@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from helpers import requires_backend
 from xla_loop_kernels import (
+    accumulate_forms_kernel,
     gathered_rows_matmul_kernel,
     grouped_matmul_kernel,
     halves_matmul_kernel,
@@ -81,9 +82,10 @@ def test_matmul_k_loop_loads_windows_not_elements(m, n, k, block):
     b = RNG.standard_normal((k, n)).astype(np.float32)
     hlo = compiled_hlo(lambda x, y: matmul(x, y, block), a, b)
     assert element_gathers(hlo) == [], "a k-loop load went back to one gathered index per element"
-    # windows of A and B, and whole output blocks picked from a shared GEMM's product (one index per block)
-    allowed = {(block[0], block[2]), (block[2], block[1]), (1, 1, block[0], block[1])}
-    assert set(gathered_windows(hlo)) <= allowed
+    # windows of A and B, and whole tiles picked from a shared GEMM's operands or product (one index per tile)
+    tiles = {(block[0], block[2]), (block[2], block[1]), (block[0], block[1])}
+    for sizes in gathered_windows(hlo):
+        assert sizes[-2:] in tiles and all(s == 1 for s in sizes[:-2]), sizes
     out = jax.jit(lambda x, y: matmul(x, y, block))(a, b)
     np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-4, atol=1e-4)
 
@@ -165,41 +167,69 @@ def test_unchecked_loop_load_past_the_end_reads_zeros(monkeypatch):
 
 
 @pytest.mark.parametrize("check", ["0", "1"])
-def test_matmul_256_is_one_gemm_per_k_step_of_the_distinct_tiles(check, monkeypatch):
-    """64 programs share 8 A tiles and 8 B tiles per k-step: each step is one 256x32 @ 32x256 GEMM
-    (and the short static k-loop is unrolled), not a batch of 64 32x32 dots."""
+def test_matmul_256_is_one_gemm_of_the_distinct_tiles(check, monkeypatch):
+    """64 programs share 8 A tiles and 8 B tiles per k-step, and the short static k-loop is unrolled
+    with its 8 products summed as one dot over the concatenated k: the whole kernel is one
+    256x256 @ 256x256 GEMM, not 8 batches of 64 32x32 dots."""
     monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", check)
     a = RNG.standard_normal((256, 256)).astype(np.float32)
     b = RNG.standard_normal((256, 256)).astype(np.float32)
     hlo = compiled_hlo(lambda x, y: matmul(x, y), a, b)
-    assert dot_shapes(hlo) == [(256, 256)] * 8
-    assert " while(" not in hlo
+    assert dot_shapes(hlo) == [(256, 256)]
+    assert " while(" not in hlo and " scatter(" not in hlo
     out = jax.jit(lambda x, y: matmul(x, y))(a, b)
     np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_programs_sharing_pointers_but_not_masks_get_their_own_tiles():
     """The second half of the grid loads the first half's A pointers under a false mask: it shares B
-    tiles only (4 distinct A tiles x 2 B tiles for 8 programs), and its products are zeros."""
+    tiles only (4 distinct A tiles x 2 B tiles for 8 programs: one 128x96 @ 96x64 GEMM), and its
+    products are zeros."""
     m, n, k, block = 64, 64, 96, 32
     a = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal((k, n)).astype(np.float32)
     fn = lambda x, y: tritonplug.triton_call(  # noqa: E731
         x, y, m, n, k, kernel=halves_matmul_kernel, out_type=jax.ShapeDtypeStruct((2, m, n), jnp.float32),
         grid=(8,), BLOCK=block)
-    assert dot_shapes(compiled_hlo(fn, a, b)) == [(4 * block, 2 * block)] * 3
+    assert dot_shapes(compiled_hlo(fn, a, b)) == [(4 * block, 2 * block)]
     out = np.asarray(jax.jit(fn)(a, b))
     np.testing.assert_allclose(out[0], a @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(out[1], np.zeros((m, n), np.float32))
 
 
-def test_tiles_chosen_by_loaded_indices_are_not_shared():
-    rows = np.array([5, 5, 0, 63, 1, 2, 3, 4] * 8, np.int32)   # repeated rows: equal tiles nothing can prove
+@pytest.mark.parametrize("per_program", [False, True])
+def test_tiles_chosen_by_loaded_indices_are_shared_only_by_programs_that_load_the_same_indices(per_program):
+    """Loads are pure here: programs that read the same row indices read the same A tile (2 x 2 tiles,
+    one GEMM). Read per program, the indices make 4 distinct A tiles: 4 x 2 pairs for 4 programs is
+    more work than the batch, so each program keeps its own dot."""
+    rows = RNG.integers(0, 64, 128 if per_program else 64).astype(np.int32)
     a = RNG.standard_normal((64, 64)).astype(np.float32)
     b = RNG.standard_normal((64, 64)).astype(np.float32)
     fn = lambda x, r, y: tritonplug.triton_call(  # noqa: E731
         x, r, y, 64, 64, kernel=gathered_rows_matmul_kernel, out_type=jax.ShapeDtypeStruct((64, 64), jnp.float32),
-        grid=(2, 2), BLOCK=32)
+        grid=(2, 2), BLOCK=32, PER_PROGRAM=per_program)
     shapes = dot_shapes(compiled_hlo(fn, a, rows, b))
-    assert shapes and all(len(s) == 3 and s[0] == 4 for s in shapes), shapes   # batched: one dot per program
-    np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, rows, b)), a[rows] @ b, rtol=1e-4, atol=1e-4)
+    assert shapes == ([(4, 32, 32)] if per_program else [(64, 64)]), shapes
+    if per_program:
+        tiles = rows.reshape(2, 2, 32)
+        expected = np.block([[a[tiles[i, j]] @ b[:, 32 * j:32 * j + 32] for j in range(2)] for i in range(2)])
+    else:
+        expected = a[rows] @ b
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, rows, b)), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("form", [0, 1, 2])
+def test_an_unrolled_loop_sums_its_products_as_one_dot_only_when_nothing_else_reads_the_sum(form):
+    m, n, k, block = 64, 32, 96, 16
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    fn = lambda x, y: tritonplug.triton_call(  # noqa: E731
+        x, y, k, n, kernel=accumulate_forms_kernel, out_type=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        grid=(m // block, n // block), FORM=form, BLOCK=block)
+    shapes = dot_shapes(compiled_hlo(fn, a, b))
+    assert shapes == ([(m, n)] if form < 2 else [(m, n)] * (k // block)), shapes   # 4 x 2 tiles: shared, 8 programs
+    expected = np.zeros((m, n), np.float32)
+    for t in range(0, k, block):
+        product = a[:, t:t + block] @ b[t:t + block]
+        expected = expected + product if form < 2 else expected * 0.5 + product
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, b)), expected, rtol=1e-4, atol=1e-4)

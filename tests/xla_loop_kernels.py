@@ -98,13 +98,17 @@ def halves_matmul_kernel(a_ptr, b_ptr, M, N, K, c_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def gathered_rows_matmul_kernel(a_ptr, rows_ptr, b_ptr, N, K, c_ptr, BLOCK: tl.constexpr):
+def gathered_rows_matmul_kernel(a_ptr, rows_ptr, b_ptr, N, K, c_ptr, BLOCK: tl.constexpr, PER_PROGRAM: tl.constexpr):
     """c[i] = a[rows[i]] @ b, one BLOCK x BLOCK output tile per program: the A tile's rows come from
-    memory, so nothing proves two programs load the same tile (no sharing)."""
+    memory, read at the tile's rows (equal in every program of a row of tiles) or, with PER_PROGRAM,
+    at ``rows[BLOCK * program + j]`` (so rows holds a block of row indices for every program)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK + tl.arange(0, BLOCK)
-    src = tl.load(rows_ptr + rm)
+    if PER_PROGRAM:
+        src = tl.load(rows_ptr + (pid_m * tl.num_programs(1) + pid_n) * BLOCK + tl.arange(0, BLOCK))
+    else:
+        src = tl.load(rows_ptr + rm)
     rn = pid_n * BLOCK + tl.arange(0, BLOCK)
     acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
     for k in range(0, K, BLOCK):
@@ -112,4 +116,25 @@ def gathered_rows_matmul_kernel(a_ptr, rows_ptr, b_ptr, N, K, c_ptr, BLOCK: tl.c
         a = tl.load(a_ptr + src[:, None] * K + kk[None, :])
         b = tl.load(b_ptr + kk[:, None] * N + rn[None, :])
         acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
+def accumulate_forms_kernel(a_ptr, b_ptr, K, N, c_ptr, FORM: tl.constexpr, BLOCK: tl.constexpr):
+    """c = a @ b (square tiles, edges multiples of BLOCK) accumulated in three ways: FORM 0
+    ``acc = tl.dot(a, b, acc)``, 1 ``acc += tl.dot(a, b)``, 2 ``acc = acc * 0.5 + tl.dot(a, b)`` (the
+    accumulator is read by more than the sum: each step's product must stay a step of its own)."""
+    rm = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    rn = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    for k in range(0, K, BLOCK):
+        kk = k + tl.arange(0, BLOCK)
+        a = tl.load(a_ptr + rm[:, None] * K + kk[None, :])
+        b = tl.load(b_ptr + kk[:, None] * N + rn[None, :])
+        if FORM == 0:
+            acc = tl.dot(a, b, acc)
+        elif FORM == 1:
+            acc += tl.dot(a, b)
+        else:
+            acc = acc * 0.5 + tl.dot(a, b)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)

@@ -44,7 +44,10 @@ def plan(a_labels: np.ndarray, b_labels: np.ndarray) -> SharedDot | None:
     return SharedDot(a_labels, b_labels, first_a, first_b)
 
 
-def _dot(a: Any, b: Any, c: Any) -> Any:
+def plain_dot(a_parts: list, b_parts: list, c: Any) -> Any:
+    """``c + A @ B`` with ``A``, ``B`` the parts concatenated along the contraction dimension."""
+    a = a_parts[0] if len(a_parts) == 1 else jnp.concatenate(a_parts, axis=-1)
+    b = b_parts[0] if len(b_parts) == 1 else jnp.concatenate(b_parts, axis=-2)
     return c + jnp.matmul(a, b, preferred_element_type=c.dtype, precision=lax.Precision.HIGHEST)
 
 
@@ -60,22 +63,25 @@ def _rows(x: Any, index: np.ndarray) -> Any:
     return jnp.take(x, jnp.asarray(index), axis=0)
 
 
-def dot(shared: SharedDot, a: Any, b: Any, c: Any) -> Any:
-    """``c + a @ b`` for one program; under the program ``vmap``, one GEMM of the distinct tiles."""
-    programs = shared.a_class.shape[0]
+def dot(shared: SharedDot, a_parts: list, b_parts: list, c: Any) -> Any:
+    """``c + A @ B`` for one program (``A``, ``B``: the parts concatenated along the contraction
+    dimension); under the program ``vmap``, one GEMM of the distinct tiles."""
+    programs, n_parts = shared.a_class.shape[0], len(a_parts)
 
     @custom_vmap
-    def one(a, b, c):
-        return _dot(a, b, c)
+    def one(*args):
+        return plain_dot(list(args[:n_parts]), list(args[n_parts:-1]), args[-1])
 
     @one.def_vmap
-    def grid(axis_size, in_batched, a, b, c):
-        a_batched, b_batched, c_batched = in_batched
-        if axis_size != programs or not (a_batched and b_batched) or a.ndim != 3 or b.ndim != 3:
-            a, b, c = (x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
-                       for x, batched in zip((a, b, c), in_batched, strict=True))
-            return _dot(a, b, c), True
-        tiles_a, tiles_b = _rows(a, shared.a_first), _rows(b, shared.b_first)   # [nA, M, K], [nB, K, N]
+    def grid(axis_size, in_batched, *args):
+        if axis_size != programs or not all(in_batched[:-1]) or any(x.ndim != 3 for x in args[:-1]):
+            args = [x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+                    for x, batched in zip(args, in_batched, strict=True)]
+            return plain_dot(list(args[:n_parts]), list(args[n_parts:-1]), args[-1]), True
+        c = args[-1]
+        # the distinct tiles of each part first: XLA then builds only those
+        tiles_a = jnp.concatenate([_rows(x, shared.a_first) for x in args[:n_parts]], axis=-1)   # [nA, M, K]
+        tiles_b = jnp.concatenate([_rows(x, shared.b_first) for x in args[n_parts:-1]], axis=-2)  # [nB, K, N]
         n_a, m, k = tiles_a.shape
         n_b, _, n = tiles_b.shape
         lhs = tiles_a.reshape(n_a * m, k)
@@ -84,4 +90,4 @@ def dot(shared: SharedDot, a: Any, b: Any, c: Any) -> Any:
         blocks = jnp.transpose(full.reshape(n_a, m, n_b, n), (0, 2, 1, 3))[shared.a_class, shared.b_class]
         return c + blocks, True
 
-    return one(a, b, c)
+    return one(*a_parts, *b_parts, c)

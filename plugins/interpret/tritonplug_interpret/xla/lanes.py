@@ -360,6 +360,7 @@ class Found:
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
     """Lanes of every load's pointer (nested loads included) and of every loop-carried pointer."""
     analysis = _Analysis(arguments, grid)
+    analysis.labels.set_uniform(name for name, _ in fn.args)     # every program gets the same arguments
     analysis.block(fn.body)
     loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
              for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}

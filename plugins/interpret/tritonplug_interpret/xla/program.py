@@ -105,6 +105,7 @@ class Frame:
         self.program_id = program_id
         self.env: dict[str, Any] = {}
         self.hoisted: dict[int, Any] = {}   # id(load op) → this program's row of a grid-wide slice
+        self.overrides: dict[int, Handler] = {}   # id(op) → the handler to use instead of its op name's
         self.current_op: int | None = None
 
     def get(self, name: str) -> Any:
@@ -123,7 +124,7 @@ class Frame:
         for op in block.ops:
             if op.name in TERMINATORS:
                 return self.args(op)
-            fn = HANDLERS.get(op.name)
+            fn = self.overrides.get(id(op)) or HANDLERS.get(op.name)
             if fn is None:
                 raise Unsupported(op.name)
             values = fn(self, op)

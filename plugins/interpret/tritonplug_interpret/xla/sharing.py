@@ -63,6 +63,10 @@ class Labels:
         """Labels of a per-program integer (0-d: the same in every program)."""
         return _canonical(np.broadcast_to(np.asarray(value, np.int64), (self.programs,)))
 
+    def set_uniform(self, names: Iterable[str]) -> None:
+        for name in names:
+            self.of[name] = np.zeros(self.programs, np.int64)
+
     def set_unknown(self, names: Iterable[str]) -> None:
         for name in names:
             self.of[name] = self.unknown()
