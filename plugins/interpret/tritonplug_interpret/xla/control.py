@@ -8,6 +8,12 @@ programs runs until every program is done, each keeping its own values.
 A pointer iter_arg that :mod:`.lanes` found to stay ``base + pattern`` is carried as its lane-0
 offset only, or not at all when the loop advances it by a static step (``base = init + trip *
 step``), so the loop carries no per-lane offsets and each load's window start is one number.
+
+An ``scf.for`` whose trip count :mod:`.lanes` knows (the same in every program) and whose body is
+short is unrolled: XLA runs a while loop's body op by op, unrolled it fuses and schedules the
+trips together. In an unrolled loop, ``acc += tt.dot(a, b)`` into an accumulator nothing else
+reads records each trip's operands and adds one dot of the concatenated operands after the loop
+(a matmul's k-loop becomes one dot with the whole k).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ relative to a loop value (``origin``): the induction variable, or an iter_arg th
 advances by a uniform, loop-invariant step (the ``a_ptrs += BLOCK_K * stride_ak`` of a matmul).
 Such a pointer iter_arg is not carried by the loop at all: its base is ``init + trip * step``.
 
-:mod:`.strided` turns the result into views and windows; :mod:`.control` uses :class:`Carried`.
+:mod:`.strided` turns the result into views and windows; :mod:`.control` uses :class:`Carried` and
+the trip counts, :mod:`.tiles` the stores' lanes. The same walk labels which programs compute equal
+values (:mod:`.sharing`), for the ``tt.dot``s that :mod:`.gemm` computes once per distinct tile.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
-from tritonplug_interpret.xla.ttir import Block, Function, Op, int_constant, split_top
+from tritonplug_interpret.xla.ttir import Block, Function, Op, int_constant, split_top, walk
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
 
 _FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
@@ -183,12 +185,12 @@ def _scalar_op(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
 
 
 class _Analysis:
-    def __init__(self, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> None:
+    def __init__(self, arguments: dict[str, Lanes], grid: tuple[int, int, int], dots: bool = True) -> None:
         self.lanes: dict[str, Lanes] = dict(arguments)
         gx, gy, gz = grid
         linear = np.arange(gx * gy * gz, dtype=np.int64)
         self.pids = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
-        self.labels = Labels(gx * gy * gz)
+        self.labels = Labels(gx * gy * gz, dots)   # only a tt.dot uses them
         self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
         self.carried: dict[int, dict[str, Carried]] = {}
@@ -254,9 +256,10 @@ class _Analysis:
                 assumed[name] = Lanes(self.lanes[init].strides, self.lanes[init].buffer, zero, (name, 1))
                 inits[name] = self._static_base(init)
         labels = self.labels
-        labels.of[iv] = labels.combine([labels.get(lb), labels.get(ub), labels.get(step)])
-        for name, init in bindings:
-            labels.of[name] = labels.combine([labels.get(init), labels.get(iv)])
+        if labels.enabled:
+            labels.of[iv] = labels.combine([labels.get(lb), labels.get(ub), labels.get(step)])
+            for name, init in bindings:
+                labels.of[name] = labels.combine([labels.get(init), labels.get(iv)])
         for attempt in range(len(bindings) + 1 + ROUNDS):    # drop iter_args until the assumption holds
             self.loops.update({n: Loop(trips, steps, inits) for n in [iv, *assumed]})
             self.lanes.update(assumed)
@@ -278,7 +281,7 @@ class _Analysis:
             step_value = _uniform(out.value) if out.origin == (name, 1) else None
             if step_value is not None:
                 steps[name] = step_value
-        for result, (name, _) in zip(op.results, bindings, strict=False):
+        for result, (name, _) in zip(op.results, bindings, strict=False) if labels.enabled else ():
             labels.of[result] = labels.get(name)
         for result, (name, _), type_text in zip(op.results, bindings, _for_result_types(op), strict=False):
             if name in assumed:
@@ -359,7 +362,7 @@ class Found:
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
     """Lanes of every load's pointer (nested loads included) and of every loop-carried pointer."""
-    analysis = _Analysis(arguments, grid)
+    analysis = _Analysis(arguments, grid, any(op.name == "tt.dot" for op in walk(fn.body)))
     analysis.labels.set_uniform(name for name, _ in fn.args)     # every program gets the same arguments
     analysis.block(fn.body)
     loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))

@@ -22,6 +22,8 @@ import numpy as np
 
 #: Ops whose results may differ between programs with equal operands.
 IMPURE = frozenset({"tt.atomic_rmw", "tt.atomic_cas"})
+#: Grids larger than this are not analysed (the analysis sorts a label array per value).
+MAX_PROGRAMS = 1 << 14
 #: Rounds of refining a loop's iter_arg labels before giving up on the loop (then nothing is shared).
 ROUNDS = 4
 
@@ -38,8 +40,9 @@ def count(labels: np.ndarray) -> int:
 class Labels:
     """Labels of the values seen so far, and of every ``tt.dot``'s two operands."""
 
-    def __init__(self, programs: int) -> None:
+    def __init__(self, programs: int, enabled: bool = True) -> None:
         self.programs = programs
+        self.enabled = enabled and 1 < programs <= MAX_PROGRAMS   # disabled: every call is a no-op
         self.of: dict[str, np.ndarray] = {}
         self.dots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.sound = True       # False once a loop's labels did not settle: no label may be trusted
@@ -52,11 +55,17 @@ class Labels:
 
     def combine(self, parts: Iterable[np.ndarray]) -> np.ndarray:
         """The coarsest partition finer than every one of ``parts`` (all programs alike if none)."""
-        rows = [p for p in parts]
-        if not rows:
-            return np.zeros(self.programs, np.int64)
-        if len(rows) == 1:
-            return rows[0]
+        rows, finest = [], None
+        for p in parts:
+            top = count(p)
+            if top == self.programs:
+                finest = p
+            elif top > 1:
+                rows.append(p)
+        if finest is not None:
+            return finest
+        if len(rows) <= 1:
+            return rows[0] if rows else np.zeros(self.programs, np.int64)
         return _canonical(np.unique(np.stack(rows, axis=1), axis=0, return_inverse=True)[1])
 
     def of_value(self, value: np.ndarray) -> np.ndarray:
@@ -64,16 +73,18 @@ class Labels:
         return _canonical(np.broadcast_to(np.asarray(value, np.int64), (self.programs,)))
 
     def set_uniform(self, names: Iterable[str]) -> None:
-        for name in names:
+        for name in names if self.enabled else ():
             self.of[name] = np.zeros(self.programs, np.int64)
 
     def set_unknown(self, names: Iterable[str]) -> None:
-        for name in names:
+        for name in names if self.enabled else ():
             self.of[name] = self.unknown()
 
     def after(self, op, value: np.ndarray | None, origin: str | None) -> None:
         """Label ``op``'s results: from ``value`` (its exact per-program integer base, relative to the
         loop value ``origin`` if given) when known, else from its operands."""
+        if not self.enabled:
+            return
         if op.regions or op.name in IMPURE:
             self.set_unknown(op.results)
             return
@@ -90,6 +101,8 @@ class Labels:
     def refine(self, pairs: Iterable[tuple[str, str | None]]) -> bool:
         """Refine each loop value's labels by those of what the loop body yields for it; True if any changed."""
         changed = False
+        if not self.enabled:
+            return changed
         for name, yielded in pairs:
             old = self.get(name)
             new = self.combine([old, self.get(yielded) if yielded is not None else self.unknown()])
