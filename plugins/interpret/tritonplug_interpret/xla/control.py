@@ -8,23 +8,35 @@ programs runs until every program is done, each keeping its own values.
 A pointer iter_arg that :mod:`.lanes` found to stay ``base + pattern`` is carried as its lane-0
 offset only, or not at all when the loop advances it by a static step (``base = init + trip *
 step``), so the loop carries no per-lane offsets and each load's window start is one number.
+
+An ``scf.for`` whose trip count :mod:`.lanes` knows (the same in every program) and whose body is
+short is unrolled: XLA runs a while loop's body op by op, unrolled it fuses and schedules the
+trips together. In an unrolled loop, ``acc += tt.dot(a, b)`` into an accumulator nothing else
+reads records each trip's operands and adds one dot of the concatenated operands after the loop
+(a matmul's k-loop becomes one dot with the whole k).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax.numpy as jnp
 from jax import lax
 
+from tritonplug_interpret.xla import blocks
 from tritonplug_interpret.xla.memory import Pointer
 from tritonplug_interpret.xla.program import Frame, State, Unsupported, handler, writes_memory
-from tritonplug_interpret.xla.ttir import Op
+from tritonplug_interpret.xla.ttir import Op, walk
 
 _FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
                   r"(?:\s+iter_args\((.*)\))?")
 _BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
+#: A ``scf.for`` whose trip count is known (and the same in every program) is unrolled when
+#: trips × body ops stays below this.
+UNROLL_OPS = 512
 
 
 def _carried_state(f: Frame, op: Op) -> tuple[bool, bool]:
@@ -120,10 +132,83 @@ def _for(f: Frame, op: Op):
         return i + stride, trip + 1, out, _pack(f, carry_buffers, carry_check)
 
     start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
-    _, trips, results, packed = lax.while_loop(cond, body, start)
+    static_trips = f.ctx.trips.get(id(op))
+    sums: list[_Sum] = []
+    if static_trips is not None and static_trips * len(block.ops) <= UNROLL_OPS:
+        sums = _accumulated_dots(block, names)
+        for s in sums:
+            _defer(f, s)
+        state = start      # a short loop of known length: unrolled (XLA runs a while loop's body op by op)
+        for _ in range(static_trips):
+            state = body(state)
+        _, trips, results, packed = state
+    else:
+        _, trips, results, packed = lax.while_loop(cond, body, start)
     f.state = outer_state
     _unpack(f, packed)
-    return bind(trips, results)
+    out = bind(trips, results)
+    for s in sums:
+        f.overrides.pop(s.dot, None)
+        f.overrides.pop(s.add, None)
+        if not s.terms:
+            continue
+        pairs = [(a, b) for a, b, _ in s.terms]
+        if s.add is None:       # acc = dot(a, b, acc): acc + Σ a_t b_t
+            out[s.index] = blocks.summed_dot(f, s.dot, pairs, out[s.index])
+        else:                   # acc = acc + dot(a, b, c): acc + (Σ c_t + Σ a_t b_t)
+            offset = s.terms[0][2]
+            for _, _, c in s.terms[1:]:
+                offset = offset + c
+            out[s.index] = out[s.index] + blocks.summed_dot(f, s.dot, pairs, offset)
+    return out
+
+
+@dataclass
+class _Sum:
+    """``acc = tt.dot(a, b, acc)``, or ``acc = acc + tt.dot(a, b, c)`` (``add``: the ``arith.addf``), of an
+    unrolled loop: each trip only records ``(a, b, c)`` and leaves ``acc`` as it is; after the loop
+    ``acc`` gets one dot of them all."""
+
+    dot: int
+    add: int | None
+    index: int          # of the iter_arg
+    acc: str            # its name
+    terms: list = field(default_factory=list)
+
+
+def _defer(f: Frame, s: _Sum) -> None:
+    def record(frame: Frame, op: Op):
+        a, b, c = frame.args(op)
+        s.terms.append((a, b, c))
+        return [c]
+
+    def keep(frame: Frame, op: Op):
+        return [frame.get(s.acc)]
+
+    f.overrides[s.dot] = record
+    if s.add is not None:
+        f.overrides[s.add] = keep
+
+
+def _accumulated_dots(block, names: list[str]) -> list[_Sum]:
+    """The loop body's accumulations of ``tt.dot`` products into an iter_arg that nothing else reads."""
+    terminator = block.ops[-1] if block.ops else None
+    yields = list(terminator.operands) if terminator is not None and terminator.name == "scf.yield" else []
+    uses = Counter(name for op in walk(block) for name in op.operands)
+    producers = {r: op for op in block.ops for r in op.results}
+    found = []
+    for index, name in enumerate(names):
+        final = producers.get(yields[index]) if index < len(yields) else None
+        if final is None or uses[name] != 1 or uses[final.results[0]] != 1 or len(final.results) != 1:
+            continue
+        if final.name == "tt.dot" and len(final.operands) == 3 and final.operands[2] == name:
+            found.append(_Sum(id(final), None, index, name))
+        elif final.name == "arith.addf" and name in final.operands and len(final.operands) == 2:
+            other = final.operands[1] if final.operands[0] == name else final.operands[0]
+            product = producers.get(other)
+            if product is not None and product.name == "tt.dot" and uses[other] == 1 and other != name:
+                found.append(_Sum(id(product), id(final), index, name))
+    return found
 
 
 def _body_without_args(block):

@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
-from tritonplug_interpret.xla import affine, blocks, control, elementwise, lanes, memory, strided  # noqa: F401
+from tritonplug_interpret.xla import affine, blocks, control, elementwise, gemm, lanes, memory, strided, tiles  # noqa: F401
 from tritonplug_interpret.xla.checks import raise_if_bad
 from tritonplug_interpret.xla.program import (
     HANDLERS,
@@ -169,6 +169,21 @@ class Translation:
             self.windows = affine.windows(fn, forms, grid)
         found = lanes.analyse(fn, known, grid)
         self.carried = found.carried
+        self.trips = found.trips
+        self.shared_dots: dict[int, gemm.SharedDot] = {}
+        if self.parallel:   # loads read unchanging buffers: equal operands give equal tiles
+            for key, (a_labels, b_labels) in found.dots.items():
+                shared = gemm.plan(a_labels, b_labels)
+                if shared is not None:
+                    self.shared_dots[key] = shared
+        self.tilings: dict[int, tiles.Tiling] = {}
+        if self.parallel:   # top-level stores, applied after the grid
+            top = {id(op) for op in fn.body.ops}
+            for key, (op, store) in found.stores.items():
+                laid = tiles.tiling(op, store, self.buffers[store.buffer].size, total_programs(grid)) \
+                    if key in top and key not in self.windows else None
+                if laid is not None:
+                    self.tilings[key] = laid
         self.accesses: dict[int, strided.Access] = {}
         if self.parallel:   # windows of views only here: in parallel mode no buffer changes during the grid
             for key, load in found.loads.items():
@@ -195,7 +210,9 @@ class Translation:
         if total == 0:
             return list(results)
         ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
-                      windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried))
+                      windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried),
+                      trips=dict(self.trips), shared_dots=dict(self.shared_dots),
+                      tilings=dict(self.tilings))
         if self.parallel:
             buffers, record = self._parallel(ctx, buffers, total)
         else:
@@ -266,6 +283,10 @@ def _scalar_bits(param: ScalarParam) -> Any:
 
 def jnp_dtype_of(name: str):
     return jnp.dtype(name)
+
+
+def total_programs(grid: Sequence[int]) -> int:
+    return _size(grid)
 
 
 def _size(shape: Sequence[int]) -> int:

@@ -9,7 +9,9 @@ relative to a loop value (``origin``): the induction variable, or an iter_arg th
 advances by a uniform, loop-invariant step (the ``a_ptrs += BLOCK_K * stride_ak`` of a matmul).
 Such a pointer iter_arg is not carried by the loop at all: its base is ``init + trip * step``.
 
-:mod:`.strided` turns the result into views and windows; :mod:`.control` uses :class:`Carried`.
+:mod:`.strided` turns the result into views and windows; :mod:`.control` uses :class:`Carried` and
+the trip counts, :mod:`.tiles` the stores' lanes. The same walk labels which programs compute equal
+values (:mod:`.sharing`), for the ``tt.dot``s that :mod:`.gemm` computes once per distinct tile.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tritonplug_interpret.xla.ttir import Block, Function, Op, int_constant, split_top
+from tritonplug_interpret.xla.sharing import ROUNDS, Labels
+from tritonplug_interpret.xla.ttir import Block, Function, Op, int_constant, split_top, walk
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
 
 _FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
@@ -182,14 +185,17 @@ def _scalar_op(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
 
 
 class _Analysis:
-    def __init__(self, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> None:
+    def __init__(self, arguments: dict[str, Lanes], grid: tuple[int, int, int], dots: bool = True) -> None:
         self.lanes: dict[str, Lanes] = dict(arguments)
         gx, gy, gz = grid
         linear = np.arange(gx * gy * gz, dtype=np.int64)
         self.pids = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
+        self.labels = Labels(gx * gy * gz, dots)   # only a tt.dot uses them
         self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
         self.carried: dict[int, dict[str, Carried]] = {}
+        self.stores: dict[int, tuple[Op, Lanes]] = {}
+        self.trips: dict[int, int] = {}         # id(scf.for) → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
         """Analyse ``block``'s ops; returns its terminator's operands."""
@@ -203,16 +209,22 @@ class _Analysis:
                 for b in region:
                     for name, _ in b.args:
                         self.lanes.pop(name, None)
+                    self.labels.set_unknown(name for name, _ in b.args)
                     self.block(b)
             if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
                 lanes = self.lanes[op.operands[0]]
                 self.loads[id(op)] = (op, lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
+            if op.name == "tt.store" and self.lanes.get(op.operands[0]) is not None:
+                self.stores[id(op)] = (op, self.lanes[op.operands[0]])
+            out = None
             if len(op.results) == 1:
                 out = self.one(op)
                 if out is None:
                     self.lanes.pop(op.results[0], None)
                 else:
                     self.lanes[op.results[0]] = out
+            self.labels.after(op, None if out is None else out.value,
+                              None if out is None or out.origin is None else out.origin[0])
         return []
 
     def _static(self, name: str) -> np.ndarray | None:
@@ -223,13 +235,17 @@ class _Analysis:
         header = for_header(op)
         body = op.regions[0][0]
         if header is None:
+            self.labels.set_unknown(name for name, _ in body.args)
             self.block(body)
+            self.labels.set_unknown(op.results)
             return
         iv, lb, ub, step, bindings = header
         lower, upper, stride = self._static(lb), self._static(ub), _uniform(self._static(step))
         trips = None
         if lower is not None and upper is not None and stride:
             trips = max(0, int(np.max(-((lower - upper) // stride))))
+            if _uniform(lower) is not None and _uniform(upper) is not None:
+                self.trips[id(op)] = trips
         zero = np.zeros((), np.int64)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
         steps: dict[str, int] = {} if stride is None else {iv: stride}
@@ -239,7 +255,12 @@ class _Analysis:
             if init in self.lanes:
                 assumed[name] = Lanes(self.lanes[init].strides, self.lanes[init].buffer, zero, (name, 1))
                 inits[name] = self._static_base(init)
-        for _ in range(len(bindings) + 1):          # drop iter_args until the assumption holds
+        labels = self.labels
+        if labels.enabled:
+            labels.of[iv] = labels.combine([labels.get(lb), labels.get(ub), labels.get(step)])
+            for name, init in bindings:
+                labels.of[name] = labels.combine([labels.get(init), labels.get(iv)])
+        for attempt in range(len(bindings) + 1 + ROUNDS):    # drop iter_args until the assumption holds
             self.loops.update({n: Loop(trips, steps, inits) for n in [iv, *assumed]})
             self.lanes.update(assumed)
             for name, _ in bindings:
@@ -248,7 +269,10 @@ class _Analysis:
             yielded = dict(zip((n for n, _ in bindings), body.ops[-1].operands if body.ops else [], strict=False))
             self.block(body)
             broken = [name for name in assumed if not self._keeps(assumed[name], self.lanes.get(yielded.get(name)))]
-            if not broken:
+            refined = labels.refine((name, yielded.get(name)) for name, _ in bindings)
+            if refined and attempt == len(bindings) + ROUNDS:
+                labels.sound = False
+            if not broken and not refined:
                 break
             for name in broken:
                 del assumed[name]
@@ -257,6 +281,8 @@ class _Analysis:
             step_value = _uniform(out.value) if out.origin == (name, 1) else None
             if step_value is not None:
                 steps[name] = step_value
+        for result, (name, _) in zip(op.results, bindings, strict=False) if labels.enabled else ():
+            labels.of[result] = labels.get(name)
         for result, (name, _), type_text in zip(op.results, bindings, _for_result_types(op), strict=False):
             if name in assumed:
                 self.lanes[result] = replace(assumed[name], value=None, origin=None)
@@ -329,15 +355,20 @@ def _normal(lanes: Lanes, shape: tuple[int, ...]) -> Lanes | None:
 class Found:
     loads: dict[int, LoadLanes]             # id(load op) → its pointer's lanes
     carried: dict[int, dict[str, Carried]]  # id(scf.for op) → pointer iter_arg → how the loop carries it
+    trips: dict[int, int] = field(default_factory=dict)   # id(scf.for op) → trip count, uniform over programs
+    dots: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # id(tt.dot) → operand labels
+    stores: dict[int, tuple[Op, Lanes]] = field(default_factory=dict)   # id(tt.store) → its pointer's lanes
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
     """Lanes of every load's pointer (nested loads included) and of every loop-carried pointer."""
-    analysis = _Analysis(arguments, grid)
+    analysis = _Analysis(arguments, grid, any(op.name == "tt.dot" for op in walk(fn.body)))
+    analysis.labels.set_uniform(name for name, _ in fn.args)     # every program gets the same arguments
     analysis.block(fn.body)
     loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
              for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
-    return Found(loads, dict(analysis.carried))
+    dots = dict(analysis.labels.dots) if analysis.labels.sound else {}
+    return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores))
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tritonplug_interpret.xla import affine, strided
+from tritonplug_interpret.xla import affine, strided, tiles
 from tritonplug_interpret.xla.program import Frame, Unsupported, handler
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import TType, parse_type, unsigned
@@ -125,7 +125,7 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     else:
         values = values.astype(info.dtype)
     if f.ctx.parallel:
-        window = f.ctx.windows.get(f.current_op) if kind == "store" else None
+        window = (f.ctx.windows.get(f.current_op) or f.ctx.tilings.get(f.current_op)) if kind == "store" else None
         f.ctx.store_log.append((window or kind, buffer, offset, values, active))
         return None
     data = f.state.buffers[buffer]
@@ -146,6 +146,11 @@ jax.tree_util.register_pytree_node(ViewedValues, lambda v: ((v.values,), v.buffe
 
 
 def apply_scatter(data, kind: Any, offset, values, active):
+    if isinstance(kind, tiles.Tiling):
+        if isinstance(values, ViewedValues):
+            view = lax.bitcast_convert_type(data, values.values.dtype)
+            return lax.bitcast_convert_type(tiles.write(view, kind, values.values, active), data.dtype)
+        return tiles.write(data, kind, values, active)
     if isinstance(kind, affine.Window):
         if isinstance(values, ViewedValues):
             view = lax.bitcast_convert_type(data, values.values.dtype)

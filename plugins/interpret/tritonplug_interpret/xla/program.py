@@ -92,6 +92,9 @@ class Context:
     accesses: dict[int, Any] = field(default_factory=dict)  # id(load op) → strided.Access (parallel mode)
     views: dict[Any, Any] = field(default_factory=dict)     # strided.View → its array, built before the grid
     carried: dict[int, Any] = field(default_factory=dict)   # id(scf.for) → {iter_arg: lanes.Carried}
+    trips: dict[int, int] = field(default_factory=dict)     # id(scf.for) → static trip count, same in every program
+    shared_dots: dict[int, Any] = field(default_factory=dict)  # id(tt.dot) → gemm.SharedDot (parallel mode)
+    tilings: dict[int, Any] = field(default_factory=dict)      # id(tt.store) → tiles.Tiling (parallel mode)
     store_log: list[tuple[str, int, Any, Any, Any]] = field(default_factory=list)  # (kind, buffer, idx, val, mask)
 
 
@@ -102,6 +105,7 @@ class Frame:
         self.program_id = program_id
         self.env: dict[str, Any] = {}
         self.hoisted: dict[int, Any] = {}   # id(load op) → this program's row of a grid-wide slice
+        self.overrides: dict[int, Handler] = {}   # id(op) → the handler to use instead of its op name's
         self.current_op: int | None = None
 
     def get(self, name: str) -> Any:
@@ -120,7 +124,7 @@ class Frame:
         for op in block.ops:
             if op.name in TERMINATORS:
                 return self.args(op)
-            fn = HANDLERS.get(op.name)
+            fn = self.overrides.get(id(op)) or HANDLERS.get(op.name)
             if fn is None:
                 raise Unsupported(op.name)
             values = fn(self, op)
