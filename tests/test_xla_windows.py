@@ -218,7 +218,7 @@ def test_tiles_chosen_by_loaded_indices_are_shared_only_by_programs_that_load_th
     np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, rows, b)), expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("form", [0, 1, 2])
+@pytest.mark.parametrize("form", [0, 1, 2, 3])
 def test_an_unrolled_loop_sums_its_products_as_one_dot_only_when_nothing_else_reads_the_sum(form):
     m, n, k, block = 64, 32, 96, 16
     a = RNG.standard_normal((m, k)).astype(np.float32)
@@ -231,5 +231,6 @@ def test_an_unrolled_loop_sums_its_products_as_one_dot_only_when_nothing_else_re
     expected = np.zeros((m, n), np.float32)
     for t in range(0, k, block):
         product = a[:, t:t + block] @ b[t:t + block]
-        expected = expected + product if form < 2 else expected * 0.5 + product
-    np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, b)), expected, rtol=1e-4, atol=1e-4)
+        expected = expected * 0.5 + product if form == 2 else expected + product
+    tolerance = 5e-2 if form == 3 else 1e-4  # form 3 accumulates in fp16
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, b)), expected, rtol=tolerance, atol=tolerance)

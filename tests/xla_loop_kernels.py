@@ -123,10 +123,14 @@ def gathered_rows_matmul_kernel(a_ptr, rows_ptr, b_ptr, N, K, c_ptr, BLOCK: tl.c
 def accumulate_forms_kernel(a_ptr, b_ptr, K, N, c_ptr, FORM: tl.constexpr, BLOCK: tl.constexpr):
     """c = a @ b (square tiles, edges multiples of BLOCK) accumulated in three ways: FORM 0
     ``acc = tl.dot(a, b, acc)``, 1 ``acc += tl.dot(a, b)``, 2 ``acc = acc * 0.5 + tl.dot(a, b)`` (the
-    accumulator is read by more than the sum: each step's product must stay a step of its own)."""
+    accumulator is read by more than the sum: each step's product must stay a step of its own), 3
+    ``acc = tl.dot(a, b, acc)`` into an fp16 accumulator (rounded every step, so every step stays one too)."""
     rm = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     rn = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    if FORM == 3:
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float16)
+    else:
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
     for k in range(0, K, BLOCK):
         kk = k + tl.arange(0, BLOCK)
         a = tl.load(a_ptr + rm[:, None] * K + kk[None, :])
@@ -135,6 +139,8 @@ def accumulate_forms_kernel(a_ptr, b_ptr, K, N, c_ptr, FORM: tl.constexpr, BLOCK
             acc = tl.dot(a, b, acc)
         elif FORM == 1:
             acc += tl.dot(a, b)
-        else:
+        elif FORM == 2:
             acc = acc * 0.5 + tl.dot(a, b)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+        else:
+            acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc, out_dtype=tl.float16)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float32))

@@ -201,6 +201,8 @@ def _accumulated_dots(block, names: list[str]) -> list[_Sum]:
         final = producers.get(yields[index]) if index < len(yields) else None
         if final is None or uses[name] != 1 or uses[final.results[0]] != 1 or len(final.results) != 1:
             continue
+        if not _wide_float(final.result_types()):
+            continue  # an fp16/bf16 accumulator rounds every step: summing the steps in one dot would not
         if final.name == "tt.dot" and len(final.operands) == 3 and final.operands[2] == name:
             found.append(_Sum(id(final), None, index, name))
         elif final.name == "arith.addf" and name in final.operands and len(final.operands) == 2:
@@ -209,6 +211,12 @@ def _accumulated_dots(block, names: list[str]) -> list[_Sum]:
             if product is not None and product.name == "tt.dot" and uses[other] == 1 and other != name:
                 found.append(_Sum(id(product), id(final), index, name))
     return found
+
+
+def _wide_float(types: list[str]) -> bool:
+    """Whether a result type is a tensor of f32 or f64 (where one dot over all steps differs from the
+    step-by-step sums only by the order of the additions)."""
+    return len(types) == 1 and types[0].rstrip(">").endswith(("xf32", "xf64"))
 
 
 def _body_without_args(block):
