@@ -56,3 +56,18 @@ def test_scalar_values_and_signs_are_part_of_the_signature():
 
 def test_refs_are_never_memoised():
     assert call_memo.signature(add_kernel, (jax.new_ref(jnp.ones(4)),), {}, ()) is None
+
+
+_xla_compiles: list[str] = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, seconds, **kw: _xla_compiles.append(name) if name == "/jax/core/compile/backend_compile_duration"
+    else None)
+
+
+def test_an_eager_call_and_its_repeats_compile_the_program_once():
+    """The first eager call and the memoised repeats run the same jitted function, so XLA compiles once."""
+    x, y = jnp.arange(117, dtype=jnp.float32), jnp.ones(117, jnp.float32)  # a shape no other test uses
+    before = len(_xla_compiles)
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(add(x, y)), np.asarray(x + y))
+    assert len(_xla_compiles) - before == 1 + 1  # the kernel's program, and x + y's

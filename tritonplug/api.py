@@ -43,11 +43,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     memo_key = call_memo.signature(kernel, args, kwargs, out_value)
     memo = state.memo.lookup(memo_key)
     if memo is not None:
-        arrays = call_memo.arrays_of(memo, args, kwargs)
-        if call_memo.all_concrete(arrays) and active_session.get() is None:
-            results = memo.dispatch(*arrays)  # eager: JAX's C++ dispatch, as apply_primitive would reach
-        else:
-            results = triton_call_p.bind(*arrays, call=memo.call)
+        results = _run(memo.call, call_memo.arrays_of(memo, args, kwargs), memo.dispatch)
         return jax.tree_util.tree_unflatten(memo.out_tree, results)
 
     facts = state.kernels.get(kernel)
@@ -71,12 +67,22 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     call = CallSpec(kernel=facts, bound=bound, metaparams=tuple(sorted(constexpr_kwargs.items())),
                     out_specs=out_specs, options=options)
     ensure_lowering_rules(state.host().platforms())
+    dispatch = None
     if not bound.refs:
+        dispatch = eager_dispatcher(call)
         state.memo.store(memo_key, call_memo.Entry(call, bound.names, frozenset(operand_kwargs), tuple(sources),
-                                                   out_tree, eager_dispatcher(call)))
+                                                   out_tree, dispatch))
     early_compile.on_bind(call, arrays)
-    results = triton_call_p.bind(*arrays, call=call)
-    return jax.tree_util.tree_unflatten(out_tree, results)
+    return jax.tree_util.tree_unflatten(out_tree, _run(call, arrays, dispatch))
+
+
+def _run(call: CallSpec, arrays: list[Any], dispatch: Any) -> Any:
+    """Bind the call; an eager call with concrete arrays goes through its jitted ``dispatch`` (JAX's C++
+    dispatch, the function ``apply_primitive`` would reach through per-call Python), the first call and
+    its repeats alike, so the program is compiled once. Tracers, refs and ``tritonplug.tune`` bind."""
+    if dispatch is not None and call_memo.all_concrete(arrays) and active_session.get() is None:
+        return dispatch(*arrays)
+    return triton_call_p.bind(*arrays, call=call)
 
 
 triton_call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
