@@ -11,7 +11,14 @@ import numpy as np
 
 from tritonplug import binding, call_memo, early_compile, frontend, user_warnings
 from tritonplug.call import CallSpec, pointer_type
-from tritonplug.call_options import TRITON_COMPILE_OPTIONS, CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
+from tritonplug.call_options import (
+    TRITON_COMPILE_OPTIONS,
+    CallOptions,
+    check_option_names,
+    grid_for,
+    signature_parameters,
+    zeroed_for,
+)
 from tritonplug.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
 from tritonplug.records import BufferSpec
 from tritonplug.state import state

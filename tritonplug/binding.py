@@ -6,10 +6,9 @@ array, an output buffer, a scalar, a constexpr, or a tuple of nodes.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import operator
 
 import jax
 import numpy as np
