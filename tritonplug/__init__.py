@@ -34,9 +34,9 @@ CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
-    "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "debug", "export_disabled_checks",
-    "get_compute_capability", "inspection", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
-    "tune", "__version__", "__version_info__",
+    "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "debug",
+    "export_disabled_checks", "get_compute_capability", "inspection", "next_power_of_2", "register_plugin",
+    "strides_from_shape", "triton_call", "tune", "__version__", "__version_info__",
 ]
 
 if TYPE_CHECKING:
