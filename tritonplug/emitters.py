@@ -1,8 +1,10 @@
 """Emit kernel objects into the program being lowered.
 
-``GpuKernel``s become one call of jaxlib's Triton custom-call target (an autotuned call
-when there are several configurations); a ``HostKernel`` becomes a host callback that
-runs it on NumPy buffers.
+``GpuKernel``s become one call of jaxlib's Triton custom-call target (an autotuned call when there
+are several configurations), with operands and results ordered so that each pointer parameter gets
+its own buffer (:func:`buffer_layout`); a ``HostKernel`` becomes an XLA FFI call on the CPU that runs
+it on XLA's buffers in place; a ``JaxKernel`` (a kernel translated to JAX operations) is inlined into
+the program.
 """
 
 from __future__ import annotations
