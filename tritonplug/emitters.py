@@ -29,7 +29,11 @@ def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, 
     if len(kernels) == 1 and isinstance(kernels[0], HostKernel):
         return _emit_host(ctx, args, kernels[0], call)
     if len(kernels) == 1 and isinstance(kernels[0], JaxKernel):
-        return _emit_jax(ctx, args, kernels[0])
+        results = _emit_jax(ctx, args, kernels[0])
+        if call.options.cost_estimate:  # no custom call to carry it: the op producing the results does
+            cost = json.dumps(dict(call.options.cost_estimate))
+            jax_compat.set_frontend_attributes(results, {"cost_estimate_json": cost})
+        return results
     raise TypeError(f"backend for {platform!r} returned unsupported kernel objects: "
                     f"{sorted({type(k).__name__ for k in kernels})}")
 
