@@ -22,8 +22,7 @@ import triton.language as tl
 from helpers import ROOT, for_backend, requires_backend
 
 import tritonplug
-from tritonplug import lowering
-from tritonplug import jaxlib_compat, launch_payload
+from tritonplug import jaxlib_compat, launch_payload, lowering
 from tritonplug.errors import KernelSourceError
 from tritonplug.inspection import kernel_calls
 from tritonplug.records import GpuKernel, Launch
