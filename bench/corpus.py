@@ -13,6 +13,7 @@ both synchronised, and their ratio. Without torch or a GPU: tritonplug on the CP
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 from pathlib import Path
@@ -23,6 +24,18 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _util import write_json  # noqa: E402
 from corpus import catalog, driver, torch_driver  # noqa: E402
+
+
+class _Fallbacks(logging.Handler):
+    """The interpret plugin's log lines saying a kernel ran in Triton's interpreter, not on the XLA path."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Triton's interpreter" in record.getMessage():
+            self.lines.append(record.getMessage())
 
 
 def _gpu_outcome(launch, shape: str) -> tuple[str, str]:
@@ -57,19 +70,24 @@ def main() -> int:
     gpu_reason = torch_driver.unavailable()
     on_gpu = gpu_reason is None
     records, ratios = [], []
+    fallbacks = _Fallbacks()
+    logging.getLogger("tritonplug.interpret").addHandler(fallbacks)
     for launch in catalog.entries():
         if args.k not in launch.id:
             continue
-        library = catalog.LIBRARIES.get(launch.library, launch.module)
-        if not driver.library_installed(library):
-            records.append({"bench": launch.id, "skipped": f"{library} not installed"})
+        reason = catalog.missing(launch)
+        if reason:
+            records.append({"bench": launch.id, "skipped": reason})
             continue
         record = {"bench": launch.id, "kernel": f"{launch.module}.{launch.kernel}"}
+        fallbacks.lines.clear()
         for shape in driver.SHAPES:
             status, detail = _gpu_outcome(launch, shape) if on_gpu else driver.outcome(launch, shape)
             record[shape] = status
             if detail:
                 record[f"{shape}_detail"] = detail
+        if fallbacks.lines:
+            record["interpreter_fallback"] = sorted(set(fallbacks.lines))
         if on_gpu and args.time and record.get("out_type") == "right":
             try:
                 triton_s = torch_driver.time_triton(launch, args.reps)

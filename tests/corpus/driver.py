@@ -13,7 +13,9 @@ Shapes (each a way a JAX user could write the library's launch):
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -39,6 +41,9 @@ def load_kernel(launch: Launch) -> Any:
     """The kernel object as the library exposes it: imported when torch imports, else from source. Where torch
     imports but the module's own import fails (a dependency of the library missing on a GPU machine without
     a registry), loaded from source too: with torch there, its wrappers (``LibEntry``) are applied as usual."""
+    if launch.module.startswith("tutorial:"):
+        folder = os.environ["TRITONPLUG_TUTORIALS_DIR"]
+        return getattr(tritonplug.kernels_from_file(Path(folder) / launch.module.split(":", 1)[1]), launch.kernel)
     try:
         module = tritonplug.kernels_of(launch.module)
     except ImportError:

@@ -14,9 +14,9 @@ ENTRIES = catalog.entries()
 @pytest.mark.parametrize("shape", driver.SHAPES)
 @pytest.mark.parametrize("launch", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_kernel_matches_its_reference(launch, shape):
-    library = catalog.LIBRARIES.get(launch.library, launch.module)
-    if not driver.library_installed(library):
-        pytest.skip(f"{library} is not installed: `tox -e corpus` installs the pinned libraries")
+    reason = catalog.missing(launch)
+    if reason:
+        pytest.skip(reason)
     if launch.gpu_only:
         pytest.skip(launch.gpu_only)
     if launch.triton_error:

@@ -19,9 +19,9 @@ def test_same_buffers_as_triton(launch, shape):
     reason = torch_driver.unavailable()
     if reason:
         pytest.skip(reason)
-    library = catalog.LIBRARIES.get(launch.library, launch.module)
-    if not driver.library_installed(library):
-        pytest.skip(f"{library} is not installed on this machine")
+    reason = catalog.missing(launch)
+    if reason:
+        pytest.skip(reason)
     if launch.triton_error:
         with pytest.raises(Exception, match=launch.triton_error):
             torch_driver.run_triton(launch)
