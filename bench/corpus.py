@@ -66,6 +66,7 @@ def main() -> int:
     parser.add_argument("--time", action="store_true", help="time each kernel against Triton's launcher (GPU)")
     parser.add_argument("-k", default="", help="only the entries whose id contains this")
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--shapes", default=",".join(driver.SHAPES), help="calling shapes to run (comma-separated)")
     args = parser.parse_args()
     gpu_reason = torch_driver.unavailable()
     on_gpu = gpu_reason is None
@@ -81,7 +82,7 @@ def main() -> int:
             continue
         record = {"bench": launch.id, "kernel": f"{launch.module}.{launch.kernel}"}
         fallbacks.lines.clear()
-        for shape in driver.SHAPES:
+        for shape in args.shapes.split(","):
             status, detail = _gpu_outcome(launch, shape) if on_gpu else driver.outcome(launch, shape)
             record[shape] = status
             if detail:
@@ -100,7 +101,7 @@ def main() -> int:
         records.append(record)
         print(launch.id, {k: v for k, v in record.items() if k in driver.SHAPES or k == "ratio"}, flush=True)
     counts = {shape: {s: sum(r.get(shape) == s for r in records) for s in ("right", "wrong", "error")}
-              for shape in driver.SHAPES}
+              for shape in args.shapes.split(",")}
     summary = {"where": "gpu: tritonplug vs Triton's launcher" if on_gpu else f"cpu: vs references ({gpu_reason})",
                "counts": counts, "median_ratio": round(statistics.median(ratios), 3) if ratios else None}
     print(summary)
