@@ -5,9 +5,9 @@ by tritonplug on JAX arrays, and tritonplug's buffers are compared with Triton's
 median time per launch of each (tritonplug: one jitted call, ``out_type`` shape; Triton: ``kernel[grid]``),
 both synchronised, and their ratio. Without torch or a GPU: tritonplug on the CPU against the references.
 
-    python bench/corpus.py --out bench/results/corpus-gpu.json --time      # GPU machine
-    python bench/corpus.py --out bench/results/corpus-cpu.json             # CPU (corpus libraries installed)
-    python bench/corpus.py -k liger/rms                                    # a subset (substring of the id)
+    python bench/kernel_corpus.py --out bench/results/corpus-gpu.json --time      # GPU machine
+    python bench/kernel_corpus.py --out bench/results/corpus-cpu.json             # CPU (corpus libraries installed)
+    python bench/kernel_corpus.py -k liger/rms                                    # a subset (substring of the id)
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))  # the corpus package lives in tests/corpus
 
 from _util import write_json  # noqa: E402
 from corpus import catalog, driver, torch_driver  # noqa: E402
