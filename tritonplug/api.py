@@ -75,7 +75,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if facts.autotuner is not None:
         frontend.compatible_configs(facts, constexpr_kwargs)
     elif not facts.heuristics:
-        _check_complete(facts, bound, constexpr_kwargs, options, len(out_specs))
+        _check_complete(facts, bound, constexpr_kwargs, options, out_specs, arrays)
     call = CallSpec(kernel=facts, bound=bound, metaparams=tuple(sorted(constexpr_kwargs.items())),
                     out_specs=out_specs, options=options)
     ensure_lowering_rules(state.host().platforms())
@@ -151,13 +151,15 @@ def _buffer_spec(leaf: Any, index: int) -> BufferSpec:
 
 
 def _check_complete(facts: KernelFacts, bound: Any, constexprs: Mapping[str, Any], options: CallOptions,
-                    n_outputs: int) -> None:
+                    out_specs: tuple[BufferSpec, ...], arrays: list[Any]) -> None:
     """Without autotune or heuristics every metaparameter is known here: check what depends on them now."""
     frontend.require_constexprs(facts.name, bound, constexprs)
+    # as Triton's launcher: the grid sees every argument by name, constexpr defaults included
+    meta = frontend.named_args_for_heuristics(bound, arrays, out_specs, constexprs)
     if callable(options.grid):
-        grid_for(options.grid, constexprs)
+        grid_for(options.grid, meta)
     if callable(options.zeroed_outputs):
-        zeroed_for(options.zeroed_outputs, constexprs, n_outputs)
+        zeroed_for(options.zeroed_outputs, meta, len(out_specs))
 
 
 def _check_metaparams(facts: KernelFacts, constexprs: Mapping[str, Any]) -> None:

@@ -78,9 +78,10 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
     for config in configs:
         metaparams = dict(config.metaparams)
         options = backend.parse_options(target, dict(config.call_options))
-        grid = grid_for(call.options.grid, metaparams)
+        meta = {**named, **metaparams}  # as Triton's launcher: the grid sees every argument, defaults included
+        grid = grid_for(call.options.grid, meta)
         check_grid_limits(grid, backend.info)
-        zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs))
+        zeroed = zeroed_for(call.options.zeroed_outputs, meta, len(call.out_specs))
         spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
         description = f"kernel {kernel.name!r} [{config.description}]"
         params, names = spec.params, call.bound.names
