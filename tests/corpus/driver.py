@@ -117,13 +117,16 @@ def _aliases(launch: Launch, kernel: Any, inputs: dict[str, Any]) -> dict[str, A
                   if isinstance(by_name.get(p), Buf) and by_name[p].name in launch.written]
     prefix = names[:max(written_at) + 1]
     positional, aliases, out_type, order = [], {}, [], []
+    operand = 0  # jax-triton 0.4 counts every operand (scalars included), never a constexpr
     for index, param in enumerate(prefix):
-        arg = by_name.get(param, jit_function(kernel).params[index].default)
+        spec = jit_function(kernel).params[index]
+        arg = by_name.get(param, spec.default)
         if isinstance(arg, Buf) and arg.name in launch.written:
-            aliases[index] = len(out_type)
+            aliases[operand] = len(out_type)
             out_type.append(jax.ShapeDtypeStruct(inputs[arg.name].shape, inputs[arg.name].dtype))
             order.append(arg.name)
         positional.append(_value(arg, inputs))
+        operand += not spec.is_constexpr
     keywords = {p: _value(a, inputs) for p, a in by_name.items() if p not in prefix}
     results = tritonplug.triton_call(*positional, kernel=kernel, grid=launch.grid, out_type=out_type,
                                      input_output_aliases=aliases, **keywords, **options)
