@@ -17,6 +17,7 @@ import numpy as np
 
 from tritonplug.jaxlib_compat import GPU_TARGETS
 from tritonplug.records import BackendInfo
+from tritonplug.user_code import call_user
 
 # triton_call's own arguments that backend_options must not smuggle in under another spelling.
 _CALL_ARGUMENTS = {"compute_capability", "grid", "out_shape", "out_type", "kernel", "name",
@@ -100,9 +101,12 @@ class CallOptions:
 OPTION_FIELDS = dataclasses.fields(CallOptions)
 
 
-def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
-    """Normalise an int, a tuple of up to three ints, or a callable of the metaparameters."""
-    value = grid(dict(metaparams)) if callable(grid) else grid
+def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: str = "") -> tuple[int, int, int]:
+    """Normalise an int, a tuple of up to three ints, or a callable of the metaparameters (called guarded:
+    an error inside it names the callable and ``kernel``)."""
+    value = (call_user("grid callable", grid, kernel, (dict(metaparams),), available=metaparams,
+                       expects="with one argument, the dict of metaparameters")
+             if callable(grid) else grid)
     if isinstance(value, list):
         value = tuple(value)
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -149,10 +153,13 @@ def check_option_names(options: CallOptions, backends: Iterable[BackendInfo]) ->
                          f"accepts them; the options they accept are {sorted(known)}")
 
 
-def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int) -> frozenset[int]:
+def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int,
+               kernel: str = "") -> frozenset[int]:
     """The output indices to zero: a sequence of ints, or what a callable of the metaparameters returns."""
     source = " (returned by the zeroed_outputs callable)" if callable(zeroed_outputs) else ""
-    value = zeroed_outputs(dict(metaparams)) if callable(zeroed_outputs) else zeroed_outputs
+    value = (call_user("zeroed_outputs callable", zeroed_outputs, kernel, (dict(metaparams),), available=metaparams,
+                       expects="with one argument, the dict of metaparameters")
+             if callable(zeroed_outputs) else zeroed_outputs)
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable of the metaparameters "
                         f"returning one, got {type(value).__name__}: {value!r}{source}")

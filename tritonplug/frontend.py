@@ -7,6 +7,7 @@ the runtime parameters of its launch; ``make_ir`` runs Triton's front end.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ from tritonplug.records import (
     TensorDescriptorParam,
 )
 from tritonplug.triton_compat import KernelFacts
+from tritonplug.user_code import call_user
 from tritonplug.version import __version__
 
 TRITONPLUG_VERSION = __version__
@@ -69,7 +71,10 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
     happen inside an XLA program.
     """
     name = kernel.name
-    configs = [c for c in triton_compat.autotune_configs(kernel.autotuner)
+    all_configs = triton_compat.autotune_configs(kernel.autotuner)
+    for config in all_configs:
+        _check_config_names(kernel, config)
+    configs = [c for c in all_configs
                if all(triton_compat.config_fields(c)[0].get(k, v) == v for k, v in metaparams.items())]
     if not configs:
         raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
@@ -81,6 +86,22 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
     return configs
 
 
+def _check_config_names(kernel: KernelFacts, config: Any) -> None:
+    """A config may set only the kernel's ``tl.constexpr`` parameters: a runtime argument it sets is refused
+    as Triton refuses it (``Conflicting meta-parameters``), a name the kernel lacks is named (misspelt)."""
+    for key in triton_compat.config_fields(config)[0]:
+        if key in kernel.constexpr_names:
+            continue
+        if key in kernel.param_names:
+            raise ValueError(f"kernel {kernel.name!r}: autotune config {config} sets {key!r}, a runtime argument of "
+                             f"the kernel, not a tl.constexpr (Triton refuses it too: \"Conflicting meta-parameters: "
+                             f"{key}\"); configs may set only {sorted(kernel.constexpr_names)}")
+        close = difflib.get_close_matches(key, sorted(kernel.constexpr_names), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"kernel {kernel.name!r}: autotune config {config} sets {key!r}, which is not a parameter "
+                         f"of the kernel{hint} (its tl.constexprs: {sorted(kernel.constexpr_names)})")
+
+
 def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[str, Any],
                    call_options: Mapping[str, Any], named_args: Mapping[str, Any]) -> list[Configuration]:
     """The configurations to compile: one per surviving autotune config, heuristics applied."""
@@ -88,8 +109,11 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
     if kernel.autotuner is None:
         raw = [({}, {})]
     else:
-        configs = triton_compat.early_prune(kernel.autotuner, compatible_configs(kernel, metaparams),
-                                            dict(named_args))
+        configs = compatible_configs(kernel, metaparams)
+        prune = triton_compat.early_prune_function(kernel.autotuner)
+        if prune is not None:
+            configs = list(call_user("early_config_prune", prune, name, (configs, dict(named_args)),
+                                     available=named_args, expects="as early_config_prune(configs, named_args)"))
         if not configs:
             raise ValueError(f"kernel {name!r}: early_config_prune left no autotune configuration for the "
                              f"metaparameters {dict(metaparams)}")
@@ -99,7 +123,9 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
         values = {**metaparams, **kwargs}
         for heuristics in kernel.heuristics:
             for key, rule in triton_compat.heuristic_rules(heuristics).items():
-                values[key] = rule({**named_args, **values})
+                given = {**named_args, **values}
+                values[key] = call_user(f"heuristic for {key!r}", rule, name, (given,), available=given,
+                                        expects="with one argument, the dict of the call's named arguments")
         require_constexprs(name, bound, values)
         merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
         description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"

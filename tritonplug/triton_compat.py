@@ -153,9 +153,40 @@ def heuristic_rules(heuristics: Heuristics) -> dict[str, Any]:
     return dict(heuristics.values)
 
 
-def early_prune(autotuner: Autotuner, configs: list, named_args: dict[str, Any]) -> list:
-    prune = autotuner.early_config_prune
-    return list(prune(configs, named_args)) if prune else configs
+def early_prune_function(autotuner: Autotuner) -> Any:
+    """``prune_configs_by={"early_config_prune": f}`` of a ``triton.autotune`` wrapper, or None."""
+    return autotuner.early_config_prune
+
+
+def is_triton_dtype(value: Any) -> bool:
+    """Whether ``value`` is a ``triton.language`` dtype (``tl.float16``), a constexpr Triton takes as it is."""
+    import triton.language as tl
+
+    return isinstance(value, tl.dtype)
+
+
+def numpy_dtype_name(value: Any) -> str | None:
+    """The NumPy name of a NumPy/JAX dtype or scalar type (``jnp.float16``, ``np.dtype("int32")``); else None."""
+    import numpy as np
+
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return np.dtype(value).name
+    if isinstance(value, type) and isinstance(getattr(value, "dtype", None), np.dtype):  # jnp.float16 and friends
+        return value.dtype.name
+    return None
+
+
+#: Triton's dtype name for each NumPy dtype name whose Triton name differs.
+_TRITON_DTYPE_NAMES = {"float8_e4m3fn": "float8e4nv", "float8_e5m2": "float8e5", "float8_e4m3fnuz": "float8e4b8",
+                       "float8_e5m2fnuz": "float8e5b16", "bool": "int1"}
+
+
+def triton_dtype(name: str) -> Any:
+    """``tl.float16`` for ``"float16"`` (a NumPy or Triton name); None when Triton has no such dtype."""
+    import triton.language as tl
+
+    value = getattr(tl, _TRITON_DTYPE_NAMES.get(name, name), None)
+    return value if isinstance(value, tl.dtype) else None
 
 
 def descriptor_type(dtype: str, block_shape: tuple[int, ...], layout: str) -> str:
