@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import kernel_use, triton_compat
+from tritonplug import ir_rules, kernel_use, triton_compat
 from tritonplug.call import (
     ArrayArg,
     BoundArgs,
@@ -231,7 +231,11 @@ def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Special
         return triton_compat.frontend_ir(fn, gpu_target, options.as_dict(), signature, dict(constexprs), attrs)
 
     try:
-        return front_end(spec.signature, spec.constexprs, spec.attrs)
+        ir = front_end(spec.signature, spec.constexprs, spec.attrs)
+        ir_rules.check(kernel.name, ir)
+        return ir
+    except KernelSourceError:
+        raise
     except Exception as exc:
         if not triton_compat.is_kernel_source_error(exc):
             raise

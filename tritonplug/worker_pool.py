@@ -30,6 +30,7 @@ from typing import Any
 
 import cloudpickle
 
+from tritonplug import ir_rules
 from tritonplug._worker_main import resolve
 from tritonplug.errors import CompileError, WorkerError
 from tritonplug.worker_process import Died, TimedOut, WorkerProcess, start_worker, take_text
@@ -304,7 +305,9 @@ class WorkerPool:
             if reply[1] == "ok":
                 return reply[2]
             _, _, type_name, message, formatted = reply
-            raise CompileError(_compose(f"{label} failed in a compile worker: {type_name}: {message}",
+            where = ir_rules.first_diagnostic(stderr)  # the kernel's line, from the compiler's MLIR diagnostics
+            raise CompileError(_compose(f"{label} failed in a compile worker{where}\n{type_name}: {message}"
+                                        if where else f"{label} failed in a compile worker: {type_name}: {message}",
                                         worker_traceback=formatted, stderr=stderr))
 
     def _failure(self, exc: Exception, label: str, old: WorkerProcess, fate: str, first_death: str, stderr: str,
