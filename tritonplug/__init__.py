@@ -9,7 +9,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tritonplug.errors import CompileError, KernelSourceError, PluginError, TritonplugError, WorkerError
+from tritonplug.errors import (
+    CompileError,
+    KernelOutOfBounds,
+    KernelSourceError,
+    PluginError,
+    TritonplugError,
+    WorkerError,
+)
 from tritonplug.logs import configure_logging
 
 _LAZY = {
@@ -33,8 +40,9 @@ _LAZY_SUBMODULES = frozenset({"inspection"})
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 __all__ = [
-    "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
-    "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "export_disabled_checks",
+    "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelOutOfBounds", "KernelSourceError", "PluginError",
+    "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats",
+    "export_disabled_checks",
     "get_compute_capability", "inspection", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
     "tune", "__version__", "__version_info__",
 ]

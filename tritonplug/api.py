@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ import numpy as np
 from tritonplug import binding, call_memo, early_compile, frontend, user_warnings
 from tritonplug.call import CallSpec, pointer_type
 from tritonplug.call_options import CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
+from tritonplug.errors import KernelOutOfBounds
 from tritonplug.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
 from tritonplug.records import BufferSpec
 from tritonplug.state import state
@@ -80,9 +82,36 @@ def _run(call: CallSpec, arrays: list[Any], dispatch: Any) -> Any:
     """Bind the call; an eager call with concrete arrays goes through its jitted ``dispatch`` (JAX's C++
     dispatch, the function ``apply_primitive`` would reach through per-call Python), the first call and
     its repeats alike, so the program is compiled once. Tracers, refs and ``tritonplug.tune`` bind."""
-    if dispatch is not None and call_memo.all_concrete(arrays) and active_session.get() is None:
-        return dispatch(*arrays)
-    return triton_call_p.bind(*arrays, call=call)
+    try:
+        if dispatch is not None and call_memo.all_concrete(arrays) and active_session.get() is None:
+            return dispatch(*arrays)
+        return triton_call_p.bind(*arrays, call=call)
+    except jax.errors.JaxRuntimeError as exc:
+        fault = _out_of_bounds_report(str(exc))
+        if fault is None:
+            raise
+        raise KernelOutOfBounds(fault) from None
+
+
+class _DropCheckedModeTraceback(logging.Filter):
+    """JAX logs a traceback for every exception raised in a ``jax.debug.callback`` before XLA reports it again
+    (as ``CpuCallback error``); checked mode's report is one line and reaches the caller in the error itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or type(exc).__name__ != "OutOfBoundsAccess"
+
+
+logging.getLogger("jax._src.debugging").addFilter(_DropCheckedModeTraceback())
+
+
+def _out_of_bounds_report(message: str) -> str | None:
+    """The one-line report of checked mode (``OutOfBoundsAccess: kernel 'k': out-of-bounds load ...``) that XLA
+    buries under a ``CpuCallback error`` traceback when the check runs inside the compiled program."""
+    for line in reversed(message.splitlines()):
+        if line.startswith("OutOfBoundsAccess: "):
+            return line.split(": ", 1)[1]
+    return None
 
 
 triton_call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -135,6 +164,12 @@ def _buffer_spec(leaf: Any, index: int) -> BufferSpec:
         raise TypeError(f"out_shape leaf {index} has a non-static or negative shape {shape}")
     dtype = np.dtype(leaf.dtype)
     pointer_type(dtype, f"out_shape leaf {index}")
+    if dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+        narrow = {"i": "int32", "u": "uint32", "f": "float32"}[dtype.kind]
+        raise TypeError(f"out_shape leaf {index} is {dtype.name}, but 64-bit types are disabled in JAX "
+                        f"(jax_enable_x64 is off: JAX would make the buffer {narrow}, and the kernel would write "
+                        f"{dtype.name} values into it); enable them with jax.config.update('jax_enable_x64', True) "
+                        f"or use {narrow}")
     return BufferSpec(tuple(int(d) for d in shape), dtype.name)
 
 

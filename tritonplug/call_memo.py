@@ -109,7 +109,7 @@ def signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_v
         outs = tuple((type(leaf), tuple((type(d), d) for d in leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves)
         keywords = tuple(sorted((k, _option_key(v) if k in _OPTION_NAMES else _operand_key(v))
                                 for k, v in kwargs.items()))
-        return (id(kernel), tuple(map(_operand_key, args)), keywords, tree, outs)
+        return (id(kernel), tuple(map(_operand_key, args)), keywords, tree, outs, jax.config.jax_enable_x64)
     except (NotMemoisable, TypeError, AttributeError):
         return None
 

@@ -111,8 +111,8 @@ def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: str = "") -> tupl
         value = tuple(value)
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         value = (value,)
+    source = " (returned by the grid callable)" if callable(grid) else ""
     if not isinstance(value, tuple) or not 1 <= len(value) <= 3:
-        source = " (returned by the grid callable)" if callable(grid) else ""
         raise ValueError(f"grid must be an int or a tuple of 1 to 3 ints{source}, got {value!r}")
     dims = []
     for d in value:
@@ -121,6 +121,11 @@ def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: str = "") -> tupl
         if d < 0 or d >= 2**31:
             raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}")
         dims.append(int(d))
+    if 0 in dims:
+        of = f" of kernel {kernel!r}" if kernel else ""
+        raise ValueError(f"grid {tuple(dims)}{of}{source} launches no program. Triton launches nothing for an "
+                         f"empty grid, but a triton_call's outputs are new buffers, which would be returned "
+                         f"uninitialised; skip the call when there is no work (e.g. `if n == 0`)")
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
 
