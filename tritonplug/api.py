@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import binding, call_memo, early_compile, frontend, user_warnings
+from tritonplug import annotation_checks, binding, call_memo, early_compile, frontend, user_warnings
 from tritonplug.call import CallSpec, pointer_type
 from tritonplug.call_options import CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
 from tritonplug.errors import KernelOutOfBounds
@@ -60,6 +60,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     sources: list[tuple[str, tuple[int, ...]]] = []
     bound, arrays = binding.bind(facts, args, operand_kwargs, out_specs, dict(options.input_output_aliases),
                                  constexpr_kwargs, sources)
+    annotation_checks.check(facts, bound)
     if not out_specs and not bound.refs:
         raise ValueError("out_shape is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
     if facts.autotuner is not None:

@@ -41,6 +41,8 @@ class KernelParameter:
     do_not_specialize: bool
     default: Any
     has_default: bool
+    #: Triton's type for an annotated parameter (``n: tl.int32`` → ``"i32"``, ``p: "*fp16"``); "" if none.
+    annotation: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,10 +105,17 @@ def kernel_facts(kernel: object) -> KernelFacts:
                             f"triton.heuristics), got {type(kernel).__name__}: {kernel!r}")
         fn = fn.fn
     params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
-                                   p.has_default) for p in fn.params)
+                                   p.has_default, _annotation_type(p)) for p in fn.params)
     return KernelFacts(kernel, fn, autotuner, tuple(heuristics), fn.fn.__name__, params,
                        frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr),
                        "gluon" if is_gluon_kernel(fn) else "triton")
+
+
+def _annotation_type(param: Any) -> str:
+    try:
+        return str(getattr(param, "annotation_type", "") or "")
+    except Exception:  # an annotation Triton cannot normalise: Triton's own launch reports it
+        return ""
 
 
 def python_function(fn: JITFunction) -> Any:
