@@ -79,7 +79,8 @@ class DiskCache:
         try:
             cache_fs.makedirs(self.directory)
         except OSError as exc:
-            raise CacheDirError(f"cannot create the cache directory {self.directory}: {exc}") from exc
+            why = _dangling(self.directory) or exc
+            raise CacheDirError(f"cannot create the cache directory {self.directory}: {why}") from exc
         cache_fs.check_safe(self.directory)
 
     def _path(self, key: str) -> Path:
@@ -373,3 +374,13 @@ def cache_from_env() -> DiskCache | None:
     except CacheDirError as exc:
         warn(f"tritonplug: not using the kernel cache: {exc}")
         return None
+
+
+def _dangling(directory: Path) -> str:
+    """Why a path on the way to ``directory`` cannot be created when it is a symbolic link to nothing
+    (``os.makedirs`` says only ``File exists``); "" otherwise."""
+    for path in (directory, *directory.parents):
+        if path.is_symlink() and not path.exists():
+            return (f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; create that directory "
+                    f"or point TRITONPLUG_CACHE_DIR elsewhere")
+    return ""
