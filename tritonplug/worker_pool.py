@@ -119,7 +119,7 @@ class WorkerPool:
             return [_run_here(task, return_exceptions) for task in tasks]
         self._ensure_open()
         if tasks:
-            self._fill()
+            self._fill(len(tasks))  # never more workers than this run's tasks: a worker costs ~1 GB
         results: list[Any] = [None] * len(tasks)
         failures: list[Exception | None] = [None] * len(tasks)
         pending = collections.deque(enumerate(tasks))
@@ -185,8 +185,9 @@ class WorkerPool:
             shutil.rmtree(self._dir, ignore_errors=True)
         return len(idle) + len(busy)
 
-    def _fill(self) -> None:
-        """Start a worker in every empty free slot, without waiting for it to be ready.
+    def _fill(self, limit: int | None = None) -> None:
+        """Start a worker in every empty free slot (at most until ``limit`` workers live), without waiting for
+        it to be ready.
 
         Starting is a fork and exec (milliseconds); the imports then run in the new processes while
         this run's first tasks wait for theirs. A worker that cannot start leaves its slot empty:
@@ -194,18 +195,22 @@ class WorkerPool:
         """
         with self._cond:
             empty = self._free.count(None)
+            if limit is not None:
+                empty = min(empty, max(0, limit - len(self._workers)))
             if not empty or self.closed:
                 return
-            self._free = [worker for worker in self._free if worker is not None]
+            kept = [worker for worker in self._free if worker is not None]
+            self._free = [None] * (len(self._free) - len(kept) - empty) + kept  # slots left empty start on demand
         for _ in range(empty):
             worker = None
             try:
                 worker = self._start()
             except Exception as exc:
                 log.warning("could not start a compile worker: %s", exc)
-            with self._cond:  # at the back of the line: the ready workers are handed out first
+            with self._cond:  # behind the ready workers (handed out first), ahead of the empty slots
                 if not self.closed:
-                    self._free.insert(0, worker)
+                    ahead = next((i for i, w in enumerate(self._free) if w is not None), len(self._free))
+                    self._free.insert(ahead if worker is not None else 0, worker)
                     self._cond.notify()
             if self.closed and worker is not None:
                 self._drop(worker)
