@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +73,9 @@ class DiskCache:
         self.max_bytes = int(max_bytes)
         self._warned = False
         self._first_put = True
+        #: Called with (path, error) for a damaged entry ``get`` removes (the tuning store warns: a lost record
+        #: means tuning again, where a lost kernel is only compiled again).
+        self.on_damaged: Callable[[Path, Exception], None] | None = None
         # One lock object per cache: re-entrant in a thread, exclusive between threads and processes.
         self._lock = filelock.FileLock(self.directory / "lock", mode=0o600)
         cache_fs.check_ancestors(self.directory)
@@ -100,6 +103,8 @@ class DiskCache:
             binary = decode_entry(key, data)
         except (ValueError, KeyError, TypeError) as exc:
             log.info("removing damaged cache entry %s: %s", path, exc)
+            if self.on_damaged is not None:
+                self.on_damaged(path, exc)
             with contextlib.suppress(OSError):
                 if os.stat(path).st_ino == inode:  # not a good entry another process just published
                     os.unlink(path)
