@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import weakref
@@ -206,6 +207,10 @@ class WorkerPool:
             try:
                 worker = self._start()
             except Exception as exc:
+                if _shutting_down(exc) or self.closed:  # Ctrl-C or exit mid-compile: nothing to start, or to report
+                    with self._cond:
+                        self._free.insert(0, None)
+                    continue
                 log.warning("could not start a compile worker: %s", exc)
             with self._cond:  # behind the ready workers (handed out first), ahead of the empty slots
                 if not self.closed:
@@ -342,6 +347,12 @@ def _run_here(task: Task, return_exceptions: bool = False) -> Any:
         if return_exceptions:
             return failure
         raise
+
+
+def _shutting_down(exc: BaseException) -> bool:
+    """Whether ``exc`` only says that the interpreter is exiting (``cannot schedule new futures after
+    interpreter shutdown``, after a Ctrl-C in the main thread), which is no news to report."""
+    return sys.is_finalizing() or (isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc))
 
 
 def _label(task: Task) -> str:
