@@ -19,8 +19,3 @@ class WorkerError(CompileError):
 
 class KernelSourceError(CompileError):
     """Triton's front end rejected the kernel; the message points at the kernel's source line."""
-
-
-class KernelOutOfBounds(TritonplugError, IndexError):
-    """Checked mode (``TRITONPLUG_INTERPRET_CHECK=1``): a kernel loaded or stored outside its buffer. Raised by
-    an eager call on the CPU's XLA path in place of XLA's ``CpuCallback error`` wrapping the backend's report."""

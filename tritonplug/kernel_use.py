@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tritonplug import triton_compat
-from tritonplug.call import ArrayArg, BoundArgs, DescriptorArg, OutputArg, ScalarArg
+from tritonplug.call import ArrayArg, BoundArgs, ConstArg, DescriptorArg, OutputArg, ScalarArg
 
 #: Triton's messages about ``tl.arange``'s bounds, and what the user is told instead.
 _ARANGE_PROBLEMS = {
@@ -49,15 +49,19 @@ def blame(kernel_name: str, bound: BoundArgs, signature: dict, constexprs: dict,
     """
     triton_message = triton_compat.kernel_source_error_message(exc)
     found = _arange_blame(kernel_name, bound, constexprs, exc, triton_message, where)
-    if found is None:
-        found = _constexpr_blame(kernel_name, bound, signature, constexprs, attrs, exc, triton_message, where,
-                                 compiles)
-    if found is None:
-        found = _descriptor_blame(kernel_name, bound, signature, constexprs, attrs, exc, triton_message, where,
-                                  compiles)
     if found is not None:
         return found
     for index, (name, node) in enumerate(zip(bound.names, bound.nodes, strict=True)):
+        if isinstance(node, ConstArg) and node.value is None:
+            trial_constexprs = {k: v for k, v in constexprs.items() if k != (index,)}
+            for kind in (*_pointer_guesses(signature), *_SCALAR_GUESSES):
+                if compiles({**signature, name: kind}, trial_constexprs, attrs):
+                    what = "a pointer" if kind.startswith("*") else "a value"
+                    return TypeError(
+                        f"argument {name!r} of kernel {kernel_name!r} is None, which Triton passes as the constexpr "
+                        f"None, but the kernel uses it as {what}{where}; pass "
+                        f"{'an array' if kind.startswith('*') else 'a scalar'} for it. Triton's front end: "
+                        f"{triton_message}")
         if isinstance(node, ScalarArg):
             for element in _pointer_guesses(signature):
                 trial_constexprs = {k: v for k, v in constexprs.items() if k != (index,)}
@@ -76,7 +80,9 @@ def blame(kernel_name: str, bound: BoundArgs, signature: dict, constexprs: dict,
                     return TypeError(
                         f"argument {name!r} of kernel {kernel_name!r} is used as a scalar by the kernel{where}, "
                         f"but it was bound to {what}; {fix}. Triton's front end: {triton_message}")
-    return None
+    return (_constexpr_blame(kernel_name, bound, signature, constexprs, attrs, exc, triton_message, where, compiles)
+            or _descriptor_blame(kernel_name, bound, signature, constexprs, attrs, exc, triton_message, where,
+                                 compiles))
 
 
 def _arange_blame(kernel_name: str, bound: BoundArgs, constexprs: dict, exc: BaseException, triton_message: str,
