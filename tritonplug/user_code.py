@@ -29,6 +29,7 @@ class MissingNameError(TritonplugError, KeyError):
 def describe(fn: Any) -> str:
     """``<lambda> (File "k.py", line 12)``: how an error names a user callable."""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    name = str(name).rsplit(".<locals>.", 1)[-1]  # where it was defined is the file and line
     code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
     if code is None:
         return repr(name)
