@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import triton
 import triton.language as tl
@@ -82,6 +83,31 @@ def pruned_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)
 
 
+@triton.autotune(configs=[triton.Config({"BLOCK": 128})], key=[], pre_hook=lambda args: None)
+@triton.jit
+def autotune_hook_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)
+
+
+def prune_returning_none(configs, named_args, **kwargs):
+    return None
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128})], key=[],
+                 prune_configs_by={"early_config_prune": prune_returning_none})
+@triton.jit
+def prune_none_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)
+
+
+@triton.jit
+def descriptor_2d_kernel(d, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, d.load([0, 0]))
+
+
 def own(fn, *args, **kw):
     return tritonplug.triton_call(*args, kernel=fn, out_type=SPEC, grid=(1,), **kw)
 
@@ -114,6 +140,10 @@ CASES: dict[str, Case] = {
                            rf"NumPy/JAX dtype\).*{_at('.to(DTYPE)')}.*DTYPE=tl\.float16", BOTH),
     "dtype_from_numpy": Case(lambda x, y: own(dtype_kernel, x, BLOCK=N, DTYPE=jnp.dtype("float16")), TypeError,
                              r"tl\.constexpr 'DTYPE' .*given dtype\('float16'\) \(a NumPy/JAX dtype\)", BOTH),
+    "dtype_as_a_string": Case(lambda x, y: own(dtype_kernel, x, BLOCK=N, DTYPE="fp16"), TypeError,
+                              r"tl\.constexpr 'DTYPE' .*given 'fp16' \(str\).*DTYPE=tl\.float16", BOTH),
+    "dtype_numpy_scalar_type": Case(lambda x, y: own(dtype_kernel, x, BLOCK=N, DTYPE=np.float16), TypeError,
+                                    r"tl\.constexpr 'DTYPE' .*given numpy\.float16 \(a NumPy/JAX dtype\)", BOTH),
     # annotated parameters
     "annotated_int32_given_2_pow_40": Case(lambda x, y: own(annotated_kernel, x, 2**40, BLOCK=N), ValueError,
                                            r"argument 'n' of kernel 'annotated_kernel' is annotated i32, but "
@@ -144,7 +174,21 @@ CASES: dict[str, Case] = {
     "config_misspells_a_constexpr": Case(
         lambda x, y: call(x, y, kernel=config_misspelt_kernel, BLOCK=OMIT), ValueError,
         r"autotune config .* sets 'BLOK', which is not a parameter of the kernel; did you mean 'BLOCK'"),
+    "grid_callable_raises": Case(lambda x, y: call(x, y, grid=lambda m: (m["BLOCK"] // 0,)), ZeroDivisionError,
+                                 r"grid callable <lambda> \(File .*\) of kernel 'add_kernel' raised "
+                                 r"ZeroDivisionError"),
+    "autotune_with_a_pre_hook": Case(lambda x, y: call(x, y, kernel=autotune_hook_kernel, BLOCK=OMIT),
+                                     NotImplementedError, r"kernel 'autotune_hook_kernel': triton\.autotune was "
+                                                          r"given pre_hook"),
+    "early_config_prune_returns_none": Case(
+        lambda x, y: call(x, y, kernel=prune_none_kernel, BLOCK=OMIT), TypeError,
+        r"early_config_prune prune_returning_none .*must return a list of the configs it was given, got NoneType",
+        BOTH),
     # descriptors and pointers confused
+    "descriptor_of_another_rank": Case(lambda x, y: own(descriptor_2d_kernel, tritonplug.TensorDescriptor.from_array(
+        x, [16]), BLOCK=16), TypeError, r"argument 'd' of kernel 'descriptor_2d_kernel' is a TensorDescriptor of "
+                                        r"float32\[256\] with block_shape \[16\] \(rank 1\).*expected 1 offsets",
+        ("cpu",)),
     "descriptor_for_a_pointer": Case(lambda x, y: call(x, tritonplug.TensorDescriptor.from_array(y, [16])),
                                      TypeError, r"argument 'y_ptr' of kernel 'add_kernel' is used as a pointer by "
                                                 r"the kernel .*but a TensorDescriptor was passed", ("cpu",)),

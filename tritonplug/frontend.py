@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from tritonplug.records import (
     TensorDescriptorParam,
 )
 from tritonplug.triton_compat import KernelFacts
-from tritonplug.user_code import call_user
+from tritonplug.user_code import call_user, describe
 from tritonplug.version import __version__
 
 TRITONPLUG_VERSION = __version__
@@ -79,6 +79,11 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
     if not configs:
         raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
                          f"{dict(metaparams)}")
+    hooks = triton_compat.autotuner_hooks(kernel.autotuner)
+    if hooks:
+        raise NotImplementedError(f"kernel {name!r}: triton.autotune was given {' and '.join(hooks)}; autotune hooks "
+                                  f"run Python between launches and cannot run inside an XLA program (jaxlib's "
+                                  f"runtime restores aliased inputs between timed configurations itself)")
     for config in configs:
         if triton_compat.config_fields(config)[2] is not None:
             raise NotImplementedError(f"kernel {name!r}: autotune config {config} has a pre_hook; pre_hook "
@@ -112,8 +117,14 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
         configs = compatible_configs(kernel, metaparams)
         prune = triton_compat.early_prune_function(kernel.autotuner)
         if prune is not None:
-            configs = list(call_user("early_config_prune", prune, name, (configs, dict(named_args)),
-                                     available=named_args, expects="as early_config_prune(configs, named_args)"))
+            pruned = call_user("early_config_prune", prune, name, (configs, dict(named_args)), available=named_args,
+                               expects="as early_config_prune(configs, named_args)")
+            if not isinstance(pruned, (str, bytes)) and isinstance(pruned, Iterable):
+                pruned = list(pruned)
+            if not isinstance(pruned, list) or not all(any(c is k for k in configs) for c in pruned):
+                raise TypeError(f"early_config_prune {describe(prune)} of kernel {name!r} must return a list of the "
+                                f"configs it was given, got {type(pruned).__name__}: {pruned!r:.200}")
+            configs = pruned
         if not configs:
             raise ValueError(f"kernel {name!r}: early_config_prune left no autotune configuration for the "
                              f"metaparameters {dict(metaparams)}")

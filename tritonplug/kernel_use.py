@@ -184,6 +184,11 @@ def _descriptor_blame(kernel_name: str, bound: BoundArgs, signature: dict, const
                 return TypeError(f"argument {name!r} of kernel {kernel_name!r} is used as a pointer by the "
                                  f"kernel{where}, but a TensorDescriptor was passed; pass the array itself (its "
                                  f"base). Triton's front end: {triton_message}")
+            if name in methods:
+                return TypeError(f"argument {name!r} of kernel {kernel_name!r} is a TensorDescriptor of "
+                                 f"{node.dtype}{list(node.shape)} with block_shape {list(node.block_shape)} (rank "
+                                 f"{len(node.shape)}), which the kernel's use of it{where} does not fit: "
+                                 f"{triton_message}")
         elif isinstance(node, (ArrayArg, OutputArg)) and methods.get(name, set()) & _DESCRIPTOR_METHODS:
             used = sorted(methods[name] & _DESCRIPTOR_METHODS)[0]
             return TypeError(f"argument {name!r} of kernel {kernel_name!r} is used as a tensor descriptor by the "

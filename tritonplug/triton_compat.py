@@ -165,6 +165,11 @@ def heuristic_rules(heuristics: Heuristics) -> dict[str, Any]:
     return dict(heuristics.values)
 
 
+def autotuner_hooks(autotuner: Autotuner) -> list[str]:
+    """The hooks a user gave ``triton.autotune`` itself (``pre_hook=``, ``post_hook=``), by name."""
+    return [name for name in ("pre_hook", "post_hook") if getattr(autotuner, f"user_defined_{name}", False)]
+
+
 def early_prune_function(autotuner: Autotuner) -> Any:
     """``prune_configs_by={"early_config_prune": f}`` of a ``triton.autotune`` wrapper, or None."""
     return autotuner.early_config_prune
@@ -198,7 +203,12 @@ def triton_dtype(name: str) -> Any:
     import triton.language as tl
 
     value = getattr(tl, _TRITON_DTYPE_NAMES.get(name, name), None)
-    return value if isinstance(value, tl.dtype) else None
+    if isinstance(value, tl.dtype):
+        return value
+    try:
+        return tl.dtype(name)  # Triton's short names: "fp16", "bf16", "i32"
+    except Exception:
+        return None
 
 
 def descriptor_type(dtype: str, block_shape: tuple[int, ...], layout: str) -> str:
