@@ -15,7 +15,7 @@ from tritonplug.triton_compat import KernelFacts
 #: Inclusive integer ranges of Triton's integer types.
 _INT_RANGES = {f"i{b}": (-(2 ** (b - 1)), 2 ** (b - 1) - 1) for b in (8, 16, 32, 64)}
 _INT_RANGES.update({f"u{b}": (0, 2**b - 1) for b in (8, 16, 32, 64)})
-_INT_RANGES["i1"] = (0, 1)
+_INT_RANGES["i1"] = _INT_RANGES["u1"] = (0, 1)
 
 
 def check(facts: KernelFacts, bound: BoundArgs) -> None:

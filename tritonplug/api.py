@@ -191,9 +191,9 @@ def _check_complete(facts: KernelFacts, bound: Any, constexprs: Mapping[str, Any
     """Without autotune or heuristics every metaparameter is known here: check what depends on them now."""
     frontend.require_constexprs(facts.name, bound, constexprs)
     if callable(options.grid):
-        grid_for(options.grid, constexprs, facts.name)
+        grid_for(options.grid, constexprs, facts)
     if callable(options.zeroed_outputs):
-        zeroed_for(options.zeroed_outputs, constexprs, n_outputs, facts.name)
+        zeroed_for(options.zeroed_outputs, constexprs, n_outputs, facts)
 
 
 def _check_metaparams(facts: KernelFacts, constexprs: Mapping[str, Any]) -> None:

@@ -105,12 +105,14 @@ class CallOptions:
 OPTION_FIELDS = dataclasses.fields(CallOptions)
 
 
-def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: str = "") -> tuple[int, int, int]:
+def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: Any = "") -> tuple[int, int, int]:
     """Normalise an int, a tuple of up to three ints, or a callable of the metaparameters (called guarded:
-    an error inside it names the callable and ``kernel``)."""
-    value = (call_user("grid callable", grid, kernel, (dict(metaparams),), available=metaparams,
-                       expects="with one argument, the dict of metaparameters")
+    an error inside it names the callable and ``kernel``, its name or its ``KernelFacts``)."""
+    name, runtime = _kernel_names(kernel)
+    value = (call_user("grid callable", grid, name, (dict(metaparams),), available=metaparams,
+                       expects="with one argument, the dict of metaparameters", unavailable=runtime)
              if callable(grid) else grid)
+    kernel = name
     if isinstance(value, list):
         value = tuple(value)
     if not isinstance(value, (tuple, bool)) and getattr(value, "ndim", 0) == 0 and hasattr(type(value), "__index__"):
@@ -174,11 +176,12 @@ def check_option_names(options: CallOptions, backends: Iterable[BackendInfo]) ->
 
 
 def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int,
-               kernel: str = "") -> frozenset[int]:
+               kernel: Any = "") -> frozenset[int]:
     """The output indices to zero: a sequence of ints, or what a callable of the metaparameters returns."""
     source = " (returned by the zeroed_outputs callable)" if callable(zeroed_outputs) else ""
-    value = (call_user("zeroed_outputs callable", zeroed_outputs, kernel, (dict(metaparams),), available=metaparams,
-                       expects="with one argument, the dict of metaparameters")
+    name, runtime = _kernel_names(kernel)
+    value = (call_user("zeroed_outputs callable", zeroed_outputs, name, (dict(metaparams),), available=metaparams,
+                       expects="with one argument, the dict of metaparameters", unavailable=runtime)
              if callable(zeroed_outputs) else zeroed_outputs)
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable of the metaparameters "
@@ -192,6 +195,13 @@ def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: in
                              f"outputs{source}")
         indices.append(int(i))
     return frozenset(indices)
+
+
+def _kernel_names(kernel: Any) -> tuple[str, frozenset[str]]:
+    """A kernel's name and its runtime (non-constexpr) parameter names, from its ``KernelFacts`` or its name."""
+    if isinstance(kernel, str):
+        return kernel, frozenset()
+    return kernel.name, frozenset(kernel.param_names - kernel.constexpr_names)
 
 
 def _check_misc(options: CallOptions) -> None:

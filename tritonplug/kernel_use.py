@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from tritonplug import triton_compat
 from tritonplug.call import ArrayArg, BoundArgs, ConstArg, DescriptorArg, OutputArg, ScalarArg
 
@@ -159,7 +161,9 @@ def _constexpr_fixes(value: Any) -> list[Any]:
     if dtype_name is not None:
         fixed = triton_compat.triton_dtype(dtype_name)
         return [fixed] if fixed is not None else []
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, np.integer):
+        return [int(value)]
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return [int(value)]
     if isinstance(value, str):
         text = value.strip()

@@ -71,9 +71,9 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
     for config in configs:
         metaparams = dict(config.metaparams)
         options = backend.parse_options(target, dict(config.call_options))
-        grid = grid_for(call.options.grid, metaparams, kernel.name)
+        grid = grid_for(call.options.grid, metaparams, kernel)
         check_grid_limits(grid, backend.info)
-        zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs), kernel.name)
+        zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs), kernel)
         spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
         description = f"kernel {kernel.name!r} [{config.description}]"
         params, names = spec.params, call.bound.names

@@ -37,9 +37,10 @@ def describe(fn: Any) -> str:
 
 
 def call_user(role: str, fn: Callable[..., Any], kernel: str, args: tuple = (), kwargs: dict | None = None,
-              available: Iterable[str] = (), expects: str = "") -> Any:
+              available: Iterable[str] = (), expects: str = "", unavailable: Iterable[str] = ()) -> Any:
     """``fn(*args, **kwargs)``; what it raises is re-raised naming ``role`` (``"grid callable"``), ``fn``,
-    the ``kernel``, and, for a ``KeyError``, the missing name among ``available`` (with the closest one).
+    the ``kernel``, and, for a ``KeyError``, the missing name among ``available`` (with the closest one), or,
+    when it is one of ``unavailable`` (a runtime argument a grid callable is not given), saying so.
     ``expects`` describes the arguments ``fn`` is given, for an error about its signature."""
     kwargs = kwargs or {}
     try:
@@ -47,7 +48,7 @@ def call_user(role: str, fn: Callable[..., Any], kernel: str, args: tuple = (), 
     except TritonplugError:
         raise
     except KeyError as exc:
-        raise _missing(role, fn, kernel, exc, sorted(set(available))) from exc
+        raise _missing(role, fn, kernel, exc, sorted(set(available)), set(unavailable)) from exc
     except TypeError as exc:
         head = f"{role} {describe(fn)} of kernel {kernel!r}"
         problem = _signature_problem(fn, args, kwargs)
@@ -63,8 +64,14 @@ def call_user(role: str, fn: Callable[..., Any], kernel: str, args: tuple = (), 
         raise wrapped from exc
 
 
-def _missing(role: str, fn: Any, kernel: str, exc: KeyError, available: list[str]) -> Exception:
+def _missing(role: str, fn: Any, kernel: str, exc: KeyError, available: list[str], unavailable: set[str]
+             ) -> Exception:
     name = exc.args[0] if exc.args else None
+    if isinstance(name, str) and name in unavailable:
+        return MissingNameError(f"{role} {describe(fn)} of kernel {kernel!r} reads {name!r}, a runtime argument of "
+                                f"the kernel; it is given only the metaparameters (the tl.constexprs: "
+                                f"{', '.join(map(repr, available)) or 'none'}), as in jax-triton: compute the grid "
+                                f"from the sizes you pass instead (grid=lambda meta: (cdiv(n, meta['BLOCK']),))")
     listed = ", ".join(map(repr, available)) or "nothing"
     close = difflib.get_close_matches(name, available, n=1) if isinstance(name, str) else []
     hint = f"; did you mean {close[0]!r}?" if close else ""
