@@ -40,6 +40,25 @@ def fp8_add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def fp8_sort_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.sort(tl.load(x_ptr + offs)))
+
+
+@triton.jit
+def fp8_maximum_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs), tl.load(x_ptr + BLOCK - 1 - offs)))
+
+
+@triton.jit
+def int_fma_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    value = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.fma(value, value, value))
+
+
+@triton.jit
 def fp8_widened_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     value = tl.load(x_ptr + offs).to(tl.float32)
@@ -60,12 +79,31 @@ def fp8_add(x, y):
                                   BLOCK=N)
 
 
+def fp8_call(kernel):
+    def f(x, y):
+        return tritonplug.triton_call(x.astype(jnp.float8_e4m3fn), kernel=kernel, out_type=FP8, grid=(1,), BLOCK=N)
+    return f
+
+
+def int_fma(x, y):
+    return tritonplug.triton_call(x.astype(jnp.int32), kernel=int_fma_kernel,
+                                  out_type=jax.ShapeDtypeStruct((N,), jnp.int32), grid=(1,), BLOCK=N)
+
+
 RETURNS = rf"kernel 'returning_kernel' {_at('    return value')}: the kernel returns a value \(tensor<256xf32>\)"
 FP8_ADD = (rf"kernel 'fp8_add_kernel' {_at('value + value)')}: fp8 arithmetic \(arith\.addf on f8E4M3FN\) is "
            r"not supported by Triton's GPU back ends")
 CASES = {
     "kernel_returns_a_value": Case(returning, tritonplug.KernelSourceError, RETURNS, BOTH),
     "fp8_add": Case(fp8_add, tritonplug.KernelSourceError, FP8_ADD, BOTH),
+    "fp8_sort": Case(fp8_call(fp8_sort_kernel), tritonplug.KernelSourceError,
+                     r"kernel 'fp8_sort_kernel' \(File .*\): fp8 arithmetic \(arith\.cmpf on f8E4M3FN\)", BOTH),
+    "fp8_maximum": Case(fp8_call(fp8_maximum_kernel), tritonplug.KernelSourceError,
+                        rf"kernel 'fp8_maximum_kernel' {_at('tl.maximum(tl.load')}: fp8 arithmetic \(arith\.max", BOTH),
+    "integer_fma_fails_verification": Case(
+        int_fma, tritonplug.KernelSourceError,
+        rf"kernel 'int_fma_kernel' {_at('tl.fma(value, value, value)')}: 'math\.fma' op operand #0 must be "
+        r"floating-point-like.*fails verification", BOTH),
 }
 
 pytestmark = skip_without_backends
@@ -102,9 +140,15 @@ def test_fp8_widened_to_float32_still_compiles_for_sm_90(fresh_cache: Path) -> N
 
 
 def test_a_compiler_diagnostic_names_the_kernel_line() -> None:
-    """The first ``file:line:col: error:`` of what a back end printed (here, Triton 3.9 for sm_90)."""
+    """The first specific ``file:line:col: error:`` of what a back end printed (Triton 3.9 for sm_90, shortened),
+    at the first place of its ``called from`` chain outside Triton's own library."""
     printed = ('  #blocked = ...\n/k/kernels.py:65:30: error: \'llvm.fadd\' op operand #0 must be floating point\n'
                '/k/kernels.py:62:1: note: Pipeline failed while executing\n')
     assert ir_rules.first_diagnostic(printed) == (' (File "/k/kernels.py", line 65): \'llvm.fadd\' op operand #0 '
                                                   'must be floating point')
+    sort = ('/v/site-packages/triton/language/standard.py:403:23: error: \'llvm.fcmp\' op operand #0 must be float\n'
+            '/v/site-packages/triton/language/standard.py:425:13: note: called from\n'
+            '/k/sort.py:7:30: note: called from\n[...]\n'
+            '/k/sort.py:5:1: error: Failures have been detected while processing an MLIR pass pipeline\n')
+    assert ir_rules.first_diagnostic(sort) == ' (File "/k/sort.py", line 7): \'llvm.fcmp\' op operand #0 must be float'
     assert ir_rules.first_diagnostic("no diagnostic here") == ""

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import ir_rules, kernel_use, triton_compat
+from tritonplug import fd_capture, ir_rules, kernel_use, triton_compat
 from tritonplug.call import (
     ArrayArg,
     BoundArgs,
@@ -250,22 +250,31 @@ def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Special
     def front_end(signature: dict, constexprs: dict, attrs: dict) -> str:
         return triton_compat.frontend_ir(fn, gpu_target, options.as_dict(), signature, dict(constexprs), attrs)
 
-    try:
-        ir = front_end(spec.signature, spec.constexprs, spec.attrs)
-        ir_rules.check(kernel.name, ir)
-        return ir
-    except KernelSourceError:
-        raise
-    except Exception as exc:
-        if not triton_compat.is_kernel_source_error(exc):
+    with fd_capture.Captured() as output:  # MLIR's diagnostics, for a module that fails verification
+        try:
+            ir = front_end(spec.signature, spec.constexprs, spec.attrs)
+            ir_rules.check(kernel.name, ir)
+            return ir
+        except KernelSourceError:
+            output.drop()
             raise
-        where = _source_location(fn, exc)
-        if bound is not None:
-            culprit = kernel_use.blame(kernel.name, bound, spec.signature, spec.constexprs, spec.attrs, exc, where,
-                                       _succeeds(front_end))
-            if culprit is not None:
-                raise culprit from exc
-        raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{where}:\n{exc}") from exc
+        except Exception as exc:
+            output.drop()  # the blame's trial runs print too
+            failure = exc
+            if triton_compat.is_kernel_source_error(exc) and bound is not None:
+                where = _source_location(fn, exc)
+                culprit = kernel_use.blame(kernel.name, bound, spec.signature, spec.constexprs, spec.attrs, exc,
+                                           where, _succeeds(front_end))
+                if culprit is not None:
+                    raise culprit from exc
+    if triton_compat.is_kernel_source_error(failure):
+        raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{_source_location(fn, failure)}:"
+                                f"\n{failure}") from failure
+    diagnostic = ir_rules.first_diagnostic(output.stderr)
+    if triton_compat.is_verifier_failure(failure) and diagnostic:
+        raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{diagnostic} (the module Triton's "
+                                f"front end built fails verification)") from failure
+    raise failure
 
 
 def _succeeds(front_end: Any) -> Any:

@@ -21,13 +21,20 @@ _ALIAS = re.compile(r"^(#loc\d*) = loc\((.*)\)\s*$", re.MULTILINE)
 _FILE_LOC = re.compile(r'^"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
 _NESTED = re.compile(r"(#loc\d*)|\"((?:[^\"\\]|\\.)*)\":(\d+):(\d+)")
 _OP_LOC = re.compile(r"loc\((#loc\d*|\"[^\"]*\":\d+:\d+)\)\s*$")
-_DIAGNOSTIC = re.compile(r"^(?P<file>[^\s:][^:\n]*):(?P<line>\d+):(?P<col>\d+): error: (?P<message>.*)$", re.MULTILINE)
+_DIAGNOSTIC = re.compile(r"^(?P<file>[^\s:][^:\n]*):(?P<line>\d+):(?P<col>\d+): (?P<kind>error|note): "
+                         r"(?P<message>.*)$", re.MULTILINE)
+#: MLIR's closing error of any failed pipeline, at the kernel's ``def``: the error before it says more.
+_PIPELINE_FAILED = "Failures have been detected while processing an MLIR pass pipeline"
+#: Where Triton's own library lives in a path (an op of ``tl.sort`` is located in ``standard.py``).
+_TRITON_LIBRARY = re.compile(r"[/\\]triton[/\\](language|compiler|runtime|experimental)[/\\]")
 
 #: fp8 element types of the ``tt``/``arith`` dialects.
 _FP8 = r"f8E\w+"
 #: Element-wise fp8 arithmetic that no GPU back end of Triton lowers (measured on sm_90 and gfx942, Triton 3.9:
-#: add, sub, mul and neg fail in the conversion to LLVM; div, max, compare and abs upcast and work).
-_FP8_ARITHMETIC = re.compile(rf"=\s*arith\.(addf|subf|mulf|negf)\b[^\n]*:\s*(?:tensor<[^>]*?x)?({_FP8})\b")
+#: add, sub, mul, neg, fma, compare, max and min fail in the conversion to LLVM; div, abs and reductions upcast).
+_FP8_ARITHMETIC = re.compile(
+    rf"=\s*(arith\.(?:addf|subf|mulf|negf|cmpf|maximumf|minimumf|maxnumf|minnumf)|math\.fma)\b[^\n]*:\s*"
+    rf"(?:tensor<[^>]*?x)?({_FP8})\b")
 _PUBLIC_FUNC = re.compile(r"tt\.func public @(\w+)\((.*)\)\s*->\s*([^{]+?)\s*(?:attributes|\{)")
 _RETURN_VALUE = re.compile(r"^\s*tt\.return %")
 
@@ -50,7 +57,7 @@ def check(kernel_name: str, ir: str) -> None:
             op, dtype = match.groups()
             raise KernelSourceError(
                 f"Triton could not compile kernel {kernel_name!r}{_where(line, aliases)}: fp8 arithmetic "
-                f"(arith.{op} on {dtype}) is not supported by Triton's GPU back ends (NVIDIA and AMD alike), so "
+                f"({op} on {dtype}) is not supported by Triton's GPU back ends (NVIDIA and AMD alike), so "
                 f"no backend accepts it; convert to a wider type first, e.g. x.to(tl.float32), and back when "
                 f"storing")
 
@@ -90,8 +97,16 @@ def _where(op_line: str, aliases: dict[str, str]) -> str:
 
 
 def first_diagnostic(text: str) -> str:
-    """`` (File "k.py", line 12): <message>`` for the first MLIR error in a compiler's output; "" if none."""
-    match = _DIAGNOSTIC.search(text or "")
-    if match is None:
+    """`` (File "k.py", line 12): <message>`` for the first MLIR error in a compiler's output; "" if none.
+
+    The message is the first specific error's; the line is the first of its location and its ``called from``
+    notes that lies outside Triton's own library (an op of ``tl.sort`` is located in Triton's ``standard.py``)."""
+    found = list(_DIAGNOSTIC.finditer(text or ""))
+    errors = [i for i, m in enumerate(found) if m.group("kind") == "error"]
+    if not errors:
         return ""
-    return f' (File "{match.group("file")}", line {match.group("line")}): {match.group("message").strip()}'
+    first = next((i for i in errors if _PIPELINE_FAILED not in found[i].group("message")), errors[0])
+    chain = [found[first]] + [m for m in found[first + 1:] if m.group("kind") == "note"
+                              and m.group("message").startswith("called from")]
+    place = next((m for m in chain if not _TRITON_LIBRARY.search(m.group("file"))), found[first])
+    return f' (File "{place.group("file")}", line {place.group("line")}): {found[first].group("message").strip()}'

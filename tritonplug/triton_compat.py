@@ -259,6 +259,12 @@ def is_kernel_source_error(exc: BaseException) -> bool:
     return isinstance(exc, KERNEL_SOURCE_ERRORS)
 
 
+def is_verifier_failure(exc: BaseException) -> bool:
+    """Whether the front end built a module that fails MLIR's verifier (Triton prints the diagnostics and the
+    module, then raises a bare ``RuntimeError``)."""
+    return isinstance(exc, RuntimeError) and str(exc) == "error encountered during parsing"
+
+
 def kernel_source_error_line(exc: BaseException) -> int | None:
     """The line a kernel source error points at, counted from the kernel's ``def`` line (1-based); None if unknown."""
     line = getattr(getattr(exc, "node", None), "lineno", None)

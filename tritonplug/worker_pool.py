@@ -31,7 +31,7 @@ from typing import Any
 
 import cloudpickle
 
-from tritonplug import ir_rules
+from tritonplug import fd_capture, ir_rules
 from tritonplug._worker_main import resolve
 from tritonplug.errors import CompileError, WorkerError
 from tritonplug.worker_process import Died, TimedOut, WorkerProcess, start_worker, take_text
@@ -187,13 +187,9 @@ class WorkerPool:
         return len(idle) + len(busy)
 
     def _fill(self, limit: int | None = None) -> None:
-        """Start a worker in every empty free slot (at most until ``limit`` workers live), without waiting for
-        it to be ready.
-
-        Starting is a fork and exec (milliseconds); the imports then run in the new processes while
-        this run's first tasks wait for theirs. A worker that cannot start leaves its slot empty:
-        the task that takes the slot retries the start and reports the failure.
-        """
+        """Start a worker in every empty free slot (until ``limit`` workers live), without waiting for it to be
+        ready: a fork and exec, the imports then run while this run's first tasks wait. A worker that cannot
+        start leaves its slot empty: the task that takes the slot retries the start and reports the failure."""
         with self._cond:
             empty = self._free.count(None)
             if limit is not None:
@@ -316,8 +312,8 @@ class WorkerPool:
                 return reply[2]
             _, _, type_name, message, formatted = reply
             where = ir_rules.first_diagnostic(stderr)  # the kernel's line, from the compiler's MLIR diagnostics
-            raise CompileError(_compose(f"{label} failed in a compile worker{where}\n{type_name}: {message}"
-                                        if where else f"{label} failed in a compile worker: {type_name}: {message}",
+            raise CompileError(_compose(f"{label} failed in a compile worker{where}" + ("\n" if where else ": ")
+                                        + f"{type_name}: {message}",
                                         worker_traceback=formatted, stderr=stderr))
 
     def _failure(self, exc: Exception, label: str, old: WorkerProcess, fate: str, first_death: str, stderr: str,
@@ -336,13 +332,19 @@ class WorkerPool:
 
 
 def _run_here(task: Task, return_exceptions: bool = False) -> Any:
+    """A task in this process (size 0); a failure leads with the compiler's first MLIR diagnostic."""
     try:
-        try:
-            return resolve(task.func)(*task.args)
-        except CompileError:
-            raise
-        except Exception as exc:
-            raise CompileError(f"{_label(task)} failed: {type(exc).__name__}: {exc}") from exc
+        with fd_capture.Captured() as output:
+            try:
+                return resolve(task.func)(*task.args)
+            except Exception:
+                output.drop()
+                failure = sys.exc_info()[1]
+        where = ir_rules.first_diagnostic(output.stderr)
+        if isinstance(failure, CompileError) and not where:
+            raise failure
+        headline = f"{_label(task)} failed{where}" + ("\n" if where else ": ")
+        raise CompileError(f"{headline}{type(failure).__name__}: {failure}") from failure
     except CompileError as failure:
         if return_exceptions:
             return failure
@@ -350,8 +352,7 @@ def _run_here(task: Task, return_exceptions: bool = False) -> Any:
 
 
 def _shutting_down(exc: BaseException) -> bool:
-    """Whether ``exc`` only says that the interpreter is exiting (``cannot schedule new futures after
-    interpreter shutdown``, after a Ctrl-C in the main thread), which is no news to report."""
+    """``exc`` says only that the interpreter exits (``cannot schedule new futures``, after a Ctrl-C)."""
     return sys.is_finalizing() or (isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc))
 
 
