@@ -17,7 +17,18 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from bad_input_support import BOTH, OMIT, SPEC, Case, N, call, check_refused, params, skip_without_backends
+from bad_input_support import (
+    BOTH,
+    OMIT,
+    PLATFORM_MARKS,
+    SPEC,
+    Case,
+    N,
+    call,
+    check_refused,
+    params,
+    skip_without_backends,
+)
 from bad_input_support import use_fresh_cache as _use_fresh_cache
 
 import tritonplug
@@ -240,3 +251,13 @@ def test_a_call_equal_in_value_to_a_memoised_one_is_validated_afresh(good, bad, 
     call(x, x, **good)  # memoised now
     with pytest.raises(TypeError if "launches" not in error else ValueError, match=error):
         call(x, x, **bad)
+
+
+@pytest.mark.parametrize("platform", [pytest.param(p, marks=PLATFORM_MARKS[p]) for p in BOTH])
+def test_a_descriptor_for_a_pointer_names_the_argument_on_every_platform(platform: str, fresh_cache: Path) -> None:
+    """On the CPU, and on CUDA with jaxlib 0.11.1+, the front end's failure is blamed on ``y_ptr``; an older
+    jaxlib refuses descriptors before the front end runs, naming the argument too."""
+    def f(x, y):
+        return call(x, tritonplug.TensorDescriptor.from_array(y, [16]))
+    with pytest.raises((TypeError, NotImplementedError), match=r"argument 'y_ptr'"):
+        jax.jit(f).trace(SPEC, SPEC).lower(lowering_platforms=(platform,))
