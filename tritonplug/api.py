@@ -53,7 +53,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if memo_key is not None:  # out_shape= (0.3) and out_type= (0.4) count input_output_aliases differently
         memo_key = (memo_key, out_shape is None)
     memo = state.memo.lookup(memo_key)
-    if memo is not None:
+    if memo is not None and memo.call.kernel.kernel is kernel:  # the key holds id(kernel), which may be reused
         results = _run(memo.call, call_memo.arrays_of(memo, args, kwargs), memo.dispatch)
         return jax.tree_util.tree_unflatten(memo.out_tree, results)
 
