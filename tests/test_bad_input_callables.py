@@ -82,6 +82,20 @@ def config_misspelt_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)
 
 
+@triton.heuristics({"BLOK": lambda args: 128})
+@triton.jit
+def heuristic_misspelt_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)
+
+
+@triton.heuristics({"num_warps": lambda args: 2})
+@triton.jit
+def heuristic_warps_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)
+
+
 def prune_reading_a_missing_name(configs, named_args, **kwargs):
     return [c for c in configs if named_args["nn"] > 0]
 
@@ -186,6 +200,10 @@ CASES: dict[str, Case] = {
         lambda x, y: call(x, y, kernel=config_sets_runtime_kernel, BLOCK=OMIT), ValueError,
         r"kernel 'config_sets_runtime_kernel': autotune config .* sets 'n', a runtime argument .*Conflicting "
         r"meta-parameters"),
+    "heuristic_misspells_a_constexpr": Case(
+        lambda x, y: call(x, y, kernel=heuristic_misspelt_kernel, BLOCK=OMIT), ValueError,
+        r"kernel 'heuristic_misspelt_kernel': triton\.heuristics\(\{'BLOK': \.\.\.\}\) sets 'BLOK', which is not a "
+        r"parameter of the kernel; did you mean 'BLOCK'"),
     "config_misspells_a_constexpr": Case(
         lambda x, y: call(x, y, kernel=config_misspelt_kernel, BLOCK=OMIT), ValueError,
         r"autotune config .* sets 'BLOK', which is not a parameter of the kernel; did you mean 'BLOCK'"),
@@ -261,3 +279,15 @@ def test_a_descriptor_for_a_pointer_names_the_argument_on_every_platform(platfor
         return call(x, tritonplug.TensorDescriptor.from_array(y, [16]))
     with pytest.raises((TypeError, NotImplementedError), match=r"argument 'y_ptr'"):
         jax.jit(f).trace(SPEC, SPEC).lower(lowering_platforms=(platform,))
+
+
+@pytest.mark.parametrize("platform", [pytest.param("cuda", marks=PLATFORM_MARKS["cuda"])])
+def test_a_heuristic_may_set_a_launch_option(platform: str, fresh_cache: Path) -> None:
+    """``triton.heuristics({"num_warps": ...})`` is Triton's way to pick warps per call: it is not a misspelt
+    constexpr, and the launch gets it."""
+    from tritonplug.inspection import kernel_calls
+
+    text = jax.jit(lambda x, y: call(x, y, kernel=heuristic_warps_kernel)).trace(SPEC, SPEC).lower(
+        lowering_platforms=(platform,)).as_text()
+    (launch,) = kernel_calls(text)
+    assert launch["kernel_call"]["kernel"]["num_warps"] == 2

@@ -75,6 +75,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     annotation_checks.check(facts, bound)
     if not out_specs and not bound.refs:
         raise ValueError("out_shape is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
+    frontend.check_heuristic_names(facts)
     if facts.autotuner is not None:
         frontend.compatible_configs(facts, constexpr_kwargs)
     elif not facts.heuristics:

@@ -95,16 +95,32 @@ def _check_config_names(kernel: KernelFacts, config: Any) -> None:
     """A config may set only the kernel's ``tl.constexpr`` parameters: a runtime argument it sets is refused
     as Triton refuses it (``Conflicting meta-parameters``), a name the kernel lacks is named (misspelt)."""
     for key in triton_compat.config_fields(config)[0]:
-        if key in kernel.constexpr_names:
-            continue
-        if key in kernel.param_names:
-            raise ValueError(f"kernel {kernel.name!r}: autotune config {config} sets {key!r}, a runtime argument of "
-                             f"the kernel, not a tl.constexpr (Triton refuses it too: \"Conflicting meta-parameters: "
-                             f"{key}\"); configs may set only {sorted(kernel.constexpr_names)}")
-        close = difflib.get_close_matches(key, sorted(kernel.constexpr_names), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"kernel {kernel.name!r}: autotune config {config} sets {key!r}, which is not a parameter "
-                         f"of the kernel{hint} (its tl.constexprs: {sorted(kernel.constexpr_names)})")
+        _check_set_name(kernel, key, f"autotune config {config}")
+
+
+def check_heuristic_names(kernel: KernelFacts) -> None:
+    """``triton.heuristics`` may set only the kernel's ``tl.constexpr`` parameters (Triton passes what it sets
+    as keyword arguments of the kernel, which refuses any other name)."""
+    for heuristics in kernel.heuristics:
+        for key in triton_compat.heuristic_rules(heuristics):
+            _check_set_name(kernel, key, f"triton.heuristics({{{key!r}: ...}})")
+
+
+#: Launch options a heuristic or a config's kwargs may set besides the kernel's constexprs.
+LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"})
+
+
+def _check_set_name(kernel: KernelFacts, key: str, setter: str) -> None:
+    if key in kernel.constexpr_names or (key in LAUNCH_OPTIONS and key not in kernel.param_names):
+        return
+    if key in kernel.param_names:
+        raise ValueError(f"kernel {kernel.name!r}: {setter} sets {key!r}, a runtime argument of the kernel, not a "
+                         f"tl.constexpr (Triton refuses it too: \"Conflicting meta-parameters: {key}\"); only "
+                         f"{sorted(kernel.constexpr_names)} may be set")
+    close = difflib.get_close_matches(key, sorted(kernel.constexpr_names), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"kernel {kernel.name!r}: {setter} sets {key!r}, which is not a parameter of the kernel{hint} "
+                     f"(its tl.constexprs: {sorted(kernel.constexpr_names)})")
 
 
 def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[str, Any],
@@ -140,7 +156,9 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
                 values[key] = call_user(f"heuristic for {key!r}", rule, name, (given,), available=given,
                                         expects="with one argument, the dict of the call's named arguments")
         require_constexprs(name, bound, values)
-        merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
+        # A heuristic may set a launch option (``{"num_warps": ...}``): Triton passes it to the launch.
+        launch = {k: values.pop(k) for k in list(values) if k in LAUNCH_OPTIONS and k not in kernel.param_names}
+        merged = {**call_options, **{k: v for k, v in options.items() if v is not None}, **launch}
         description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
         result.append(Configuration(tuple(values.items()), tuple(merged.items()), description,
                                     tuple({**kwargs, **options}.items()) if kernel.autotuner is not None else ()))
