@@ -215,7 +215,7 @@ CASES: dict[str, Case] = {
                                                           r"given pre_hook"),
     "early_config_prune_returns_none": Case(
         lambda x, y: call(x, y, kernel=prune_none_kernel, BLOCK=OMIT), TypeError,
-        r"early_config_prune prune_returning_none .*must return a list of the configs it was given, got NoneType",
+        r"early_config_prune prune_returning_none .*must return a list of triton.Config, got NoneType",
         BOTH),
     # descriptors and pointers confused
     "descriptor_of_another_rank": Case(lambda x, y: own(descriptor_2d_kernel, tritonplug.TensorDescriptor.from_array(

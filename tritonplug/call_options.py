@@ -71,6 +71,10 @@ class CallOptions:
         if aliases is not None and not isinstance(aliases, (Mapping, tuple)):
             raise TypeError(f"input_output_aliases must be a dict {{input index: output index}}, got "
                             f"{type(aliases).__name__}: {aliases!r}")
+        for index in (i for pair in dict(aliases or {}).items() for i in pair):
+            if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+                raise TypeError(f"input_output_aliases: indices must be ints, got {index!r} ({type(index).__name__}) "
+                                f"in {dict(aliases or {})!r}")
         return dataclasses.replace(
             self,
             grid=self.grid if callable(self.grid) else grid_for(self.grid, {}),
@@ -122,9 +126,9 @@ def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: Any = "") -> tupl
         raise ValueError(f"grid must be an int or a tuple of 1 to 3 ints{source}, got {value!r}")
     dims = []
     for d in value:
-        d = _grid_dimension(d, value)
+        d = _grid_dimension(d, f"{value!r}{source}")
         if d < 0 or d >= 2**31:
-            raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}")
+            raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}{source}")
         dims.append(int(d))
     if 0 in dims:
         of = f" of kernel {kernel!r}" if kernel else ""
@@ -143,7 +147,7 @@ def _grid_dimension(d: Any, grid: Any) -> int:
         except Exception:  # a tracer's __index__ raises a concretization error; named below
             pass
     raise TypeError(f"grid dimensions must be ints (or concrete integer scalars), got {d!r} ({type(d).__name__}) "
-                    f"in grid {grid!r}")
+                    f"in grid {grid}")
 
 
 def check_grid_limits(grid: tuple[int, int, int], backend: BackendInfo) -> None:

@@ -137,9 +137,11 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
                                expects="as early_config_prune(configs, named_args)")
             if not isinstance(pruned, (str, bytes)) and isinstance(pruned, Iterable):
                 pruned = list(pruned)
-            if not isinstance(pruned, list) or not all(any(c is k for k in configs) for c in pruned):
-                raise TypeError(f"early_config_prune {describe(prune)} of kernel {name!r} must return a list of the "
-                                f"configs it was given, got {type(pruned).__name__}: {pruned!r:.200}")
+            if not isinstance(pruned, list) or not all(map(triton_compat.is_config, pruned)):
+                raise TypeError(f"early_config_prune {describe(prune)} of kernel {name!r} must return a list of "
+                                f"triton.Config, got {type(pruned).__name__}: {pruned!r:.200}")
+            for config in pruned:
+                _check_config_names(kernel, config)
             configs = pruned
         if not configs:
             raise ValueError(f"kernel {name!r}: early_config_prune left no autotune configuration for the "

@@ -165,6 +165,10 @@ def heuristic_rules(heuristics: Heuristics) -> dict[str, Any]:
     return dict(heuristics.values)
 
 
+def is_config(value: Any) -> bool:
+    return isinstance(value, triton.Config)
+
+
 def autotuner_hooks(autotuner: Autotuner) -> list[str]:
     """The hooks a user gave ``triton.autotune`` itself (``pre_hook=``, ``post_hook=``), by name."""
     return [name for name in ("pre_hook", "post_hook") if getattr(autotuner, f"user_defined_{name}", False)]
