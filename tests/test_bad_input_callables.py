@@ -230,6 +230,11 @@ CASES: dict[str, Case] = {
                                    r"the kernel \(d\.load\).*but an array was passed", BOTH),
     "descriptor_block_not_an_int": Case(lambda x, y: call(x, tritonplug.TensorDescriptor.from_array(y, [16.5])),
                                         TypeError, r"block_shape\[0\] must be an int, got 16\.5 \(float\)"),
+    "alias_index_a_float": Case(lambda x, y: call(x, y, input_output_aliases={0: 0.0}), TypeError,
+                                r"input_output_aliases: indices must be ints, got 0\.0 \(float\)"),
+    "grid_callable_returns_a_string_dimension": Case(lambda x, y: call(x, y, grid=lambda m: ("2",)), TypeError,
+                                                     r"got '2' \(str\) in grid \('2',\) \(returned by the grid "
+                                                     r"callable\)"),
     # outputs and grids
     "int64_output_without_x64": Case(lambda x, y: call(x, y, out_shape=jax.ShapeDtypeStruct((N,), jnp.int64)),
                                      TypeError, r"out_shape leaf 0 is int64, but 64-bit types are disabled in JAX "

@@ -33,6 +33,14 @@ def returning_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def returning_two_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    value = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, value)
+    return value, value
+
+
+@triton.jit
 def fp8_add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     value = tl.load(x_ptr + offs)
@@ -96,6 +104,10 @@ FP8_ADD = (rf"kernel 'fp8_add_kernel' {_at('value + value)')}: fp8 arithmetic \(
 CASES = {
     "kernel_returns_a_value": Case(returning, tritonplug.KernelSourceError, RETURNS, BOTH),
     "fp8_add": Case(fp8_add, tritonplug.KernelSourceError, FP8_ADD, BOTH),
+    "kernel_returns_two_values": Case(
+        lambda x, y: tritonplug.triton_call(x, kernel=returning_two_kernel, out_type=SPEC, grid=(1,), BLOCK=N),
+        tritonplug.KernelSourceError, rf"kernel 'returning_two_kernel' {_at('    return value, value')}: the kernel "
+                                      r"returns a value \(\(tensor<256xf32>, tensor<256xf32>\)\)", BOTH),
     "fp8_sort": Case(fp8_call(fp8_sort_kernel), tritonplug.KernelSourceError,
                      r"kernel 'fp8_sort_kernel' \(File .*\): fp8 arithmetic \(arith\.cmpf on f8E4M3FN\)", BOTH),
     "fp8_maximum": Case(fp8_call(fp8_maximum_kernel), tritonplug.KernelSourceError,
