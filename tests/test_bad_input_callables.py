@@ -183,7 +183,7 @@ CASES: dict[str, Case] = {
                                                r"grid callable <lambda> \(File .*\) of kernel 'add_kernel' reads "
                                                r"'BLOK', which the call does not have .*did you mean 'BLOCK'"),
     # as Triton's launcher, a grid callable sees every argument (m["n"] works); a name no argument has is named
-    "grid_callable_reads_a_missing_name": Case(
+    "grid_callable_reads_a_name_no_argument_has": Case(
         lambda x, y: call(x, y, grid=lambda m: (m["N_ROWS"] // m["BLOCK"],)), KeyError,
         r"grid callable <lambda> .*of kernel 'add_kernel' reads 'N_ROWS'"),
     "zeroed_callable_reads_a_missing_name": Case(
