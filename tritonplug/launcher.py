@@ -1,0 +1,320 @@
+"""Triton's launch syntax on JAX values: ``tritonplug.launch(kernel)[grid](*args, **kwargs)``.
+
+A library's torch launcher allocates its outputs (``torch.empty_like``), reads strides and sizes off
+tensors and launches ``kernel[grid](...)``, the kernel writing some of its pointer arguments. JAX
+arrays are immutable, so the launch has to know which buffers the kernel writes; here that is said
+by the kind of value passed, nothing else changes:
+
+* a JAX (or NumPy) array is a read-only input;
+* a placeholder from :func:`empty` / :func:`empty_like` / :func:`zeros` / :func:`zeros_like` is a
+  buffer the kernel writes: fresh, it is one of the call's outputs (``out_type``, no copy, no fill;
+  ``zeros`` through the runtime's zeroing); once written, passing it again updates it in place
+  (through a ``jax.new_ref`` made from its value, which XLA aliases);
+* a ``jax.new_ref`` (or :func:`tensor` over one) is updated in place.
+
+After the launch a placeholder holds the written value: ``y[...]`` reads it (as a ``Ref`` is
+read). The launch also returns the values of the placeholders it wrote first, its fresh outputs
+(one: the array; several: a tuple in signature order; none: ``None``); buffers updated in place are
+read through their handles. Handles from :func:`tensor` and the placeholders answer the
+torch calls launchers make (``.stride(i)``, ``.numel()``, ``.size(i)``, ``.shape``, ``.dtype``,
+``.ndim``, ``.view(-1, n)`` ...), for row-major contiguous buffers, which JAX arrays always are.
+
+This is a thin layer: every launch is one ``tritonplug.triton_call`` with every argument by name,
+fresh placeholders as ``out_type`` (they are the only parameters left without an argument, so the
+binding gives them the outputs in signature order) and the rest as arrays, refs and scalars.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tritonplug import binding
+from tritonplug.api import triton_call
+from tritonplug.state import state
+
+_EMPTY, _ZEROS, _VALUE, _INPUT, _REF = "empty", "zeros", "value", "input", "ref"
+
+
+class _Storage:
+    """The buffer behind a handle and its views: what it holds now (``kind``) and its value or ref."""
+
+    __slots__ = ("kind", "shape", "dtype", "value")
+
+    def __init__(self, kind: str, shape: tuple[int, ...], dtype: np.dtype, value: Any = None) -> None:
+        self.kind, self.shape, self.dtype, self.value = kind, shape, dtype, value
+
+    def read(self) -> Any:
+        if self.kind in (_EMPTY, _ZEROS):  # never written: jnp.empty's value
+            return jnp.zeros(self.shape, self.dtype)
+        return self.value[...] if self.kind == _REF else self.value
+
+
+class _Device(NamedTuple):
+    type: str
+
+
+def _shape_of(sizes: Sequence[Any], where: str) -> tuple[int, ...]:
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    shape = []
+    for d in sizes:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < -1:
+            raise TypeError(f"{where}: sizes must be non-negative ints (or one -1), got {tuple(sizes)!r}")
+        shape.append(int(d))
+    return tuple(shape)
+
+
+class Tensor:
+    """A torch-like handle over a JAX buffer, for launcher code: read it with ``t[...]``.
+
+    Made by :func:`tensor` (over an array: read-only; over a ``jax.new_ref``: written in place) or by
+    :func:`empty`/:func:`zeros` and their ``_like`` forms (written by the kernel). ``view``/``reshape``
+    give another handle on the same buffer.
+    """
+
+    __slots__ = ("_storage", "shape", "dtype")
+
+    def __init__(self, storage: _Storage, shape: tuple[int, ...]) -> None:
+        self._storage, self.shape, self.dtype = storage, shape, storage.dtype
+
+    ndim = property(lambda self: len(self.shape))
+
+    @property
+    def device(self) -> Any:
+        """Where launchers read ``x.device.type`` (and pass ``device=x.device`` to the allocators,
+        which ignore it): ``"cuda"`` on a GPU backend, else JAX's backend name."""
+        backend = jax.default_backend()
+        return _Device("cuda" if backend == "gpu" else backend)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def stride(self, dim: int | None = None) -> Any:
+        strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
+        return strides if dim is None else strides[dim]
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def contiguous(self) -> Tensor:
+        return self
+
+    def view(self, *sizes: Any) -> Tensor:
+        """The same buffer seen with another shape (one size may be -1), as ``torch.Tensor.view``."""
+        shape = list(_shape_of(sizes, "view"))
+        if shape.count(-1) > 1:
+            raise ValueError(f"view: only one size may be -1, got {tuple(shape)}")
+        if -1 in shape:
+            known = math.prod(d for d in shape if d != -1)
+            shape[shape.index(-1)] = self.numel() // known if known else 0
+        if math.prod(shape) != self.numel():
+            raise ValueError(f"view: shape {tuple(shape)} is invalid for a buffer of {self.numel()} elements")
+        return Tensor(self._storage, tuple(shape))
+
+    reshape = view
+
+    def __getitem__(self, index: Any) -> Any:
+        """The buffer's current value (``t[...]``), as a JAX array of this handle's shape, indexed."""
+        return jnp.reshape(self._storage.read(), self.shape)[index]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"tritonplug.Tensor({self._storage.kind}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+def tensor(x: Any) -> Tensor:
+    """A torch-like handle over a JAX array (a read-only input) or a ``jax.new_ref`` (updated in place)."""
+    if isinstance(x, Tensor):
+        return x
+    if not binding.is_array(x):
+        raise TypeError(f"tensor(x): x must be a JAX or NumPy array or a jax.new_ref, got {type(x).__name__}")
+    kind = _REF if binding.is_ref(x) else _INPUT
+    shape = tuple(int(d) for d in x.shape)
+    return Tensor(_Storage(kind, shape, np.dtype(x.dtype), x if kind == _REF else jnp.asarray(x)), shape)
+
+
+def _fresh(kind: str, sizes: Sequence[Any], dtype: Any, where: str) -> Tensor:
+    shape = _shape_of(sizes, where)
+    if -1 in shape:
+        raise TypeError(f"{where}: sizes must be non-negative ints, got {shape}")
+    return Tensor(_Storage(kind, shape, np.dtype(jnp.float32 if dtype is None else dtype)), shape)
+
+
+def empty(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A buffer for the kernel to write (as ``torch.empty``; ``device`` is accepted and ignored)."""
+    return _fresh(_EMPTY, size, dtype, "empty")
+
+
+def zeros(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A zero-filled buffer for the kernel to write (as ``torch.zeros``)."""
+    return _fresh(_ZEROS, size, dtype, "zeros")
+
+
+def empty_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A buffer shaped like ``x`` (an array, a ref or a handle), for the kernel to write."""
+    return _fresh(_EMPTY, (tuple(x.shape),), x.dtype if dtype is None else dtype, "empty_like")
+
+
+def zeros_like(x: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A zero-filled buffer shaped like ``x``, for the kernel to write."""
+    return _fresh(_ZEROS, (tuple(x.shape),), x.dtype if dtype is None else dtype, "zeros_like")
+
+
+class _MetaGrid:
+    """A grid callable that also sees the launch's scalar arguments in ``meta``, as Triton's launcher
+    passes every argument; equal when its grid and scalars are, so repeated eager launches memoise."""
+
+    __slots__ = ("grid", "scalars")
+
+    def __init__(self, grid: Callable[[dict[str, Any]], Any], scalars: tuple[tuple[str, Any], ...]) -> None:
+        self.grid, self.scalars = grid, scalars
+
+    def __call__(self, meta: dict[str, Any]) -> Any:
+        return self.grid({**dict(self.scalars), **meta})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _MetaGrid) and other.grid is self.grid and other.scalars == self.scalars
+
+    def __hash__(self) -> int:
+        return hash((id(self.grid), self.scalars))
+
+
+class Launcher:
+    """``launch(kernel)``: index it with the grid, then call it as Triton's ``kernel[grid](...)``."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.facts = state.kernels.get(kernel)  # a TypeError naming the object if it is no Triton kernel
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # .fn, .configs ... of the kernel, as launchers may read them
+        return getattr(self.__dict__["kernel"], name)
+
+    def __repr__(self) -> str:
+        return f"tritonplug.launch({self.facts.name})"
+
+    def run(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
+        """Launch on ``args``/``kwargs`` bound as Triton binds them (by position, then by name);
+        keywords that name no parameter are launch options (``num_warps``, ``num_stages`` ...)."""
+        facts = self.facts
+        bound = binding.bind_like_a_call(tuple(p.name for p in facts.params), args,
+                                         {k: v for k, v in kwargs.items() if k in facts.param_names}, facts.name)
+        options = {k: v for k, v in kwargs.items() if k not in facts.param_names}
+        plan = _Plan(facts.name)
+        for p in facts.params:
+            if p.name in bound:
+                plan.add(p.name, bound[p.name], p.is_constexpr)
+            elif not p.is_constexpr:
+                if not p.has_default:
+                    raise TypeError(f"launch of kernel {facts.name!r}: missing argument for parameter {p.name!r}")
+                plan.named[p.name] = p.default  # Triton's launcher fills defaults; out_type must not
+        if callable(grid):
+            scalars = tuple((k, v) for k, v in plan.named.items() if isinstance(v, (bool, int, float, np.generic)))
+            grid = _MetaGrid(grid, scalars)
+        return plan.run(self.kernel, grid, options)
+
+
+class _Plan:
+    """One launch: each parameter's value for ``triton_call``, and what to do with the results."""
+
+    def __init__(self, kernel: str) -> None:
+        self.kernel = kernel
+        self.named: dict[str, Any] = {}
+        self.outputs: list[tuple[Tensor, str]] = []  # fresh placeholders: out_type, signature order
+        self.refs: dict[int, tuple[Tensor, Any]] = {}  # storage id -> (handle, ref passed)
+        self.ref_names: dict[str, int] = {}  # parameter -> storage id, for a ref passed twice
+
+    def add(self, name: str, value: Any, is_constexpr: bool) -> None:
+        if not isinstance(value, Tensor):
+            self.named[name] = value
+            return
+        storage = value._storage
+        if is_constexpr:
+            raise TypeError(f"launch of kernel {self.kernel!r}: argument {name!r} is a tl.constexpr, but a "
+                            f"buffer was passed")
+        if storage.kind == _INPUT:
+            self.named[name] = jnp.reshape(storage.value, value.shape)
+            return
+        if storage.kind in (_EMPTY, _ZEROS) and all(t._storage is not storage for t, _ in self.outputs):
+            self.outputs.append((value, name))
+            return
+        self._ref(name, value)
+
+    def _ref(self, name: str, value: Tensor) -> None:
+        """A buffer updated in place: a ref of this view's shape, made once per buffer per launch."""
+        storage = value._storage
+        key = id(storage)
+        if any(t._storage is storage for t, _ in self.outputs):  # a fresh buffer passed twice: a ref after all
+            first, first_name = next((t, n) for t, n in self.outputs if t._storage is storage)
+            self.outputs = [(t, n) for t, n in self.outputs if t._storage is not storage]
+            self._ref(first_name, first)
+        if key in self.refs:
+            if self.refs[key][0].shape != value.shape:
+                raise ValueError(f"launch of kernel {self.kernel!r}: argument {name!r} is a view of a buffer passed "
+                                 f"with another shape; pass views of one shape")
+        elif storage.kind == _REF and tuple(storage.value.shape) == value.shape:
+            self.refs[key] = (value, storage.value)
+        else:
+            self.refs[key] = (value, jax.new_ref(value[...]))
+        self.ref_names[name] = key
+
+    def run(self, kernel: Any, grid: Any, options: dict[str, Any]) -> Any:
+        out_type = tuple(jax.ShapeDtypeStruct(t.shape, t.dtype) for t, _ in self.outputs)
+        zeroed = tuple(i for i, (t, _) in enumerate(self.outputs) if t._storage.kind == _ZEROS)
+        refs = [ref for _, ref in self.refs.values()]
+        slot = {key: i for i, key in enumerate(self.refs)}
+        names = {name: slot[key] for name, key in self.ref_names.items()}
+        repeated = len(names) > len(refs)
+
+        def call(*refs: Any) -> Any:
+            named = {**self.named, **{name: refs[i] for name, i in names.items()}}
+            with warnings.catch_warnings():  # zeroed_outputs warns users off it; here it is the memset
+                warnings.filterwarnings("ignore", "zeroed_outputs is deprecated", DeprecationWarning)
+                return triton_call(kernel=kernel, out_type=out_type, grid=grid, **named, **options,
+                                   **({"zeroed_outputs": zeroed} if zeroed else {}))
+
+        # An eager call may not pass one ref twice (JAX refuses it); inside a jit it may.
+        results = jax.jit(call)(*refs) if repeated else call(*refs)
+        for (t, _), result in zip(self.outputs, results, strict=True):
+            t._storage.kind, t._storage.value = _VALUE, jnp.reshape(result, t._storage.shape)
+        for t, ref in self.refs.values():
+            s = t._storage
+            if s.kind == _REF:
+                if ref is not s.value:
+                    s.value[...] = jnp.reshape(ref[...], s.shape)
+            else:
+                s.kind, s.value = _VALUE, jnp.reshape(ref[...], s.shape)
+        values = tuple(t[...] for t, _ in self.outputs)
+        return None if not values else values[0] if len(values) == 1 else values
+
+
+def launch(kernel: Any) -> Launcher:
+    """Triton's launch syntax on JAX values: ``launch(kernel)[grid](*args, **kwargs)``.
+
+    ``kernel`` is a ``@triton.jit`` function, optionally wrapped by ``triton.autotune`` /
+    ``triton.heuristics``. ``grid`` is a tuple or a callable of the metaparameters (which also sees
+    the scalar arguments, as in Triton). Arguments are bound as Triton binds them; JAX arrays are
+    read-only, placeholders (:func:`empty` ...) and ``jax.new_ref`` s are written. Returns the
+    values of the fresh placeholders it wrote (see the module docstring).
+    """
+    return Launcher(kernel)
