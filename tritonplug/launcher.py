@@ -26,7 +26,10 @@ binding gives them the outputs in signature order) and the rest as arrays, refs 
 
 from __future__ import annotations
 
+import ast
+import functools
 import math
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -220,7 +223,7 @@ class Launcher:
         bound = binding.bind_like_a_call(tuple(p.name for p in facts.params), args,
                                          {k: v for k, v in kwargs.items() if k in facts.param_names}, facts.name)
         options = {k: v for k, v in kwargs.items() if k not in facts.param_names}
-        plan = _Plan(facts.name)
+        plan = _Plan(facts)
         for p in facts.params:
             if p.name in bound:
                 plan.add(p.name, bound[p.name], p.is_constexpr)
@@ -237,67 +240,65 @@ class Launcher:
 class _Plan:
     """One launch: each parameter's value for ``triton_call``, and what to do with the results."""
 
-    def __init__(self, kernel: str) -> None:
-        self.kernel = kernel
+    def __init__(self, facts: Any) -> None:
+        self.facts = facts
         self.named: dict[str, Any] = {}
+        self.buffers: dict[int, list[tuple[str, Tensor]]] = {}  # storage id -> its parameters, in order
         self.outputs: list[tuple[Tensor, str]] = []  # fresh placeholders: out_type, signature order
-        self.refs: dict[int, tuple[Tensor, Any]] = {}  # storage id -> (handle, ref passed)
-        self.ref_names: dict[str, int] = {}  # parameter -> storage id, for a ref passed twice
+        self.refs: list[tuple[Tensor, Any]] = []  # (handle, ref passed)
 
     def add(self, name: str, value: Any, is_constexpr: bool) -> None:
         if not isinstance(value, Tensor):
             self.named[name] = value
-            return
-        storage = value._storage
-        if is_constexpr:
-            raise TypeError(f"launch of kernel {self.kernel!r}: argument {name!r} is a tl.constexpr, but a "
+        elif is_constexpr:
+            raise TypeError(f"launch of kernel {self.facts.name!r}: argument {name!r} is a tl.constexpr, but a "
                             f"buffer was passed")
-        if storage.kind == _INPUT:
-            self.named[name] = jnp.reshape(storage.value, value.shape)
-            return
-        if storage.kind in (_EMPTY, _ZEROS) and all(t._storage is not storage for t, _ in self.outputs):
-            self.outputs.append((value, name))
-            return
-        self._ref(name, value)
-
-    def _ref(self, name: str, value: Tensor) -> None:
-        """A buffer updated in place: a ref of this view's shape, made once per buffer per launch."""
-        storage = value._storage
-        key = id(storage)
-        if any(t._storage is storage for t, _ in self.outputs):  # a fresh buffer passed twice: a ref after all
-            first, first_name = next((t, n) for t, n in self.outputs if t._storage is storage)
-            self.outputs = [(t, n) for t, n in self.outputs if t._storage is not storage]
-            self._ref(first_name, first)
-        if key in self.refs:
-            if self.refs[key][0].shape != value.shape:
-                raise ValueError(f"launch of kernel {self.kernel!r}: argument {name!r} is a view of a buffer passed "
-                                 f"with another shape; pass views of one shape")
-        elif storage.kind == _REF and tuple(storage.value.shape) == value.shape:
-            self.refs[key] = (value, storage.value)
         else:
-            self.refs[key] = (value, jax.new_ref(value[...]))
-        self.ref_names[name] = key
+            self.buffers.setdefault(id(value._storage), []).append((name, value))
+
+    def resolve(self) -> None:
+        """Inputs by value, a fresh placeholder as an output, a buffer written in place as a ref.
+
+        One buffer passed to several parameters (``dX = dY``: Liger's in-place backward) cannot be one
+        buffer in XLA, which gives each operand its own: the parameter the kernel stores through gets
+        the ref, the others the value before the launch, which is what a kernel that reads each
+        element before writing it (the condition for in place to be race-free on the GPU) sees.
+        """
+        for group in self.buffers.values():
+            storage = group[0][1]._storage
+            if storage.kind == _INPUT:
+                self.named.update((name, jnp.reshape(storage.value, t.shape)) for name, t in group)
+                continue
+            if len(group) == 1 and storage.kind in (_EMPTY, _ZEROS):
+                self.outputs.append(group[0][::-1])
+                continue
+            stored = [name for name, _ in group if name in stored_params(self.facts)]
+            if len(stored) > 1:
+                raise ValueError(f"launch of kernel {self.facts.name!r}: one buffer is passed to parameters "
+                                 f"{stored}, which the kernel all store through; JAX gives each parameter a buffer "
+                                 f"of its own, so pass one buffer per written parameter")
+            written = stored[0] if stored else group[0][0]
+            for name, t in group:
+                if name != written:
+                    self.named[name] = t[...]
+            name, t = next((n, t) for n, t in group if n == written)
+            same_shape = storage.kind == _REF and tuple(storage.value.shape) == t.shape
+            self.refs.append((t, storage.value if same_shape else jax.new_ref(t[...])))
+            self.named[name] = self.refs[-1][1]
+        order = {p.name: i for i, p in enumerate(self.facts.params)}
+        self.outputs.sort(key=lambda out: order[out[1]])
 
     def run(self, kernel: Any, grid: Any, options: dict[str, Any]) -> Any:
+        self.resolve()
         out_type = tuple(jax.ShapeDtypeStruct(t.shape, t.dtype) for t, _ in self.outputs)
         zeroed = tuple(i for i, (t, _) in enumerate(self.outputs) if t._storage.kind == _ZEROS)
-        refs = [ref for _, ref in self.refs.values()]
-        slot = {key: i for i, key in enumerate(self.refs)}
-        names = {name: slot[key] for name, key in self.ref_names.items()}
-        repeated = len(names) > len(refs)
-
-        def call(*refs: Any) -> Any:
-            named = {**self.named, **{name: refs[i] for name, i in names.items()}}
-            with warnings.catch_warnings():  # zeroed_outputs warns users off it; here it is the memset
-                warnings.filterwarnings("ignore", "zeroed_outputs is deprecated", DeprecationWarning)
-                return triton_call(kernel=kernel, out_type=out_type, grid=grid, **named, **options,
-                                   **({"zeroed_outputs": zeroed} if zeroed else {}))
-
-        # An eager call may not pass one ref twice (JAX refuses it); inside a jit it may.
-        results = jax.jit(call)(*refs) if repeated else call(*refs)
+        with warnings.catch_warnings():  # zeroed_outputs warns users off it; here it is the runtime's memset
+            warnings.filterwarnings("ignore", "zeroed_outputs is deprecated", DeprecationWarning)
+            results = triton_call(kernel=kernel, out_type=out_type, grid=grid, **self.named, **options,
+                                  **({"zeroed_outputs": zeroed} if zeroed else {}))
         for (t, _), result in zip(self.outputs, results, strict=True):
             t._storage.kind, t._storage.value = _VALUE, jnp.reshape(result, t._storage.shape)
-        for t, ref in self.refs.values():
+        for t, ref in self.refs:
             s = t._storage
             if s.kind == _REF:
                 if ref is not s.value:
@@ -306,6 +307,47 @@ class _Plan:
                 s.kind, s.value = _VALUE, jnp.reshape(ref[...], s.shape)
         values = tuple(t[...] for t, _ in self.outputs)
         return None if not values else values[0] if len(values) == 1 else values
+
+
+_STORES = frozenset({"store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or",
+                     "atomic_xchg", "atomic_xor"})
+
+
+@functools.lru_cache(maxsize=256)
+def stored_params(facts: Any) -> frozenset[str]:
+    """Parameters the kernel may store through, read from its source: the names a ``tl.store`` /
+    ``tl.atomic_*`` pointer (or an argument of a call to another ``@triton.jit`` function) is computed
+    from, followed back through assignments. Over-approximate; used only to pick, of several
+    parameters given one buffer, the one that is written."""
+    tree = ast.parse(textwrap.dedent(facts.fn.src))
+    deps: dict[str, set[str]] = {}
+    sinks: set[str] = set()
+
+    def names(node: ast.AST | None) -> set[str]:
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else set()
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in names(target):
+                    deps.setdefault(name, set()).update(names(node.value if not isinstance(node, ast.For)
+                                                              else node.iter))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            attr = func.attr if isinstance(func, ast.Attribute) else None
+            if attr in _STORES:
+                sinks |= names(node.args[0] if node.args else next(
+                    (k.value for k in node.keywords if k.arg == "pointer"), None))
+            elif isinstance(func, ast.Name) and func.id not in ("range", "min", "max", "len", "int", "float"):
+                sinks |= set().union(*map(names, node.args), *(names(k.value) for k in node.keywords))
+    seen, todo = set(), list(sinks)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(deps.get(name, ()))
+    return frozenset(seen & facts.param_names)
 
 
 def launch(kernel: Any) -> Launcher:
