@@ -37,19 +37,19 @@ _LAZY = {
     "__version_info__": "tritonplug.version",
 }
 #: Submodules reachable as attributes (``tritonplug.inspection.kernel_calls(...)``), imported on first use.
-_LAZY_SUBMODULES = frozenset({"inspection"})
+_LAZY_SUBMODULES = frozenset({"debug", "inspection"})
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "Launcher", "PluginError", "Tensor",
-    "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "empty",
-    "empty_like", "export_disabled_checks", "get_compute_capability", "inspection", "launch", "next_power_of_2",
-    "register_plugin", "strides_from_shape", "tensor", "triton_call", "tune", "zeros", "zeros_like", "__version__",
-    "__version_info__",
+    "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "debug",
+    "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection", "launch",
+    "next_power_of_2", "register_plugin", "strides_from_shape", "tensor", "triton_call", "tune", "zeros", "zeros_like",
+    "__version__", "__version_info__",
 ]
 
 if TYPE_CHECKING:
-    from tritonplug import inspection
+    from tritonplug import debug, inspection
     from tritonplug.api import triton_call
     from tritonplug.jaxlib_compat import export_disabled_checks
     from tritonplug.launcher import Launcher, Tensor, empty, empty_like, launch, tensor, zeros, zeros_like
