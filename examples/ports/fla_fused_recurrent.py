@@ -9,7 +9,8 @@ Where the launcher differs from FLA's (JAX requires it):
 * ``o.sum(0)`` is ``jnp.sum(o[...], 0)`` and the results are read with ``[...]``;
 * the type hints name ``jax.Array`` instead of ``torch.Tensor``.
 
-Differing lines: 22 (``tests/test_ports.py`` counts them), 16 of them the signature's type hints.
+Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the launcher
+changes or adds 16 of FLA's 58 lines (13 of them the signature's type hints) and drops 14.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ Where the launchers differ from Liger's (JAX requires it):
   ROCm), Liger's value for every GPU but Blackwell's bf16, which asks torch for the architecture;
 * ``torch.equal(grad_output, 1)`` is a device read: the backward always multiplies.
 
-Differing lines: 24 in the forward launcher, 5 in the backward (``tests/test_ports.py`` counts them).
+Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
+launcher changes or adds 24 of Liger's 102 lines and drops 40; the backward changes or adds 5 of 18 and
+drops 5.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Where the launchers differ from Liger's ``rms_norm_forward`` / ``rms_norm_backwa
 * ``torch_to_triton_dtype[X.dtype]`` is the same table over JAX dtypes.
 * results are read with ``[...]`` and reshaped with ``jnp`` (``Y.view(*shape)``, ``_dW.sum(dim=0).to(...)``).
 
-Differing lines: 13 in the forward launcher, 14 in the backward (``tests/test_ports.py`` counts them).
+Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
+launcher changes or adds 6 of Liger's 67 lines and drops 8; the backward changes or adds 8 of 91 and drops 13.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Where the launchers differ from Liger's ``rope_forward`` / ``rope_backward`` (JA
   a no-op on JAX values, so those lines are gone;
 * results are read with ``[...]``.
 
-Differing lines: 12 in the forward launcher, 11 in the backward (``tests/test_ports.py`` counts them).
+Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): each launcher
+changes or adds 6 of Liger's 54 lines and drops 9.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ Where the launchers differ from Liger's ``swiglu_forward`` / ``swiglu_backward``
 * the Blackwell column-tiled branch (``_should_tile``) is left out: it asks torch for the device
   architecture.
 
-Differing lines: 7 in the forward launcher, 8 in the backward (``tests/test_ports.py`` counts them).
+Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
+launcher changes or adds 4 of Liger's 35 lines and drops 20 (16 of them the tiled branch); the backward
+changes or adds 3 of 33 and drops 18 (16 the tiled branch).
 """
 
 from __future__ import annotations

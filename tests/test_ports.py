@@ -1,0 +1,89 @@
+"""The ports of ``examples/ports``: values and ``jax.grad`` against ``jnp`` references, and how many
+lines of each launcher differ from the library's own (read from the installed source, not imported).
+
+Needs the pinned libraries (``tox -e ports`` installs liger-kernel 0.8.5 and fla-core 0.6.0 with
+``--no-deps``: no torch); skipped where they are not installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+import importlib.machinery
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _installed(package: str) -> bool:
+    return importlib.machinery.PathFinder.find_spec(package) is not None  # finds, never imports
+
+
+#: port module, library module, {launcher: (port lines changed or added, library lines dropped, library lines)}
+PORTS = [
+    ("liger_rms_norm", "liger_kernel.ops.rms_norm", {"rms_norm_forward": (6, 8, 67),
+                                                     "rms_norm_backward": (8, 13, 91)}),
+    ("liger_swiglu", "liger_kernel.ops.swiglu", {"swiglu_forward": (4, 20, 35), "swiglu_backward": (3, 18, 33)}),
+    ("liger_rope", "liger_kernel.ops.rope", {"rope_forward": (6, 9, 54), "rope_backward": (6, 9, 54)}),
+    ("liger_cross_entropy", "liger_kernel.ops.cross_entropy", {"cross_entropy_forward": (24, 40, 102),
+                                                               "cross_entropy_backward": (5, 5, 18)}),
+    ("fla_fused_recurrent", "fla.ops.common.fused_recurrent", {"fused_recurrent_fwd": (16, 14, 58)}),
+]
+
+
+def _requires(library_module: str) -> pytest.MarkDecorator:
+    package = library_module.split(".")[0]
+    return pytest.mark.skipif(not _installed(package), reason=f"{package} is not installed (tox -e ports installs it)")
+
+
+def _function_lines(path: Path, name: str) -> list[str]:
+    text = path.read_text()
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    lines = (line.strip() for line in ast.get_source_segment(text, node).splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _library_file(module: str) -> Path:
+    parts = module.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0])
+    return Path(list(spec.submodule_search_locations)[0]).joinpath(*parts[1:]).with_suffix(".py")
+
+
+@pytest.mark.parametrize(("port", "library", "launchers"), [pytest.param(*p, marks=_requires(p[1])) for p in PORTS],
+                         ids=[p[0] for p in PORTS])
+def test_port_differs_from_the_library_launcher_only_where_its_docstring_says(port, library, launchers):
+    for name, expected in launchers.items():
+        theirs = _function_lines(_library_file(library), name)
+        ours = _function_lines(ROOT / "examples" / "ports" / f"{port}.py", name)
+        diff = list(difflib.ndiff(theirs, ours))
+        counted = (sum(d.startswith("+ ") for d in diff), sum(d.startswith("- ") for d in diff), len(theirs))
+        assert counted == expected, f"{port}.{name}: (changed or added, dropped, library lines) = {counted}"
+
+
+@pytest.mark.parametrize("port", [pytest.param(p[0], marks=_requires(p[1])) for p in PORTS],
+                         ids=[p[0] for p in PORTS])
+def test_port_matches_jnp_values_and_gradients(port):
+    """Each port's ``main`` checks values (and ``jax.grad`` through its ``custom_vjp``) under ``jit``."""
+    importlib.import_module(f"ports.{port}").main()
+
+
+@_requires("liger_kernel")
+def test_ports_run_eagerly_and_under_vmap():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from ports import liger_rms_norm, liger_swiglu
+
+    x = jax.random.normal(jax.random.key(5), (3, 4, 32), jnp.float32)
+    w = jnp.linspace(0.5, 1.5, 32, dtype=jnp.float32)
+    np.testing.assert_allclose(liger_rms_norm.liger_rms_norm(x[0], w), liger_rms_norm.rms_norm_reference(x[0], w),
+                               rtol=1e-5, atol=1e-5)
+    batched = jax.vmap(liger_rms_norm.liger_rms_norm, in_axes=(0, None))(x, w)
+    np.testing.assert_allclose(batched, liger_rms_norm.rms_norm_reference(x, w), rtol=1e-5, atol=1e-5)
+    grads = jax.grad(lambda a, b: jnp.sum(liger_swiglu.liger_swiglu(a, b) ** 2), argnums=(0, 1))(x[0], x[1])
+    want = jax.grad(lambda a, b: jnp.sum(liger_swiglu.swiglu_reference(a, b) ** 2), argnums=(0, 1))(x[0], x[1])
+    for got, expected in zip(grads, want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
