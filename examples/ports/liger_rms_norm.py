@@ -242,7 +242,7 @@ def main(rows: int = 64, cols: int = 96) -> None:
     for offset in (0.0, 1.0):
         y = jax.jit(liger_rms_norm, static_argnums=(2, 3))(X, W, 1e-6, offset)
         np.testing.assert_allclose(y, rms_norm_reference(X, W, 1e-6, offset), rtol=1e-5, atol=1e-5)
-        loss = lambda fn: lambda X, W: jnp.sum(fn(X, W, 1e-6, offset) * dY)  # noqa: E731
+        loss = lambda fn, offset=offset: lambda X, W: jnp.sum(fn(X, W, 1e-6, offset) * dY)  # noqa: E731
         got = jax.jit(jax.grad(loss(liger_rms_norm), argnums=(0, 1)))(X, W)
         want = jax.grad(loss(rms_norm_reference), argnums=(0, 1))(X, W)
         for name, g, w in zip(("dX", "dW"), got, want, strict=True):

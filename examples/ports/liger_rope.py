@@ -193,7 +193,7 @@ def main(bsz: int = 2, seq: int = 8, n_q: int = 4, n_kv: int = 2, hd: int = 16) 
     for name, g, w in zip(("q", "k"), got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=name)
     dq_, dk_ = jax.random.normal(kd1, q.shape), jax.random.normal(kd2, k.shape)
-    loss = lambda fn: lambda q, k: sum(jnp.sum(o * d) for o, d in zip(fn(q, k, cos, sin), (dq_, dk_)))  # noqa: E731
+    loss = lambda fn: lambda q, k: sum(jnp.sum(o * d) for o, d in zip(fn(q, k, cos, sin), (dq_, dk_), strict=True))  # noqa: E731
     got = jax.jit(jax.grad(loss(liger_rope), argnums=(0, 1)))(q, k)
     want = jax.grad(loss(rope_reference), argnums=(0, 1))(q, k)
     for name, g, w in zip(("dq", "dk"), got, want, strict=True):

@@ -111,7 +111,7 @@ def main(rows: int = 48, cols: int = 80) -> None:
     for gate in (1.0, 0.5):
         np.testing.assert_allclose(jax.jit(liger_swiglu, static_argnums=2)(a, b, gate),
                                    swiglu_reference(a, b, gate), rtol=1e-5, atol=1e-5)
-        loss = lambda fn: lambda a, b: jnp.sum(fn(a, b, gate) * dc)  # noqa: E731
+        loss = lambda fn, gate=gate: lambda a, b: jnp.sum(fn(a, b, gate) * dc)  # noqa: E731
         got = jax.jit(jax.grad(loss(liger_swiglu), argnums=(0, 1)))(a, b)
         want = jax.grad(loss(swiglu_reference), argnums=(0, 1))(a, b)
         for name, g, w in zip(("da", "db"), got, want, strict=True):
