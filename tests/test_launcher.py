@@ -125,6 +125,33 @@ def test_one_buffer_for_two_parameters_eager_and_jit():
     np.testing.assert_array_equal(jax.jit(f)(x), 6 * x)
 
 
+@triton.jit
+def _silu(x):
+    return x * tl.sigmoid(x)
+
+
+@triton.jit
+def silu_in_place(dy_ptr, stride, dx_ptr, n, BLOCK: tl.constexpr):
+    """Liger's ``dX = dY`` shape: the read pointer's values go through a helper, the written one is stored."""
+    row = tl.program_id(0).to(tl.int64)
+    dy_base = dy_ptr + row * stride
+    cols = tl.arange(0, BLOCK)
+    y = _silu(tl.load(dy_base + cols, mask=cols < n))
+    dx_base = dx_ptr + row * stride
+    tl.store(dx_base + cols, y, mask=cols < n)
+
+
+def test_stored_parameters_are_read_from_the_source():
+    from tritonplug.launcher import stored_params
+
+    assert stored_params(tritonplug.launch(silu_in_place).facts) == {"dx_ptr", "stride", "BLOCK"}
+    assert stored_params(tritonplug.launch(scale_kernel).facts) == {"out_ptr", "BLOCK"}
+    x = jnp.linspace(-2.0, 2.0, 12, dtype=jnp.float32).reshape(3, 4)
+    buf = tritonplug.tensor(jax.new_ref(x))
+    tritonplug.launch(silu_in_place)[(3,)](buf, 4, buf, 4, BLOCK=4)
+    np.testing.assert_allclose(buf[...], jax.nn.silu(x), rtol=1e-6)
+
+
 def test_grid_callable_sees_scalars_and_metaparameters_autotune_and_heuristics():
     x = jnp.arange(20.0, dtype=jnp.float32)
     grid = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731 (as launchers write it)

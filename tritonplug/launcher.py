@@ -317,14 +317,20 @@ _STORES = frozenset({"store", "atomic_add", "atomic_and", "atomic_cas", "atomic_
 def stored_params(facts: Any) -> frozenset[str]:
     """Parameters the kernel may store through, read from its source: the names a ``tl.store`` /
     ``tl.atomic_*`` pointer (or an argument of a call to another ``@triton.jit`` function) is computed
-    from, followed back through assignments. Over-approximate; used only to pick, of several
-    parameters given one buffer, the one that is written."""
+    from, followed back through assignments (but not through loaded values). Over-approximate; used
+    only to pick, of several parameters given one buffer, the one that is written."""
     tree = ast.parse(textwrap.dedent(facts.fn.src))
     deps: dict[str, set[str]] = {}
     sinks: set[str] = set()
 
     def names(node: ast.AST | None) -> set[str]:
-        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else set()
+        """Names an expression is computed from; a loaded value carries no pointer, so loads cut the chain."""
+        if node is None or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                            and node.func.attr == "load"):
+            return set()
+        if isinstance(node, ast.Name):
+            return {node.id}
+        return set().union(*map(names, ast.iter_child_nodes(node)))
 
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For)):
