@@ -9,7 +9,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tritonplug.errors import CompileError, KernelSourceError, PluginError, TritonplugError, WorkerError
+from tritonplug.errors import (
+    CompileError,
+    KernelImportError,
+    KernelSourceError,
+    PluginError,
+    TritonplugError,
+    WorkerError,
+)
 from tritonplug.logs import configure_logging
 
 _LAZY = {
@@ -19,6 +26,8 @@ _LAZY = {
     "backend_for": "tritonplug.state",
     "register_plugin": "tritonplug.state",
     "tune": "tritonplug.tuning",
+    "kernels_of": "tritonplug.kernel_source",
+    "kernels_from_file": "tritonplug.kernel_source",
     "export_disabled_checks": "tritonplug.jaxlib_compat",
     "TensorDescriptor": "tritonplug.tensor_descriptor",
     "cdiv": "tritonplug.utils",
@@ -41,17 +50,18 @@ _LAZY_SUBMODULES = frozenset({"debug", "inspection"})
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 __all__ = [
-    "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "Launcher", "PluginError", "Tensor",
-    "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "debug",
-    "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection", "launch",
-    "next_power_of_2", "register_plugin", "strides_from_shape", "tensor", "triton_call", "tune", "zeros", "zeros_like",
-    "__version__", "__version_info__",
+    "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelImportError", "KernelSourceError", "Launcher", "PluginError",
+    "Tensor", "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats",
+    "debug", "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection",
+    "kernels_from_file", "kernels_of", "launch", "next_power_of_2", "register_plugin", "strides_from_shape", "tensor",
+    "triton_call", "tune", "zeros", "zeros_like", "__version__", "__version_info__",
 ]
 
 if TYPE_CHECKING:
     from tritonplug import debug, inspection
     from tritonplug.api import triton_call
     from tritonplug.jaxlib_compat import export_disabled_checks
+    from tritonplug.kernel_source import kernels_from_file, kernels_of
     from tritonplug.launcher import Launcher, Tensor, empty, empty_like, launch, tensor, zeros, zeros_like
     from tritonplug.state import backend_for, backends, compile_stats, register_plugin
     from tritonplug.tensor_descriptor import TensorDescriptor
