@@ -59,6 +59,10 @@ class _Storage:
         return self.value[...] if self.kind == _REF else self.value
 
 
+def _reshaped(value: Any, shape: tuple[int, ...]) -> Any:
+    return value if tuple(value.shape) == shape else jnp.reshape(value, shape)
+
+
 class _Device(NamedTuple):
     type: str
 
@@ -134,7 +138,8 @@ class Tensor:
 
     def __getitem__(self, index: Any) -> Any:
         """The buffer's current value (``t[...]``), as a JAX array of this handle's shape, indexed."""
-        return jnp.reshape(self._storage.read(), self.shape)[index]
+        value = _reshaped(self._storage.read(), self.shape)
+        return value if index is Ellipsis else value[index]
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -267,7 +272,7 @@ class _Plan:
         for group in self.buffers.values():
             storage = group[0][1]._storage
             if storage.kind == _INPUT:
-                self.named.update((name, jnp.reshape(storage.value, t.shape)) for name, t in group)
+                self.named.update((name, _reshaped(storage.value, t.shape)) for name, t in group)
                 continue
             if len(group) == 1 and storage.kind in (_EMPTY, _ZEROS):
                 self.outputs.append(group[0][::-1])
@@ -292,19 +297,22 @@ class _Plan:
         self.resolve()
         out_type = tuple(jax.ShapeDtypeStruct(t.shape, t.dtype) for t, _ in self.outputs)
         zeroed = tuple(i for i, (t, _) in enumerate(self.outputs) if t._storage.kind == _ZEROS)
-        with warnings.catch_warnings():  # zeroed_outputs warns users off it; here it is the runtime's memset
-            warnings.filterwarnings("ignore", "zeroed_outputs is deprecated", DeprecationWarning)
-            results = triton_call(kernel=kernel, out_type=out_type, grid=grid, **self.named, **options,
-                                  **({"zeroed_outputs": zeroed} if zeroed else {}))
+        if zeroed:
+            with warnings.catch_warnings():  # zeroed_outputs warns users off it; here it is the runtime's memset
+                warnings.filterwarnings("ignore", "zeroed_outputs is deprecated", DeprecationWarning)
+                results = triton_call(kernel=kernel, out_type=out_type, grid=grid, zeroed_outputs=zeroed,
+                                      **self.named, **options)
+        else:
+            results = triton_call(kernel=kernel, out_type=out_type, grid=grid, **self.named, **options)
         for (t, _), result in zip(self.outputs, results, strict=True):
-            t._storage.kind, t._storage.value = _VALUE, jnp.reshape(result, t._storage.shape)
+            t._storage.kind, t._storage.value = _VALUE, _reshaped(result, t._storage.shape)
         for t, ref in self.refs:
             s = t._storage
             if s.kind == _REF:
                 if ref is not s.value:
-                    s.value[...] = jnp.reshape(ref[...], s.shape)
+                    s.value[...] = _reshaped(ref[...], s.shape)
             else:
-                s.kind, s.value = _VALUE, jnp.reshape(ref[...], s.shape)
+                s.kind, s.value = _VALUE, _reshaped(ref[...], s.shape)
         values = tuple(t[...] for t, _ in self.outputs)
         return None if not values else values[0] if len(values) == 1 else values
 
