@@ -14,6 +14,7 @@ import importlib.machinery
 from pathlib import Path
 
 import pytest
+from helpers import for_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,3 +88,45 @@ def test_ports_run_eagerly_and_under_vmap():
     want = jax.grad(lambda a, b: jnp.sum(liger_swiglu.swiglu_reference(a, b) ** 2), argnums=(0, 1))(x[0], x[1])
     for got, expected in zip(grads, want, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+LOWERED = {  # port: (function of small arrays, arguments, the kernels its lowered CUDA program calls)
+    "liger_rms_norm": ("grad", ((8, 96), (96,)), {"_rms_norm_forward_kernel", "_rms_norm_backward_kernel"}),
+    "liger_swiglu": ("grad", ((8, 96), (8, 96)), {"_swiglu_forward_kernel", "_swiglu_backward_kernel"}),
+    "liger_cross_entropy": ("grad", ((8, 96), None), {"liger_cross_entropy_kernel", "element_mul_kernel"}),
+    "liger_rope": ("grad", ((1, 2, 8, 16), (1, 2, 8, 16)), {"_triton_rope"}),
+    "fla_fused_recurrent": ("fwd", ((1, 8, 2, 16),) * 3, {"fused_recurrent_fwd_kernel"}),
+}
+
+
+def _lowered_function(port):
+    import jax
+    import jax.numpy as jnp
+
+    module = importlib.import_module(f"ports.{port}")
+    _, shapes, _ = LOWERED[port]
+    args = [jnp.ones(s, jnp.float32) if s else jnp.zeros(8, jnp.int32) for s in shapes]
+    if port == "fla_fused_recurrent":
+        return (lambda q, k, v: module.fused_recurrent_fwd(q, k, v, scale=0.25, output_final_state=True)), args
+    fn = getattr(module, port)  # each Liger port's op is named like its module
+    if port == "liger_rope":
+        cos = jnp.ones((1, 8, 16), jnp.float32)
+        return jax.grad(lambda q, k: jnp.sum(fn(q, k, cos, cos)[0] + 2 * jnp.sum(fn(q, k, cos, cos)[1])),
+                        argnums=(0, 1)), args
+    if port == "liger_cross_entropy":
+        return jax.grad(lambda x, t: fn(x, t)), args
+    return jax.grad(lambda a, b: jnp.sum(fn(a, b)), argnums=(0, 1)), args
+
+
+@for_backend("cuda")
+@pytest.mark.parametrize("port", [pytest.param(p[0], marks=_requires(p[1])) for p in PORTS], ids=[p[0] for p in PORTS])
+def test_port_lowers_for_sm90_without_a_gpu(port, monkeypatch):
+    """Each port's launches, outputs before inputs and refs included, make a CUDA program on a CPU machine."""
+    import jax
+
+    from tritonplug.inspection import kernel_calls
+
+    monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
+    fn, args = _lowered_function(port)
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert {call["name"] for call in kernel_calls(text)} == LOWERED[port][2]
