@@ -277,7 +277,7 @@ class _Plan:
             if len(group) == 1 and storage.kind in (_EMPTY, _ZEROS):
                 self.outputs.append(group[0][::-1])
                 continue
-            stored = [name for name, _ in group if name in stored_params(self.facts)]
+            stored = [name for name, _ in group if name in stored_params(self.facts)] if len(group) > 1 else []
             if len(stored) > 1:
                 raise ValueError(f"launch of kernel {self.facts.name!r}: one buffer is passed to parameters "
                                  f"{stored}, which the kernel all store through; JAX gives each parameter a buffer "
