@@ -201,6 +201,8 @@ def test_handles_answer_torch_calls():
     assert t.dtype == jnp.bfloat16 and t.is_contiguous() and t.device.type in ("cpu", "cuda", "rocm")
     assert tritonplug.empty(2, 3).dtype == np.float32 and tritonplug.zeros((4,), dtype=jnp.int32).shape == (4,)
     assert triton.cdiv(t.numel(), 5) == 5 and triton.next_power_of_2(t.size(-1) + 1) == 8
+    assert t.flatten().shape == (24,) and t.itemsize == 2 and t.is_cuda == (t.device.type == "cuda")
+    assert t.new_empty(3, 2).shape == (3, 2) and t.new_zeros((5,), dtype=jnp.int32).dtype == np.int32
 
 
 def test_bad_input_names_the_argument():

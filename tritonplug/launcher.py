@@ -65,6 +65,7 @@ def _reshaped(value: Any, shape: tuple[int, ...]) -> Any:
 
 class _Device(NamedTuple):
     type: str
+    index: int = 0
 
 
 def _shape_of(sizes: Sequence[Any], where: str) -> tuple[int, ...]:
@@ -112,6 +113,15 @@ class Tensor:
     def element_size(self) -> int:
         return self.dtype.itemsize
 
+    itemsize = property(element_size)
+    is_cuda = property(lambda self: self.device.type == "cuda")
+
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        return _fresh(_EMPTY, size, self.dtype if dtype is None else dtype, "new_empty")
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        return _fresh(_ZEROS, size, self.dtype if dtype is None else dtype, "new_zeros")
+
     def stride(self, dim: int | None = None) -> Any:
         strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
         return strides if dim is None else strides[dim]
@@ -135,6 +145,9 @@ class Tensor:
         return Tensor(self._storage, tuple(shape))
 
     reshape = view
+
+    def flatten(self) -> Tensor:
+        return self.view(-1)
 
     def __getitem__(self, index: Any) -> Any:
         """The buffer's current value (``t[...]``), as a JAX array of this handle's shape, indexed."""
