@@ -15,8 +15,7 @@ Per op and direction (``fwd``/``bwd``), implementations (``impl``):
 Time per call: ``--calls`` back-to-back asynchronous calls synchronised once, median over ``--reps``
 batches (``median_us``), warm (compiled and autotuned before timing); ``ratio`` is the median over
 the torch launcher's. Outputs of the two sides are compared once (``check``). Where the port differs
-in work from the library (cross entropy's backward always multiplies; RoPE's transposes are copies
-in JAX), the record's ``note`` says so.
+in work from the library (cross entropy), the record's ``note`` says so.
 """
 
 from __future__ import annotations
@@ -126,18 +125,21 @@ def cases(sizes: dict[str, dict[str, int]], dtype: str) -> dict[tuple[str, str],
         torch=lambda _input, grad_output: _lib("liger_kernel.ops.cross_entropy").cross_entropy_backward(
             _input, grad_output),
         note="grad_output 0.5: both multiply (Liger skips the pass when it is exactly 1; the port cannot tell)")
-    s = sizes["rope"]
-    q, k = _random(7, s["bsz"], s["n_q"], s["seq"], s["hd"]), _random(8, s["bsz"], s["n_kv"], s["seq"], s["hd"])
+    s = sizes["rope"]  # q, k stored (bsz, seq, heads, hd); both sides see them as HF does, (bsz, heads, seq, hd)
+    q, k = _random(7, s["bsz"], s["seq"], s["n_q"], s["hd"]), _random(8, s["bsz"], s["seq"], s["n_kv"], s["hd"])
     freqs = np.arange(s["seq"], dtype=np.float32)[:, None] / 100.0 ** (np.arange(s["hd"] // 2) / (s["hd"] // 2))
     emb = np.concatenate([freqs, freqs], -1)[None].astype(np.float32)
     rope = dict(q=(q, dtype), k=(k, dtype), cos=(np.cos(emb), dtype), sin=(np.sin(emb), dtype))
     for direction, fn in (("fwd", "rope_forward"), ("bwd", "rope_backward")):
+        # JAX: the model's swapaxes to (bsz, heads, seq, hd) and back cancel the port's (XLA folds the pairs);
+        # torch: transpose(1, 2) views, as HF passes them. Both return (bsz, seq, heads, hd).
         out["rope", direction] = dict(
             inputs=rope, written=("q", "k"),
-            prepare=lambda name, t: t.transpose(1, 2).contiguous().transpose(1, 2) if name in ("q", "k") else t,
-            jax=lambda q, k, cos, sin, fn=fn: getattr(liger_rope, fn)(q, k, cos, sin)[:2],
-            torch=lambda q, k, cos, sin, fn=fn: getattr(_lib("liger_kernel.ops.rope"), fn)(q, k, cos, sin)[:2],
-            note="torch gets q, k as transposed views, as HF passes them; JAX transposes by copying")
+            prepare=lambda name, t: t.transpose(1, 2) if name in ("q", "k") else t,
+            jax=lambda q, k, cos, sin, fn=fn: tuple(jnp.swapaxes(o, 1, 2) for o in getattr(liger_rope, fn)(
+                jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), cos, sin)[:2]),
+            torch=lambda q, k, cos, sin, fn=fn: tuple(o.transpose(1, 2) for o in getattr(
+                _lib("liger_kernel.ops.rope"), fn)(q, k, cos, sin)[:2]))
     s = sizes["fla_fused_recurrent"]
     shape_qk, shape_v = (s["B"], s["T"], s["H"], s["K"]), (s["B"], s["T"], s["H"], s["V"])
     fla = dict(q=(_random(9, *shape_qk), dtype), k=(_random(10, *shape_qk, scale=1 / s["K"]), dtype),

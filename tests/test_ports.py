@@ -26,7 +26,7 @@ def _installed(package: str) -> bool:
 #: port module, library module, {launcher: (port lines changed or added, library lines dropped, library lines)}
 PORTS = [
     ("liger_rms_norm", "liger_kernel.ops.rms_norm", {"rms_norm_forward": (6, 8, 67),
-                                                     "rms_norm_backward": (8, 13, 91)}),
+                                                     "rms_norm_backward": (9, 14, 91)}),
     ("liger_swiglu", "liger_kernel.ops.swiglu", {"swiglu_forward": (4, 20, 35), "swiglu_backward": (3, 18, 33)}),
     ("liger_rope", "liger_kernel.ops.rope", {"rope_forward": (6, 9, 54), "rope_backward": (6, 9, 54)}),
     ("liger_cross_entropy", "liger_kernel.ops.cross_entropy", {"cross_entropy_forward": (24, 40, 102),

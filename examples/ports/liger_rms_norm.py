@@ -6,13 +6,15 @@ Where the launchers differ from Liger's ``rms_norm_forward`` / ``rms_norm_backwa
 
 * ``X.view(-1, dim)`` reads ``tritonplug.tensor(X).view(-1, dim)``: a JAX array has no ``.stride()``;
   the handle answers torch's calls; ``torch.empty``/``zeros_like`` are ``tritonplug.empty``/``zeros_like``.
-* ``dX = dY`` (in place): ``dY`` is a fresh ``jax.new_ref`` (a JAX array is immutable).
+* ``dX = dY`` (in place) is a fresh output: XLA cannot let a kernel write a buffer it also reads through
+  another parameter, so in place would first copy ``dY``; a fresh output costs nothing, and XLA reuses
+  ``dY``'s memory for it when nothing else needs ``dY``.
 * ``with device_context(X.device):`` is gone (JAX places the call); the SM count comes from JAX's device.
 * ``torch_to_triton_dtype[X.dtype]`` is the same table over JAX dtypes.
 * results are read with ``[...]`` and reshaped with ``jnp`` (``Y.view(*shape)``, ``_dW.sum(dim=0).to(...)``).
 
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
-launcher changes or adds 6 of Liger's 67 lines and drops 8; the backward changes or adds 8 of 91 and drops 13.
+launcher changes or adds 6 of Liger's 67 lines and drops 8; the backward changes or adds 9 of 91 and drops 14.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
 def rms_norm_backward(dY, X, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warps, in_place, row_mode, needs_dw=None):
     shape = dY.shape
     dim = shape[-1]
-    dY = tritonplug.tensor(jax.new_ref(dY)).view(-1, dim)
+    dY = tritonplug.tensor(dY).view(-1, dim)
     n_rows, n_cols = dY.shape
     X, RSTD = tritonplug.tensor(X), tritonplug.tensor(RSTD)
 
@@ -141,7 +143,7 @@ def rms_norm_backward(dY, X, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warp
     grid = (sm_count,)
 
     if in_place is True:
-        dX = dY
+        dX = tritonplug.empty_like(dY)  # JAX: writing over dY, which the kernel also reads, would copy it
     else:
         dX = tritonplug.zeros_like(dY)
 
