@@ -115,7 +115,7 @@ def cases(sizes: dict[str, dict[str, int]], dtype: str) -> dict[tuple[str, str],
         inputs=ce, written=("_input",),
         jax=lambda _input, target: liger_cross_entropy.cross_entropy_forward(
             _input, target, None, -100, 0.0, 0.0, "mean", None, False)[4],
-        prepare=lambda name, t: t.long() if name == "target" else t,
+        prepare=lambda name, t: t.long() if name == "target" else t.requires_grad_(),  # HAS_GRADIENTS, as the port
         torch=lambda _input, target: _lib("liger_kernel.ops.cross_entropy").cross_entropy_forward(
             _input, target, None, -100, 0.0, 0.0, "mean", None, False)[4],
         note="torch: .item() syncs the host in every call (Liger's launcher)")
