@@ -25,13 +25,13 @@ def _installed(package: str) -> bool:
 
 #: port module, library module, {launcher: (port lines changed or added, library lines dropped, library lines)}
 PORTS = [
-    ("liger_rms_norm", "liger_kernel.ops.rms_norm", {"rms_norm_forward": (6, 8, 67),
-                                                     "rms_norm_backward": (9, 14, 91)}),
-    ("liger_swiglu", "liger_kernel.ops.swiglu", {"swiglu_forward": (4, 20, 35), "swiglu_backward": (3, 18, 33)}),
-    ("liger_rope", "liger_kernel.ops.rope", {"rope_forward": (6, 9, 54), "rope_backward": (6, 9, 54)}),
-    ("liger_cross_entropy", "liger_kernel.ops.cross_entropy", {"cross_entropy_forward": (24, 40, 102),
-                                                               "cross_entropy_backward": (5, 5, 18)}),
-    ("fla_fused_recurrent", "fla.ops.common.fused_recurrent", {"fused_recurrent_fwd": (16, 14, 58)}),
+    ("liger_rms_norm", "liger_kernel.ops.rms_norm", {"rms_norm_forward": (4, 4, 67),
+                                                     "rms_norm_backward": (6, 10, 91)}),
+    ("liger_swiglu", "liger_kernel.ops.swiglu", {"swiglu_forward": (2, 17, 35), "swiglu_backward": (1, 16, 33)}),
+    ("liger_rope", "liger_kernel.ops.rope", {"rope_forward": (1, 0, 54), "rope_backward": (1, 0, 54)}),
+    ("liger_cross_entropy", "liger_kernel.ops.cross_entropy", {"cross_entropy_forward": (20, 30, 102),
+                                                               "cross_entropy_backward": (4, 5, 18)}),
+    ("fla_fused_recurrent", "fla.ops.common.fused_recurrent", {"fused_recurrent_fwd": (14, 13, 58)}),
 ]
 
 
@@ -43,7 +43,8 @@ def _requires(library_module: str) -> pytest.MarkDecorator:
 def _function_lines(path: Path, name: str) -> list[str]:
     text = path.read_text()
     node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
-    lines = (line.strip() for line in ast.get_source_segment(text, node).splitlines())
+    first = min([d.lineno for d in node.decorator_list] + [node.lineno])  # decorators count as lines
+    lines = (line.strip() for line in text.splitlines()[first - 1:node.end_lineno])
     return [line for line in lines if line and not line.startswith("#")]
 
 

@@ -39,6 +39,7 @@ _LAZY = {
     "empty_like": "tritonplug.launcher",
     "zeros": "tritonplug.launcher",
     "zeros_like": "tritonplug.launcher",
+    "torch_launcher": "tritonplug.ported",
     "get_compute_capability": "tritonplug.utils",
     "next_power_of_2": "tritonplug.utils",
     "strides_from_shape": "tritonplug.utils",
@@ -54,7 +55,7 @@ __all__ = [
     "Tensor", "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats",
     "debug", "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection",
     "kernels_from_file", "kernels_of", "launch", "next_power_of_2", "register_plugin", "strides_from_shape", "tensor",
-    "triton_call", "tune", "zeros", "zeros_like", "__version__", "__version_info__",
+    "torch_launcher", "triton_call", "tune", "zeros", "zeros_like", "__version__", "__version_info__",
 ]
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from tritonplug.jaxlib_compat import export_disabled_checks
     from tritonplug.kernel_source import kernels_from_file, kernels_of
     from tritonplug.launcher import Launcher, Tensor, empty, empty_like, launch, tensor, zeros, zeros_like
+    from tritonplug.ported import torch_launcher
     from tritonplug.state import backend_for, backends, compile_stats, register_plugin
     from tritonplug.tensor_descriptor import TensorDescriptor
     from tritonplug.tuning import tune

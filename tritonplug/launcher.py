@@ -26,10 +26,7 @@ binding gives them the outputs in signature order) and the rest as arrays, refs 
 
 from __future__ import annotations
 
-import ast
-import functools
 import math
-import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -40,6 +37,7 @@ import numpy as np
 
 from tritonplug import binding
 from tritonplug.api import triton_call
+from tritonplug.launch_stores import stored_params
 from tritonplug.state import state
 
 _EMPTY, _ZEROS, _VALUE, _INPUT, _REF = "empty", "zeros", "value", "input", "ref"
@@ -148,6 +146,25 @@ class Tensor:
 
     def flatten(self) -> Tensor:
         return self.view(-1)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        shape = list(self.shape)
+        shape.insert(dim if dim >= 0 else len(shape) + 1 + dim, 1)
+        return Tensor(self._storage, tuple(shape))
+
+    def squeeze(self, dim: int | None = None) -> Tensor:
+        if dim is None:
+            return Tensor(self._storage, tuple(d for d in self.shape if d != 1))
+        dim = dim % max(len(self.shape), 1)
+        return Tensor(self._storage, self.shape[:dim] + self.shape[dim + 1:]) if self.shape[dim] == 1 else self
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """A transposed *copy* (JAX arrays have no strided views): a kernel writing it does not write this
+        buffer, so read the result back from it (``q = q.transpose(1, 2)`` ... ``return q.transpose(1, 2)``).
+        It is writable if this buffer is."""
+        value = jnp.swapaxes(self[...], dim0, dim1)
+        kind = _INPUT if self._storage.kind == _INPUT else _VALUE
+        return Tensor(_Storage(kind, tuple(value.shape), self.dtype, value), tuple(value.shape))
 
     def __getitem__(self, index: Any) -> Any:
         """The buffer's current value (``t[...]``), as a JAX array of this handle's shape, indexed."""
@@ -328,53 +345,6 @@ class _Plan:
                 s.kind, s.value = _VALUE, _reshaped(ref[...], s.shape)
         values = tuple(t[...] for t, _ in self.outputs)
         return None if not values else values[0] if len(values) == 1 else values
-
-
-_STORES = frozenset({"store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or",
-                     "atomic_xchg", "atomic_xor"})
-
-
-@functools.lru_cache(maxsize=256)
-def stored_params(facts: Any) -> frozenset[str]:
-    """Parameters the kernel may store through, read from its source: the names a ``tl.store`` /
-    ``tl.atomic_*`` pointer (or an argument of a call to another ``@triton.jit`` function) is computed
-    from, followed back through assignments (but not through loaded values). Over-approximate; used
-    only to pick, of several parameters given one buffer, the one that is written."""
-    tree = ast.parse(textwrap.dedent(facts.fn.src))
-    deps: dict[str, set[str]] = {}
-    sinks: set[str] = set()
-
-    def names(node: ast.AST | None) -> set[str]:
-        """Names an expression is computed from; a loaded value carries no pointer, so loads cut the chain."""
-        if node is None or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                            and node.func.attr == "load"):
-            return set()
-        if isinstance(node, ast.Name):
-            return {node.id}
-        return set().union(*map(names, ast.iter_child_nodes(node)))
-
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                for name in names(target):
-                    deps.setdefault(name, set()).update(names(node.value if not isinstance(node, ast.For)
-                                                              else node.iter))
-        elif isinstance(node, ast.Call):
-            func = node.func
-            attr = func.attr if isinstance(func, ast.Attribute) else None
-            if attr in _STORES:
-                sinks |= names(node.args[0] if node.args else next(
-                    (k.value for k in node.keywords if k.arg == "pointer"), None))
-            elif isinstance(func, ast.Name) and func.id not in ("range", "min", "max", "len", "int", "float"):
-                sinks |= set().union(*map(names, node.args), *(names(k.value) for k in node.keywords))
-    seen, todo = set(), list(sinks)
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo.extend(deps.get(name, ()))
-    return frozenset(seen & facts.param_names)
 
 
 def launch(kernel: Any) -> Launcher:

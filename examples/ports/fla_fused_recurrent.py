@@ -5,12 +5,12 @@ loaded from the installed ``fla.ops.common.fused_recurrent`` (never copied), lau
 
 Where the launcher differs from FLA's (JAX requires it):
 
-* ``q.new_empty(...)`` is ``tritonplug.empty(...)`` (a JAX array makes no buffers);
-* ``o.sum(0)`` is ``jnp.sum(o[...], 0)`` and the results are read with ``[...]``;
+* ``@tritonplug.torch_launcher`` hands the body torch-like handles of its arrays (``q.new_empty``) and
+  returns arrays; ``torch.float32`` is ``jnp.float32``; ``o.sum(0)`` is ``jnp.sum(o[...], 0)``;
 * the type hints name ``jax.Array`` instead of ``torch.Tensor``.
 
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the launcher
-changes or adds 16 of FLA's 58 lines (13 of them the signature's type hints) and drops 14.
+changes or adds 14 of FLA's 58 lines (12 of them the signature's type hints) and drops 13.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ fused_recurrent_fwd_kernel = tritonplug.launch(_lib.fused_recurrent_fwd_kernel)
 _fused_recurrent_tiling = _lib._fused_recurrent_tiling
 
 
+@tritonplug.torch_launcher
 def fused_recurrent_fwd(
     q: jax.Array,
     k: jax.Array,
@@ -48,12 +49,12 @@ def fused_recurrent_fwd(
     h0 = initial_state
     if output_final_state:
         if state_v_first:
-            ht = tritonplug.empty(N, H, V, K, dtype=jnp.float32)
+            ht = q.new_empty(N, H, V, K, dtype=jnp.float32)
         else:
-            ht = tritonplug.empty(N, H, K, V, dtype=jnp.float32)
+            ht = q.new_empty(N, H, K, V, dtype=jnp.float32)
     else:
         ht = None
-    o = tritonplug.empty((NK, *v.shape) if NK > 1 else v.shape, dtype=jnp.float32)
+    o = q.new_empty((NK, *v.shape) if NK > 1 else v.shape, dtype=jnp.float32)
 
     grid = (NV * NK * N * H,)
     fused_recurrent_fwd_kernel[grid](
@@ -85,9 +86,7 @@ def fused_recurrent_fwd(
     )
     if NK > 1:
         o = jnp.sum(o[...], 0)
-    else:
-        o = o[...]
-    return o, (ht[...] if ht is not None else None)
+    return o, ht
 
 
 def fused_recurrent_reference(q, k, v, g=None, scale=None, initial_state=None):

@@ -5,20 +5,23 @@ backward), loaded from the installed ``liger_kernel.ops`` (never copied), launch
 
 Where the launchers differ from Liger's (JAX requires it):
 
-* the logits are written in place: ``_input`` is a ``jax.new_ref`` seen through ``tritonplug.tensor``;
+* ``@tritonplug.torch_launcher(writes="_input")`` hands the bodies torch-like handles of their arrays
+  (``.stride``, ``.contiguous``), the logits over a ``jax.new_ref`` (the kernel writes the gradient
+  over them), and returns arrays; arithmetic on the targets and weights reads their values (``[...]``);
   ``torch.zeros`` is ``tritonplug.zeros`` (predicted tokens are int32: JAX's default int width);
 * ``n_non_ignore`` and ``sum_non_ignore_weight`` are ``.item()`` s of traced values, which a kernel
   scalar cannot take inside ``jit``: the kernel runs with ``reduction="sum"`` and the mean divides the
   loss afterwards and scales the gradient in the backward (``grad_output / n_non_ignore`` through
   ``element_mul_kernel``, which Liger skips when ``grad_output`` is exactly 1: one more pass over
   the logits); ``weight_sum`` (label smoothing with weights) must be concrete: eager only;
+  ``HAS_GRADIENTS`` is an argument, not ``_input.requires_grad``;
 * the target-range asserts read device values (``.max()``): left out; ``ce_num_warps`` is 32 (16 on
   ROCm), Liger's value for every GPU but Blackwell's bf16, which asks torch for the architecture;
 * ``torch.equal(grad_output, 1)`` is a device read: the backward always multiplies.
 
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
-launcher changes or adds 24 of Liger's 102 lines and drops 40; the backward changes or adds 5 of 18 and
-drops 5.
+launcher changes or adds 20 of Liger's 102 lines and drops 30 (asserts, ``.item()`` s, the Blackwell
+warps); the backward changes or adds 4 of 18 and drops 5.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ MAX_FUSED_SIZE = 65536 // 2
 ROCM = jax.default_backend() == "gpu" and "rocm" in jax.devices()[0].client.platform_version.lower()
 
 
+@tritonplug.torch_launcher(writes="_input")
 def cross_entropy_forward(
     _input,
     target,
@@ -72,7 +76,7 @@ def cross_entropy_forward(
     token_accuracy_1d = tritonplug.zeros(n_rows, dtype=jnp.float32) if return_token_accuracy else None
     predicted_tokens_1d = tritonplug.empty(n_rows, dtype=jnp.int32) if return_predicted_tokens else None
 
-    target_mask = target != ignore_index
+    target_mask = target[...] != ignore_index
     n_non_ignore = target_mask.sum()
     sum_non_ignore_weight = n_non_ignore
     weight_sum = 0.0
@@ -81,18 +85,26 @@ def cross_entropy_forward(
         assert jnp.issubdtype(weight.dtype, jnp.floating), (
             f"If given, weight has to be a Tensor of floating point dtype. Got: {weight.dtype}"
         )
-        sum_non_ignore_weight = jnp.sum(jnp.where(target_mask, weight[jnp.where(target_mask, target, 0)], 0))
-        weight_sum = weight.sum().item() if label_smoothing > 0 else 0.0
+        sum_non_ignore_weight = jnp.sum(jnp.where(target_mask, weight[...][jnp.where(target_mask, target[...], 0)], 0))
+        weight_sum = weight[...].sum().item() if label_smoothing > 0 else 0.0
+        # ensure weight is contiguous
+        if weight.stride(-1) != 1:
+            weight = weight.contiguous()
+
+    # ensure _input and target are contiguous in the last dimension
+    if _input.stride(-1) != 1:
+        _input = _input.contiguous()
+    if target.stride(-1) != 1:
+        target = target.contiguous()
 
     ce_num_warps = 16 if ROCM else 32
-    _input = tritonplug.tensor(jax.new_ref(_input))
 
     # Here we use a trick to store X_ptr gradient in X_ptr so we can save memory
     liger_cross_entropy_kernel[(n_rows,)](
         X_ptr=_input,
         X_stride=_input.stride(-2),
         Y_ptr=target,
-        Y_stride=1,  # always 1
+        Y_stride=target.stride(-1),  # always 1
         weight_ptr=weight,  # dummy if None
         loss_ptr=loss_1d,
         z_loss_ptr=z_loss_1d,
@@ -125,27 +137,27 @@ def cross_entropy_forward(
     )
 
     if reduction == "none":
-        loss = loss_1d[...]
-        z_loss = z_loss_1d[...] if return_z_loss else None
-        token_accuracy = token_accuracy_1d[...] if return_token_accuracy else None
+        loss = loss_1d
+        z_loss = z_loss_1d if return_z_loss else None
+        token_accuracy = token_accuracy_1d if return_token_accuracy else None
     else:
         loss = jnp.sum(loss_1d[...]) / (sum_non_ignore_weight if reduction == "mean" else 1)
         z_loss = jnp.sum(z_loss_1d[...]) / (n_non_ignore if reduction == "mean" else 1) if return_z_loss else None
         # For accuracy, we compute the mean across all non-ignored tokens
         token_accuracy = jnp.sum(token_accuracy_1d[...]) / n_non_ignore if return_token_accuracy else None
 
-    predicted_tokens = predicted_tokens_1d[...] if return_predicted_tokens else None
+    predicted_tokens = predicted_tokens_1d if return_predicted_tokens else None
 
-    return loss, z_loss, token_accuracy, predicted_tokens, _input[...], sum_non_ignore_weight
+    return loss, z_loss, token_accuracy, predicted_tokens, _input, sum_non_ignore_weight
 
 
+@tritonplug.torch_launcher(writes="_input")
 def cross_entropy_backward(_input, grad_output):
     # If reduction is 'none'
     if grad_output.ndim > 0:
-        _input = _input * grad_output[:, None]
+        _input = _input[...] * grad_output[...][:, None]
     # If reduction is ['mean', 'sum'], grad_output is just a scalar
     else:
-        _input = tritonplug.tensor(jax.new_ref(_input))
         BT, V = _input.shape
         n_rows = BT
         BLOCK_SIZE = min(MAX_FUSED_SIZE, triton.next_power_of_2(V))
@@ -158,7 +170,6 @@ def cross_entropy_backward(_input, grad_output):
             BLOCK_SIZE=BLOCK_SIZE,
             num_warps=32 if not ROCM else 16,
         )
-        _input = _input[...]
 
     return _input
 

@@ -4,17 +4,18 @@
 
 Where the launchers differ from Liger's ``rms_norm_forward`` / ``rms_norm_backward`` (JAX requires it):
 
-* ``X.view(-1, dim)`` reads ``tritonplug.tensor(X).view(-1, dim)``: a JAX array has no ``.stride()``;
-  the handle answers torch's calls; ``torch.empty``/``zeros_like`` are ``tritonplug.empty``/``zeros_like``.
+* ``@tritonplug.torch_launcher`` hands the bodies torch-like handles of their arrays (``.view``,
+  ``.stride``) and returns arrays; ``torch.empty`` is ``tritonplug.empty``, ``torch.float32`` ``jnp.float32``;
 * ``dX = dY`` (in place) is a fresh output: XLA cannot let a kernel write a buffer it also reads through
   another parameter, so in place would first copy ``dY``; a fresh output costs nothing, and XLA reuses
-  ``dY``'s memory for it when nothing else needs ``dY``.
-* ``with device_context(X.device):`` is gone (JAX places the call); the SM count comes from JAX's device.
-* ``torch_to_triton_dtype[X.dtype]`` is the same table over JAX dtypes.
-* results are read with ``[...]`` and reshaped with ``jnp`` (``Y.view(*shape)``, ``_dW.sum(dim=0).to(...)``).
+  ``dY``'s memory for it when nothing else needs ``dY``;
+* ``with device_context(X.device):`` is gone (JAX places the call); the SM count comes from JAX's device;
+* ``torch_to_triton_dtype[X.dtype]`` is the same table over JAX dtypes; ``_dW.sum(dim=0).to(W.dtype)``
+  is ``jnp.sum(_dW[...], axis=0).astype(W.dtype)``.
 
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
-launcher changes or adds 6 of Liger's 67 lines and drops 8; the backward changes or adds 9 of 91 and drops 14.
+launcher changes or adds 4 of Liger's 67 lines and drops 4; the backward changes or adds 6 of 91 and drops 10
+(the torch SM-count branches, ``with device_context``).
 """
 
 from __future__ import annotations
@@ -31,16 +32,19 @@ import triton.language as tl
 import tritonplug
 
 _lib = tritonplug.kernels_of("liger_kernel.ops.rms_norm")
-calculate_settings = tritonplug.kernels_of("liger_kernel.ops.utils").calculate_settings
+_utils = tritonplug.kernels_of("liger_kernel.ops.utils")
+calculate_settings, set_large_grf_mode = _utils.calculate_settings, _utils.set_large_grf_mode
 _rms_norm_forward_kernel = tritonplug.launch(_lib._rms_norm_forward_kernel)
 _rms_norm_backward_kernel = tritonplug.launch(_lib._rms_norm_backward_kernel)
 _block_rms_norm_forward_kernel = tritonplug.launch(_lib._block_rms_norm_forward_kernel)
 _block_rms_norm_backward_kernel = tritonplug.launch(_lib._block_rms_norm_backward_kernel)
-_str_to_casting_mode = {"llama": 0, "gemma": 1, "none": -1}
+_str_to_casting_mode = _lib._str_to_casting_mode
+_CASTING_MODE_LLAMA, _CASTING_MODE_GEMMA = _lib._CASTING_MODE_LLAMA, _lib._CASTING_MODE_GEMMA
 torch_to_triton_dtype = {np.dtype(jnp.float32): tl.float32, np.dtype(jnp.float16): tl.float16,
                          np.dtype(jnp.bfloat16): tl.bfloat16}
 
 
+@tritonplug.torch_launcher
 def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
     if not isinstance(casting_mode, int):
         assert casting_mode in _str_to_casting_mode, f"Invalid casting mode: {casting_mode}"
@@ -50,18 +54,17 @@ def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
 
     shape = X.shape
     dim = shape[-1]
-    X = tritonplug.tensor(X).view(-1, dim)
+    X = X.view(-1, dim)
     n_rows, n_cols = X.shape
     BLOCK_SIZE, num_warps = calculate_settings(n_cols)
 
     Y = tritonplug.empty((n_rows, n_cols), dtype=X.dtype, device=X.device)
     # RSTD is to cache rstd for each row
     # RSTD is always computed/stored in fp32 if we are using Llama or Gemma casting mode
-    rstd_dtype = jnp.float32 if casting_mode in (0, 1) else X.dtype
+    rstd_dtype = jnp.float32 if casting_mode in (_CASTING_MODE_LLAMA.value, _CASTING_MODE_GEMMA.value) else X.dtype
     RSTD = tritonplug.empty(n_rows, dtype=rstd_dtype, device=X.device)
 
     if W is not None:
-        W = tritonplug.tensor(W)
         # Check constraints.
         assert X.shape[1] == W.shape[0], (
             "Incompatible hidden size dimension between tensor1.shape[1] and tensor2.shape[0]"
@@ -71,6 +74,8 @@ def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
         elementwise_affine = False
 
     kernel_args = {}
+    if X.device.type == "xpu":
+        set_large_grf_mode(kernel_args)
     if BLOCK_SIZE > 256 or n_rows < 4096 * 8 or row_mode:
         _rms_norm_forward_kernel[(n_rows,)](
             Y,
@@ -112,22 +117,21 @@ def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
             num_warps=num_warps,
             **kernel_args,  # XPU-specific optimization
         )
-    return Y[...].reshape(shape), X[...], RSTD[...], BLOCK_SIZE, num_warps, casting_mode
+    return Y.view(*shape), X, RSTD, BLOCK_SIZE, num_warps, casting_mode
 
 
+@tritonplug.torch_launcher
 def rms_norm_backward(dY, X, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warps, in_place, row_mode, needs_dw=None):
     shape = dY.shape
     dim = shape[-1]
-    dY = tritonplug.tensor(dY).view(-1, dim)
+    dY = dY.view(-1, dim)
     n_rows, n_cols = dY.shape
-    X, RSTD = tritonplug.tensor(X), tritonplug.tensor(RSTD)
 
     sm_count = 1
     if X.device.type == "cuda":
         sm_count = getattr(jax.devices()[0], "core_count", 1)
 
     if W is not None:
-        W = tritonplug.tensor(W)
         elementwise_affine = True
         compute_dw = elementwise_affine if needs_dw is None else (elementwise_affine and needs_dw)
         # fp32 for numerical stability especially.
@@ -148,6 +152,8 @@ def rms_norm_backward(dY, X, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warp
         dX = tritonplug.zeros_like(dY)
 
     kernel_args = {}
+    if X.device.type == "xpu":
+        set_large_grf_mode(kernel_args)
     if BLOCK_SIZE > 256 or n_rows < 4096 * 8 or row_mode:
         _rms_norm_backward_kernel[grid](
             dY,
@@ -201,7 +207,7 @@ def rms_norm_backward(dY, X, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warp
             num_warps=num_warps,
             **kernel_args,  # XPU-specific optimization
         )
-    dX = dX[...].reshape(shape)
+    dX = dX.view(*shape)
 
     if compute_dw:
         dW = jnp.sum(_dW[...], axis=0).astype(W.dtype)

@@ -2,16 +2,15 @@
 loaded from the installed ``liger_kernel.ops.rope`` (never copied), rotating ``q`` and ``k`` in place,
 launched by Liger's launchers ported with ``tritonplug.launch``; ``jax.custom_vjp``.
 
-Where the launchers differ from Liger's ``rope_forward`` / ``rope_backward`` (JAX requires it):
-
-* torch's ``transpose``/``unsqueeze`` are ``jnp.swapaxes``/``[None]`` (``squeeze`` is the same method);
-* the kernel rotates ``q`` and ``k`` in place: they are ``jax.new_ref`` s seen through
-  ``tritonplug.tensor`` (JAX arrays are immutable and have no ``.stride()``); ``.contiguous()`` is
-  a no-op on JAX values, so those lines are gone;
-* results are read with ``[...]``.
+Where the launchers differ from Liger's ``rope_forward`` / ``rope_backward`` (JAX requires it): only in
+``@tritonplug.torch_launcher(writes=(...))``, which hands the bodies torch-like handles of their arrays
+(``.transpose``, ``.squeeze``, ``.unsqueeze``, ``.contiguous``, ``.stride``), ``q``/``k`` (``dq``/``dk``)
+over ``jax.new_ref`` s since the kernel rotates them in place, and returns arrays. ``transpose`` is a
+copy in JAX (no strided views); inside ``jit``, XLA folds it with the caller's own transposes (a model
+that holds ``q`` as (batch, seq, heads, dim) and swaps axes for the Hugging Face layout).
 
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): each launcher
-changes or adds 6 of Liger's 54 lines and drops 9.
+changes or adds 1 of Liger's 54 lines (the decorator) and drops none.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ _triton_rope = tritonplug.launch(_lib._triton_rope)
 _resolve_rotary_dim = _lib._resolve_rotary_dim
 
 
+@tritonplug.torch_launcher(writes=("q", "k"))
 def rope_forward(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
     # Support 2D, 3D, and 4D cos/sin shapes
     if cos.ndim == 4:
@@ -43,12 +43,13 @@ def rope_forward(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=
             cos = cos.squeeze()
             sin = sin.squeeze()
     if cos.ndim == 2:
-        cos = cos[None]
-        sin = sin[None]
+        cos = cos.unsqueeze(0)
+        sin = sin.unsqueeze(0)
 
     # transpose it back to the physical shape because Triton looks at the physical storage
-    q = tritonplug.tensor(jax.new_ref(jnp.swapaxes(q, 1, 2)))
-    k = tritonplug.tensor(jax.new_ref(jnp.swapaxes(k, 1, 2)))
+    # note: q and k are incontiguous before the transformation and will become contiguous after transpose
+    q = q.transpose(1, 2)
+    k = k.transpose(1, 2)
 
     batch_size, seq_len, n_q_head, head_dim = q.shape
     n_kv_head = k.shape[2]
@@ -62,7 +63,11 @@ def rope_forward(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=
 
     n_row = batch_size * seq_len
 
-    cos, sin = tritonplug.tensor(cos), tritonplug.tensor(sin)
+    # ensure tensors passed into the kernel are contiguous. It will be no-op if they are already contiguous
+    q = q.contiguous()
+    k = k.contiguous()
+    cos = cos.contiguous()
+    sin = sin.contiguous()
     cos_batch_size = cos.shape[0]
 
     _triton_rope[(n_row,)](
@@ -88,9 +93,10 @@ def rope_forward(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=
         BLOCK_SIZE=BLOCK_SIZE,
         BACKWARD_PASS=False,
     )
-    return jnp.swapaxes(q[...], 1, 2), jnp.swapaxes(k[...], 1, 2), cos[...], sin[...]
+    return q.transpose(1, 2), k.transpose(1, 2), cos, sin
 
 
+@tritonplug.torch_launcher(writes=("dq", "dk"))
 def rope_backward(dq, dk, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
     if cos.ndim == 4:
         if cos.shape[unsqueeze_dim] == 1:
@@ -103,11 +109,11 @@ def rope_backward(dq, dk, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_d
             cos = cos.squeeze()
             sin = sin.squeeze()
     if cos.ndim == 2:
-        cos = cos[None]
-        sin = sin[None]
+        cos = cos.unsqueeze(0)
+        sin = sin.unsqueeze(0)
 
-    dq = tritonplug.tensor(jax.new_ref(jnp.swapaxes(dq, 1, 2)))
-    dk = tritonplug.tensor(jax.new_ref(jnp.swapaxes(dk, 1, 2)))
+    dq = dq.transpose(1, 2)
+    dk = dk.transpose(1, 2)
 
     batch_size, seq_len, n_q_head, head_dim = dq.shape
     cos_batch_size = cos.shape[0]
@@ -122,7 +128,11 @@ def rope_backward(dq, dk, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_d
 
     n_row = batch_size * seq_len
 
-    cos, sin = tritonplug.tensor(cos), tritonplug.tensor(sin)
+    # ensure dq and dk are contiguous
+    dq = dq.contiguous()
+    dk = dk.contiguous()
+    cos = cos.contiguous()
+    sin = sin.contiguous()
 
     # backward is similar to forward except swapping few ops
     _triton_rope[(n_row,)](
@@ -148,7 +158,7 @@ def rope_backward(dq, dk, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_d
         BLOCK_SIZE=BLOCK_SIZE,
         BACKWARD_PASS=True,
     )
-    return jnp.swapaxes(dq[...], 1, 2), jnp.swapaxes(dk[...], 1, 2)
+    return dq.transpose(1, 2), dk.transpose(1, 2)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))

@@ -4,17 +4,17 @@ the backward writes ``da``/``db`` over ``a``/``b`` in place, as Liger's does; ``
 
 Where the launchers differ from Liger's ``swiglu_forward`` / ``swiglu_backward`` (JAX requires it):
 
-* ``a.view(-1, n_cols)`` reads ``tritonplug.tensor(a).view(-1, n_cols)`` (strides); ``torch.empty_like``
-  is ``tritonplug.empty_like``;
-* in the backward, ``a`` and ``b`` are written in place: they are ``jax.new_ref`` s (JAX arrays are
-  immutable);
-* ``with device_context(a.device):`` is gone; results are read with ``[...]`` and reshaped with ``jnp``.
+* ``@tritonplug.torch_launcher`` hands the body torch-like handles of its arrays (``.view``,
+  ``.stride``) and returns arrays; the backward names ``a`` and ``b`` in ``writes``: the kernel
+  updates them in place, and JAX arrays are immutable (they become ``jax.new_ref`` s);
+* ``torch.empty_like`` is ``tritonplug.empty_like``; ``with device_context(a.device):`` is gone (JAX
+  places the call);
 * the Blackwell column-tiled branch (``_should_tile``) is left out: it asks torch for the device
   architecture.
 
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
-launcher changes or adds 4 of Liger's 35 lines and drops 20 (16 of them the tiled branch); the backward
-changes or adds 3 of 33 and drops 18 (16 the tiled branch).
+launcher changes or adds 2 of Liger's 35 lines (the decorator, ``empty_like``) and drops 17; the backward
+changes or adds 1 of 33 (the decorator) and drops 16: the Blackwell branch and ``with device_context``.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ _swiglu_forward_kernel = tritonplug.launch(_lib._swiglu_forward_kernel)
 _swiglu_backward_kernel = tritonplug.launch(_lib._swiglu_backward_kernel)
 
 
+@tritonplug.torch_launcher
 def swiglu_forward(a, b, gate_multiplier: float = 1.0):
     ori_shape = a.shape
 
     n_cols = ori_shape[-1]
-    a = tritonplug.tensor(a).view(-1, n_cols)
-    b = tritonplug.tensor(b).view(-1, n_cols)
+    a = a.view(-1, n_cols)
+    b = b.view(-1, n_cols)
     c = tritonplug.empty_like(a)
     n_rows = a.shape[0]
 
@@ -54,14 +55,14 @@ def swiglu_forward(a, b, gate_multiplier: float = 1.0):
         BLOCK_SIZE=BLOCK_SIZE,
         num_warps=num_warps,
     )
-    return a[...], b[...], c[...].reshape(ori_shape)
+    return a, b, c.view(*ori_shape)
 
 
+@tritonplug.torch_launcher(writes=("a", "b"))
 def swiglu_backward(a, b, dc, gate_multiplier: float = 1.0):
     ori_shape = dc.shape
     n_cols = ori_shape[-1]
-    dc = tritonplug.tensor(dc).view(-1, n_cols)
-    a, b = tritonplug.tensor(jax.new_ref(a)), tritonplug.tensor(jax.new_ref(b))
+    dc = dc.view(-1, n_cols)
     n_rows = dc.shape[0]
 
     BLOCK_SIZE, num_warps = calculate_settings(n_cols)
@@ -76,7 +77,7 @@ def swiglu_backward(a, b, dc, gate_multiplier: float = 1.0):
         BLOCK_SIZE=BLOCK_SIZE,
         num_warps=num_warps,
     )
-    return a[...].reshape(ori_shape), b[...].reshape(ori_shape)
+    return a.view(*ori_shape), b.view(*ori_shape)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
