@@ -221,3 +221,37 @@ def test_bad_input_names_the_argument():
         tritonplug.tensor([1, 2])
     with pytest.raises(TypeError, match="kernel must be a @triton.jit"):
         tritonplug.launch(lambda x: x)
+
+
+@tritonplug.torch_launcher(writes="y")
+def _axpy_launcher(y, x, a=1.0):
+    """A torch launcher body, verbatim: handles in, handles out."""
+    shape = y.shape
+    y, x = y.view(-1, shape[-1]), x.view(-1, shape[-1])
+    _axpy[(y.shape[0],)](y, y.stride(0), x, x.stride(0), y.shape[1], a, BLOCK=triton.next_power_of_2(y.shape[1]))
+    return y.view(*shape), x.size(0)
+
+
+def test_torch_launcher_gives_handles_and_returns_arrays():
+    y, rows = _axpy_launcher(jnp.ones((2, 3, 5), jnp.float32), jnp.stack([X[:3], X[:3]]), a=2.0)
+    assert isinstance(y, jax.Array) and rows == 6
+    np.testing.assert_array_equal(y, 1 + 2 * jnp.stack([X[:3], X[:3]]))
+    y = jax.jit(lambda y, x: _axpy_launcher(y, x)[0])(jnp.zeros_like(X), X)
+    np.testing.assert_array_equal(y, X)
+    with pytest.raises(TypeError, match="has no parameter\\(s\\) \\['z'\\]"):
+        tritonplug.torch_launcher(writes=("z",))(_axpy_twice)
+    with pytest.raises(TypeError, match="argument 'y' is written in place"):
+        _axpy_launcher(1.0, X)
+
+
+def test_transpose_is_a_writable_copy_and_squeeze_views():
+    @tritonplug.torch_launcher(writes="y")
+    def rotate(y, x):
+        y = y.transpose(0, 1)  # (5, 3): written, then read back transposed, as Liger's RoPE does
+        _axpy[(5,)](y, y.stride(0), x.transpose(0, 1), 3, 3, 1.0, BLOCK=4)
+        return y.transpose(0, 1)
+
+    np.testing.assert_array_equal(jax.jit(rotate)(jnp.ones_like(X), X), 1 + X)
+    t = tritonplug.tensor(jnp.zeros((1, 3, 1, 4)))
+    assert t.squeeze().shape == (3, 4) and t.squeeze(2).shape == (1, 3, 4) and t.squeeze(1).shape == t.shape
+    assert t.squeeze(0).unsqueeze(0).shape == t.shape and t.unsqueeze(-1).shape == (1, 3, 1, 4, 1)
