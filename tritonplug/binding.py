@@ -169,7 +169,7 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
                          "already updated in place")
     alias_inputs = flat_inputs if aliases_count_scalars else [n for n in flat_inputs
                                                               if isinstance(n, (ArrayArg, DescriptorArg))]
-    aliases = _check_aliases(input_output_aliases, alias_inputs, arrays, out_specs, kernel)
+    aliases = _check_aliases(input_output_aliases, alias_inputs, arrays, out_specs, kernel, aliases_count_scalars)
     missing = [p.name for p in params if not p.is_constexpr and p.name not in nodes]
     aliased_outputs = {o for _, o in aliases}
     if len(missing) == len(out_specs):  # every output has its own parameter (jax-triton 0.3 style)
@@ -219,7 +219,7 @@ def bind_like_a_call(names: tuple[str, ...], args: Sequence[Any], kwargs: Mappin
 
 
 def _check_aliases(input_output_aliases: Mapping[int, int], flat_inputs: list[Any], arrays: list[Any],
-                   out_specs: Sequence[Any], kernel: str) -> tuple[tuple[int, int], ...]:
+                   out_specs: Sequence[Any], kernel: str, count_scalars: bool) -> tuple[tuple[int, int], ...]:
     """(array operand index, output index) pairs; ``flat_inputs`` are the nodes the input indices count."""
     pairs = []
     if not isinstance(input_output_aliases, Mapping):
@@ -229,8 +229,10 @@ def _check_aliases(input_output_aliases: Mapping[int, int], flat_inputs: list[An
         raise ValueError(f"input_output_aliases maps two inputs to one output: {dict(input_output_aliases)}")
     for i, o in sorted(input_output_aliases.items()):
         if not isinstance(i, (int, np.integer)) or not 0 <= i < len(flat_inputs):
+            counted = ("operands" if count_scalars else "array operands (with out_shape=, as in jax-triton 0.3, "
+                                                          "the indices count arrays only)")
             raise ValueError(f"input_output_aliases: input index {i!r} is out of range; kernel {kernel!r} got "
-                             f"{len(flat_inputs)} operands")
+                             f"{len(flat_inputs)} {counted}")
         if not isinstance(o, (int, np.integer)) or not 0 <= o < len(out_specs):
             raise ValueError(f"input_output_aliases: output index {o!r} is out of range; out_shape has "
                              f"{len(out_specs)} outputs")

@@ -1,8 +1,10 @@
 """Emit kernel objects into the program being lowered.
 
-``GpuKernel``s become one call of jaxlib's Triton custom-call target (an autotuned call
-when there are several configurations); a ``HostKernel`` becomes a host callback that
-runs it on NumPy buffers.
+``GpuKernel``s become one call of jaxlib's Triton custom-call target (an autotuned call when there
+are several configurations), with operands and results ordered so that each pointer parameter gets
+its own buffer (:func:`buffer_layout`); a ``HostKernel`` becomes an XLA FFI call on the CPU that runs
+it on XLA's buffers in place; a ``JaxKernel`` (a kernel translated to JAX operations) is inlined into
+the program.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from tritonplug import host_ffi, jax_compat, jaxlib_compat, launch_payload
 from tritonplug.call import CallSpec, buffer_nbytes
 from tritonplug.kernel_call import encode_kernel_call
-from tritonplug.records import ArrayParam, GpuKernel, HostKernel, JaxKernel, Launch, TmaDescriptorParam
+from tritonplug.records import ArrayParam, GpuKernel, HostKernel, JaxKernel, Launch, TmaDescriptorParam, param_leaves
 
 
 def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
@@ -27,7 +29,11 @@ def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, 
     if len(kernels) == 1 and isinstance(kernels[0], HostKernel):
         return _emit_host(ctx, args, kernels[0], call)
     if len(kernels) == 1 and isinstance(kernels[0], JaxKernel):
-        return _emit_jax(ctx, args, kernels[0])
+        results = _emit_jax(ctx, args, kernels[0])
+        if call.options.cost_estimate:  # no custom call to carry it: the op producing the results does
+            cost = json.dumps(dict(call.options.cost_estimate))
+            jax_compat.set_frontend_attributes(results, {"cost_estimate_json": cost})
+        return results
     raise TypeError(f"backend for {platform!r} returned unsupported kernel objects: "
                     f"{sorted({type(k).__name__ for k in kernels})}")
 
@@ -92,7 +98,7 @@ def buffer_layout(kernels: Sequence[GpuKernel], n_operands: int, n_results: int)
 
 
 def _layout(launch: Launch, n_operands: int, n_results: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    consumed = [p.buffer for p in _leaves(launch.params) if isinstance(p, (ArrayParam, TmaDescriptorParam))]
+    consumed = [p.buffer for p in param_leaves(launch.params) if isinstance(p, (ArrayParam, TmaDescriptorParam))]
     operands = [b for b in consumed if b < n_operands]
     results = [b - n_operands for b in consumed if b >= n_operands]
     where = f"kernel {launch.kernel_name!r} (parameters {list(launch.arg_names)})"
@@ -105,10 +111,6 @@ def _layout(launch: Launch, n_operands: int, n_results: int) -> tuple[tuple[int,
         raise RuntimeError(f"{where}: its pointer parameters name buffers {consumed}, not each of the "
                            f"{n_operands} operands once and each result at most once")
     return tuple(operands), tuple(results + [o for o in range(n_results) if o not in results])
-
-
-def _leaves(params: Sequence[Any]) -> list[Any]:
-    return [q for p in params for q in (_leaves(p) if isinstance(p, tuple) else [p])]
 
 
 def _annotate(results: Sequence[Any], cost_estimate: Any) -> None:
@@ -159,18 +161,7 @@ def _emit_jax(ctx: Any, args: Sequence[Any], kernel: JaxKernel) -> Sequence[Any]
 
 
 def _zeroed_buffers(launch: Launch) -> list[int]:
-    found = []
-
-    def visit(p: Any) -> None:
-        if isinstance(p, tuple):
-            for q in p:
-                visit(q)
-        elif isinstance(p, ArrayParam) and p.bytes_to_zero:
-            found.append(p.buffer)
-
-    for p in launch.params:
-        visit(p)
-    return found
+    return [p.buffer for p in param_leaves(launch.params) if isinstance(p, ArrayParam) and p.bytes_to_zero]
 
 
 def _result_of(launch: Launch, buffer: int) -> int:

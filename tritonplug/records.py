@@ -227,6 +227,11 @@ class BufferSpec:
     dtype: str
 
 
+def param_leaves(params: Sequence[Any]) -> list[Any]:
+    """The entries of a launch's ``params`` with tuple parameters flattened, in order."""
+    return [q for p in params for q in (param_leaves(p) if isinstance(p, tuple) else [p])]
+
+
 @dataclass(frozen=True)
 class Launch:
     """One configuration of one call: what the kernel object must launch.
