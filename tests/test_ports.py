@@ -1,7 +1,7 @@
 """The ports of ``examples/ports``: values and ``jax.grad`` against ``jnp`` references, and how many
 lines of each launcher differ from the library's own (read from the installed source, not imported).
 
-Needs the pinned libraries (``tox -e ports`` installs liger-kernel 0.8.5 and fla-core 0.6.0 with
+Needs the pinned libraries (``tox -e corpus`` installs liger-kernel 0.8.5 and fla-core 0.6.0 with
 ``--no-deps``: no torch); skipped where they are not installed.
 """
 
@@ -37,7 +37,7 @@ PORTS = [
 
 def _requires(library_module: str) -> pytest.MarkDecorator:
     package = library_module.split(".")[0]
-    return pytest.mark.skipif(not _installed(package), reason=f"{package} is not installed (tox -e ports installs it)")
+    return pytest.mark.skipif(not _installed(package), reason=f"{package} is not installed (tox -e corpus installs it)")
 
 
 def _function_lines(path: Path, name: str) -> list[str]:

@@ -102,10 +102,12 @@ def kernels_from_file(path: str | Path, *, name: str | None = None) -> types.Mod
 
 
 def _warn_dropped(module: str, dropped: dict[str, str]) -> None:
-    listing = "; ".join(f"{name} without {what}" for name, what in dropped.items())
-    warnings.warn(f"tritonplug.kernels_of({module!r}): loaded {listing}: the wrapper needs torch, the kernel "
-                  "does not (launching it through tritonplug binds the same kernel)", WrapperDroppedWarning,
-                  stacklevel=3)
+    by_wrapper: dict[str, list[str]] = {}
+    for name, what in dropped.items():
+        by_wrapper.setdefault(what, []).append(name)
+    listing = "; ".join(f"{', '.join(names)} without {what}" for what, names in by_wrapper.items())
+    warnings.warn(f"tritonplug.kernels_of({module!r}): loaded {listing}; the kernels themselves do not need torch",
+                  WrapperDroppedWarning, stacklevel=3)
 
 
 def _missing_module(exc: BaseException | None) -> str | None:
@@ -341,7 +343,9 @@ class _Loader:
             assert isinstance(unit.node, ast.FunctionDef)
             count = len(unit.node.decorator_list) - len(stripped.decorator_list)  # type: ignore[attr-defined]
             wrappers = ", ".join(f"@{ast.unparse(d)}" for d in unit.node.decorator_list[:count])
-            self.dropped[unit.node.name] = f"{wrappers} ({_describe(exc)})"
+            links = getattr(exc, "links", None)
+            why = f"{links[0].split(' (')[0]} needs {_missing_module(exc)}" if links else _describe(exc)
+            self.dropped[unit.node.name] = f"{wrappers} ({why})"
 
     def bind_failure(self, unit: Unit, exc: Exception) -> None:
         where = f"{_short(self.filename)}:{unit.first_line}"
