@@ -87,6 +87,8 @@ def main() -> int:
             record[shape] = status
             if detail:
                 record[f"{shape}_detail"] = detail
+        if launch.triton_error:
+            record["triton_refuses"] = f"Triton's own front end refuses this kernel too ({launch.triton_error!r})"
         if fallbacks.lines:
             record["interpreter_fallback"] = sorted(set(fallbacks.lines))
         if on_gpu and args.time and record.get("out_type") == "right":

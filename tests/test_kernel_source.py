@@ -61,6 +61,12 @@ FILES = {
         @triton.jit
         def scaled(x, factor: tl.constexpr):
             return x * factor
+
+
+        @triton.autotune(configs=[triton.Config({"B": b}) for b in (16, 32)], key=["n"])
+        @triton.jit
+        def tuned(x_ptr, n, B: tl.constexpr):
+            tl.store(x_ptr + tl.arange(0, B), 0.0, mask=tl.arange(0, B) < n)
     """,
     "ops/add.py": """
         import torch
@@ -136,6 +142,14 @@ def test_kernels_load_without_running_the_package_or_importing_torch(library):
     assert kernels_of(f"{name}.ops.add", use_import=False).add_kernel is ops.add_kernel
     assert kernels_of(f"{name}.ops.helpers", use_import=False).scaled is ops.scaled
     assert ops.BLOCK == 128 and ops.settings(100) == (128, 4)
+
+
+def test_a_comprehension_in_a_decorator_binds_no_module_name(library):
+    """Python 3.12 inlines comprehensions (PEP 709): their loop variables are not the module's names."""
+    name, _ = library
+    helpers = kernels_of(f"{name}.ops.helpers", use_import=False)
+    assert isinstance(helpers.tuned, triton.runtime.Autotuner)
+    assert "b" not in dir(helpers) and {"scaled", "tuned", "triton", "tl"} <= set(dir(helpers))
 
 
 def test_the_kernel_sees_the_library_file_and_lines(library):

@@ -137,18 +137,44 @@ def _wraps_kernel(node: ast.stmt, origins: dict[str, str]) -> bool:
             and is_triton_decorator(node.value.func, origins))
 
 
-def _names_of(source: str, filename: str) -> tuple[set[str], set[str]]:
-    """(names the code binds at module level, module-level names it reads), by CPython's own scope
-    analysis: a name read in a function body counts only where it resolves to a global."""
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _bound_names(node: ast.AST, in_comprehension: bool = False) -> set[str]:
+    """Names a top-level statement binds in the module, read from the AST: CPython 3.12 inlines comprehensions
+    (PEP 709), so ``symtable`` would count their loop variables (``for num_warps in ...`` inside a decorator)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name} | {n for d in node.decorator_list for n in _bound_names(d, in_comprehension)}
+    if isinstance(node, ast.Lambda):
+        return set()
+    names: set[str] = set()
+    if isinstance(node, ast.NamedExpr):
+        names.add(node.target.id)
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and not in_comprehension:
+        names.add(node.id)
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+        names.add(node.name)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        names.update(a.asname or a.name.split(".")[0] for a in node.names)
+    elif type(node).__name__ in ("MatchAs", "MatchStar") and getattr(node, "name", None):
+        names.add(node.name)  # type: ignore[attr-defined]
+    inner = in_comprehension or isinstance(node, _COMPREHENSIONS)
+    for child in ast.iter_child_nodes(node):
+        names |= _bound_names(child, inner)
+    return names
+
+
+def _reads_of(source: str, filename: str) -> set[str]:
+    """Module-level names the code reads, by CPython's own scope analysis: a name read in a function body
+    counts only where it resolves to a global."""
     table = symtable.symtable(source, filename, "exec")
-    bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
     reads = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
     pending = list(table.get_children())
     while pending:
         child = pending.pop()
         reads.update(s.get_name() for s in child.get_symbols() if s.is_referenced() and s.is_global())
         pending.extend(child.get_children())
-    return bound, reads
+    return reads
 
 
 @dataclass
@@ -190,8 +216,8 @@ def read_module(file: ModuleFile) -> ModuleSource:
             continue
         unit = Unit(len(units), node, frozenset())
         segment = "".join(lines[unit.first_line - 1:node.end_lineno])
-        bound, reads = _names_of(prefix + segment, filename)
-        unit.bound, unit.reads = frozenset(bound), frozenset(reads)
+        unit.bound = frozenset(_bound_names(node))
+        unit.reads = frozenset(_reads_of(prefix + segment, filename) - unit.bound)
         unit.kernel_defs = kernel_defs(node, origins)
         unit.is_kernel = bool(unit.kernel_defs) or _wraps_kernel(node, origins)
         units.append(unit)
