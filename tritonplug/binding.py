@@ -30,6 +30,10 @@ from tritonplug.triton_compat import KernelFacts
 _F32 = np.finfo(np.float32)
 #: NumPy scalar dtypes jaxlib's runtime passes as they are; narrower NumPy ints widen to i32 (exactly).
 _NUMPY_SCALARS = {"uint32": "u32", "int64": "i64", "uint64": "u64", "float64": "fp64"}
+#: Scalar annotations that decide the runtime type (jaxlib passes these; ``annotation_checks`` refuses values
+#: they cannot hold).
+_ANNOTATED_SCALARS = {"i1": "i1", "u1": "i1", "i32": "i32", "u32": "u32", "i64": "i64", "u64": "u64",
+                      "fp32": "fp32", "fp64": "fp64"}
 
 
 def scalar_type(value: Any, where: str) -> str:
@@ -107,6 +111,7 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
     """
     params = facts.params
     kernel = facts.name
+    annotations = {p.name: p.annotation for p in params if p.annotation}
     bound = bind_like_a_call(tuple(p.name for p in params), args, kwargs, kernel)
 
     arrays: list[Any] = []
@@ -135,6 +140,8 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
             node = ArrayArg(len(arrays) - 1)
         else:
             dtype = scalar_type(value, where)  # first: it names the argument when the value is no scalar
+            if not indices:  # Triton compiles an annotated parameter (eps: tl.float64) with its annotation
+                dtype = _ANNOTATED_SCALARS.get(annotations.get(name, ""), dtype)
             if isinstance(value, np.float32):
                 user_warnings.warn("Passing np.float32 scalars to triton_call is deprecated (as in jax-triton 0.4): "
                               "pass a Python float, which is fp32 whenever float32 can hold it", DeprecationWarning)
