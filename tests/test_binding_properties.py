@@ -198,3 +198,13 @@ def test_an_annotated_scalar_is_passed_with_its_annotation():
     (decoded,) = kernel_calls(text)
     scalars = [p for p in decoded["kernel_call"]["parameters"] if "array" not in p]
     assert [list(p) for p in scalars] == [["i64"], ["f64"]], scalars
+
+
+@requires_backend("interpret")
+def test_one_ref_for_two_parameters_is_refused_naming_both():
+    import tritonplug
+
+    kernel = kernel_for(("inout", "inout"))
+    ref = jax.new_ref(jax.device_put(np.zeros(BLOCK * 2, np.float32), jax.devices("cpu")[0]))
+    with pytest.raises(ValueError, match=r"same Ref .* parameters 'inout0' and 'inout1'"):
+        tritonplug.triton_call(ref, ref, kernel=kernel, out_type=(), grid=(1,), BLOCK=BLOCK)

@@ -174,6 +174,7 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
             nodes[p.name] = operand_node(p.default, p.name)
 
     refs = tuple(i for i, a in enumerate(arrays) if is_ref(a))
+    _check_refs_once(arrays, refs, sources, kernel)
     if refs and input_output_aliases:
         raise ValueError("input_output_aliases cannot be combined with Ref arguments (jax.new_ref): a Ref is "
                          "already updated in place")
@@ -201,6 +202,20 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
     dns = frozenset(p.name for p in params if p.do_not_specialize)
     return BoundArgs(tuple(p.name for p in params), tuple(nodes[p.name] for p in params), dns,
                      aliases, aliased_params, refs), arrays
+
+
+def _check_refs_once(arrays: list[Any], refs: tuple[int, ...], sources: list[tuple[str, tuple[int, ...]]] | None,
+                     kernel: str) -> None:
+    """JAX passes a mutable reference to a computation once: name the parameters that share one."""
+    seen: dict[int, int] = {}
+    for i in refs:
+        first = seen.setdefault(id(arrays[i]), i)
+        if first != i:
+            names = [sources[j][0] if sources else f"operand {j}" for j in (first, i)]
+            raise ValueError(f"kernel {kernel!r}: the same Ref (jax.new_ref) is passed to parameters {names[0]!r} and "
+                             f"{names[1]!r}; JAX passes a mutable reference once. Pass it to the parameter the kernel "
+                             f"writes through and its value (ref[...]) to the other, or launch with "
+                             f"tritonplug.launch, which does so")
 
 
 def _descriptor_node(facts: KernelFacts, desc: TensorDescriptor, index: int, where: str) -> Any:
