@@ -9,12 +9,15 @@ from typing import Any
 
 import jax
 
-from tritonplug import jax_compat, user_warnings
+from tritonplug import jax_compat, user_warnings, version
 from tritonplug.batching import batch_rule
 from tritonplug.call import CallSpec, refs_as_outputs
 from tritonplug.lowering import lower_call
 from tritonplug.records import BufferSpec
 from tritonplug.tuning_select import active_session
+
+# One line when jax, jaxlib or Triton is newer than the tested range; an error only for a release known to break.
+version.warn_if_untested()
 
 triton_call_p = jax_compat.Primitive("tritonplug_call")
 triton_call_p.multiple_results = True

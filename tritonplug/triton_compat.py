@@ -1,4 +1,4 @@
-"""The host's one adapter over Triton's Python API (triton 3.6 through 3.9).
+"""The host's one adapter over Triton's Python API (triton 3.6 through 3.9, and 3.10 as far as announced).
 
 Everything the host needs from Triton beyond ``triton.jit`` goes through here: unwrapping
 ``autotune``/``heuristics`` wrappers, reading kernel parameters and autotune configurations,
@@ -176,7 +176,9 @@ def frontend_ir(fn: JITFunction, target: tuple[str, int | str, int], options: di
 
     gpu_target = GPUTarget(*target)
     backend = make_backend(gpu_target)
-    parsed = backend.parse_options(options)
+    # The front end never reads enable_fp_fusion; a value where the backend left it out (the CPU backend) keeps
+    # Triton 3.9's parse_options from warning about a default that the compile, not this, decides.
+    parsed = backend.parse_options({"enable_fp_fusion": True, **options})
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)

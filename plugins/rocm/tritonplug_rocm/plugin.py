@@ -52,6 +52,8 @@ def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) ->
         raise ValueError(f"num_ctas must be 1 on ROCm, got {options['num_ctas']!r}")
     plugin_kit.check_bools(options)
     plugin_kit.check_known_options(options, compat.OPTIONS_CLASS, "ROCm")
+    # Triton's own default where the call leaves it unset, resolved here so it is part of the cache key
+    options["enable_fp_fusion"] = plugin_kit.fp_fusion_enabled(options.get("enable_fp_fusion"))
     return Options.from_mapping(options)
 
 

@@ -1,0 +1,128 @@
+"""FP fusion (``a * b + c`` → one FMA) follows the installed Triton, as a kernel launched by Triton itself would.
+
+Triton 3.6–3.8 fuse unless ``TRITON_DEFAULT_FP_FUSION=0``; 3.9 also honours ``TRITON_FORCE_DISABLE_FP_FUSION`` (and
+warns when the default is unset); 3.10 does not fuse unless ``TRITON_DEFAULT_FP_FUSION=1``. A call's
+``enable_fp_fusion=`` wins over the default. Each test compares with what Triton's own ``triton.compile`` does in
+the same environment (its options, its PTX), so it holds on every Triton version without naming one.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from helpers import for_backend
+
+import tritonplug
+from tritonplug.inspection import kernel_calls
+
+cuda = for_backend("cuda")
+SM90 = ("cuda", 90, 32)
+FMA = "fma.rn.f32"
+
+
+@triton.jit
+def mul_add_kernel(x_ptr, y_ptr, z_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) * tl.load(y_ptr + offs) + tl.load(z_ptr + offs))
+
+
+@pytest.fixture(params=["unset", "0", "1"], ids=lambda v: f"TRITON_DEFAULT_FP_FUSION={v}")
+def default_fusion(request, monkeypatch):
+    """``TRITON_DEFAULT_FP_FUSION`` unset, 0 or 1 (tox and the test session set it to 1 otherwise)."""
+    monkeypatch.delenv("TRITON_FORCE_DISABLE_FP_FUSION", raising=False)
+    if request.param == "unset":
+        monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", request.param)
+    monkeypatch.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "0")  # PTX in the payload, on every jaxlib
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Triton 3.9's one-time "TRITON_DEFAULT_FP_FUSION is unset"
+        yield request.param
+
+
+def triton_options(requested: bool | None):
+    """The options Triton's own ``triton.compile`` would compile with for sm_90 (its ``parse_options``)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    return make_backend(GPUTarget(*SM90)).parse_options({} if requested is None else {"enable_fp_fusion": requested})
+
+
+def triton_ptx(requested: bool | None) -> str:
+    """The PTX Triton itself makes of ``mul_add_kernel`` for sm_90."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "z_ptr": "*fp32", "out_ptr": "*fp32", "BLOCK": "constexpr"}
+    options = {} if requested is None else {"enable_fp_fusion": requested}
+    compiled = triton.compile(ASTSource(mul_add_kernel, signature, {(4,): 128}), target=GPUTarget(*SM90),
+                              options=options)
+    return compiled.asm["ptx"]
+
+
+def tritonplug_ptx(**options) -> str:
+    """The PTX in the payload of a call of ``mul_add_kernel`` lowered for sm_90."""
+    spec = jax.ShapeDtypeStruct((128,), jnp.float32)
+
+    def f(x, y, z):
+        return tritonplug.triton_call(x, y, z, kernel=mul_add_kernel, out_type=spec, grid=(1,), BLOCK=128,
+                                      compute_capability=90, **options)
+
+    text = jax.jit(f).trace(spec, spec, spec).lower(lowering_platforms=("cuda",)).as_text()
+    (call,) = kernel_calls(text)
+    return call["kernel_call"]["kernel"]["ptx"]
+
+
+@cuda
+@pytest.mark.parametrize("requested", [None, True, False], ids=["unset", "True", "False"])
+def test_parse_options_decides_fusion_as_triton_does(default_fusion, requested):
+    from tritonplug_cuda import plugin
+
+    from tritonplug.records import Target
+
+    sm90 = Target("cuda", "cuda", 90, 32, "cuda")
+    ours = plugin.tritonplug_parse_options(sm90, {"enable_fp_fusion": requested}).get("enable_fp_fusion")
+    assert ours is triton_options(requested).enable_fp_fusion
+    if requested is not None:
+        assert ours is requested  # the call's option wins over TRITON_DEFAULT_FP_FUSION
+
+
+@cuda
+def test_compiled_kernel_fuses_exactly_when_triton_would(default_fusion):
+    expected = FMA in triton_ptx(None)
+    assert expected is triton_options(None).enable_fp_fusion  # the PTX tells fusion apart
+    assert (FMA in tritonplug_ptx()) is expected
+
+
+@cuda
+def test_the_call_option_wins_and_is_part_of_the_cache_key(default_fusion):
+    # One cache, one environment: an option missing from the key would hand the second call the first's binary.
+    assert FMA in tritonplug_ptx(enable_fp_fusion=True)
+    assert FMA not in tritonplug_ptx(enable_fp_fusion=False)
+    assert (FMA in tritonplug_ptx()) is triton_options(None).enable_fp_fusion
+
+
+@cuda
+@pytest.mark.skipif(not hasattr(triton.knobs.language, "force_disable_fp_fusion"),
+                    reason=f"Triton {triton.__version__} has no TRITON_FORCE_DISABLE_FP_FUSION (3.9+)")
+def test_force_disable_overrides_the_call_as_in_triton(monkeypatch):
+    monkeypatch.setenv("TRITON_FORCE_DISABLE_FP_FUSION", "1")
+    monkeypatch.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "0")
+    assert triton_options(True).enable_fp_fusion is False
+    assert FMA not in tritonplug_ptx(enable_fp_fusion=True)
+
+
+def test_enable_fp_fusion_is_unset_unless_given():
+    """The call passes ``None`` to the backends (the hook spec's "unset"), so they apply Triton's default."""
+    from tritonplug.call_options import CallOptions
+
+    assert CallOptions(grid=(1,)).checked(1).compiler_options()["enable_fp_fusion"] is None
+    assert CallOptions(grid=(1,), enable_fp_fusion=False).checked(1).compiler_options()["enable_fp_fusion"] is False
+    assert CallOptions(grid=(1,), enable_fp_fusion=np.bool_(True)).checked(1).compiler_options()[
+        "enable_fp_fusion"] is True
