@@ -79,7 +79,7 @@ if impl is not None:
         if selected is not None and not (selected.is_all or selected.is_default_list) \
                 and env_conf.name not in list(selected):
             return
-        # Unset, the variable leaves these envs the bare spec of tox.ini's fallback, {env:TRITONPLUG_PYTHON312:python3.12}.
+        # Unset, the variable leaves these envs tox.ini's fallback spec: {env:TRITONPLUG_PYTHON312:python3.12}.
         if "python3.12" in (env_conf["base_python"] or []):
             raise HandledError(f"{env_conf.name}: {MISSING}")
 
