@@ -102,6 +102,8 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
                 values[key] = rule({**named_args, **values})
         require_constexprs(name, bound, values)
         merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
+        if not merged.get("debug") and triton_compat.launcher_debug(kernel.fn):
+            merged["debug"] = True  # as Triton's launcher: @triton.jit(debug=True) or TRITON_DEBUG=1
         description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
         result.append(Configuration(tuple(values.items()), tuple(merged.items()), description,
                                     tuple({**kwargs, **options}.items()) if kernel.autotuner is not None else ()))

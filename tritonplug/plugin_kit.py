@@ -74,6 +74,12 @@ def fp_fusion_enabled(requested: bool | None) -> bool:
     return bool(language.default_fp_fusion if requested is None else requested)
 
 
+def triton_default(options_class: type, name: str) -> Any:
+    """The default Triton's options class gives option ``name`` (``num_warps``, ``num_stages`` …): what
+    ``triton.compile`` uses when the call leaves it unset."""
+    return options_class.__dataclass_fields__[name].default
+
+
 def _parse_ttir(path: str, context: Any) -> Any:
     return ir.parse_mlir_module(path, context)
 

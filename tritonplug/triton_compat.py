@@ -125,6 +125,13 @@ def source_key(value: Any) -> str:
     return repr(value)
 
 
+def launcher_debug(fn: JITFunction) -> bool:
+    """Whether Triton's own launcher compiles ``fn`` in debug mode (device assertions kept) when the launch does
+    not ask for it: ``@triton.jit(debug=True)`` or ``TRITON_DEBUG=1`` (``knobs.runtime.debug``, read when Triton
+    is imported), the same rule in every supported version (``JITFunction.run``)."""
+    return bool(getattr(fn, "debug", None) or triton.knobs.runtime.debug)
+
+
 def autotune_configs(autotuner: Autotuner) -> list[triton.Config]:
     """The configurations a ``triton.autotune`` wrapper was given, in order."""
     return list(autotuner.configs)

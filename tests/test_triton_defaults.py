@@ -1,9 +1,12 @@
-"""FP fusion (``a * b + c`` → one FMA) follows the installed Triton, as a kernel launched by Triton itself would.
+"""Options a call leaves unset take the installed Triton's defaults, as a kernel launched by Triton itself would.
 
+FP fusion (``a * b + c`` → one FMA):
 Triton 3.6–3.8 fuse unless ``TRITON_DEFAULT_FP_FUSION=0``; 3.9 also honours ``TRITON_FORCE_DISABLE_FP_FUSION`` (and
 warns when the default is unset); 3.10 does not fuse unless ``TRITON_DEFAULT_FP_FUSION=1``. A call's
 ``enable_fp_fusion=`` wins over the default. Each test compares with what Triton's own ``triton.compile`` does in
 the same environment (its options, its PTX), so it holds on every Triton version without naming one.
+
+Debug mode (device assertions compiled in): ``@triton.jit(debug=True)`` or ``TRITON_DEBUG=1``, as Triton's launcher.
 """
 
 from __future__ import annotations
@@ -126,3 +129,28 @@ def test_enable_fp_fusion_is_unset_unless_given():
     assert CallOptions(grid=(1,), enable_fp_fusion=False).checked(1).compiler_options()["enable_fp_fusion"] is False
     assert CallOptions(grid=(1,), enable_fp_fusion=np.bool_(True)).checked(1).compiler_options()[
         "enable_fp_fusion"] is True
+
+
+def _asserting(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.device_assert(x > 0, "x must be positive")
+    tl.store(out_ptr + offs, x)
+
+
+@cuda
+@pytest.mark.skipif(triton.knobs.runtime.debug, reason="TRITON_DEBUG=1 was set when Triton was imported")
+def test_debug_follows_the_kernels_jit_decorator_as_in_triton(monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "0")
+    spec = jax.ShapeDtypeStruct((128,), jnp.float32)
+
+    def ptx(kernel, **options):
+        def f(x):
+            return tritonplug.triton_call(x, kernel=kernel, out_type=spec, grid=(1,), BLOCK=128, compute_capability=90,
+                                          **options)
+        (call,) = kernel_calls(jax.jit(f).trace(spec).lower(lowering_platforms=("cuda",)).as_text())
+        return call["kernel_call"]["kernel"]["ptx"]
+
+    assert "assertfail" not in ptx(triton.jit(_asserting))
+    assert "assertfail" in ptx(triton.jit(debug=True)(_asserting))  # Triton's launcher: debug from the decorator
+    assert "assertfail" in ptx(triton.jit(_asserting), debug=True)
