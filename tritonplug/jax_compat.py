@@ -17,7 +17,7 @@ Every rule the host puts into one of JAX's tables (lowering, DCE, discharge, JVP
 batching, devices during lowering) goes in through a ``register_*`` function here, so a table that
 moves or a calling convention that changes is absorbed in this one module.
 
-Everything else used here is the same on both: ``distributed.global_state`` (``client``, ``process_id``,
+Everything else used here is the same on all three: ``distributed.global_state`` (``client``, ``process_id``,
 ``num_processes``, ``coordinator_address``), ``dispatch.apply_primitive`` and
 ``dispatch.prim_requires_devices_during_lowering``, the ``ReadEffect``/``WriteEffect`` of
 ``jax._src.state.types``, ``core.typeof`` with ``AbstractRef``, the MLIR bindings of
