@@ -29,18 +29,18 @@ _LAZY = {
     "__version_info__": "tritonplug.version",
 }
 #: Submodules reachable as attributes (``tritonplug.inspection.kernel_calls(...)``), imported on first use.
-_LAZY_SUBMODULES = frozenset({"inspection"})
+_LAZY_SUBMODULES = frozenset({"debug", "inspection"})
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelSourceError", "PluginError", "TensorDescriptor",
-    "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "export_disabled_checks",
-    "get_compute_capability", "inspection", "next_power_of_2", "register_plugin", "strides_from_shape", "triton_call",
-    "tune", "__version__", "__version_info__",
+    "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats", "debug",
+    "export_disabled_checks", "get_compute_capability", "inspection", "next_power_of_2", "register_plugin",
+    "strides_from_shape", "triton_call", "tune", "__version__", "__version_info__",
 ]
 
 if TYPE_CHECKING:
-    from tritonplug import inspection
+    from tritonplug import debug, inspection
     from tritonplug.api import triton_call
     from tritonplug.jaxlib_compat import export_disabled_checks
     from tritonplug.state import backend_for, backends, compile_stats, register_plugin

@@ -11,7 +11,14 @@ import numpy as np
 
 from tritonplug import binding, call_memo, early_compile, frontend, user_warnings
 from tritonplug.call import CallSpec, pointer_type
-from tritonplug.call_options import CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
+from tritonplug.call_options import (
+    TRITON_COMPILE_OPTIONS,
+    CallOptions,
+    check_option_names,
+    grid_for,
+    signature_parameters,
+    zeroed_for,
+)
 from tritonplug.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
 from tritonplug.records import BufferSpec
 from tritonplug.state import state
@@ -41,6 +48,8 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     out_value = _pick_out_shape(out_shape, out_type)
     _warn_deprecated(out_shape, kwargs)
     memo_key = call_memo.signature(kernel, args, kwargs, out_value)
+    if memo_key is not None:  # out_shape= (0.3) and out_type= (0.4) count input_output_aliases differently
+        memo_key = (memo_key, out_shape is None)
     memo = state.memo.lookup(memo_key)
     if memo is not None:
         results = _run(memo.call, call_memo.arrays_of(memo, args, kwargs), memo.dispatch)
@@ -50,14 +59,17 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_value)
     out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
     rest = dict(kwargs)
+    # As in Triton's launcher, a keyword naming both a kernel parameter and a compile option sets both.
+    shared = {k: rest[k] for k in TRITON_COMPILE_OPTIONS if k in rest and k in facts.param_names}
     options = CallOptions.take(rest, len(out_specs))
+    rest.update(shared)
     check_option_names(options, (b.info for b in state.host().backends.values()))
     operand_kwargs = {k: v for k, v in rest.items() if k in facts.param_names and k not in facts.constexpr_names}
     constexpr_kwargs = {k: v for k, v in rest.items() if k not in operand_kwargs}
     _check_metaparams(facts, constexpr_kwargs)
     sources: list[tuple[str, tuple[int, ...]]] = []
     bound, arrays = binding.bind(facts, args, operand_kwargs, out_specs, dict(options.input_output_aliases),
-                                 constexpr_kwargs, sources)
+                                 constexpr_kwargs, sources, aliases_count_scalars=out_shape is None)
     if not out_specs and not bound.refs:
         raise ValueError("out_shape is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
     if facts.autotuner is not None:
@@ -154,6 +166,7 @@ def _check_metaparams(facts: KernelFacts, constexprs: Mapping[str, Any]) -> None
     (An array passed positionally to a constexpr is refused by ``binding.bind``.)
     """
     for key, value in constexprs.items():
+        value = constexprs[key] = binding.constexpr_value(value)
         if key not in facts.param_names:
             raise TypeError(f"triton_call() got an unexpected keyword argument {key!r}: it is neither a "
                             f"parameter of kernel {facts.name!r} nor an option of triton_call")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,9 @@ from tritonplug.records import BackendInfo
 _CALL_ARGUMENTS = {"compute_capability", "grid", "out_shape", "out_type", "kernel", "name",
                    "input_output_aliases", "zeroed_outputs"}
 _REQUIRED = object()
+#: Options that are Triton's own compile options: Triton's launcher also binds them to a kernel parameter
+#: of the same name (the fused-softmax tutorial's ``num_stages: tl.constexpr``).
+TRITON_COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
 
 
 @dataclass(frozen=True)
@@ -106,19 +110,30 @@ def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
     value = grid(dict(metaparams)) if callable(grid) else grid
     if isinstance(value, list):
         value = tuple(value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if not isinstance(value, (tuple, bool)) and getattr(value, "ndim", 0) == 0 and hasattr(type(value), "__index__"):
         value = (value,)
     if not isinstance(value, tuple) or not 1 <= len(value) <= 3:
         source = " (returned by the grid callable)" if callable(grid) else ""
         raise ValueError(f"grid must be an int or a tuple of 1 to 3 ints{source}, got {value!r}")
     dims = []
     for d in value:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise TypeError(f"grid dimensions must be Python ints, got {d!r} ({type(d).__name__}) in grid {value!r}")
+        d = _grid_dimension(d, value)
         if d < 0 or d >= 2**31:
             raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}")
         dims.append(int(d))
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def _grid_dimension(d: Any, grid: Any) -> int:
+    """An int, or what ``__index__`` makes of a NumPy int or a concrete integer 0-d array (as jaxlib and
+    Triton's launcher accept); never a bool, a float or a traced value."""
+    if not isinstance(d, (bool, float, np.floating)) and hasattr(type(d), "__index__"):
+        try:
+            return operator.index(d)
+        except Exception:  # a tracer's __index__ raises a concretization error; named below
+            pass
+    raise TypeError(f"grid dimensions must be ints (or concrete integer scalars), got {d!r} ({type(d).__name__}) "
+                    f"in grid {grid!r}")
 
 
 def check_grid_limits(grid: tuple[int, int, int], backend: BackendInfo) -> None:

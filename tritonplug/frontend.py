@@ -96,7 +96,9 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
         raw = [triton_compat.config_fields(config)[:2] for config in configs]
     result = []
     for kwargs, options in raw:
-        values = {**metaparams, **kwargs}
+        # Triton's autotuner passes a config's options as keywords too: a constexpr named like one takes it.
+        values = {**metaparams, **kwargs,
+                  **{k: v for k, v in options.items() if k in kernel.constexpr_names and v is not None}}
         for heuristics in kernel.heuristics:
             for key, rule in triton_compat.heuristic_rules(heuristics).items():
                 values[key] = rule({**named_args, **values})
@@ -146,6 +148,9 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
                 attrs[path] = [["tt.divisibility", divisibility]]
             buffer = node.index if isinstance(node, ArrayArg) else len(operands) + node.index
             return "*" + pointer_type(spec.dtype, "operand"), ArrayParam(buffer, zero, divisibility)
+        if isinstance(node, ConstArg):  # a None argument, a constexpr as Triton's launcher specialises it
+            constexprs[path] = node.value
+            return "constexpr", ConstexprParam(node.value)
         if isinstance(node, DescriptorArg):
             signature_type = triton_compat.descriptor_type(pointer_type(node.dtype, "descriptor"), node.block_shape,
                                                            node.layout)
@@ -177,8 +182,10 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
     return Specialization(signature, constexprs, attrs, tuple(params))
 
 
-def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec: Specialization) -> str:
-    """Everything that changes the binary, hashed: versions, target, options, source, specialisation."""
+def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec: Specialization,
+              argument_order: tuple[int, ...] | None = None) -> str:
+    """Everything that changes the binary, hashed: versions, target, options, source, specialisation, and
+    the order of the compiled entry point's arguments where the host changes it (``kernel_abi``)."""
     payload = {
         "tritonplug": TRITONPLUG_VERSION,
         "triton": triton_compat.TRITON_VERSION,
@@ -191,6 +198,8 @@ def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec
         "attrs": repr(sorted(spec.attrs.items())),
         "env": triton_compat.environment_key(),
     }
+    if argument_order is not None:
+        payload["argument_order"] = list(argument_order)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

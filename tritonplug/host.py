@@ -23,6 +23,7 @@ from tritonplug import hookspecs, user_warnings
 from tritonplug.errors import PluginError
 from tritonplug.records import (
     AUTOTUNE_MODES,
+    BUFFER_ORDERS,
     IR_STAGES,
     TENSOR_DESCRIPTOR_MODES,
     BackendInfo,
@@ -246,6 +247,8 @@ def capability_problem(info: BackendInfo) -> str | None:
         return f"declares autotune={info.autotune!r}; expected one of {AUTOTUNE_MODES}"
     if info.tensor_descriptors not in TENSOR_DESCRIPTOR_MODES:
         return f"declares tensor_descriptors={info.tensor_descriptors!r}; expected one of {TENSOR_DESCRIPTOR_MODES}"
+    if info.buffer_order not in BUFFER_ORDERS:
+        return f"declares buffer_order={info.buffer_order!r}; expected one of {BUFFER_ORDERS}"
     for flag in ("cache_binaries", "compile_in_worker", "specialize_ones"):
         if not isinstance(getattr(info, flag), bool):
             return f"declares {flag}={getattr(info, flag)!r}; expected a bool"

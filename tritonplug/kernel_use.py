@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tritonplug import triton_compat
-from tritonplug.call import ArrayArg, BoundArgs, OutputArg, ScalarArg
+from tritonplug.call import ArrayArg, BoundArgs, ConstArg, OutputArg, ScalarArg
 
 #: Triton's messages about ``tl.arange``'s bounds, and what the user is told instead.
 _ARANGE_PROBLEMS = {
@@ -49,6 +49,16 @@ def blame(kernel_name: str, bound: BoundArgs, signature: dict, constexprs: dict,
     if found is not None:
         return found
     for index, (name, node) in enumerate(zip(bound.names, bound.nodes, strict=True)):
+        if isinstance(node, ConstArg) and node.value is None:
+            trial_constexprs = {k: v for k, v in constexprs.items() if k != (index,)}
+            for kind in (*_pointer_guesses(signature), *_SCALAR_GUESSES):
+                if compiles({**signature, name: kind}, trial_constexprs, attrs):
+                    what = "a pointer" if kind.startswith("*") else "a value"
+                    return TypeError(
+                        f"argument {name!r} of kernel {kernel_name!r} is None, which Triton passes as the constexpr "
+                        f"None, but the kernel uses it as {what}{where}; pass "
+                        f"{'an array' if kind.startswith('*') else 'a scalar'} for it. Triton's front end: "
+                        f"{triton_message}")
         if isinstance(node, ScalarArg):
             for element in _pointer_guesses(signature):
                 trial_constexprs = {k: v for k, v in constexprs.items() if k != (index,)}

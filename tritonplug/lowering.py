@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import emitters, frontend, jax_compat, jaxlib_compat, tuning_select
+from tritonplug import emitters, frontend, jax_compat, jaxlib_compat, kernel_abi, tuning_select
 from tritonplug.call import BoundArgs, CallSpec, DescriptorArg
 from tritonplug.call_options import check_grid_limits, grid_for, zeroed_for
 from tritonplug.compiler import CompileRequest
@@ -76,10 +76,16 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
         zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs))
         spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
         description = f"kernel {kernel.name!r} [{config.description}]"
-        launches.append(Launch(kernel.name, grid, spec.params, call.bound.names, operands, call.out_specs,
+        params, names = spec.params, call.bound.names
+        order = None
+        if backend.info.buffer_order == "operands_first":
+            order = kernel_abi.argument_order(params, names, len(operands))
+            if order is not None:
+                params, names = kernel_abi.ordered_params(params, names, order)
+        launches.append(Launch(kernel.name, grid, params, names, operands, call.out_specs,
                                call.bound.aliases, kernel.fn, config.description))
-        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec)
-        make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound)
+        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec, order)
+        make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound, order)
         requests.append(CompileRequest(key, make_job, description))
     return LoweringPlan(backend, target, tuple(launches), tuple(requests))
 
@@ -116,14 +122,17 @@ _FRONTEND_LOCK = threading.Lock()
 
 
 def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: Options,
-               spec: frontend.Specialization, description: str, bound: BoundArgs) -> Callable[[], CompileJob]:
+               spec: frontend.Specialization, description: str, bound: BoundArgs,
+               order: tuple[int, ...] | None) -> Callable[[], CompileJob]:
     """The job for one configuration, made only on a cache miss: the front end runs then, if the backend
-    compiles IR at all."""
+    compiles IR at all, and the entry point's arguments are put in ``order`` (``kernel_abi``) if given."""
     def make() -> CompileJob:
         if not backend.info.ir_stages:
             return CompileJob(backend.name, kernel.name, target, options, "", "", description)
         with _FRONTEND_LOCK:
             ir = frontend.make_ir(kernel, target, options, spec, bound)
+        if order is not None:
+            ir = kernel_abi.permute_entry_arguments(ir, order, kernel.name)
         return CompileJob(backend.name, kernel.name, target, options, ir, kernel.ir_stage, description)
     return make
 

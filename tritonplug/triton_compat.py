@@ -16,7 +16,7 @@ from typing import Any
 import triton
 from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
 from triton.runtime.autotuner import Autotuner, Heuristics
-from triton.runtime.jit import JITFunction
+from triton.runtime.jit import JITFunction, KernelInterface
 
 TRITON_VERSION = triton.__version__
 #: The IR each kernel language's front end emits: Triton's TTIR, Gluon's TTGIR (layouts chosen by the
@@ -65,10 +65,6 @@ class KernelFacts:
         return FRONTEND_STAGES[self.language]
 
 
-def is_triton_kernel(obj: object) -> bool:
-    return isinstance(obj, (JITFunction, Autotuner, Heuristics))
-
-
 class KernelFactsCache:
     """Facts per kernel object, keyed by id (so that a mistaken, unhashable ``kernel`` still gets the
     TypeError of :func:`kernel_facts`); eager calls look the same kernel up on every call."""
@@ -89,7 +85,12 @@ class KernelFactsCache:
 
 
 def kernel_facts(kernel: object) -> KernelFacts:
-    """Peel ``triton.autotune``/``triton.heuristics`` wrappers off a kernel and read its parameters."""
+    """Peel wrappers off a kernel and read its parameters.
+
+    ``triton.autotune`` and ``triton.heuristics`` wrappers are kept for their configurations and rules;
+    any other ``KernelInterface`` with a ``.fn`` (FlagGems' ``LibEntry``, a library's own launcher cache),
+    at any depth, is passed through, as its ``run`` ends in the wrapped kernel's.
+    """
     autotuner, heuristics, fn = None, [], kernel
     while not isinstance(fn, JITFunction):
         if isinstance(fn, Autotuner):
@@ -98,9 +99,11 @@ def kernel_facts(kernel: object) -> KernelFacts:
             autotuner = fn
         elif isinstance(fn, Heuristics):
             heuristics.append(fn)
-        else:
-            raise TypeError(f"kernel must be a @triton.jit function (optionally wrapped by triton.autotune or "
-                            f"triton.heuristics), got {type(kernel).__name__}: {kernel!r}")
+        elif not (isinstance(fn, KernelInterface) and hasattr(fn, "fn")):
+            what = "" if fn is kernel else f" (wrapping {type(fn).__name__}: {fn!r})"
+            raise TypeError(f"kernel must be a @triton.jit function, optionally wrapped by triton.autotune, "
+                            f"triton.heuristics or another triton KernelInterface with a .fn, got "
+                            f"{type(kernel).__name__}: {kernel!r}{what}")
         fn = fn.fn
     params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
                                    p.has_default) for p in fn.params)
