@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
-from helpers import for_backend
+from helpers import for_backend, requires_backend, requires_cuda_device
 
 import tritonplug
 from tritonplug.inspection import kernel_calls
@@ -154,3 +154,26 @@ def test_debug_follows_the_kernels_jit_decorator_as_in_triton(monkeypatch):
     assert "assertfail" not in ptx(triton.jit(_asserting))
     assert "assertfail" in ptx(triton.jit(debug=True)(_asserting))  # Triton's launcher: debug from the decorator
     assert "assertfail" in ptx(triton.jit(_asserting), debug=True)
+
+
+@pytest.mark.cuda
+@requires_backend("cuda")
+@requires_cuda_device
+@pytest.mark.parametrize("option", [None, True, False], ids=["unset", "True", "False"])
+def test_on_the_gpu_results_equal_tritons_launcher_bit_for_bit(default_fusion, option, monkeypatch):
+    """Where an FMA and a rounded multiply-then-add differ (random fp32 inputs), the same kernel gives the same
+    bits through tritonplug as through Triton's own launcher on torch tensors, in every environment."""
+    torch = pytest.importorskip("torch", reason="Triton's own launcher is compared on torch tensors")
+    monkeypatch.delenv("TRITONPLUG_CUDA_MODULE_IMAGE")  # the default payload: Triton's cubin
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.standard_normal(128, dtype=np.float32) for _ in range(3))
+    device = jax.devices("cuda")[0]
+    spec = jax.ShapeDtypeStruct((128,), jnp.float32)
+    extra = {} if option is None else {"enable_fp_fusion": option}
+    got = jax.jit(lambda a, b, c: tritonplug.triton_call(a, b, c, kernel=mul_add_kernel, out_type=spec, grid=(1,),
+                                                         BLOCK=128, **extra))(
+        *(jax.device_put(v, device) for v in (x, y, z)))
+    tensors = [torch.tensor(v, device="cuda") for v in (x, y, z)]
+    out = torch.empty(128, device="cuda")
+    mul_add_kernel[(1,)](*tensors, out, BLOCK=128, **extra)
+    np.testing.assert_array_equal(np.asarray(got), out.cpu().numpy())
