@@ -78,15 +78,19 @@ def kernel_for(kinds: tuple[str, ...]) -> object:
                 body.append(f"    tl.store({name} + offs, acc + {1000 * i})")
             elif kind == "inout":
                 body.append(f"    tl.store({name} + offs, tl.load({name} + offs) + acc + {1000 * i})")
-        source = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-                  f"def kernel({', '.join(params)}, BLOCK: tl.constexpr):\n" + "\n".join(body) + "\n")
-        path = _DIRECTORY / f"signature_{next(_COUNTER)}.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _KERNELS[kinds] = module.kernel
+        _KERNELS[kinds] = kernel_from_source(
+            f"@triton.jit\ndef kernel({', '.join(params)}, BLOCK: tl.constexpr):\n" + "\n".join(body) + "\n")
     return _KERNELS[kinds]
+
+
+def kernel_from_source(source: str) -> object:
+    """The ``kernel`` defined by ``source`` (Triton imported as ``triton`` and ``tl``), from a file of its own."""
+    path = _DIRECTORY / f"signature_{next(_COUNTER)}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.kernel
 
 
 def inputs(case: Case) -> dict[int, np.ndarray]:

@@ -129,3 +129,31 @@ def test_random_signatures_on_the_gpu_match_tritons_launcher(case: Case):
         native = tensors[i].cpu().numpy()
         native = native[:BLOCK] if case.kinds[i] == "out" else native
         np.testing.assert_array_equal(np.asarray(value), native, err_msg=f"{case} parameter {i}")
+
+
+@requires_backend("interpret")
+def test_a_parameter_left_out_takes_its_default_not_an_output():
+    """As Triton's launcher does: ``eps`` keeps its default and the one output goes to ``out_ptr``."""
+    arrays = {0: np.arange(BLOCK, dtype=np.float32)}
+    out = jax.ShapeDtypeStruct((BLOCK,), np.float32)
+    kernel = _with_default_kernel()
+    got = kernel_call_with_default(kernel, jax.device_put(arrays[0], jax.devices("cpu")[0]), out)
+    np.testing.assert_array_equal(np.asarray(got), arrays[0] + 0.5)
+    got = kernel_call_with_default(kernel, jax.device_put(arrays[0], jax.devices("cpu")[0]), out, eps=2.0)
+    np.testing.assert_array_equal(np.asarray(got), arrays[0] + 2.0)
+
+
+def kernel_call_with_default(kernel, x, out, **extra):
+    import tritonplug
+
+    return tritonplug.triton_call(x, n=BLOCK, kernel=kernel, out_type=out, grid=(1,), **extra)
+
+
+def _with_default_kernel():
+    from signature_cases import kernel_from_source
+
+    return kernel_from_source(
+        "@triton.jit\n"
+        "def kernel(x_ptr, out_ptr, n, eps=0.5, BLOCK: tl.constexpr = 16):\n"
+        "    offs = tl.arange(0, BLOCK)\n"
+        "    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + eps, mask=offs < n)\n")

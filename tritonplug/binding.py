@@ -162,6 +162,8 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
             nodes[p.name] = ConstArg(value)
         elif p.name in bound:
             nodes[p.name] = operand_node(bound[p.name], p.name)
+        elif p.has_default:  # as Triton's launcher: a parameter left out takes its default, never an output
+            nodes[p.name] = operand_node(p.default, p.name)
 
     refs = tuple(i for i, a in enumerate(arrays) if is_ref(a))
     if refs and input_output_aliases:

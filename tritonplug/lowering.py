@@ -30,6 +30,7 @@ class LoweringPlan:
     target: Target
     launches: tuple[Launch, ...]
     requests: tuple[CompileRequest, ...]
+    tuned: bool = False  # a tuning record chose the one configuration
 
 
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
@@ -47,23 +48,29 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
 def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> list[Any]:
     """The backend's kernel objects for every configuration of ``call`` on ``target``, compiled (or read
     from the cache) on the way: everything a lowering does but emitting the custom call."""
-    plan = plan_call(backend, target, call, operands)
+    plan = state.plans.lookup(plan_key(backend, target, call, operands)) or plan_call(backend, target, call, operands)
+    if plan.tuned:
+        state.tuning.note_hit()
     binaries = state.compiler.compile(backend, target, plan.requests)
     if len(plan.launches) > 1:
         state.compiler.note_runtime_autotuned()
     return [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
 
 
-def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
-              count_tuned_hit: bool = True) -> LoweringPlan:
+def plan_key(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> tuple:
+    """What a plan depends on besides the process state: an early compile's plan serves the lowering of
+    the same key (``state.plans``)."""
+    return (backend.name, target, call, operands)
+
+
+def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> LoweringPlan:
     """The configurations to compile for ``target`` (a tuning record's winner when there is one), each with
-    its launch and its compile request; nothing is compiled yet. An early compile plans without counting
-    a tuned hit (its lowering counts it)."""
+    its launch and its compile request; nothing is compiled yet."""
     kernel = call.kernel
     named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
     configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
                                       named)
-    configs = tuning_select.select(state.tuning, backend.name, target, call, operands, configs, count_tuned_hit)
+    configs, tuned = tuning_select.select(state.tuning, backend.name, target, call, operands, configs)
     if backend.info.autotune == "first":
         configs = configs[:1]
 
@@ -87,7 +94,7 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
         key = frontend.cache_key(backend.info, target, options, kernel.fn, spec, order)
         make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound, order)
         requests.append(CompileRequest(key, make_job, description))
-    return LoweringPlan(backend, target, tuple(launches), tuple(requests))
+    return LoweringPlan(backend, target, tuple(launches), tuple(requests), tuned)
 
 
 def check_backend_runs(backend: Backend, call: CallSpec, platform: str) -> None:
