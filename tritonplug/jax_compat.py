@@ -124,7 +124,7 @@ def register_batching_rule(primitive: Any, rule: Callable[..., Any]) -> None:
 
 
 def require_devices_during_lowering(primitive: Any, required: bool = True) -> None:
-    """Make JAX hand the primitive's lowering the real device assignment (jax 0.10 and 0.11).
+    """Make JAX hand the primitive's lowering the real device assignment (jax 0.10 to 0.12).
 
     Without it a jit's lowering sees only device 0; with it JAX also keys its lowering cache by
     device. ``required=False`` undoes it (``bench/profile_eager.py`` measures the difference).
