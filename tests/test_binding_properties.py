@@ -17,9 +17,10 @@ import warnings
 import jax
 import numpy as np
 import pytest
+import triton
 from helpers import for_backend, requires_backend, requires_cuda_device
 from hypothesis import HealthCheck, given, settings
-from signature_cases import BLOCK, Case, call, cases, inputs, kernel_for, reference
+from signature_cases import BLOCK, Case, call, cases, inputs, kernel_for, kernel_from_source, reference
 
 from tritonplug.inspection import kernel_calls
 
@@ -150,10 +151,31 @@ def kernel_call_with_default(kernel, x, out, **extra):
 
 
 def _with_default_kernel():
-    from signature_cases import kernel_from_source
-
     return kernel_from_source(
         "@triton.jit\n"
         "def kernel(x_ptr, out_ptr, n, eps=0.5, BLOCK: tl.constexpr = 16):\n"
         "    offs = tl.arange(0, BLOCK)\n"
         "    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + eps, mask=offs < n)\n")
+
+
+@requires_backend("interpret")
+def test_a_grid_callable_sees_constexpr_defaults_and_arguments_as_triton_passes_them():
+    """FlagGems' ``grid = lambda meta: (cdiv(M, meta["BLOCK_M"]),)`` over a kernel whose ``BLOCK_M`` has a default."""
+    import tritonplug
+
+    kernel = kernel_from_source(
+        "@triton.jit\n"
+        "def kernel(x_ptr, out_ptr, n, BLOCK_M: tl.constexpr = 16):\n"
+        "    offs = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)\n"
+        "    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 3, mask=offs < n)\n")
+    seen = []
+
+    def grid(meta):
+        seen.append(dict(meta))
+        return (triton.cdiv(meta["n"], meta["BLOCK_M"]),)
+
+    x = np.arange(40, dtype=np.float32)
+    got = tritonplug.triton_call(jax.device_put(x, jax.devices("cpu")[0]), n=40, kernel=kernel,
+                                 out_type=jax.ShapeDtypeStruct((40,), np.float32), grid=grid)
+    np.testing.assert_array_equal(np.asarray(got), x * 3)  # 3 programs of 16: every element written
+    assert seen and all(m["BLOCK_M"] == 16 and m["n"] == 40 for m in seen)

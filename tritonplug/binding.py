@@ -67,7 +67,8 @@ def scalar_type(value: Any, where: str) -> str:
 
 
 def is_array(value: Any) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic)
+    # A NumPy scalar type (np.float16, a dtype constexpr) has class attributes shape and dtype: not an array.
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (np.generic, type))
 
 
 def is_ref(value: Any) -> bool:

@@ -230,10 +230,13 @@ class Host:
             return self.backends[name]
         claims = [b for b in self.backends.values() if platform in b.info.platforms]
         if not claims:
+            bundled = {"cpu": "interpret", "cuda": "cuda", "rocm": "rocm"}.get(platform)
+            hint = (f"install its plugin, which ships in this project's repository: `pip install ./plugins/{bundled}` "
+                    f"from a clone (distribution tritonplug-{bundled})" if bundled else
+                    "install a backend plugin that serves it (docs/writing-a-backend.md)")
             raise PluginError(
                 f"no tritonplug backend serves the JAX platform {platform!r} (loaded: "
-                f"{ {b.name: list(b.info.platforms) for b in self.backends.values()} }); install its plugin, "
-                f"e.g. `pip install tritonplug-{'interpret' if platform == 'cpu' else platform}`")
+                f"{ {b.name: list(b.info.platforms) for b in self.backends.values()} }); {hint}")
         if len(claims) > 1:
             raise PluginError(_conflict_message(platform, [b.name for b in claims]))
         return claims[0]

@@ -78,9 +78,10 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
     for config in configs:
         metaparams = dict(config.metaparams)
         options = backend.parse_options(target, dict(config.call_options))
-        grid = grid_for(call.options.grid, metaparams)
+        meta = {**named, **metaparams}  # as Triton's launcher: the grid sees every argument, defaults included
+        grid = grid_for(call.options.grid, meta, kernel)
         check_grid_limits(grid, backend.info)
-        zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs))
+        zeroed = zeroed_for(call.options.zeroed_outputs, meta, len(call.out_specs), kernel)
         spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
         description = f"kernel {kernel.name!r} [{config.description}]"
         params, names = spec.params, call.bound.names
@@ -112,12 +113,16 @@ def check_backend_runs(backend: Backend, call: CallSpec, platform: str) -> None:
             f"{what}: kernel {kernel.name!r} is a {kernel.language} kernel whose front end emits "
             f"{kernel.ir_stage.upper()}, but backend {backend.name!r} serving platform {platform!r} {accepted}")
     if _has_descriptor(call.bound.nodes):
+        named = ", ".join(repr(n) for n, node in zip(call.bound.names, call.bound.nodes, strict=True)
+                          if _has_descriptor((node,)))  # the argument, should the descriptor be a mistake
         if info.tensor_descriptors == "none":
-            raise NotImplementedError(f"kernel {kernel.name!r} takes a TensorDescriptor (host-side TMA descriptor), "
-                                      f"but backend {backend.name!r} serving platform {platform!r} cannot pass one")
+            raise NotImplementedError(f"kernel {kernel.name!r} takes a TensorDescriptor (host-side TMA descriptor) "
+                                      f"as argument {named}, but backend {backend.name!r} serving platform "
+                                      f"{platform!r} cannot pass one")
         problem = jaxlib_compat.tensor_descriptor_problem() if info.tensor_descriptors == "jaxlib" else None
         if problem:
-            raise NotImplementedError(f"kernel {kernel.name!r} on platform {platform!r}: {problem}")
+            raise NotImplementedError(f"kernel {kernel.name!r} on platform {platform!r}, argument {named} (a "
+                                      f"TensorDescriptor): {problem}")
 
 
 def _has_descriptor(nodes: Sequence[Any]) -> bool:
