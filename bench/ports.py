@@ -64,8 +64,10 @@ class Side:
             self.sync = jax.block_until_ready
 
     def array(self, name: str, values: Any, dtype: str, prepare: Callable[[str, Any], Any] | None) -> Any:
+        import numpy as np
+
         if self.name == "torch":
-            tensor = self.torch.from_numpy(values).to(self.device, getattr(self.torch, dtype))
+            tensor = self.torch.from_numpy(np.asarray(values)).to(self.device, getattr(self.torch, dtype))
             return prepare(name, tensor) if prepare else tensor
         import jax.numpy as jnp
 
@@ -114,10 +116,11 @@ def cases(sizes: dict[str, dict[str, int]], dtype: str) -> dict[tuple[str, str],
     out["cross_entropy", "fwd"] = dict(
         inputs=ce, written=("_input",),
         jax=lambda _input, target: liger_cross_entropy.cross_entropy_forward(
-            _input, target, None, -100, 0.0, 0.0, "mean", None, False)[4],
+            _input, target, None, -100, 0.0, 0.0, "mean", None, False)[0],  # the loss: the port scales the
+        # gradient it leaves in _input by 1/n in its backward, where Liger's kernel does it (the port's docstring)
         prepare=lambda name, t: t.long() if name == "target" else t.requires_grad_(),  # HAS_GRADIENTS, as the port
         torch=lambda _input, target: _lib("liger_kernel.ops.cross_entropy").cross_entropy_forward(
-            _input, target, None, -100, 0.0, 0.0, "mean", None, False)[4],
+            _input, target, None, -100, 0.0, 0.0, "mean", None, False)[0],
         note="torch: .item() syncs the host in every call (Liger's launcher)")
     out["cross_entropy", "bwd"] = dict(
         inputs=dict(_input=(logits, dtype), grad_output=(np.float32(0.5), dtype)), written=("_input",),
