@@ -223,7 +223,7 @@ def _body_without_args(block):
     return block if not block.args else type(block)([], block.ops)
 
 
-@handler("scf.if")
+@handler("scf.if", "cf.cond_br")
 def _if(f: Frame, op: Op):
     (pred,) = f.args(op)[:1]
     carry_buffers, carry_check = _carried_state(f, op)
@@ -247,6 +247,12 @@ def _if(f: Frame, op: Op):
     f.state = outer_state
     _unpack(f, packed)
     return list(results)
+
+
+@handler("cf.br")
+def _bind(f: Frame, op: Op):
+    """A branch's block arguments (see :mod:`.cfg`): the values it passes."""
+    return f.args(op)
 
 
 @handler("scf.while")
