@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import types
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +67,11 @@ def _run(statements: list[ast.stmt], path: str, namespace: dict[str, Any]) -> No
                 _run(node.body, path, namespace)
                 for h in node.handlers:
                     _run(h.body, path, namespace)
+
+
+def as_module(module: str, extra: dict[str, Any] | None = None) -> types.ModuleType:
+    """:func:`load` as a module object (a kernel that names ``tle.program_id`` needs ``tle`` to be a module:
+    Triton copies any other global it finds into the kernel's cache key)."""
+    mod = types.ModuleType(module)
+    mod.__dict__.update(load(module, extra))
+    return mod

@@ -35,8 +35,25 @@ _FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s
                   r"(?:\s+iter_args\((.*)\))?")
 _BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
 #: A ``scf.for`` whose trip count is known (and the same in every program) is unrolled when
-#: trips × body ops stays below this.
+#: trips × body ops stays below this ...
 UNROLL_OPS = 512
+#: ... and the function's unrolled loops together stay below this (XLA's compile time grows with the copies).
+UNROLL_BUDGET = 2048
+
+
+def _unrolled(f: Frame, block, trips: int, sums: list) -> bool:
+    """Whether to unroll a loop of ``trips`` static trips (and take its size from the function's budget).
+
+    Unrolled, XLA fuses the trips' elementwise work and a k-loop's products become one dot (``sums``);
+    a product per trip that is not summed gains nothing unrolled and costs a compiled dot per trip (Triton's
+    attention backward took 25 s to compile with its short loops unrolled, 4 s without)."""
+    size = trips * len(block.ops)
+    if size > UNROLL_OPS or size > f.ctx.unroll_budget:
+        return False
+    if sum(op.name == "tt.dot" for op in walk(block)) > len(sums):
+        return False
+    f.ctx.unroll_budget -= size
+    return True
 
 
 def _carried_state(f: Frame, op: Op) -> tuple[bool, bool]:
@@ -133,9 +150,8 @@ def _for(f: Frame, op: Op):
 
     start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
     static_trips = f.ctx.trips.get(id(op))
-    sums: list[_Sum] = []
-    if static_trips is not None and static_trips * len(block.ops) <= UNROLL_OPS:
-        sums = _accumulated_dots(block, names)
+    sums: list[_Sum] = _accumulated_dots(block, names) if static_trips is not None else []
+    if static_trips is not None and _unrolled(f, block, static_trips, sums):
         for s in sums:
             _defer(f, s)
         state = start      # a short loop of known length: unrolled (XLA runs a while loop's body op by op)
@@ -143,6 +159,7 @@ def _for(f: Frame, op: Op):
             state = body(state)
         _, trips, results, packed = state
     else:
+        sums = []
         _, trips, results, packed = lax.while_loop(cond, body, start)
     f.state = outer_state
     _unpack(f, packed)

@@ -212,7 +212,7 @@ class Translation:
         ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
                       windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried),
                       trips=dict(self.trips), shared_dots=dict(self.shared_dots),
-                      tilings=dict(self.tilings))
+                      tilings=dict(self.tilings), unroll_budget=control.UNROLL_BUDGET)
         if self.parallel:
             buffers, record = self._parallel(ctx, buffers, total)
         else:

@@ -96,6 +96,7 @@ class Context:
     shared_dots: dict[int, Any] = field(default_factory=dict)  # id(tt.dot) → gemm.SharedDot (parallel mode)
     tilings: dict[int, Any] = field(default_factory=dict)      # id(tt.store) → tiles.Tiling (parallel mode)
     store_log: list[tuple[str, int, Any, Any, Any]] = field(default_factory=list)  # (kind, buffer, idx, val, mask)
+    unroll_budget: int = 0      # ops that unrolled loops may still add (control.UNROLL_BUDGET)
 
 
 class Frame:
