@@ -192,33 +192,50 @@ class Translation:
                     self.accesses[key] = access
 
     def trial(self) -> None:
-        """Trace once on abstract values, so anything the translation cannot express shows now."""
+        """Trace one program on abstract values, so anything the translation cannot express shows now.
+
+        One program, not the grid: every program runs the same ops, and tracing one unbatched costs a fraction
+        of the batched trace the lowering does anyway (while loops under ``vmap`` are traced to a fixed point)."""
         shapes = [jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype)) for s in self.launch.operands]
         outs = [jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype)) for s in self.launch.results]
-        jax.eval_shape(self, shapes, outs)
+
+        def one(operands: Sequence[Any], results: Sequence[Any]) -> None:
+            with jax.enable_x64(True):
+                buffers = [jnp.reshape(a, (-1,)) for a in list(operands) + list(results)]
+                ctx = self._context()
+                rows = self._hoisted(ctx, buffers, self._total()) if self.parallel else {}
+                self._program(ctx, self._start(buffers), jnp.int32(0), {k: r[0] for k, r in rows.items()})
+
+        if self._total():
+            jax.eval_shape(one, shapes, outs)
 
     def __call__(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         with jax.enable_x64(True):
             return self._run(operands, results)
 
+    def _total(self) -> int:
+        return _size(self.launch.grid)
+
+    def _context(self) -> Context:
+        return Context(self.launch.kernel_name, self.buffers, tuple(int(g) for g in self.launch.grid),
+                       self.parallel, self.check, windows=dict(self.windows), accesses=dict(self.accesses),
+                       carried=dict(self.carried), trips=dict(self.trips), shared_dots=dict(self.shared_dots),
+                       tilings=dict(self.tilings), unroll_budget=control.UNROLL_BUDGET)
+
     def _run(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         launch = self.launch
         n_ops = len(operands)
         buffers = [jnp.reshape(a, (-1,)) for a in list(operands) + list(results)]
-        gx, gy, gz = (int(g) for g in launch.grid)
-        total = gx * gy * gz
+        total = self._total()
         if total == 0:
             return list(results)
-        ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
-                      windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried),
-                      trips=dict(self.trips), shared_dots=dict(self.shared_dots),
-                      tilings=dict(self.tilings), unroll_budget=control.UNROLL_BUDGET)
+        ctx = self._context()
         if self.parallel:
             buffers, record = self._parallel(ctx, buffers, total)
         else:
             buffers, record = self._sequential(ctx, buffers, total)
         if self.check:
-            raise_if_bad(ctx, record, (gx, gy, gz))
+            raise_if_bad(ctx, record, ctx.grid)
         return [jnp.reshape(buffers[n_ops + o], spec.shape) for o, spec in enumerate(launch.results)]
 
     def _start(self, buffers: list[Any]) -> State:
@@ -237,12 +254,17 @@ class Translation:
         frame.run_block(self.fn.body)
         return frame
 
-    def _parallel(self, ctx: Context, buffers: list[Any], total: int):
+    def _hoisted(self, ctx: Context, buffers: list[Any], total: int) -> dict[int, Any]:
+        """Grid-wide slices of the top-level loads (a row per program) and the strided views, before the grid."""
         loads = {key: w for key, w in ctx.windows.items() if key in self.load_ids}
         rows = {key: affine.read(buffers[w.buffer], w, total) for key, w in loads.items()}
         for access in ctx.accesses.values():
             if access.view not in ctx.views:
                 ctx.views[access.view] = strided.build_view(buffers[access.view.buffer], access.view)
+        return rows
+
+    def _parallel(self, ctx: Context, buffers: list[Any], total: int):
+        rows = self._hoisted(ctx, buffers, total)
 
         def program(linear, hoisted):
             ctx.store_log.clear()

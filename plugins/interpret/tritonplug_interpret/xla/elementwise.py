@@ -17,7 +17,15 @@ from jax import lax
 from tritonplug_interpret.xla.libdevice import mulhi, round_half_away  # also registers tt.extern_elementwise
 from tritonplug_interpret.xla.program import Frame, handler
 from tritonplug_interpret.xla.ttir import Op
-from tritonplug_interpret.xla.types import bitwidth, jnp_dtype, parse_type, to_signed, to_unsigned, unsigned
+from tritonplug_interpret.xla.types import (
+    bitwidth,
+    jnp_dtype,
+    parse_type,
+    reinterpret,
+    to_signed,
+    to_unsigned,
+    unsigned,
+)
 
 _u = to_unsigned
 
@@ -222,7 +230,7 @@ def _bitcast(f: Frame, op: Op):
         from tritonplug_interpret.xla.memory import bitcast_pointer
 
         return [bitcast_pointer(x, target)]
-    return [lax.bitcast_convert_type(x, target.dtype)]
+    return [reinterpret(x, target.dtype)]
 
 
 _HEX = re.compile(r"^0x[0-9A-Fa-f]+$")

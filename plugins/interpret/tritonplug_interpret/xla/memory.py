@@ -23,7 +23,7 @@ from jax import lax
 from tritonplug_interpret.xla import affine, strided, tiles
 from tritonplug_interpret.xla.program import Frame, Unsupported, handler
 from tritonplug_interpret.xla.ttir import Op
-from tritonplug_interpret.xla.types import TType, parse_type, unsigned
+from tritonplug_interpret.xla.types import TType, parse_type, reinterpret, unsigned
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None
     else:
         values = f.state.buffers[buffer].at[jnp.where(active, offset, 0)].get(mode="promise_in_bounds")
     if values.dtype != dtype:
-        values = lax.bitcast_convert_type(values, dtype) if values.dtype.itemsize == np.dtype(dtype).itemsize \
+        values = reinterpret(values, dtype) if values.dtype.itemsize == np.dtype(dtype).itemsize \
             else values.astype(dtype)
     fill = jnp.zeros((), dtype) if other is None else other.astype(dtype)
     return jnp.where(active, values, fill)
@@ -148,17 +148,17 @@ jax.tree_util.register_pytree_node(ViewedValues, lambda v: ((v.values,), v.buffe
 def apply_scatter(data, kind: Any, offset, values, active):
     if isinstance(kind, tiles.Tiling):
         if isinstance(values, ViewedValues):
-            view = lax.bitcast_convert_type(data, values.values.dtype)
-            return lax.bitcast_convert_type(tiles.write(view, kind, values.values, active), data.dtype)
+            view = reinterpret(data, values.values.dtype)
+            return reinterpret(tiles.write(view, kind, values.values, active), data.dtype)
         return tiles.write(data, kind, values, active)
     if isinstance(kind, affine.Window):
         if isinstance(values, ViewedValues):
-            view = lax.bitcast_convert_type(data, values.values.dtype)
-            return lax.bitcast_convert_type(affine.write(view, kind, values.values, active), data.dtype)
+            view = reinterpret(data, values.values.dtype)
+            return reinterpret(affine.write(view, kind, values.values, active), data.dtype)
         return affine.write(data, kind, values, active)
     if isinstance(values, ViewedValues):
-        view = lax.bitcast_convert_type(data, values.values.dtype)
-        return lax.bitcast_convert_type(apply_scatter(view, kind, offset, values.values, active), data.dtype)
+        view = reinterpret(data, values.values.dtype)
+        return reinterpret(apply_scatter(view, kind, offset, values.values, active), data.dtype)
     index = jnp.where(active, offset, data.shape[0]).reshape(-1)
     values = values.reshape(-1)
     ref = data.at[index]
@@ -239,7 +239,7 @@ def _atomic_rmw(f: Frame, op: Op):
     old = scatter(f, kind, p.buffer, p.offset, jnp.asarray(value).astype(dtype), mask, "atomic")
     if old is None:
         return [jnp.zeros(jnp.shape(p.offset), dtype)]
-    return [old if old.dtype == dtype else lax.bitcast_convert_type(old, dtype)]
+    return [reinterpret(old, dtype)]
 
 
 def _bitwise_rmw(f: Frame, kind, p: Pointer, value, mask):

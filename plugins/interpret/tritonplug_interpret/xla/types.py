@@ -65,6 +65,19 @@ def to_signed(x, dtype):
     return lax.bitcast_convert_type(x, dtype) if np.dtype(dtype) != np.bool_ and x.dtype != dtype else x
 
 
+def reinterpret(x, dtype):
+    """The bits of ``x`` as ``dtype`` of the same width. A bool buffer holds one byte per element (Triton reads
+    and writes it through an ``i8`` pointer): as a byte it reads 0/1, and a byte written to it is its truth."""
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if dtype == np.bool_:
+        return x != 0
+    if x.dtype == np.bool_:
+        return x.astype(dtype)
+    return lax.bitcast_convert_type(x, dtype)
+
+
 def bitwidth(dtype: np.dtype) -> int:
     return 1 if dtype == np.bool_ else 8 * dtype.itemsize
 
