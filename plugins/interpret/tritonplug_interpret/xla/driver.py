@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
+from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam, TensorDescriptorParam
+from tritonplug_interpret import compat
 from tritonplug_interpret.xla import affine, blocks, control, elementwise, gemm, lanes, memory, strided, tiles  # noqa: F401
 from tritonplug_interpret.xla.checks import raise_if_bad
 from tritonplug_interpret.xla.program import (
@@ -47,6 +48,8 @@ def _flat_params(params: Sequence[Any], names: Sequence[str]) -> list[tuple[str,
         if isinstance(p, tuple):
             for i, q in enumerate(p):
                 visit(q, f"{name}[{i}]")
+        elif isinstance(p, TensorDescriptorParam):
+            out.extend((name, q) for q in _descriptor_params(p, name))
         elif not isinstance(p, ConstexprParam):
             out.append((name, p))
 
@@ -54,6 +57,15 @@ def _flat_params(params: Sequence[Any], names: Sequence[str]) -> list[tuple[str,
     for p, name in zip(params, all_names, strict=False):
         visit(p, name)
     return out
+
+
+def _descriptor_params(p: TensorDescriptorParam, name: str) -> list[Any]:
+    """A host-side descriptor as the arguments its TTIR takes after the descriptor-to-pointer rewrite."""
+    parts = compat.descriptor_arguments(p.shape, p.strides, p.padding, p.round_f32_to_tf32)
+    if parts is None:
+        raise Unsupported("tt.func", f"argument {name}: this Triton does not decompose host-side descriptors")
+    return [ArrayParam(p.buffer) if q is compat.DESCRIPTOR_BASE else
+            ScalarParam(bool(q), "i1") if isinstance(q, bool) else ScalarParam(int(q), "i64") for q in parts]
 
 
 def unsupported_ops(fn: Function) -> list[str]:
