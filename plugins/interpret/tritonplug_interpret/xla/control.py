@@ -18,7 +18,6 @@ reads records each trip's operands and adds one dot of the concatenated operands
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,11 +28,8 @@ from jax import lax
 from tritonplug_interpret.xla import blocks
 from tritonplug_interpret.xla.memory import Pointer
 from tritonplug_interpret.xla.program import Frame, State, Unsupported, handler, writes_memory
-from tritonplug_interpret.xla.ttir import Op, walk
+from tritonplug_interpret.xla.ttir import Op, for_header, walk, while_bindings
 
-_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
-                  r"(?:\s+iter_args\((.*)\))?")
-_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
 #: A ``scf.for`` whose trip count is known (and the same in every program) is unrolled when
 #: trips × body ops stays below this ...
 UNROLL_OPS = 512
@@ -104,11 +100,10 @@ def _pointer_at(carried: Any, like: Pointer, base: Any) -> Pointer:
 
 @handler("scf.for")
 def _for(f: Frame, op: Op):
-    m = _FOR.match(op.header)
-    if not m:
+    header = for_header(op)
+    if header is None:
         raise Unsupported("scf.for", f"cannot read {op.header!r}")
-    iv, lb, ub, step, iter_text = m.groups()
-    bindings = _BINDING.findall(iter_text or "")
+    iv, lb, ub, step, bindings = header
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
     lanes = f.ctx.carried.get(id(op), {})     # lanes.Carried of the pointer iter_args that keep their lanes
@@ -274,8 +269,7 @@ def _bind(f: Frame, op: Op):
 
 @handler("scf.while")
 def _while(f: Frame, op: Op):
-    header = op.header
-    bindings = _BINDING.findall(header[:header.find(")") + 1] if header.startswith("(") else "")
+    bindings = while_bindings(op)
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
     before, after = op.regions[0][0], op.regions[1][0]

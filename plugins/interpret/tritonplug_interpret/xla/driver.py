@@ -15,7 +15,7 @@ Two schedules, chosen from the IR before anything is traced:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -37,7 +37,7 @@ from tritonplug_interpret.xla.program import (
     State,
     Unsupported,
 )
-from tritonplug_interpret.xla.ttir import Function, Op, walk
+from tritonplug_interpret.xla.ttir import Function, walk
 from tritonplug_interpret.xla.types import jnp_dtype, parse_type
 
 
@@ -165,7 +165,7 @@ class Translation:
                 self.arguments.append((arg, ("scalar", _scalar_bits(param), ty.element)))
             else:
                 raise Unsupported("tt.func", f"parameter {name} is {param!r}")
-        self.buffers = [BufferInfo(names.get(s, f"buffer {s}"), jnp_dtype_of(spec.dtype), _size(spec.shape))
+        self.buffers = [BufferInfo(names.get(s, f"buffer {s}"), np.dtype(spec.dtype), _size(spec.shape))
                         for s, spec in enumerate(specs)]
         self.parallel = choose_parallel(fn, pointer_args)
         self.windows: dict[int, affine.Window] = {}
@@ -192,7 +192,7 @@ class Translation:
         if self.parallel:   # top-level stores, applied after the grid
             top = {id(op) for op in fn.body.ops}
             for key, (op, store) in found.stores.items():
-                laid = tiles.tiling(op, store, self.buffers[store.buffer].size, total_programs(grid)) \
+                laid = tiles.tiling(op, store, self.buffers[store.buffer].size, _size(grid)) \
                     if key in top and key not in self.windows else None
                 if laid is not None:
                     self.tilings[key] = laid
@@ -315,14 +315,6 @@ def _scalar_bits(param: ScalarParam) -> Any:
     return param.value
 
 
-def jnp_dtype_of(name: str):
-    return jnp.dtype(name)
-
-
-def total_programs(grid: Sequence[int]) -> int:
-    return _size(grid)
-
-
 def _size(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -330,8 +322,4 @@ def _size(shape: Sequence[int]) -> int:
     return n
 
 
-def build(fn: Function, launch: Launch, check: bool) -> Callable[[Sequence[Any], Sequence[Any]], list[Any]]:
-    return Translation(fn, launch, check)
-
-
-__all__ = ["Translation", "build", "choose_parallel", "unsupported_ops", "Op"]
+__all__ = ["Translation", "choose_parallel", "unsupported_ops"]

@@ -19,7 +19,6 @@ from tritonplug_interpret.xla.program import Frame, handler
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import (
     bitwidth,
-    jnp_dtype,
     parse_type,
     reinterpret,
     to_signed,
@@ -278,7 +277,3 @@ def _constant(f: Frame, op: Op):
 def _poison(f: Frame, op: Op):
     ty = parse_type(op.result_types()[0])
     return [jnp.zeros(ty.shape, ty.dtype)]
-
-
-def scalar_dtype(type_text: str) -> np.dtype:
-    return jnp_dtype(type_text.strip())

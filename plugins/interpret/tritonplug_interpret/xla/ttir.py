@@ -288,6 +288,26 @@ def _result_list(text: str) -> list[str]:
     return [t.strip() for t in split_top(text, ",") if t.strip()]
 
 
+_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
+                  r"(?:\s+iter_args\((.*)\))?")
+_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
+
+
+def for_header(op: Op) -> tuple[str, str, str, str, list[tuple[str, str]]] | None:
+    """``scf.for``'s (induction variable, lower, upper, step, [(iter_arg, initial value)]); None if unreadable."""
+    m = _FOR.match(op.header)
+    if not m:
+        return None
+    iv, lb, ub, step, iter_text = m.groups()
+    return iv, lb, ub, step, _BINDING.findall(iter_text or "")
+
+
+def while_bindings(op: Op) -> list[tuple[str, str]]:
+    """``scf.while``'s [(argument, initial value)]."""
+    header = op.header
+    return _BINDING.findall(header[:header.find(")") + 1] if header.startswith("(") else "")
+
+
 def walk(block: Block) -> Any:
     """Every op of ``block`` and of its nested regions, in order."""
     for op in block.ops:

@@ -15,7 +15,6 @@ _SCALARS = {
     "f8E4M3FN": jnp.float8_e4m3fn, "f8E5M2": jnp.float8_e5m2,
 }
 _UNSIGNED = {1: jnp.bool_, 8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
-_SIGNED = {1: jnp.bool_, 8: jnp.int8, 16: jnp.int16, 32: jnp.int32, 64: jnp.int64}
 
 
 class UnsupportedType(NotImplementedError):
@@ -49,10 +48,6 @@ def jnp_dtype(element: str) -> np.dtype:
 
 def unsigned(dtype: np.dtype) -> np.dtype:
     return np.dtype(_UNSIGNED[8 * dtype.itemsize if dtype != np.bool_ else 1])
-
-
-def signed(dtype: np.dtype) -> np.dtype:
-    return np.dtype(_SIGNED[8 * dtype.itemsize if dtype != np.bool_ else 1])
 
 
 def to_unsigned(x):
