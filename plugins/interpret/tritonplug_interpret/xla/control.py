@@ -26,27 +26,30 @@ import jax.numpy as jnp
 from jax import lax
 
 from tritonplug_interpret.xla import blocks
-from tritonplug_interpret.xla.memory import Pointer
+from tritonplug_interpret.xla.memory import Pointer, select_pointers
 from tritonplug_interpret.xla.program import Frame, State, Unsupported, handler, writes_memory
 from tritonplug_interpret.xla.ttir import Op, for_header, walk, while_bindings
 
 #: A ``scf.for`` whose trip count is known (and the same in every program) is unrolled when
 #: trips × body ops stays below this ...
 UNROLL_OPS = 512
-#: ... and the function's unrolled loops together stay below this (XLA's compile time grows with the copies).
+#: ... and the function's unrolled loops together stay below this (XLA's compile time grows with the copies) ...
 UNROLL_BUDGET = 2048
+#: ... and trips × the body's dots that are not summed (see :func:`_accumulated_dots`) stays below this.
+UNROLL_DOTS = 8
 
 
 def _unrolled(f: Frame, block, trips: int, sums: list) -> bool:
     """Whether to unroll a loop of ``trips`` static trips (and take its size from the function's budget).
 
-    Unrolled, XLA fuses the trips' elementwise work and a k-loop's products become one dot (``sums``);
-    a product per trip that is not summed gains nothing unrolled and costs a compiled dot per trip (Triton's
-    attention backward took 25 s to compile with its short loops unrolled, 4 s without)."""
+    Unrolled, XLA fuses the trips' elementwise work and a k-loop's products become one dot (``sums``), or
+    one GEMM per trip over the programs' shared tiles; but each product that is not summed is a dot per trip
+    to compile (Triton's attention backward, 8 trips of 2 such dots in each of two loops, took 25 s to compile
+    unrolled, 4 s as while loops)."""
     size = trips * len(block.ops)
     if size > UNROLL_OPS or size > f.ctx.unroll_budget:
         return False
-    if sum(op.name == "tt.dot" for op in walk(block)) > len(sums):
+    if trips * (sum(op.name == "tt.dot" for op in walk(block)) - len(sums)) > UNROLL_DOTS:
         return False
     f.ctx.unroll_budget -= size
     return True
@@ -155,6 +158,9 @@ def _for(f: Frame, op: Op):
         _, trips, results, packed = state
     else:
         sums = []
+        if static_trips is not None:   # the same count in every program: an unbatched condition under vmap
+            def cond(state):            # (a batched one selects every carried value at every trip)
+                return state[1] < static_trips
         _, trips, results, packed = lax.while_loop(cond, body, start)
     f.state = outer_state
     _unpack(f, packed)
@@ -238,6 +244,8 @@ def _body_without_args(block):
 @handler("scf.if", "cf.cond_br")
 def _if(f: Frame, op: Op):
     (pred,) = f.args(op)[:1]
+    if f.ctx.parallel and writes_memory(op):
+        return _predicated(f, op, jnp.asarray(pred).astype(bool))
     carry_buffers, carry_check = _carried_state(f, op)
     outer_state = f.state
     start = _pack(f, carry_buffers, carry_check)
@@ -259,6 +267,22 @@ def _if(f: Frame, op: Op):
     f.state = outer_state
     _unpack(f, packed)
     return list(results)
+
+
+def _predicated(f: Frame, op: Op, cond):
+    """Parallel mode: both branches run, each access masked by whether the program takes its branch (stores
+    are logged and applied after the grid, so a branch's writes are its masked log entries); the results
+    are selected. Under ``vmap`` a ``lax.cond`` runs both branches too, but could not log their stores."""
+    outer = f.predicate
+    outs = []
+    for index, take in ((0, cond), (1, ~cond)):
+        f.predicate = take if outer is None else outer & take
+        outs.append(f.run_block(op.regions[index][0], ()) if index < len(op.regions) else [])
+    f.predicate = outer
+    if any(len(out) != len(op.results) for out in outs):
+        raise Unsupported(op.name, "a branch yields the wrong number of values")
+    return [select_pointers(cond, a, b) if isinstance(a, Pointer) else jnp.where(cond, a, b)
+            for a, b in zip(*outs, strict=True)]
 
 
 @handler("cf.br")

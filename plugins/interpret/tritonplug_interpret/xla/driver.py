@@ -37,7 +37,7 @@ from tritonplug_interpret.xla.program import (
     State,
     Unsupported,
 )
-from tritonplug_interpret.xla.ttir import Function, walk
+from tritonplug_interpret.xla.ttir import Function, Op, walk
 from tritonplug_interpret.xla.types import jnp_dtype, parse_type
 
 
@@ -106,6 +106,17 @@ def _roots(fn: Function, pointer_args: dict[str, int]) -> dict[str, frozenset[in
     return roots
 
 
+def straight_line(block) -> list[Op]:
+    """The ops every program runs at most once, in order: the block's, and those of its branches (``scf.if``,
+    ``cf.cond_br``: in parallel mode both sides run masked), not those of loops."""
+    out = []
+    for op in block.ops:
+        out.append(op)
+        if op.name in ("scf.if", "cf.cond_br"):
+            out += [o for region in op.regions for b in region for o in straight_line(b)]
+    return out
+
+
 def choose_parallel(fn: Function, pointer_args: dict[str, int]) -> bool:
     used = _used_names(fn)
     for op in walk(fn.body):
@@ -113,7 +124,7 @@ def choose_parallel(fn: Function, pointer_args: dict[str, int]) -> bool:
             return False
         if op.name == "tt.atomic_rmw" and op.header.split(",")[0].strip() in ("and", "or", "xor"):
             return False  # no scatter combines bits: these run lane by lane, programs in order
-    top = fn.body.ops
+    top = straight_line(fn.body)
     top_ids = {id(op) for op in top}
     if any(op.name in WRITES and id(op) not in top_ids for op in walk(fn.body)):
         return False

@@ -86,7 +86,7 @@ def _clean(f: Frame, buffer: int, offset, mask):
     size = f.ctx.buffers[buffer].size
     inside = (offset >= 0) & (offset < size)
     active = inside if mask is None else (inside & jnp.broadcast_to(mask, offset.shape))
-    return active
+    return active if f.predicate is None else active & f.predicate
 
 
 def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None) -> Any:

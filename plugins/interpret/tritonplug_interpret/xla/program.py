@@ -107,6 +107,7 @@ class Frame:
         self.env: dict[str, Any] = {}
         self.hoisted: dict[int, Any] = {}   # id(load op) → this program's row of a grid-wide slice
         self.overrides: dict[int, Handler] = {}   # id(op) → the handler to use instead of its op name's
+        self.predicate: Any = None   # parallel mode, inside a branch that writes: whether this program takes it
         self.current_op: int | None = None
 
     def get(self, name: str) -> Any:
@@ -146,6 +147,8 @@ class Frame:
         bad = (offsets < 0) | (offsets >= info.size)
         if mask is not None:
             bad = bad & jnp.broadcast_to(mask, bad.shape)
+        if self.predicate is not None:
+            bad = bad & self.predicate
         flat = bad.reshape(-1)
         lanes = lax.iota(jnp.int32, flat.shape[0])
         lane = jnp.min(jnp.where(flat, lanes, jnp.int32(flat.shape[0] - 1)))
