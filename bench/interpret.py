@@ -136,10 +136,30 @@ def direct_launch(kernel: Any, grid: tuple[int, ...]) -> Callable[..., None]:
     launcher = InterpretedFunction(kernel.fn)[grid]
 
     def launch(*args: Any, **kwargs: Any) -> None:
-        with _nested_calls_interpreted():
+        with _language_restored(), _nested_calls_interpreted():
             launcher(*args, **kwargs)
 
     return launch
+
+
+@contextlib.contextmanager
+def _language_restored() -> Iterator[None]:
+    """Triton's interpreter patches ``triton.language`` for a nested ``@triton.jit`` call and never undoes
+    it (under TRITON_INTERPRET=1 nothing else needs the real one); here the next kernel's front end does."""
+    owners = [tl, tl.core, tl.math, tl.tensor, tl.dtype, tl.condition, tl.core.tensor_descriptor_base]
+    saved = [dict(vars(o)) for o in owners]
+    try:
+        yield
+    finally:
+        for owner, before in zip(owners, saved, strict=True):
+            for name in [n for n in vars(owner) if n not in before]:
+                delattr(owner, name)
+            for name, value in before.items():
+                if vars(owner).get(name, _MISSING) is not value:
+                    setattr(owner, name, value)
+
+
+_MISSING = object()
 
 
 # ------------------------------------------------------------------ cases

@@ -2,6 +2,7 @@
 
     python bench/interpret_corpus.py [--reps 5] [--warmup 1] [--only softmax_rows,flash_attention]
                                      [--out bench/results/interpret-corpus-cpu.json] [--no-interpret]
+                                     [--xla-only]
 
 Kernels written as users write them (softmax, layer/RMS norm, dropout, GELU/SiLU, integer ops,
 casts, scans, argmax, transpose, split/join/permute, flash attention, grouped matmul, tensor
@@ -19,13 +20,12 @@ with the direct interpreter's (``max_diff``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,30 +206,9 @@ def direct_call(spec: Spec) -> tuple[Callable[[], None], list[np.ndarray]]:
     launch = direct_launch(spec.kernel, spec.grid)
 
     def run() -> None:
-        with _language_restored():
-            launch(*host, **spec.meta)
+        launch(*host, **spec.meta)
 
     return run, outs
-
-
-@contextlib.contextmanager
-def _language_restored() -> Iterator[None]:
-    """Triton's interpreter patches ``triton.language`` for a nested ``@triton.jit`` call and never undoes
-    it (under TRITON_INTERPRET=1 nothing else needs the real one); here the next kernel's front end does."""
-    owners = [tl, tl.core, tl.math, tl.tensor, tl.dtype, tl.condition, tl.core.tensor_descriptor_base]
-    saved = [dict(vars(o)) for o in owners]
-    try:
-        yield
-    finally:
-        for owner, before in zip(owners, saved, strict=True):
-            for name in [n for n in vars(owner) if n not in before]:
-                delattr(owner, name)
-            for name, value in before.items():
-                if vars(owner).get(name, _MISSING) is not value:
-                    setattr(owner, name, value)
-
-
-_MISSING = object()
 
 
 def xla_path_taken(spec: Spec) -> str:
@@ -273,7 +252,8 @@ def max_diff(ours: Any, direct: list[np.ndarray]) -> float:
 # ------------------------------------------------------------------ run
 
 
-def run_one(name: str, spec: Spec, results: Results, reps: int, warmup: int, interpret: bool) -> None:
+def run_one(name: str, spec: Spec, results: Results, reps: int, warmup: int, interpret: bool,
+            direct_timed: bool = True) -> None:
     start = time.perf_counter()
     path = xla_path_taken(spec)     # the first lowering: Triton's front end, the translation, JAX's trace
     lowered = time.perf_counter()
@@ -288,7 +268,8 @@ def run_one(name: str, spec: Spec, results: Results, reps: int, warmup: int, int
         raise AssertionError(f"{name}: the xla result differs from Triton's interpreter by {diff}")
     if interpret:
         calls["interpret"] = path_call(spec, "interpret")
-    calls["direct"] = direct
+    if direct_timed:
+        calls["direct"] = direct
     samples = interleaved_seconds(calls, reps, warmup, _sync)
     for impl, s in samples.items():
         results.add(name, impl, **summarize(s), median_ms=statistics.median(s) * 1e3,
@@ -310,13 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     specs = _specs()
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(specs)}")
     parser.add_argument("--no-interpret", action="store_true", help="skip the plugin's interpreter path")
+    parser.add_argument("--xla-only", action="store_true",
+                        help="time the xla path alone (Triton's interpreter still runs once, for max_diff): for "
+                             "comparing two versions of the translation on a busy machine")
     args = parser.parse_args(argv)
     jax.config.update("jax_platforms", "cpu")
     names = [n for n in args.only.split(",") if n] or list(specs)
     results = Results()
     for name in names:
         with results.guard(name, "setup"):
-            run_one(name, specs[name](), results, args.reps, args.warmup, not args.no_interpret)
+            run_one(name, specs[name](), results, args.reps, args.warmup, not (args.no_interpret or args.xla_only),
+                    not args.xla_only)
             print(f"{name}: done", file=sys.stderr)
     for record in results.records:
         direct = results.find(record["bench"], "direct")

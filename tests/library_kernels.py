@@ -61,12 +61,37 @@ def _run(statements: list[ast.stmt], path: str, namespace: dict[str, Any]) -> No
             exec(code, namespace)  # noqa: S102 - the library's own source, by its real file name
         except Exception:  # noqa: BLE001 - torch-only statements: the kernels do not need them
             # a version test or try/except around imports (libdevice's tanh, rsqrt …): their statements one by one
-            if isinstance(node, ast.If):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                _import_kernels(node, namespace)
+            elif isinstance(node, ast.If):
                 _run(node.body, path, namespace)
             elif isinstance(node, ast.Try):
                 _run(node.body, path, namespace)
                 for h in node.handlers:
                     _run(h.body, path, namespace)
+
+
+_LOADED: dict[str, dict[str, Any]] = {}
+
+
+def _import_kernels(node: ast.ImportFrom, namespace: dict[str, Any]) -> None:
+    """``from lib.mod import helper`` that failed (``lib`` imports torch): the names ``lib.mod`` defines as
+    :func:`load` reads it, or a submodule ``lib.mod.helper`` as a module."""
+    for alias in node.names:
+        name = alias.asname or alias.name
+        try:
+            namespace[name] = as_module(f"{node.module}.{alias.name}")
+            continue
+        except BaseException:  # noqa: BLE001 - pytest.skip when it is not a module of its own
+            pass
+        try:
+            if node.module not in _LOADED:
+                _LOADED[node.module] = {}   # a cycle sees what is loaded so far
+                _LOADED[node.module] = load(node.module)
+            if alias.name in _LOADED[node.module]:
+                namespace[name] = _LOADED[node.module][alias.name]
+        except BaseException:  # noqa: BLE001 - not a module file either
+            continue
 
 
 def as_module(module: str, extra: dict[str, Any] | None = None) -> types.ModuleType:
