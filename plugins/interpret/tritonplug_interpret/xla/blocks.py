@@ -13,9 +13,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from tritonplug_interpret.xla import gemm
-from tritonplug_interpret.xla.program import Frame, Unsupported, handler
+from tritonplug_interpret.xla.program import Frame, Unsupported, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import parse_type
+
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
 _AXES = {"x": 0, "y": 1, "z": 2}
 

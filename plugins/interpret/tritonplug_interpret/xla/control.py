@@ -27,8 +27,10 @@ from jax import lax
 
 from tritonplug_interpret.xla import blocks
 from tritonplug_interpret.xla.memory import Pointer, select_pointers
-from tritonplug_interpret.xla.program import Frame, State, Unsupported, handler, writes_memory
+from tritonplug_interpret.xla.program import Frame, State, Unsupported, family, writes_memory
 from tritonplug_interpret.xla.ttir import Op, for_header, walk, while_bindings
+
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
 #: A ``scf.for`` whose trip count is known (and the same in every program) is unrolled when
 #: trips × body ops stays below this ...

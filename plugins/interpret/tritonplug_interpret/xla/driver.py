@@ -25,10 +25,10 @@ from jax import lax
 
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam, TensorDescriptorParam
 from tritonplug_interpret import compat
-from tritonplug_interpret.xla import affine, blocks, control, elementwise, gemm, lanes, memory, strided, tiles  # noqa: F401
+from tritonplug_interpret.xla import affine, control, gemm, lanes, memory, strided, tiles
 from tritonplug_interpret.xla.checks import raise_if_bad
+from tritonplug_interpret.xla.ops import TABLE
 from tritonplug_interpret.xla.program import (
-    HANDLERS,
     TERMINATORS,
     WRITES,
     BufferInfo,
@@ -70,7 +70,7 @@ def _descriptor_params(p: TensorDescriptorParam, name: str) -> list[Any]:
 
 def unsupported_ops(fn: Function) -> list[str]:
     """Op names this translator has no handler for."""
-    return sorted({op.name for op in walk(fn.body) if op.name not in HANDLERS and op.name not in TERMINATORS})
+    return sorted({op.name for op in walk(fn.body) if op.name not in TABLE and op.name not in TERMINATORS})
 
 
 def _used_names(fn: Function) -> set[str]:
@@ -243,7 +243,7 @@ class Translation:
         return Context(self.launch.kernel_name, self.buffers, tuple(int(g) for g in self.launch.grid),
                        self.parallel, self.check, windows=dict(self.windows), accesses=dict(self.accesses),
                        carried=dict(self.carried), trips=dict(self.trips), shared_dots=dict(self.shared_dots),
-                       tilings=dict(self.tilings), unroll_budget=control.UNROLL_BUDGET)
+                       tilings=dict(self.tilings), unroll_budget=control.UNROLL_BUDGET, handlers=TABLE)
 
     def _run(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         launch = self.launch

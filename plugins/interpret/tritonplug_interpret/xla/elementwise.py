@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tritonplug_interpret.xla.libdevice import mulhi, round_half_away  # also registers tt.extern_elementwise
-from tritonplug_interpret.xla.program import Frame, handler
+from tritonplug_interpret.xla.libdevice import mulhi, round_half_away
+from tritonplug_interpret.xla.program import Frame, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import (
     bitwidth,
@@ -25,6 +25,8 @@ from tritonplug_interpret.xla.types import (
     to_unsigned,
     unsigned,
 )
+
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
 _u = to_unsigned
 

@@ -21,9 +21,11 @@ import numpy as np
 from jax import lax
 
 from tritonplug_interpret.xla import affine, strided, tiles
-from tritonplug_interpret.xla.program import Frame, Unsupported, handler
+from tritonplug_interpret.xla.program import Frame, Unsupported, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import TType, parse_type, reinterpret, unsigned
+
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@ A :class:`Frame` maps SSA names to values: JAX arrays (scalars are 0-d), :class:
 and the block-pointer/descriptor records of :mod:`.memory`. It also holds the program's
 *state*: the buffers (sequential mode: stores update them; parallel mode: read-only, stores
 append to a log instead) and the checked-mode record of the first out-of-bounds access.
-Handlers are registered per op name by the op-family modules with :func:`handler`.
+Each op-family module keeps its own table of handlers (:func:`family`); :mod:`.ops` merges them into the
+one explicit op table a :class:`Context` carries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,6 @@ from jax import lax
 from tritonplug_interpret.xla.ttir import Block, Op
 
 Handler = Callable[["Frame", Op], Sequence[Any]]
-HANDLERS: dict[str, Handler] = {}
 #: Ops that end a block: their operands are the block's results.
 TERMINATORS = frozenset({"scf.yield", "scf.condition", "tt.reduce.return", "tt.scan.return", "tt.return"})
 #: Ops that change memory (need the state threaded through control flow).
@@ -37,12 +37,20 @@ class Unsupported(NotImplementedError):
         self.op = op
 
 
-def handler(*names: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-    return register
+def family() -> tuple[dict[str, Handler], Callable[..., Callable[[Handler], Handler]]]:
+    """An op-family module's table of handlers and the decorator ``@handler("op.name", …)`` that fills it."""
+    table: dict[str, Handler] = {}
+
+    def handler(*names: str) -> Callable[[Handler], Handler]:
+        def register(fn: Handler) -> Handler:
+            for n in names:
+                if n in table:
+                    raise ValueError(f"two handlers for {n}")
+                table[n] = fn
+            return fn
+        return register
+
+    return table, handler
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,7 @@ class Context:
     grid: tuple[int, int, int]
     parallel: bool
     check: bool
+    handlers: Mapping[str, Handler] = field(default_factory=dict)   # the op table (ops.TABLE)
     sites: list[Site] = field(default_factory=list)
     windows: dict[int, Any] = field(default_factory=dict)  # id(op) → affine.Window of a top-level access
     accesses: dict[int, Any] = field(default_factory=dict)  # id(load op) → strided.Access (parallel mode)
@@ -126,7 +135,7 @@ class Frame:
         for op in block.ops:
             if op.name in TERMINATORS:
                 return self.args(op)
-            fn = self.overrides.get(id(op)) or HANDLERS.get(op.name)
+            fn = self.overrides.get(id(op)) or self.ctx.handlers.get(op.name)
             if fn is None:
                 raise Unsupported(op.name)
             values = fn(self, op)
