@@ -143,7 +143,7 @@ def summed_dot(f: Frame, key: int, pairs, c):
     """``c + Σ_t a_t @ b_t`` (one dot over the concatenated contraction dimension) for the ``tt.dot``
     ``key``, as one GEMM of the grid's distinct tiles where it can be."""
     a_parts, b_parts = [a for a, _ in pairs], [b for _, b in pairs]
-    shared = f.ctx.shared_dots.get(key) if f.ctx.parallel else None
+    shared = f.ctx.plan.shared_dots.get(key) if f.ctx.parallel else None
     if shared is not None and all(jnp.ndim(x) == 2 for x in a_parts + b_parts):
         return gemm.dot(shared, a_parts, b_parts, c)
     return gemm.plain_dot(a_parts, b_parts, c)

@@ -111,7 +111,7 @@ def _for(f: Frame, op: Op):
     iv, lb, ub, step, bindings = header
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
-    lanes = f.ctx.carried.get(id(op), {})     # lanes.Carried of the pointer iter_args that keep their lanes
+    lanes = f.ctx.plan.carried.get(id(op), {})     # lanes.Carried of the pointer iter_args that keep their lanes
     kinds = [_carry_kind(lanes.get(n), v) for n, v in zip(names, init, strict=True)]
     bases = [_lane0(v) if k != "value" else None for k, v in zip(kinds, init, strict=True)]
     lower, upper, stride = f.get(lb), f.get(ub), f.get(step)
@@ -149,7 +149,7 @@ def _for(f: Frame, op: Op):
         return i + stride, trip + 1, out, _pack(f, carry_buffers, carry_check)
 
     start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
-    static_trips = f.ctx.trips.get(id(op))
+    static_trips = f.ctx.plan.trips.get(id(op))
     sums: list[_Sum] = _accumulated_dots(block, names) if static_trips is not None else []
     if static_trips is not None and _unrolled(f, block, static_trips, sums):
         for s in sums:

@@ -25,19 +25,18 @@ from jax import lax
 
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam, TensorDescriptorParam
 from tritonplug_interpret import compat
-from tritonplug_interpret.xla import affine, control, gemm, lanes, memory, strided, tiles
+from tritonplug_interpret.xla import affine, control, memory, plan, strided
 from tritonplug_interpret.xla.checks import raise_if_bad
 from tritonplug_interpret.xla.ops import TABLE
 from tritonplug_interpret.xla.program import (
     TERMINATORS,
-    WRITES,
     BufferInfo,
     Context,
     Frame,
     State,
     Unsupported,
 )
-from tritonplug_interpret.xla.ttir import Function, Op, walk
+from tritonplug_interpret.xla.ttir import Function, walk
 from tritonplug_interpret.xla.types import jnp_dtype, parse_type
 
 
@@ -71,76 +70,6 @@ def _descriptor_params(p: TensorDescriptorParam, name: str) -> list[Any]:
 def unsupported_ops(fn: Function) -> list[str]:
     """Op names this translator has no handler for."""
     return sorted({op.name for op in walk(fn.body) if op.name not in TABLE and op.name not in TERMINATORS})
-
-
-def _used_names(fn: Function) -> set[str]:
-    return {name for op in walk(fn.body) for name in op.operands}
-
-
-def _roots(fn: Function, pointer_args: dict[str, int]) -> dict[str, frozenset[int]]:
-    """For every value, the buffers it may point into (an over-approximation)."""
-    roots: dict[str, frozenset[int]] = {n: frozenset({b}) for n, b in pointer_args.items()}
-
-    def visit(block) -> None:
-        for op in block.ops:
-            found = frozenset().union(*(roots.get(n, frozenset()) for n in op.operands))
-            for region in op.regions:
-                for b in region:
-                    for name, _ in b.args:
-                        roots[name] = found
-                    for inner in walk(b):  # names bound inside region headers (iter_args, while args)
-                        for r in inner.results:
-                            roots.setdefault(r, frozenset())
-            if op.regions:
-                for word in op.header.replace(",", " ").replace("(", " ").split():
-                    if word.startswith("%") and word not in roots:
-                        roots[word] = found
-                for region in op.regions:
-                    for b in region:
-                        visit(b)
-                found = found.union(*(roots.get(r, frozenset()) for inner in (o for region in op.regions
-                                      for b in region for o in walk(b)) for r in inner.results))
-            for r in op.results:
-                roots[r] = found
-    visit(fn.body)
-    return roots
-
-
-def straight_line(block) -> list[Op]:
-    """The ops every program runs at most once, in order: the block's, and those of its branches (``scf.if``,
-    ``cf.cond_br``: in parallel mode both sides run masked), not those of loops."""
-    out = []
-    for op in block.ops:
-        out.append(op)
-        if op.name in ("scf.if", "cf.cond_br"):
-            out += [o for region in op.regions for b in region for o in straight_line(b)]
-    return out
-
-
-def choose_parallel(fn: Function, pointer_args: dict[str, int]) -> bool:
-    used = _used_names(fn)
-    for op in walk(fn.body):
-        if op.name == "tt.atomic_cas" or (op.name == "tt.atomic_rmw" and any(r in used for r in op.results)):
-            return False
-        if op.name == "tt.atomic_rmw" and op.header.split(",")[0].strip() in ("and", "or", "xor"):
-            return False  # no scatter combines bits: these run lane by lane, programs in order
-    top = straight_line(fn.body)
-    top_ids = {id(op) for op in top}
-    if any(op.name in WRITES and id(op) not in top_ids for op in walk(fn.body)):
-        return False
-    roots = _roots(fn, pointer_args)
-    written: set[int] = set()
-    for op in top:
-        nested = [op] + [o for region in op.regions for b in region for o in walk(b)]
-        for o in nested:
-            if o.name in ("tt.load", "tt.descriptor_load") and roots.get(o.operands[0], frozenset()) & written:
-                return False
-        if op.name in WRITES:
-            target = roots.get(op.operands[0])
-            if not target:
-                return False
-            written |= target
-    return True
 
 
 class Translation:
@@ -178,41 +107,8 @@ class Translation:
                 raise Unsupported("tt.func", f"parameter {name} is {param!r}")
         self.buffers = [BufferInfo(names.get(s, f"buffer {s}"), np.dtype(spec.dtype), _size(spec.shape))
                         for s, spec in enumerate(specs)]
-        self.parallel = choose_parallel(fn, pointer_args)
-        self.windows: dict[int, affine.Window] = {}
-        self.load_ids = {id(op) for op in fn.body.ops if op.name == "tt.load"}
-        forms = {arg: affine.Form(0, (0, 0, 0), (), slot) for arg, slot in pointer_args.items()}
-        known = {arg: lanes.Lanes((), slot, np.zeros((), np.int64)) for arg, slot in pointer_args.items()}
-        for arg, (kind, value, element) in self.arguments:
-            if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int):
-                forms[arg] = affine.Form(int(value), (0, 0, 0), ())
-                known[arg] = lanes.Lanes((), None, np.asarray(int(value), np.int64))
-        grid = tuple(int(g) for g in launch.grid)
-        if self.parallel:
-            self.windows = affine.windows(fn, forms, grid)
-        found = lanes.analyse(fn, known, grid)
-        self.carried = found.carried
-        self.trips = found.trips
-        self.shared_dots: dict[int, gemm.SharedDot] = {}
-        if self.parallel:   # loads read unchanging buffers: equal operands give equal tiles
-            for key, (a_labels, b_labels) in found.dots.items():
-                shared = gemm.plan(a_labels, b_labels)
-                if shared is not None:
-                    self.shared_dots[key] = shared
-        self.tilings: dict[int, tiles.Tiling] = {}
-        if self.parallel:   # top-level stores, applied after the grid
-            top = {id(op) for op in fn.body.ops}
-            for key, (op, store) in found.stores.items():
-                laid = tiles.tiling(op, store, self.buffers[store.buffer].size, _size(grid)) \
-                    if key in top and key not in self.windows else None
-                if laid is not None:
-                    self.tilings[key] = laid
-        self.accesses: dict[int, strided.Access] = {}
-        if self.parallel:   # windows of views only here: in parallel mode no buffer changes during the grid
-            for key, load in found.loads.items():
-                access = None if key in self.windows else strided.access(load, self.buffers[load.lanes.buffer].size)
-                if access is not None:
-                    self.accesses[key] = access
+        self.plan = plan.make(fn, pointer_args, self.arguments, self.buffers, tuple(int(g) for g in launch.grid))
+        self.parallel = self.plan.parallel
 
     def trial(self) -> None:
         """Trace one program on abstract values, so anything the translation cannot express shows now.
@@ -241,9 +137,8 @@ class Translation:
 
     def _context(self) -> Context:
         return Context(self.launch.kernel_name, self.buffers, tuple(int(g) for g in self.launch.grid),
-                       self.parallel, self.check, windows=dict(self.windows), accesses=dict(self.accesses),
-                       carried=dict(self.carried), trips=dict(self.trips), shared_dots=dict(self.shared_dots),
-                       tilings=dict(self.tilings), unroll_budget=control.UNROLL_BUDGET, handlers=TABLE)
+                       self.parallel, self.check, plan=self.plan, unroll_budget=control.UNROLL_BUDGET,
+                       handlers=TABLE)
 
     def _run(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         launch = self.launch
@@ -279,9 +174,9 @@ class Translation:
 
     def _hoisted(self, ctx: Context, buffers: list[Any], total: int) -> dict[int, Any]:
         """Grid-wide slices of the top-level loads (a row per program) and the strided views, before the grid."""
-        loads = {key: w for key, w in ctx.windows.items() if key in self.load_ids}
+        loads = {key: w for key, w in self.plan.windows.items() if key in self.plan.load_ids}
         rows = {key: affine.read(buffers[w.buffer], w, total) for key, w in loads.items()}
-        for access in ctx.accesses.values():
+        for access in self.plan.accesses.values():
             if access.view not in ctx.views:
                 ctx.views[access.view] = strided.build_view(buffers[access.view.buffer], access.view)
         return rows
@@ -333,4 +228,4 @@ def _size(shape: Sequence[int]) -> int:
     return n
 
 
-__all__ = ["Translation", "choose_parallel", "unsupported_ops"]
+__all__ = ["Translation", "unsupported_ops"]

@@ -127,7 +127,8 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     else:
         values = values.astype(info.dtype)
     if f.ctx.parallel:
-        window = (f.ctx.windows.get(f.current_op) or f.ctx.tilings.get(f.current_op)) if kind == "store" else None
+        plan = f.ctx.plan
+        window = (plan.windows.get(f.current_op) or plan.tilings.get(f.current_op)) if kind == "store" else None
         f.ctx.store_log.append((window or kind, buffer, offset, values, active))
         return None
     data = f.state.buffers[buffer]
@@ -198,7 +199,7 @@ def _load(f: Frame, op: Op):
     other = args[2] if len(args) > 2 else None
     dtype = parse_type(p.element).dtype
     window = f.hoisted.get(id(op))
-    access = f.ctx.accesses.get(id(op))
+    access = f.ctx.plan.accesses.get(id(op))
     if window is None and access is not None and access.view in f.ctx.views:
         base = jnp.reshape(jnp.asarray(p.offset), (-1,))[0]
         window = strided.read(f.ctx.views[access.view], access, base)

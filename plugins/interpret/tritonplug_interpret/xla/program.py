@@ -96,14 +96,9 @@ class Context:
     parallel: bool
     check: bool
     handlers: Mapping[str, Handler] = field(default_factory=dict)   # the op table (ops.TABLE)
+    plan: Any = None            # plan.Plan: what the analyses decided before tracing
     sites: list[Site] = field(default_factory=list)
-    windows: dict[int, Any] = field(default_factory=dict)  # id(op) → affine.Window of a top-level access
-    accesses: dict[int, Any] = field(default_factory=dict)  # id(load op) → strided.Access (parallel mode)
     views: dict[Any, Any] = field(default_factory=dict)     # strided.View → its array, built before the grid
-    carried: dict[int, Any] = field(default_factory=dict)   # id(scf.for) → {iter_arg: lanes.Carried}
-    trips: dict[int, int] = field(default_factory=dict)     # id(scf.for) → static trip count, same in every program
-    shared_dots: dict[int, Any] = field(default_factory=dict)  # id(tt.dot) → gemm.SharedDot (parallel mode)
-    tilings: dict[int, Any] = field(default_factory=dict)      # id(tt.store) → tiles.Tiling (parallel mode)
     store_log: list[tuple[str, int, Any, Any, Any]] = field(default_factory=list)  # (kind, buffer, idx, val, mask)
     unroll_budget: int = 0      # ops that unrolled loops may still add (control.UNROLL_BUDGET)
 
