@@ -159,7 +159,7 @@ def _specs() -> dict[str, Callable[[], Spec]]:
 
 
 def _attention_bwd() -> Spec:
-    """Causal attention backward (``tests/xla_attention_kernels.py``): 4 heads x 512 x 64 fp16, blocks of 64."""
+    """Causal attention backward (``tests/xla_attention_kernels.py``): 4 heads x 512 x 64 fp16, blocks of 128."""
     heads, n, d, scale = 4, 512, 64, 0.125
     q, k, v, do = (_normal(40 + i, (heads, n, d), np.float16) for i in range(4))
     k2 = (k.astype(np.float32) * (scale / np.log(2))).astype(np.float16)    # base-2 logits, as the kernel takes them
@@ -169,8 +169,9 @@ def _attention_bwd() -> Spec:
     o = np.einsum("hmn,hnd->hmd", np.exp2(s - lse[..., None]), v.astype(np.float32))
     delta = (o * do.astype(np.float32)).sum(-1).astype(np.float32)
     return Spec(A.attention_bwd_kernel, [q, k2, v, do, lse, delta, n, scale], [((heads, n, d), np.float16)] * 3,
-                (n // 64, heads), {"HEAD": d, "BLOCK": 64, "SLICE": 2}, tolerance=0.05,
-                description="4 heads x 512 x 64 fp16, causal, dK/dV and dQ passes, blocks of 64")
+                (n // 128, heads), {"HEAD": d, "BLOCK": 128, "SLICE": 8}, tolerance=0.05,
+                description="4 heads x 512 x 64 fp16, causal, dK/dV and dQ passes, blocks of 128, diagonal in 8 "
+                            "steps (as Triton's tutorial)")
 
 
 # ------------------------------------------------------------------ the three ways to run a spec
