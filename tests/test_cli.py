@@ -90,7 +90,8 @@ def test_cache_commands_report_a_disabled_cache_and_bad_arguments(tmp_path: Path
     disabled = run("cache", "stats", cache_dir=tmp_path / "cache", TRITONPLUG_CACHE="0")
     assert disabled.returncode == 1 and "disabled" in disabled.stdout
     negative = run("cache", "prune", "--max-bytes", "-1", cache_dir=tmp_path / "cache", script=True)
-    assert negative.returncode == 2 and "--max-bytes must be >= 0" in negative.stderr
+    assert negative.returncode == 2 and "argument --max-bytes: must be 0 or more, got -1" in negative.stderr
+    assert "usage: tritonplug cache prune" in negative.stderr
 
 
 def test_info_reports_versions_backends_targets_cache_and_workers(tmp_path: Path) -> None:

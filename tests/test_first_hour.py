@@ -31,7 +31,8 @@ def test_inspection_is_an_attribute_after_import_tritonplug_and_loads_jax_only_t
 
 
 @pytest.mark.parametrize("command", [[], ["info"], ["cache"], ["cache", "stats"], ["cache", "clear"],
-                                     ["cache", "prune"]], ids=lambda c: " ".join(c) or "tritonplug")
+                                     ["cache", "prune"], ["tune"], ["tune", "list"], ["tune", "export"],
+                                     ["tune", "import"], ["tune", "clear"]], ids=lambda c: " ".join(c) or "tritonplug")
 def test_help_is_plain_text(command: list[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "tritonplug", *command, "--help"], capture_output=True, text=True,
                           timeout=120)

@@ -22,7 +22,7 @@ import triton.language as tl
 from helpers import ROOT, for_backend, requires_backend
 
 import tritonplug
-from tritonplug import jaxlib_compat, launch_payload
+from tritonplug import jaxlib_compat, launch_payload, lowering
 from tritonplug.errors import KernelSourceError
 from tritonplug.inspection import kernel_calls
 from tritonplug.records import GpuKernel, Launch
@@ -153,9 +153,13 @@ def test_a_traced_call_starts_compiling_before_it_is_lowered(two_workers, monkey
         time.sleep(0.05)
     middle = tritonplug.compile_stats()
     assert middle["compiled"] == before["compiled"] + 6, "the traced calls did not compile in the background"
+    planned = []  # the lowering takes the early compiles' plans: it plans nothing again
+    real_plan_call = lowering.plan_call
+    monkeypatch.setattr(lowering, "plan_call", lambda *a, **k: planned.append(a) or real_plan_call(*a, **k))
     traced.lower(lowering_platforms=("cuda",))
     after = tritonplug.compile_stats()
     assert after["compiled"] == middle["compiled"] and after["memory_hits"] == middle["memory_hits"] + 6
+    assert planned == [], "the lowering planned a call its early compile had planned"
 
 
 @cuda

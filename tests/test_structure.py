@@ -2,7 +2,8 @@
 
 * no import cycle among the host's modules, imports inside functions included;
 * ``jax._src`` only in the ``*_compat.py`` adapters (ruff's TID251 says the same, this holds without ruff);
-* no host or plugin module over 400 lines;
+* no module over 400 lines in the host, the plugins (their tests included), ``tests/`` and ``examples/``
+  (``bench/`` is not held to it: ``bench/gpu.py`` is one script of about 1,000 lines);
 * a plugin imports from the host only the plugin API: ``tritonplug.hookspecs``, ``tritonplug.records``,
   ``tritonplug.plugin_kit``, and ``tritonplug.cache_hookspecs`` if it is a cache plugin.
 """
@@ -191,10 +192,26 @@ def plugin_sources(plugin: Path) -> list[Path]:
     return [p for p in python_files(plugin) if "tests" not in p.relative_to(plugin).parts]
 
 
+#: Trees held to ``MAX_LINES`` besides the host and the bundled plugins: the tests (the test plugin
+#: distributions under ``tests/plugins`` included) and the examples.
+SIZED_TREES = ("tests", "examples")
+
+
 def sized_modules() -> list[str]:
+    """Every module held to ``MAX_LINES``: the host's, each bundled plugin's (its tests included), and
+    those of ``SIZED_TREES``."""
     paths = [*python_files(HOST), *(p for d in plugin_directories() if d.parent.name == "plugins"
-                                    for p in plugin_sources(d))]
+                                    for p in python_files(d)),
+             *(p for tree in SIZED_TREES for p in python_files(ROOT / tree))]
     return [str(p.relative_to(ROOT)) for p in paths]
+
+
+def test_the_size_check_covers_the_host_the_plugins_their_tests_the_tests_and_the_examples():
+    sized = set(sized_modules())
+    for module in ("tritonplug/__init__.py", "plugins/interpret/tritonplug_interpret/plugin.py",
+                   "plugins/interpret/tests/conftest.py", "tests/conftest.py", "tests/test_structure.py",
+                   "tests/plugins/example_backend/tritonplug_example/plugin.py", "examples/add.py"):
+        assert module in sized, f"{module} is not held to {MAX_LINES} lines"
 
 
 @pytest.mark.parametrize("path", sized_modules())

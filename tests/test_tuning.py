@@ -217,7 +217,7 @@ def test_import_of_a_damaged_file_changes_nothing(tmp_path: Path):
     damaged = tmp_path / "damaged.json"
     damaged.write_text(json.dumps({"format": FILE_FORMAT, "version": 1, "records": [good, {"backend": "x"}]}))
     done = cli("tune", "import", str(damaged), cache=tmp_path / "cache")
-    assert done.returncode == 1 and "nothing imported" in done.stdout and "record 1" in done.stdout
+    assert done.returncode == 1 and "tritonplug: error: nothing imported" in done.stderr and "record 1" in done.stderr
     assert json.loads(cli("--json", "tune", "list", cache=tmp_path / "cache").stdout)["records"] == []
 
 

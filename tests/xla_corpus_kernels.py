@@ -1,497 +1,67 @@
 """A corpus of kernels as Triton users write them (tutorial-style ideas, our own code), for the
-CPU backend's XLA path: ``tests/test_xla_corpus.py`` runs each and ``bench/interpret_corpus.py``
-times each against Triton's interpreter. Module-level, so Triton finds their source."""
-
-import triton
-import triton.language as tl
-from triton.language.extra.cuda import libdevice
-
-try:  # Triton 3.6 spells fp8 e5m2 ``float8e5`` as well; keep one name for the kernels
-    FP8_E5M2 = tl.float8e5
-except AttributeError:  # pragma: no cover - every supported Triton has it
-    FP8_E5M2 = tl.float8e5m2
-
-
-# ----------------------------------------------------------------------------- normalisations
-
-
-@triton.jit
-def softmax_rows_kernel(in_ptr, in_row_stride, out_row_stride, n_rows, n_cols, out_ptr, BLOCK: tl.constexpr):
-    """Fused softmax, several rows per program (a grid smaller than the row count), masked columns."""
-    row_start = tl.program_id(0)
-    row_step = tl.num_programs(0)
-    for row in tl.range(row_start, n_rows, row_step):
-        cols = tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=-float("inf"))
-        x = x - tl.max(x, axis=0)
-        num = tl.exp(x)
-        den = tl.sum(num, axis=0)
-        tl.store(out_ptr + row * out_row_stride + cols, num / den, mask=mask)
-
-
-@triton.jit
-def softmax_one_row_kernel(in_ptr, n_cols, row_stride, out_ptr, BLOCK: tl.constexpr):
-    """One row per program; fp16 in and out, fp32 inside."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    z = x - tl.max(x, axis=0)
-    e = tl.exp(z)
-    tl.store(out_ptr + row * row_stride + cols, (e / tl.sum(e, axis=0)).to(tl.float16), mask=mask)
-
-
-@triton.jit
-def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, stride, n_cols, eps, y_ptr, mean_ptr, rstd_ptr,
-                          BLOCK: tl.constexpr):
-    """Layer norm forward in chunks of BLOCK columns: mean, then variance, then normalise."""
-    row = tl.program_id(0)
-    x_ptr += row * stride
-    y_ptr += row * stride
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for off in range(0, n_cols, BLOCK):
-        cols = off + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / n_cols
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for off in range(0, n_cols, BLOCK):
-        cols = off + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        d = tl.where(cols < n_cols, x - mean, 0.0)
-        acc += d * d
-    var = tl.sum(acc, axis=0) / n_cols
-    rstd = 1 / tl.sqrt(var + eps)
-    tl.store(mean_ptr + row, mean)
-    tl.store(rstd_ptr + row, rstd)
-    for off in range(0, n_cols, BLOCK):
-        cols = off + tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        w = tl.load(w_ptr + cols, mask=mask)
-        b = tl.load(b_ptr + cols, mask=mask)
-        x = tl.load(x_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + cols, (x - mean) * rstd * w + b, mask=mask)
-
-
-@triton.jit
-def rms_norm_kernel(x_ptr, w_ptr, n_cols, eps, out_ptr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
-    ms = tl.sum(x * x, axis=0) / n_cols
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    tl.store(out_ptr + row * n_cols + cols, x * tl.math.rsqrt(ms + eps) * w, mask=mask)
-
-
-# ----------------------------------------------------------------------------- elementwise
-
-
-@triton.jit
-def dropout_kernel(x_ptr, n, p, seed, out_ptr, keep_ptr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    r = tl.rand(seed, offs)
-    keep = r > p
-    tl.store(out_ptr + offs, tl.where(keep, x / (1 - p), 0.0), mask=mask)
-    tl.store(keep_ptr + offs, keep.to(tl.int8), mask=mask)
-
-
-@triton.jit
-def activations_kernel(x_ptr, n, gelu_ptr, gelu_tanh_ptr, silu_ptr, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
-    """GELU (erf and tanh forms) and SiLU; LIBDEVICE=False spells erf/tanh with tl.math, which Triton's
-    interpreter can run (it has no libdevice)."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    if LIBDEVICE:
-        erf = tl.extra.cuda.libdevice.erf(x * 0.7071067811865476)
-        tanh = tl.extra.cuda.libdevice.tanh(inner)
-    else:
-        erf = tl.math.erf(x * 0.7071067811865476)
-        tanh = 2 * tl.sigmoid(2 * inner) - 1
-    tl.store(gelu_ptr + offs, 0.5 * x * (1 + erf), mask=mask)
-    tl.store(gelu_tanh_ptr + offs, 0.5 * x * (1 + tanh), mask=mask)
-    tl.store(silu_ptr + offs, x / (1 + tl.exp(-x)), mask=mask)
-
-
-@triton.jit
-def int_ops_kernel(a_ptr, b_ptr, u_ptr, n, out_ptr, BLOCK: tl.constexpr):
-    """Signed div/rem (C semantics, negatives included), shifts, bitwise, unsigned, cdiv, where."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    a = tl.load(a_ptr + offs, mask=mask, other=1)
-    b = tl.load(b_ptr + offs, mask=mask, other=1)
-    u = tl.load(u_ptr + offs, mask=mask, other=1)
-    b = tl.where(b == 0, 7, b)
-    q = a // b
-    r = a % b
-    bits = ((a << 3) ^ (b >> 1)) & 0xFFFF | (a & -a)
-    ushift = (u >> 7) + (u << 3) + u // 10 + u % 10
-    big = u > 0x80000000
-    cd = tl.cdiv(tl.abs(a), 16)
-    tl.store(out_ptr + offs * 6 + 0, q, mask=mask)
-    tl.store(out_ptr + offs * 6 + 1, r, mask=mask)
-    tl.store(out_ptr + offs * 6 + 2, bits, mask=mask)
-    tl.store(out_ptr + offs * 6 + 3, ushift.to(tl.int32, bitcast=True), mask=mask)
-    tl.store(out_ptr + offs * 6 + 4, tl.where(big, 1, -1), mask=mask)
-    tl.store(out_ptr + offs * 6 + 5, cd + tl.umulhi(u, u).to(tl.int32, bitcast=True), mask=mask)
-
-
-@triton.jit
-def casts_kernel(x_ptr, n, f16_ptr, bf16_ptr, e4_ptr, e5_ptr, back_ptr, i_ptr, BLOCK: tl.constexpr):
-    """Round trips fp32 → fp16/bf16/fp8 → fp32, and float → int, as Triton rounds them."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    h = x.to(tl.float16)
-    b = x.to(tl.bfloat16)
-    e4 = x.to(tl.float8e4nv)
-    e5 = x.to(FP8_E5M2)
-    tl.store(f16_ptr + offs, h, mask=mask)
-    tl.store(bf16_ptr + offs, b, mask=mask)
-    tl.store(e4_ptr + offs, e4.to(tl.uint8, bitcast=True), mask=mask)  # bytes: the interpreter takes no fp8 arrays
-    tl.store(e5_ptr + offs, e5.to(tl.uint8, bitcast=True), mask=mask)
-    back = h.to(tl.float32) + b.to(tl.float32) + e4.to(tl.float32) + e5.to(tl.float32)
-    tl.store(back_ptr + offs, back, mask=mask)
-    tl.store(i_ptr + offs, (x * 100).to(tl.int32) + (h * 3).to(tl.int16).to(tl.int32), mask=mask)
-
-
-@triton.jit
-def fp8_rescale_kernel(x_ptr, n, scale, out_ptr, BLOCK: tl.constexpr):
-    """fp8 e4m3 in, fp8 e5m2 out: dequantise, scale, requantise."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + offs, (x * scale).to(FP8_E5M2), mask=mask)
-
-
-@triton.jit
-def quantize_rows_kernel(x_ptr, n_cols, q_ptr, q_even_ptr, scale_ptr, BLOCK: tl.constexpr):
-    """Symmetric int8 quantisation per row: libdevice round (halves away from zero) and rint (to even)."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-8) / 127
-    v = x / scale
-    q = tl.clamp(tl.extra.cuda.libdevice.round(v), -127.0, 127.0).to(tl.int8)
-    q_even = tl.extra.cuda.libdevice.float2int_rn(v)
-    tl.store(q_ptr + row * n_cols + cols, q, mask=mask)
-    tl.store(q_even_ptr + row * n_cols + cols, q_even, mask=mask)
-    tl.store(scale_ptr + row, scale)
-
-
-@triton.jit
-def libdevice_kernel(x_ptr, y_ptr, out_ptr, FN: tl.constexpr, BLOCK: tl.constexpr):
-    """One libdevice function per FN (Triton's interpreter runs none of them)."""
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs)
-    y = tl.load(y_ptr + offs)
-    if FN == "erfcinv":
-        r = libdevice.erfcinv(x)
-    elif FN == "normcdf":
-        r = libdevice.normcdf(x)
-    elif FN == "normcdfinv":
-        r = libdevice.normcdfinv(x)
-    elif FN == "sinpi":
-        r = libdevice.sinpi(x)
-    elif FN == "cospi":
-        r = libdevice.cospi(x)
-    elif FN == "logb":
-        r = libdevice.logb(x)
-    elif FN == "ilogb":
-        r = libdevice.ilogb(x).to(tl.float32)
-    elif FN == "rcbrt":
-        r = libdevice.rcbrt(x)
-    elif FN == "i0":
-        r = libdevice.cyl_bessel_i0(x)
-    elif FN == "erfcx":
-        r = libdevice.erfcx(x)
-    elif FN == "remainder":
-        r = libdevice.remainder(x, y)
-    elif FN == "fdim":
-        r = libdevice.fdim(x, y)
-    elif FN == "rhypot":
-        r = libdevice.rhypot(x, y)
-    elif FN == "ldexp":
-        r = libdevice.ldexp(x, y.to(tl.int32))
-    else:
-        r = libdevice.nearbyint(x) + libdevice.trunc(y)
-    tl.store(out_ptr + offs, r)
-
-
-# ----------------------------------------------------------------------------- reductions and scans
-
-
-@triton.jit
-def _first_order(a_left, b_left, a_right, b_right):
-    """h = a*h + b composed: apply left, then right."""
-    return a_right * a_left, a_right * b_left + b_right
-
-
-@triton.jit
-def _max_abs(a, b):
-    return tl.maximum(tl.abs(a), tl.abs(b))
-
-
-@triton.jit
-def scans_kernel(x_ptr, decay_ptr, n_cols, cum_ptr, rec_ptr, rev_ptr, BLOCK: tl.constexpr):
-    """Per row: cumsum, a linear recurrence through a custom combine, and a reverse running max-abs."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
-    a = tl.load(decay_ptr + row * n_cols + cols, mask=mask, other=1.0)
-    tl.store(cum_ptr + row * n_cols + cols, tl.cumsum(x, axis=0), mask=mask)
-    _, h = tl.associative_scan((a, x), axis=0, combine_fn=_first_order)
-    tl.store(rec_ptr + row * n_cols + cols, h, mask=mask)
-    rev = tl.associative_scan(x, axis=0, combine_fn=_max_abs, reverse=True)
-    tl.store(rev_ptr + row * n_cols + cols, rev, mask=mask)
-
-
-@triton.jit
-def argmax_kernel(x_ptr, n_rows, n_cols, max_ptr, idx_ptr, min_idx_ptr, BLOCK_R: tl.constexpr,
-                  BLOCK_C: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = tl.arange(0, BLOCK_C)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    x = tl.load(x_ptr + rows[:, None] * n_cols + cols[None, :], mask=mask, other=-float("inf"))
-    best, where = tl.max(x, axis=1, return_indices=True)
-    low = tl.argmin(tl.where(mask, x, float("inf")), axis=1)
-    tl.store(max_ptr + rows, best, mask=rows < n_rows)
-    tl.store(idx_ptr + rows, where, mask=rows < n_rows)
-    tl.store(min_idx_ptr + rows, low, mask=rows < n_rows)
-
-
-@triton.jit
-def _max_propagating_nan(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def nan_row_stats_kernel(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
-    """Row max/min (tl.max/tl.min skip NaN, as max.f32 does on a GPU), a NaN-propagating max, and the sum."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=float("nan"))  # padding: NaN, skipped
-    stats = tl.join(tl.join(tl.max(x, axis=0), tl.min(x, axis=0)),  # [[max, nan-max], [min, sum]]
-                    tl.join(tl.reduce(tl.where(cols < n_cols, x, -float("inf")), 0, _max_propagating_nan),
-                            tl.sum(tl.where(cols < n_cols, x, 0.0), axis=0)))
-    tl.store(out_ptr + row * 4 + tl.arange(0, 4), tl.reshape(stats, (4,)))
-
-
-# ----------------------------------------------------------------------------- layout
-
-
-@triton.jit
-def transpose_kernel(x_ptr, m, n, out_ptr, BM: tl.constexpr, BN: tl.constexpr):
-    """out (n x m) = x (m x n) transposed, tile by tile over a 2-D grid."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
-    tile = tl.load(x_ptr + rm[:, None] * n + rn[None, :], mask=(rm[:, None] < m) & (rn[None, :] < n))
-    t = tl.trans(tile)
-    tl.store(out_ptr + rn[:, None] * m + rm[None, :], t, mask=(rn[:, None] < n) & (rm[None, :] < m))
-
-
-@triton.jit
-def complex_mul_kernel(a_ptr, b_ptr, n, out_ptr, swapped_ptr, BLOCK: tl.constexpr):
-    """Interleaved complex numbers: split into real/imag, multiply, join back; a permute on the side."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    pairs = offs[:, None] * 2 + tl.arange(0, 2)[None, :]
-    mask = pairs < 2 * n
-    a = tl.load(a_ptr + pairs, mask=mask, other=0.0)
-    b = tl.load(b_ptr + pairs, mask=mask, other=0.0)
-    ar, ai = tl.split(a)
-    br, bi = tl.split(b)
-    prod = tl.join(ar * br - ai * bi, ar * bi + ai * br)
-    tl.store(out_ptr + pairs, prod, mask=mask)
-    cube = tl.reshape(a, (BLOCK // 4, 4, 2))
-    swapped = tl.permute(cube, (0, 2, 1))  # [block, re/im, 4]
-    flat = tl.reshape(swapped, (BLOCK, 2))
-    tl.store(swapped_ptr + pairs, flat, mask=mask)
-
-
-# ----------------------------------------------------------------------------- attention and matmul
-
-
-@triton.jit
-def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, seq_len, sm_scale, o_ptr, HEAD: tl.constexpr,
-                               BM: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr):
-    """One (query block, batch*head) per program; K/V blocks in a loop with a running max (exp2)."""
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    base = bh.to(tl.int64) * seq_len * HEAD
-    rm = start_m * BM + tl.arange(0, BM)
-    rd = tl.arange(0, HEAD)
-    q = tl.load(q_ptr + base + rm[:, None] * HEAD + rd[None, :], mask=rm[:, None] < seq_len, other=0.0)
-    m_i = tl.full([BM], -float("inf"), tl.float32)
-    l_i = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BM, HEAD], tl.float32)
-    qk_scale = sm_scale * 1.44269504
-    end = tl.minimum((start_m + 1) * BM, seq_len) if CAUSAL else seq_len
-    for start_n in range(0, end, BN):
-        rn = start_n + tl.arange(0, BN)
-        kv_mask = rn[:, None] < seq_len
-        k = tl.load(k_ptr + base + rn[:, None] * HEAD + rd[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + base + rn[:, None] * HEAD + rd[None, :], mask=kv_mask, other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * qk_scale
-        valid = rn[None, :] < seq_len
-        if CAUSAL:
-            valid = valid & (rm[:, None] >= rn[None, :])
-        qk = tl.where(valid, qk, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    out = acc / l_i[:, None]
-    tl.store(o_ptr + base + rm[:, None] * HEAD + rd[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=rm[:, None] < seq_len)
-
-
-@triton.jit
-def grouped_matmul_kernel(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          stride_cm, stride_cn, c_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                          GROUP_M: tl.constexpr, ACTIVATION: tl.constexpr):
-    """fp16 matmul with fp32 accumulation, grouped program order, masked K tail, fused leaky ReLU."""
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BM)
-    num_n = tl.cdiv(N, BN)
-    in_group = GROUP_M * num_n
-    group = pid // in_group
-    first_m = group * GROUP_M
-    group_size = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % in_group) % group_size)
-    pid_n = (pid % in_group) // group_size
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
-    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k * BK), other=0.0)
-        b = tl.load(b_ptrs, mask=(rk[:, None] < K - k * BK) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BK * stride_ak
-        b_ptrs += BK * stride_bk
-    if ACTIVATION == "leaky_relu":
-        acc = tl.where(acc >= 0, acc, 0.01 * acc)
-    c = acc.to(tl.float16)
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, c, mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-# ----------------------------------------------------------------------------- memory
-
-
-@triton.jit
-def block_ptr_copy_kernel(x_ptr, m, n, out_ptr, BM: tl.constexpr, BN: tl.constexpr):
-    """Copy plus one with block pointers, walking column tiles with tl.advance (Triton < 3.9)."""
-    pid = tl.program_id(0)
-    src = tl.make_block_ptr(x_ptr, shape=(m, n), strides=(n, 1), offsets=(pid * BM, 0), block_shape=(BM, BN),
-                            order=(1, 0))
-    dst = tl.make_block_ptr(out_ptr, shape=(m, n), strides=(n, 1), offsets=(pid * BM, 0), block_shape=(BM, BN),
-                            order=(1, 0))
-    for _ in range(0, tl.cdiv(n, BN)):
-        tile = tl.load(src, boundary_check=(0, 1), padding_option="zero")
-        tl.store(dst, tile + 1, boundary_check=(0, 1))
-        src = tl.advance(src, (0, BN))
-        dst = tl.advance(dst, (0, BN))
-
-
-@triton.jit
-def descriptor_tiles_kernel(x_ptr, m, n, out_ptr, BM: tl.constexpr, BN: tl.constexpr):
-    """A 2-D tiled scale with tensor descriptors over a (rows, cols) grid (edges handled by the descriptor)."""
-    src = tl.make_tensor_descriptor(x_ptr, shape=[m, n], strides=[n, 1], block_shape=[BM, BN])
-    dst = tl.make_tensor_descriptor(out_ptr, shape=[m, n], strides=[n, 1], block_shape=[BM, BN])
-    r = tl.program_id(0) * BM
-    c = tl.program_id(1) * BN
-    tile = src.load([r, c])
-    dst.store([r, c], tile * 3 - 1)
-
-
-@triton.jit
-def histogram_kernel(x_ptr, n, n_bins, lo, width, counts_ptr, bin_max_ptr, BLOCK: tl.constexpr):
-    """Bins by value: atomic_add counts (many lanes hit one bin) and the largest value per bin (atomic_max)."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    b = ((x - lo) / width).to(tl.int32)
-    b = tl.minimum(tl.maximum(b, 0), n_bins - 1)
-    tl.atomic_add(counts_ptr + b, 1, mask=mask)
-    tl.atomic_max(bin_max_ptr + b, x, mask=mask)
-
-
-@triton.jit
-def column_sum_atomic_kernel(x_ptr, n_rows, n_cols, out_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """Column sums split over row chunks: programs meet on the same outputs through atomic_add."""
-    pid_r = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    rows = pid_r * ROWS + tl.arange(0, ROWS)
-    cols = pid_c * BLOCK + tl.arange(0, BLOCK)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    x = tl.load(x_ptr + rows[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
-    tl.atomic_add(out_ptr + cols, tl.sum(x, axis=0), mask=cols < n_cols)
-
-
-# ----------------------------------------------------------------------------- loops and grids
-
-
-@triton.jit
-def poly_collatz_kernel(x_ptr, start_ptr, n, poly_ptr, steps_ptr, C0: tl.constexpr, C1: tl.constexpr,
-                        C2: tl.constexpr, C3: tl.constexpr, BLOCK: tl.constexpr):
-    """Horner over a static_range of constexpr coefficients; a while loop whose trip count is data."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    acc = tl.zeros_like(x)
-    for i in tl.static_range(4):
-        c = C3 if i == 0 else (C2 if i == 1 else (C1 if i == 2 else C0))
-        acc = acc * x + c
-    tl.store(poly_ptr + offs, acc, mask=mask)
-    # one scalar Collatz walk per program: the loop runs a different number of times in each
-    v = tl.load(start_ptr + tl.program_id(0))
-    steps = 0
-    while v != 1:
-        if v % 2 == 0:
-            v = v // 2
-        else:
-            v = 3 * v + 1
-        steps += 1
-    tl.store(steps_ptr + tl.program_id(0), steps)
-
-
-@triton.jit
-def grid3d_kernel(x_ptr, stride_b, stride_h, H, W, out_ptr, info_ptr, BLOCK: tl.constexpr):
-    """A 3-D grid (width tiles, rows, batch) with int64 offsets and tl.num_programs."""
-    pid_w = tl.program_id(0)
-    h = tl.program_id(1)
-    b = tl.program_id(2)
-    base = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
-    cols = pid_w * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < W
-    x = tl.load(x_ptr + base + cols, mask=mask)
-    scale = (b * H + h + 1).to(tl.float32)
-    tl.store(out_ptr + base + cols, x * scale, mask=mask)
-    linear = (b * tl.num_programs(1) + h) * tl.num_programs(0) + pid_w
-    total = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-    tl.store(info_ptr + linear, total * 1000 + linear)
-
-
-@triton.jit
-def strided_rows_kernel(x_ptr, n_rows, n_cols, out_ptr, ROWS_PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr):
-    """Each program walks a chunk of rows with a dynamic upper bound and keeps a running row maximum."""
-    first = tl.program_id(0) * ROWS_PER_PROGRAM
-    last = tl.minimum(first + ROWS_PER_PROGRAM, n_rows)
-    cols = tl.arange(0, BLOCK)
-    running = tl.full([BLOCK], -float("inf"), tl.float32)
-    for row in range(first, last):
-        x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=-float("inf"))
-        running = tl.maximum(running, x)
-    tl.store(out_ptr + tl.program_id(0) * n_cols + cols, running, mask=cols < n_cols)
+CPU backend's XLA path: ``tests/test_xla_corpus_rows.py`` and ``tests/test_xla_corpus_tiles.py`` run
+each and ``bench/interpret_corpus.py`` times each against Triton's interpreter.
+
+The kernels live in two modules, by what they work on: ``xla_corpus_row_kernels.py`` (rows and
+elements: normalisations, elementwise and libdevice, casts, reductions and scans) and
+``xla_corpus_tile_kernels.py`` (tiles: layout, attention and matmul, memory, loops and grids). This
+module lists them all under one name, ``import xla_corpus_kernels as K``.
+"""
+
+from xla_corpus_row_kernels import (
+    activations_kernel,
+    argmax_kernel,
+    casts_kernel,
+    dropout_kernel,
+    fp8_rescale_kernel,
+    int_ops_kernel,
+    layer_norm_fwd_kernel,
+    libdevice_kernel,
+    nan_row_stats_kernel,
+    quantize_rows_kernel,
+    rms_norm_kernel,
+    scans_kernel,
+    softmax_one_row_kernel,
+    softmax_rows_kernel,
+)
+from xla_corpus_tile_kernels import (
+    block_ptr_copy_kernel,
+    column_sum_atomic_kernel,
+    complex_mul_kernel,
+    descriptor_tiles_kernel,
+    flash_attention_fwd_kernel,
+    grid3d_kernel,
+    grouped_matmul_kernel,
+    histogram_kernel,
+    poly_collatz_kernel,
+    strided_rows_kernel,
+    transpose_kernel,
+)
+
+__all__ = [
+    "softmax_rows_kernel",
+    "softmax_one_row_kernel",
+    "layer_norm_fwd_kernel",
+    "rms_norm_kernel",
+    "dropout_kernel",
+    "activations_kernel",
+    "int_ops_kernel",
+    "casts_kernel",
+    "fp8_rescale_kernel",
+    "quantize_rows_kernel",
+    "libdevice_kernel",
+    "scans_kernel",
+    "argmax_kernel",
+    "nan_row_stats_kernel",
+    "transpose_kernel",
+    "complex_mul_kernel",
+    "flash_attention_fwd_kernel",
+    "grouped_matmul_kernel",
+    "block_ptr_copy_kernel",
+    "descriptor_tiles_kernel",
+    "histogram_kernel",
+    "column_sum_atomic_kernel",
+    "poly_collatz_kernel",
+    "grid3d_kernel",
+    "strided_rows_kernel",
+]

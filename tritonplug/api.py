@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
-from tritonplug import binding, call_memo, early_compile, frontend, user_warnings
+from tritonplug import annotation_checks, binding, call_memo, early_compile, frontend, user_warnings
 from tritonplug.call import CallSpec, pointer_type
-from tritonplug.call_options import CallOptions, check_option_names, grid_for, signature_parameters, zeroed_for
+from tritonplug.call_options import (
+    TRITON_COMPILE_OPTIONS,
+    CallOptions,
+    check_option_names,
+    grid_for,
+    signature_parameters,
+    zeroed_for,
+)
+from tritonplug.debug import OutOfBoundsError
 from tritonplug.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
 from tritonplug.records import BufferSpec
 from tritonplug.state import state
@@ -41,8 +50,10 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     out_value = _pick_out_shape(out_shape, out_type)
     _warn_deprecated(out_shape, kwargs)
     memo_key = call_memo.signature(kernel, args, kwargs, out_value)
+    if memo_key is not None:  # out_shape= (0.3) and out_type= (0.4) count input_output_aliases differently
+        memo_key = (memo_key, out_shape is None)
     memo = state.memo.lookup(memo_key)
-    if memo is not None:
+    if memo is not None and memo.call.kernel.kernel is kernel:  # the key holds id(kernel), which may be reused
         results = _run(memo.call, call_memo.arrays_of(memo, args, kwargs), memo.dispatch)
         return jax.tree_util.tree_unflatten(memo.out_tree, results)
 
@@ -50,20 +61,25 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_value)
     out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
     rest = dict(kwargs)
+    # As in Triton's launcher, a keyword naming both a kernel parameter and a compile option sets both.
+    shared = {k: rest[k] for k in TRITON_COMPILE_OPTIONS if k in rest and k in facts.param_names}
     options = CallOptions.take(rest, len(out_specs))
+    rest.update(shared)
     check_option_names(options, (b.info for b in state.host().backends.values()))
     operand_kwargs = {k: v for k, v in rest.items() if k in facts.param_names and k not in facts.constexpr_names}
     constexpr_kwargs = {k: v for k, v in rest.items() if k not in operand_kwargs}
     _check_metaparams(facts, constexpr_kwargs)
     sources: list[tuple[str, tuple[int, ...]]] = []
     bound, arrays = binding.bind(facts, args, operand_kwargs, out_specs, dict(options.input_output_aliases),
-                                 constexpr_kwargs, sources)
+                                 constexpr_kwargs, sources, aliases_count_scalars=out_shape is None)
+    annotation_checks.check(facts, bound)
     if not out_specs and not bound.refs:
         raise ValueError("out_shape is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
+    frontend.check_heuristic_names(facts)
     if facts.autotuner is not None:
         frontend.compatible_configs(facts, constexpr_kwargs)
     elif not facts.heuristics:
-        _check_complete(facts, bound, constexpr_kwargs, options, len(out_specs))
+        _check_complete(facts, bound, constexpr_kwargs, options, out_specs, arrays)
     call = CallSpec(kernel=facts, bound=bound, metaparams=tuple(sorted(constexpr_kwargs.items())),
                     out_specs=out_specs, options=options)
     ensure_lowering_rules(state.host().platforms())
@@ -80,9 +96,36 @@ def _run(call: CallSpec, arrays: list[Any], dispatch: Any) -> Any:
     """Bind the call; an eager call with concrete arrays goes through its jitted ``dispatch`` (JAX's C++
     dispatch, the function ``apply_primitive`` would reach through per-call Python), the first call and
     its repeats alike, so the program is compiled once. Tracers, refs and ``tritonplug.tune`` bind."""
-    if dispatch is not None and call_memo.all_concrete(arrays) and active_session.get() is None:
-        return dispatch(*arrays)
-    return triton_call_p.bind(*arrays, call=call)
+    try:
+        if dispatch is not None and call_memo.all_concrete(arrays) and active_session.get() is None:
+            return dispatch(*arrays)
+        return triton_call_p.bind(*arrays, call=call)
+    except jax.errors.JaxRuntimeError as exc:
+        fault = _out_of_bounds_report(str(exc))
+        if fault is None:
+            raise
+        raise OutOfBoundsError(fault) from None
+
+
+class _DropCheckedModeTraceback(logging.Filter):
+    """JAX logs a traceback for every exception raised in a ``jax.debug.callback`` before XLA reports it again
+    (as ``CpuCallback error``); checked mode's report is one line and reaches the caller in the error itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or type(exc).__name__ != "OutOfBoundsAccess"
+
+
+logging.getLogger("jax._src.debugging").addFilter(_DropCheckedModeTraceback())
+
+
+def _out_of_bounds_report(message: str) -> str | None:
+    """The one-line report of checked mode (``OutOfBoundsAccess: kernel 'k': out-of-bounds load ...``) that XLA
+    buries under a ``CpuCallback error`` traceback when the check runs inside the compiled program."""
+    for line in reversed(message.splitlines()):
+        if line.startswith("OutOfBoundsAccess: "):
+            return line.split(": ", 1)[1]
+    return None
 
 
 triton_call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -135,17 +178,25 @@ def _buffer_spec(leaf: Any, index: int) -> BufferSpec:
         raise TypeError(f"out_shape leaf {index} has a non-static or negative shape {shape}")
     dtype = np.dtype(leaf.dtype)
     pointer_type(dtype, f"out_shape leaf {index}")
+    if dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+        narrow = {"i": "int32", "u": "uint32", "f": "float32"}[dtype.kind]
+        raise TypeError(f"out_shape leaf {index} is {dtype.name}, but 64-bit types are disabled in JAX "
+                        f"(jax_enable_x64 is off: JAX would make the buffer {narrow}, and the kernel would write "
+                        f"{dtype.name} values into it); enable them with jax.config.update('jax_enable_x64', True) "
+                        f"or use {narrow}")
     return BufferSpec(tuple(int(d) for d in shape), dtype.name)
 
 
 def _check_complete(facts: KernelFacts, bound: Any, constexprs: Mapping[str, Any], options: CallOptions,
-                    n_outputs: int) -> None:
+                    out_specs: tuple[BufferSpec, ...], arrays: list[Any]) -> None:
     """Without autotune or heuristics every metaparameter is known here: check what depends on them now."""
     frontend.require_constexprs(facts.name, bound, constexprs)
+    # as Triton's launcher: the grid sees every argument by name, constexpr defaults included
+    meta = frontend.named_args_for_heuristics(bound, arrays, out_specs, constexprs)
     if callable(options.grid):
-        grid_for(options.grid, constexprs)
+        grid_for(options.grid, meta, facts)
     if callable(options.zeroed_outputs):
-        zeroed_for(options.zeroed_outputs, constexprs, n_outputs)
+        zeroed_for(options.zeroed_outputs, meta, len(out_specs), facts)
 
 
 def _check_metaparams(facts: KernelFacts, constexprs: Mapping[str, Any]) -> None:
@@ -154,6 +205,7 @@ def _check_metaparams(facts: KernelFacts, constexprs: Mapping[str, Any]) -> None
     (An array passed positionally to a constexpr is refused by ``binding.bind``.)
     """
     for key, value in constexprs.items():
+        value = constexprs[key] = binding.constexpr_value(value)
         if key not in facts.param_names:
             raise TypeError(f"triton_call() got an unexpected keyword argument {key!r}: it is neither a "
                             f"parameter of kernel {facts.name!r} nor an option of triton_call")

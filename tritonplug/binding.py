@@ -6,9 +6,11 @@ array, an output buffer, a scalar, a constexpr, or a tuple of nodes.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from tritonplug import jax_compat, tensor_descriptor, user_warnings
@@ -65,12 +67,24 @@ def scalar_type(value: Any, where: str) -> str:
 
 
 def is_array(value: Any) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic)
+    # A NumPy scalar type (np.float16, a dtype constexpr) has class attributes shape and dtype: not an array.
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (np.generic, type))
 
 
 def is_ref(value: Any) -> bool:
     """A mutable array reference made by ``jax.new_ref``: the kernel updates it in place."""
     return jax_compat.is_mutable_ref(value)
+
+
+def constexpr_value(value: Any) -> Any:
+    """A constexpr as Triton's front end wants it: NumPy scalars and concrete 0-d integer arrays (anything
+    with ``__index__``, as a launcher's ``x.shape[0]`` may be) become Python scalars; the rest is kept."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if is_array(value) and getattr(value, "ndim", None) == 0 and np.issubdtype(np.dtype(value.dtype), np.integer) \
+            and not isinstance(value, jax.core.Tracer):
+        return operator.index(value)
+    return value
 
 
 def python_scalar(value: Any) -> bool | int | float:
@@ -83,10 +97,13 @@ def python_scalar(value: Any) -> bool | int | float:
 
 def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Sequence[Any],
          input_output_aliases: Mapping[int, int], metaparams: Mapping[str, Any],
-         sources: list[tuple[str, tuple[int, ...]]] | None = None) -> tuple[BoundArgs, list[Any]]:
+         sources: list[tuple[str, tuple[int, ...]]] | None = None,
+         aliases_count_scalars: bool = True) -> tuple[BoundArgs, list[Any]]:
     """Bind operands; returns the bound arguments and the array operands in order.
 
     ``sources``, if given, receives where each array came from: (parameter name, tuple path).
+    ``input_output_aliases`` input indices count every operand (jax-triton 0.4, ``out_type=``) or, with
+    ``aliases_count_scalars=False``, the array operands only (jax-triton 0.3, ``out_shape=``).
     """
     params = facts.params
     kernel = facts.name
@@ -99,8 +116,12 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
         if isinstance(value, tuple):
             return tuple(operand_node(v, name, f"{path}[{i}]", indices + (i,)) for i, v in enumerate(value))
         where = f"argument {name!r}{path} of kernel {kernel!r}"
+        if value is None:  # Triton's launcher specialises a None argument as the constexpr None
+            node: Any = ConstArg(None)
+            flat_inputs.append(node)
+            return node
         if isinstance(value, TensorDescriptor):
-            node: Any = _descriptor_node(facts, value, len(arrays), where)
+            node = _descriptor_node(facts, value, len(arrays), where)
             arrays.append(value.base)
             if sources is not None:
                 sources.append((name, indices))
@@ -133,6 +154,7 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
             else:
                 nodes[p.name] = UnsetConst()
                 continue
+            value = constexpr_value(value)
             if is_array(value):
                 how = (f" as positional argument {list(bound).index(p.name) + 1} (too many positional "
                        f"arguments?)" if p.name in bound and p.name not in kwargs else "")
@@ -141,12 +163,16 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
             nodes[p.name] = ConstArg(value)
         elif p.name in bound:
             nodes[p.name] = operand_node(bound[p.name], p.name)
+        elif p.has_default:  # as Triton's launcher: a parameter left out takes its default, never an output
+            nodes[p.name] = operand_node(p.default, p.name)
 
     refs = tuple(i for i, a in enumerate(arrays) if is_ref(a))
     if refs and input_output_aliases:
         raise ValueError("input_output_aliases cannot be combined with Ref arguments (jax.new_ref): a Ref is "
                          "already updated in place")
-    aliases = _check_aliases(input_output_aliases, flat_inputs, arrays, out_specs, kernel)
+    alias_inputs = flat_inputs if aliases_count_scalars else [n for n in flat_inputs
+                                                              if isinstance(n, (ArrayArg, DescriptorArg))]
+    aliases = _check_aliases(input_output_aliases, alias_inputs, arrays, out_specs, kernel, aliases_count_scalars)
     missing = [p.name for p in params if not p.is_constexpr and p.name not in nodes]
     aliased_outputs = {o for _, o in aliases}
     if len(missing) == len(out_specs):  # every output has its own parameter (jax-triton 0.3 style)
@@ -196,7 +222,8 @@ def bind_like_a_call(names: tuple[str, ...], args: Sequence[Any], kwargs: Mappin
 
 
 def _check_aliases(input_output_aliases: Mapping[int, int], flat_inputs: list[Any], arrays: list[Any],
-                   out_specs: Sequence[Any], kernel: str) -> tuple[tuple[int, int], ...]:
+                   out_specs: Sequence[Any], kernel: str, count_scalars: bool) -> tuple[tuple[int, int], ...]:
+    """(array operand index, output index) pairs; ``flat_inputs`` are the nodes the input indices count."""
     pairs = []
     if not isinstance(input_output_aliases, Mapping):
         raise TypeError(f"input_output_aliases must be a dict {{input index: output index}}, "
@@ -205,8 +232,10 @@ def _check_aliases(input_output_aliases: Mapping[int, int], flat_inputs: list[An
         raise ValueError(f"input_output_aliases maps two inputs to one output: {dict(input_output_aliases)}")
     for i, o in sorted(input_output_aliases.items()):
         if not isinstance(i, (int, np.integer)) or not 0 <= i < len(flat_inputs):
+            counted = ("operands" if count_scalars else "array operands (with out_shape=, as in jax-triton 0.3, "
+                                                          "the indices count arrays only)")
             raise ValueError(f"input_output_aliases: input index {i!r} is out of range; kernel {kernel!r} got "
-                             f"{len(flat_inputs)} operands")
+                             f"{len(flat_inputs)} {counted}")
         if not isinstance(o, (int, np.integer)) or not 0 <= o < len(out_specs):
             raise ValueError(f"input_output_aliases: output index {o!r} is out of range; out_shape has "
                              f"{len(out_specs)} outputs")

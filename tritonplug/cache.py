@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,13 +73,17 @@ class DiskCache:
         self.max_bytes = int(max_bytes)
         self._warned = False
         self._first_put = True
+        #: Called with (path, error) for a damaged entry ``get`` removes (the tuning store warns: a lost record
+        #: means tuning again, where a lost kernel is only compiled again).
+        self.on_damaged: Callable[[Path, Exception], None] | None = None
         # One lock object per cache: re-entrant in a thread, exclusive between threads and processes.
         self._lock = filelock.FileLock(self.directory / "lock", mode=0o600)
         cache_fs.check_ancestors(self.directory)
         try:
             cache_fs.makedirs(self.directory)
         except OSError as exc:
-            raise CacheDirError(f"cannot create the cache directory {self.directory}: {exc}") from exc
+            why = _dangling(self.directory) or exc
+            raise CacheDirError(f"cannot create the cache directory {self.directory}: {why}") from exc
         cache_fs.check_safe(self.directory)
 
     def _path(self, key: str) -> Path:
@@ -99,6 +103,8 @@ class DiskCache:
             binary = decode_entry(key, data)
         except (ValueError, KeyError, TypeError) as exc:
             log.info("removing damaged cache entry %s: %s", path, exc)
+            if self.on_damaged is not None:
+                self.on_damaged(path, exc)
             with contextlib.suppress(OSError):
                 if os.stat(path).st_ino == inode:  # not a good entry another process just published
                     os.unlink(path)
@@ -373,3 +379,13 @@ def cache_from_env() -> DiskCache | None:
     except CacheDirError as exc:
         warn(f"tritonplug: not using the kernel cache: {exc}")
         return None
+
+
+def _dangling(directory: Path) -> str:
+    """Why a path on the way to ``directory`` cannot be created when it is a symbolic link to nothing
+    (``os.makedirs`` says only ``File exists``); "" otherwise."""
+    for path in (directory, *directory.parents):
+        if path.is_symlink() and not path.exists():
+            return (f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; create that directory "
+                    f"or point TRITONPLUG_CACHE_DIR elsewhere")
+    return ""

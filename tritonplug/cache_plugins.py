@@ -123,13 +123,22 @@ class CachePlugins:
             if scheme in plugin.info.schemes:
                 return plugin
         served = sorted(s for p in self.plugins.values() for s in p.info.schemes)
-        hint = f"; `pip install tritonplug-{scheme}`" if scheme.isalnum() else ""
+        if scheme in _BUNDLED:
+            hint = (f"; install {_BUNDLED[scheme]}, which ships in this project's repository (not on PyPI): "
+                    f"`pip install ./plugins/redis` from a clone")
+        else:
+            hint = ("; a store for another scheme is a plugin of the `tritonplug.caches` entry-point group "
+                    "(see docs/remote-cache.md)")
         raise ValueError(f"TRITONPLUG_REMOTE_CACHE={redact(url)!r}: no cache plugin serves the scheme {scheme!r} "
                          f"(served: {served}){hint}")
 
     def _report(self, message: str) -> None:
         self.problems.append(message)
         user_warnings.warn(f"tritonplug: {message}", RuntimeWarning)
+
+
+#: Schemes served by cache plugins that ship in this repository, and their distributions.
+_BUNDLED = {"redis": "tritonplug-redis", "rediss": "tritonplug-redis"}
 
 
 def redact(url: str) -> str:

@@ -1,4 +1,4 @@
-"""Repeat calls skip validation and binding: each call's spec is memoised by its signature.
+"""Repeat calls reuse validation and binding: each call's spec is memoised by its signature.
 
 The memo itself (``state.memo``) is a plain bounded dict in ``state.py``, which compile workers
 import without JAX; this module makes its keys and entries.
@@ -87,12 +87,16 @@ def _operand_key(value: Any) -> Hashable:
 
 
 def _option_key(value: Any) -> Hashable:
+    """An option's value with the type of every part: a memoised validation holds only for inputs equal in
+    type, not just in value (``grid=(2.0,)`` equals ``(2,)`` but is refused; ``num_warps=True`` equals 1)."""
     if isinstance(value, Mapping):
-        value = tuple(sorted(value.items()))
-    elif isinstance(value, list):
-        value = tuple(value)
+        return (type(value), tuple((_option_key(k), _option_key(v)) for k, v in sorted(value.items(), key=repr)))
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(map(_option_key, value)))
+    if isinstance(value, (float, np.floating)):
+        return _float_key(value)
     hash(value)
-    return value
+    return (type(value), value)
 
 
 def signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any) -> Hashable | None:
@@ -102,10 +106,10 @@ def signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_v
     """
     try:
         leaves, tree = jax.tree_util.tree_flatten(out_value)
-        outs = tuple((tuple(leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves)
+        outs = tuple((type(leaf), tuple((type(d), d) for d in leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves)
         keywords = tuple(sorted((k, _option_key(v) if k in _OPTION_NAMES else _operand_key(v))
                                 for k, v in kwargs.items()))
-        return (id(kernel), tuple(map(_operand_key, args)), keywords, tree, outs)
+        return (id(kernel), tuple(map(_operand_key, args)), keywords, tree, outs, jax.config.jax_enable_x64)
     except (NotMemoisable, TypeError, AttributeError):
         return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +18,15 @@ import numpy as np
 
 from tritonplug.jaxlib_compat import GPU_TARGETS
 from tritonplug.records import BackendInfo
+from tritonplug.user_code import call_user
 
 # triton_call's own arguments that backend_options must not smuggle in under another spelling.
 _CALL_ARGUMENTS = {"compute_capability", "grid", "out_shape", "out_type", "kernel", "name",
                    "input_output_aliases", "zeroed_outputs"}
 _REQUIRED = object()
+#: Options that are Triton's own compile options: Triton's launcher also binds them to a kernel parameter
+#: of the same name (the fused-softmax tutorial's ``num_stages: tl.constexpr``).
+TRITON_COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,10 @@ class CallOptions:
         if aliases is not None and not isinstance(aliases, (Mapping, tuple)):
             raise TypeError(f"input_output_aliases must be a dict {{input index: output index}}, got "
                             f"{type(aliases).__name__}: {aliases!r}")
+        for index in (i for pair in dict(aliases or {}).items() for i in pair):
+            if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+                raise TypeError(f"input_output_aliases: indices must be ints, got {index!r} ({type(index).__name__}) "
+                                f"in {dict(aliases or {})!r}")
         return dataclasses.replace(
             self,
             grid=self.grid if callable(self.grid) else grid_for(self.grid, {}),
@@ -100,24 +109,46 @@ class CallOptions:
 OPTION_FIELDS = dataclasses.fields(CallOptions)
 
 
-def grid_for(grid: Any, metaparams: Mapping[str, Any]) -> tuple[int, int, int]:
-    """Normalise an int, a tuple of up to three ints, or a callable of the metaparameters."""
-    value = grid(dict(metaparams)) if callable(grid) else grid
+def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: Any = "") -> tuple[int, int, int]:
+    """Normalise an int, a tuple of up to three ints, or a callable of the arguments by name, as Triton passes
+    them (``metaparams``: the constexprs and, from a call, every other argument; called guarded:
+    an error inside it names the callable and ``kernel``, its name or its ``KernelFacts``)."""
+    name, runtime = _kernel_names(kernel)
+    value = (call_user("grid callable", grid, name, (dict(metaparams),), available=metaparams,
+                       expects="with one argument, the dict of metaparameters", unavailable=runtime)
+             if callable(grid) else grid)
+    kernel = name
     if isinstance(value, list):
         value = tuple(value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if not isinstance(value, (tuple, bool)) and getattr(value, "ndim", 0) == 0 and hasattr(type(value), "__index__"):
         value = (value,)
+    source = " (returned by the grid callable)" if callable(grid) else ""
     if not isinstance(value, tuple) or not 1 <= len(value) <= 3:
-        source = " (returned by the grid callable)" if callable(grid) else ""
         raise ValueError(f"grid must be an int or a tuple of 1 to 3 ints{source}, got {value!r}")
     dims = []
     for d in value:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise TypeError(f"grid dimensions must be Python ints, got {d!r} ({type(d).__name__}) in grid {value!r}")
+        d = _grid_dimension(d, f"{value!r}{source}")
         if d < 0 or d >= 2**31:
-            raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}")
+            raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}{source}")
         dims.append(int(d))
+    if 0 in dims:
+        of = f" of kernel {kernel!r}" if kernel else ""
+        raise ValueError(f"grid {tuple(dims)}{of}{source} launches no program. Triton launches nothing for an "
+                         f"empty grid, but a triton_call's outputs are new buffers, which would be returned "
+                         f"uninitialised; skip the call when there is no work (e.g. `if n == 0`)")
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def _grid_dimension(d: Any, grid: Any) -> int:
+    """An int, or what ``__index__`` makes of a NumPy int or a concrete integer 0-d array (as jaxlib and
+    Triton's launcher accept); never a bool, a float or a traced value."""
+    if not isinstance(d, (bool, float, np.floating)) and hasattr(type(d), "__index__"):
+        try:
+            return operator.index(d)
+        except Exception:  # a tracer's __index__ raises a concretization error; named below
+            pass
+    raise TypeError(f"grid dimensions must be ints (or concrete integer scalars), got {d!r} ({type(d).__name__}) "
+                    f"in grid {grid}")
 
 
 def check_grid_limits(grid: tuple[int, int, int], backend: BackendInfo) -> None:
@@ -149,10 +180,14 @@ def check_option_names(options: CallOptions, backends: Iterable[BackendInfo]) ->
                          f"accepts them; the options they accept are {sorted(known)}")
 
 
-def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int) -> frozenset[int]:
+def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: int,
+               kernel: Any = "") -> frozenset[int]:
     """The output indices to zero: a sequence of ints, or what a callable of the metaparameters returns."""
     source = " (returned by the zeroed_outputs callable)" if callable(zeroed_outputs) else ""
-    value = zeroed_outputs(dict(metaparams)) if callable(zeroed_outputs) else zeroed_outputs
+    name, runtime = _kernel_names(kernel)
+    value = (call_user("zeroed_outputs callable", zeroed_outputs, name, (dict(metaparams),), available=metaparams,
+                       expects="with one argument, the dict of metaparameters", unavailable=runtime)
+             if callable(zeroed_outputs) else zeroed_outputs)
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise TypeError(f"zeroed_outputs must be a sequence of output indices or a callable of the metaparameters "
                         f"returning one, got {type(value).__name__}: {value!r}{source}")
@@ -165,6 +200,13 @@ def zeroed_for(zeroed_outputs: Any, metaparams: Mapping[str, Any], n_outputs: in
                              f"outputs{source}")
         indices.append(int(i))
     return frozenset(indices)
+
+
+def _kernel_names(kernel: Any) -> tuple[str, frozenset[str]]:
+    """A kernel's name and its runtime (non-constexpr) parameter names, from its ``KernelFacts`` or its name."""
+    if isinstance(kernel, str):
+        return kernel, frozenset()
+    return kernel.name, frozenset(kernel.param_names - kernel.constexpr_names)
 
 
 def _check_misc(options: CallOptions) -> None:

@@ -31,12 +31,23 @@ def _parser() -> argparse.ArgumentParser:
                                "exits with 1 if something could not be removed (a read-only cache)", json_flag)
     prune = _command(actions, "prune", "evict least-recently-used entries until the rest fit; exits with 1 if "
                                        "they cannot be brought within the bound", json_flag)
-    prune.add_argument("--max-bytes", type=int, default=None,
+    prune.add_argument("--max-bytes", type=_byte_count, default=None, metavar="N",
                        help="shrink to this many bytes (default: the cache's bound, TRITONPLUG_CACHE_MAX_BYTES)")
     from tritonplug.tuning_cli import add_parser
 
     add_parser(commands, json_flag)
     return parser
+
+
+def _byte_count(text: str) -> int:
+    """``--max-bytes``: a whole number of bytes, 0 or more (argparse reports the error with the subcommand's usage)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def _command(commands, name: str, text: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -48,8 +59,6 @@ def _command(commands, name: str, text: str, *parents: argparse.ArgumentParser) 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if getattr(args, "max_bytes", None) is not None and args.max_bytes < 0:
-        parser.error("--max-bytes must be >= 0")
     if args.command == "info":
         from tritonplug.info import collect_info
 
@@ -65,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        shown = report if args.command == "tune" else {k: v for k, v in report.items() if k != "error"}
-        _print(shown)  # a cache command's error went to stderr already; tune reports its own
+        _print({k: v for k, v in report.items() if k != "error"})  # the error went to stderr already
     return status
 
 
@@ -100,6 +108,20 @@ def _print(report: dict, indent: int = 0) -> None:
         if isinstance(value, dict):
             print(" " * indent + f"{key}:")
             _print(value, indent + 2)
+        elif isinstance(value, list) and all(isinstance(item, dict) for item in value):
+            print(" " * indent + f"{key}: {len(value)}")
+            for item in value:
+                print(" " * (indent + 2) + _inline(item))
         else:
             print(" " * indent + f"{key}: {value}")
     sys.stdout.flush()
+
+
+def _inline(value: object) -> str:
+    """A record on one line: ``kernel=k backend=cuda target=(platform=cuda arch=90) ...``."""
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_inline(v) if not isinstance(v, dict) else '(' + _inline(v) + ')'}"
+                        for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(_inline, value))
+    return str(value)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug import cache as disk_cache
+from tritonplug import fd_capture, ir_rules
 from tritonplug.errors import CompileError, KernelSourceError
 from tritonplug.host import USER_ERRORS, Backend
 from tritonplug.records import Binary, CompileJob, Target
@@ -217,11 +218,18 @@ def _settled(compile_one: Callable[[], Binary]) -> Binary | Exception:
 
 
 def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary | Exception:
-    try:
-        return backend.compile(job)
-    except CompileError as exc:
-        return exc
-    except Exception as exc:
-        failure = CompileError(f"compiling {description} failed: {type(exc).__name__}: {exc}")
-        failure.__cause__ = exc
-        return failure
+    """Compile in this process; a failure leads with the first MLIR diagnostic the compiler printed (the kernel's
+    file and line), as a worker's does."""
+    with fd_capture.Captured() as output:
+        try:
+            return backend.compile(job)
+        except Exception as exc:
+            output.drop()
+            caught = exc
+    where = ir_rules.first_diagnostic(output.stderr)
+    if isinstance(caught, CompileError) and not where:
+        return caught
+    failure = CompileError(f"compiling {description} failed{where}" + ("\n" if where else ": ")
+                           + f"{type(caught).__name__}: {caught}")
+    failure.__cause__ = caught
+    return failure

@@ -3,7 +3,8 @@
 ``triton_call`` hands every call it binds to :func:`on_bind`. A call bound inside a trace
 (``jax.jit``), for the platform the program will most likely run on (JAX's default backend, on its
 first device), when that platform's backend compiles in workers, is planned as its lowering will plan
-it (configurations, tuning record, specialisation, cache keys) and compiled on a background thread.
+it (configurations, tuning record, specialisation, cache keys) and compiled on a background thread; the
+plan is kept (``state.plans``) and the lowering of the same call for the same target uses it.
 The compile service looks in memory, on disk and in the remote tier first; only a miss starts the
 worker pool (whose workers import Triton and the plugins while JAX keeps tracing), so a process whose
 kernels are all cached never starts one. The lowering later makes the same requests and collects the
@@ -30,7 +31,7 @@ import numpy as np
 from tritonplug import jax_compat
 from tritonplug.call import CallSpec
 from tritonplug.host import Backend
-from tritonplug.lowering import plan_call
+from tritonplug.lowering import plan_call, plan_key
 from tritonplug.records import BufferSpec
 from tritonplug.state import state
 
@@ -74,7 +75,8 @@ def _compile(backend: Backend, platform: str, call: CallSpec, operands: tuple[Bu
         target = backend.detect_target(platform, device, call.options.target_hints())
         if target is None:
             return
-        plan = plan_call(backend, target, call, operands, count_tuned_hit=False)
+        plan = plan_call(backend, target, call, operands)
+        state.plans.store(plan_key(backend, target, call, operands), plan)  # its lowering plans no more
         state.compiler.compile(backend, target, plan.requests)
     except Exception as exc:
         log.info("early compile of kernel %r did not finish (its lowering reports any error): %s: %s",

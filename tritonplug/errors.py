@@ -19,3 +19,8 @@ class WorkerError(CompileError):
 
 class KernelSourceError(CompileError):
     """Triton's front end rejected the kernel; the message points at the kernel's source line."""
+
+
+class KernelImportError(TritonplugError, ImportError):
+    """A name of a library module loaded by ``tritonplug.kernels_of`` without importing the module
+    needs something that does not import here (usually torch); the message names it and where."""

@@ -7,13 +7,14 @@ the runtime parameters of its launch; ``make_ir`` runs Triton's front end.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import kernel_use, triton_compat
+from tritonplug import fd_capture, ir_rules, kernel_use, triton_compat
 from tritonplug.call import (
     ArrayArg,
     BoundArgs,
@@ -37,6 +38,7 @@ from tritonplug.records import (
     TensorDescriptorParam,
 )
 from tritonplug.triton_compat import KernelFacts
+from tritonplug.user_code import call_user, describe
 from tritonplug.version import __version__
 
 TRITONPLUG_VERSION = __version__
@@ -69,16 +71,56 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
     happen inside an XLA program.
     """
     name = kernel.name
-    configs = [c for c in triton_compat.autotune_configs(kernel.autotuner)
+    all_configs = triton_compat.autotune_configs(kernel.autotuner)
+    for config in all_configs:
+        _check_config_names(kernel, config)
+    configs = [c for c in all_configs
                if all(triton_compat.config_fields(c)[0].get(k, v) == v for k, v in metaparams.items())]
     if not configs:
         raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
                          f"{dict(metaparams)}")
+    hooks = triton_compat.autotuner_hooks(kernel.autotuner)
+    if hooks:
+        raise NotImplementedError(f"kernel {name!r}: triton.autotune was given {' and '.join(hooks)}; autotune hooks "
+                                  f"run Python between launches and cannot run inside an XLA program (jaxlib's "
+                                  f"runtime restores aliased inputs between timed configurations itself)")
     for config in configs:
         if triton_compat.config_fields(config)[2] is not None:
             raise NotImplementedError(f"kernel {name!r}: autotune config {config} has a pre_hook; pre_hook "
                                       f"runs Python between launches and cannot run inside an XLA program")
     return configs
+
+
+def _check_config_names(kernel: KernelFacts, config: Any) -> None:
+    """A config may set only the kernel's ``tl.constexpr`` parameters: a runtime argument it sets is refused
+    as Triton refuses it (``Conflicting meta-parameters``), a name the kernel lacks is named (misspelt)."""
+    for key in triton_compat.config_fields(config)[0]:
+        _check_set_name(kernel, key, f"autotune config {config}")
+
+
+def check_heuristic_names(kernel: KernelFacts) -> None:
+    """``triton.heuristics`` may set only the kernel's ``tl.constexpr`` parameters (Triton passes what it sets
+    as keyword arguments of the kernel, which refuses any other name)."""
+    for heuristics in kernel.heuristics:
+        for key in triton_compat.heuristic_rules(heuristics):
+            _check_set_name(kernel, key, f"triton.heuristics({{{key!r}: ...}})")
+
+
+#: Launch options a heuristic or a config's kwargs may set besides the kernel's constexprs.
+LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"})
+
+
+def _check_set_name(kernel: KernelFacts, key: str, setter: str) -> None:
+    if key in kernel.constexpr_names or (key in LAUNCH_OPTIONS and key not in kernel.param_names):
+        return
+    if key in kernel.param_names:
+        raise ValueError(f"kernel {kernel.name!r}: {setter} sets {key!r}, a runtime argument of the kernel, not a "
+                         f"tl.constexpr (Triton refuses it too: \"Conflicting meta-parameters: {key}\"); only "
+                         f"{sorted(kernel.constexpr_names)} may be set")
+    close = difflib.get_close_matches(key, sorted(kernel.constexpr_names), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"kernel {kernel.name!r}: {setter} sets {key!r}, which is not a parameter of the kernel{hint} "
+                     f"(its tl.constexprs: {sorted(kernel.constexpr_names)})")
 
 
 def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[str, Any],
@@ -88,20 +130,37 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
     if kernel.autotuner is None:
         raw = [({}, {})]
     else:
-        configs = triton_compat.early_prune(kernel.autotuner, compatible_configs(kernel, metaparams),
-                                            dict(named_args))
+        configs = compatible_configs(kernel, metaparams)
+        prune = triton_compat.early_prune_function(kernel.autotuner)
+        if prune is not None:
+            pruned = call_user("early_config_prune", prune, name, (configs, dict(named_args)), available=named_args,
+                               expects="as early_config_prune(configs, named_args)")
+            if not isinstance(pruned, (str, bytes)) and isinstance(pruned, Iterable):
+                pruned = list(pruned)
+            if not isinstance(pruned, list) or not all(map(triton_compat.is_config, pruned)):
+                raise TypeError(f"early_config_prune {describe(prune)} of kernel {name!r} must return a list of "
+                                f"triton.Config, got {type(pruned).__name__}: {pruned!r:.200}")
+            for config in pruned:
+                _check_config_names(kernel, config)
+            configs = pruned
         if not configs:
             raise ValueError(f"kernel {name!r}: early_config_prune left no autotune configuration for the "
                              f"metaparameters {dict(metaparams)}")
         raw = [triton_compat.config_fields(config)[:2] for config in configs]
     result = []
     for kwargs, options in raw:
-        values = {**metaparams, **kwargs}
+        # Triton's autotuner passes a config's options as keywords too: a constexpr named like one takes it.
+        values = {**metaparams, **kwargs,
+                  **{k: v for k, v in options.items() if k in kernel.constexpr_names and v is not None}}
         for heuristics in kernel.heuristics:
             for key, rule in triton_compat.heuristic_rules(heuristics).items():
-                values[key] = rule({**named_args, **values})
+                given = {**named_args, **values}
+                values[key] = call_user(f"heuristic for {key!r}", rule, name, (given,), available=given,
+                                        expects="with one argument, the dict of the call's named arguments")
         require_constexprs(name, bound, values)
-        merged = {**call_options, **{k: v for k, v in options.items() if v is not None}}
+        # A heuristic may set a launch option (``{"num_warps": ...}``): Triton passes it to the launch.
+        launch = {k: values.pop(k) for k in list(values) if k in LAUNCH_OPTIONS and k not in kernel.param_names}
+        merged = {**call_options, **{k: v for k, v in options.items() if v is not None}, **launch}
         description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
         result.append(Configuration(tuple(values.items()), tuple(merged.items()), description,
                                     tuple({**kwargs, **options}.items()) if kernel.autotuner is not None else ()))
@@ -144,6 +203,9 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
                 attrs[path] = [["tt.divisibility", divisibility]]
             buffer = node.index if isinstance(node, ArrayArg) else len(operands) + node.index
             return "*" + pointer_type(spec.dtype, "operand"), ArrayParam(buffer, zero, divisibility)
+        if isinstance(node, ConstArg):  # a None argument, a constexpr as Triton's launcher specialises it
+            constexprs[path] = node.value
+            return "constexpr", ConstexprParam(node.value)
         if isinstance(node, DescriptorArg):
             signature_type = triton_compat.descriptor_type(pointer_type(node.dtype, "descriptor"), node.block_shape,
                                                            node.layout)
@@ -175,8 +237,10 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
     return Specialization(signature, constexprs, attrs, tuple(params))
 
 
-def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec: Specialization) -> str:
-    """Everything that changes the binary, hashed: versions, target, options, source, specialisation."""
+def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec: Specialization,
+              argument_order: tuple[int, ...] | None = None) -> str:
+    """Everything that changes the binary, hashed: versions, target, options, source, specialisation, and
+    the order of the compiled entry point's arguments where the host changes it (``kernel_abi``)."""
     payload = {
         "tritonplug": TRITONPLUG_VERSION,
         "triton": triton_compat.TRITON_VERSION,
@@ -189,6 +253,8 @@ def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec
         "attrs": repr(sorted(spec.attrs.items())),
         "env": triton_compat.environment_key(),
     }
+    if argument_order is not None:
+        payload["argument_order"] = list(argument_order)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -204,18 +270,31 @@ def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Special
     def front_end(signature: dict, constexprs: dict, attrs: dict) -> str:
         return triton_compat.frontend_ir(fn, gpu_target, options.as_dict(), signature, dict(constexprs), attrs)
 
-    try:
-        return front_end(spec.signature, spec.constexprs, spec.attrs)
-    except Exception as exc:
-        if not triton_compat.is_kernel_source_error(exc):
+    with fd_capture.Captured() as output:  # MLIR's diagnostics, for a module that fails verification
+        try:
+            ir = front_end(spec.signature, spec.constexprs, spec.attrs)
+            ir_rules.check(kernel.name, ir)
+            return ir
+        except KernelSourceError:
+            output.drop()
             raise
-        where = _source_location(fn, exc)
-        if bound is not None:
-            culprit = kernel_use.blame(kernel.name, bound, spec.signature, spec.constexprs, spec.attrs, exc, where,
-                                       _succeeds(front_end))
-            if culprit is not None:
-                raise culprit from exc
-        raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{where}:\n{exc}") from exc
+        except Exception as exc:
+            output.drop()  # the blame's trial runs print too
+            failure = exc
+            if triton_compat.is_kernel_source_error(exc) and bound is not None:
+                where = _source_location(fn, exc)
+                culprit = kernel_use.blame(kernel.name, bound, spec.signature, spec.constexprs, spec.attrs, exc,
+                                           where, _succeeds(front_end))
+                if culprit is not None:
+                    raise culprit from exc
+    if triton_compat.is_kernel_source_error(failure):
+        raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{_source_location(fn, failure)}:"
+                                f"\n{failure}") from failure
+    diagnostic = ir_rules.first_diagnostic(output.stderr)
+    if triton_compat.is_verifier_failure(failure) and diagnostic:
+        raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{diagnostic} (the module Triton's "
+                                f"front end built fails verification)") from failure
+    raise failure
 
 
 def _succeeds(front_end: Any) -> Any:

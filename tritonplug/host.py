@@ -23,6 +23,7 @@ from tritonplug import hookspecs, user_warnings
 from tritonplug.errors import PluginError
 from tritonplug.records import (
     AUTOTUNE_MODES,
+    BUFFER_ORDERS,
     IR_STAGES,
     TENSOR_DESCRIPTOR_MODES,
     BackendInfo,
@@ -229,10 +230,13 @@ class Host:
             return self.backends[name]
         claims = [b for b in self.backends.values() if platform in b.info.platforms]
         if not claims:
+            bundled = {"cpu": "interpret", "cuda": "cuda", "rocm": "rocm"}.get(platform)
+            hint = (f"install its plugin, which ships in this project's repository: `pip install ./plugins/{bundled}` "
+                    f"from a clone (distribution tritonplug-{bundled})" if bundled else
+                    "install a backend plugin that serves it (docs/writing-a-backend.md)")
             raise PluginError(
                 f"no tritonplug backend serves the JAX platform {platform!r} (loaded: "
-                f"{ {b.name: list(b.info.platforms) for b in self.backends.values()} }); install its plugin, "
-                f"e.g. `pip install tritonplug-{'interpret' if platform == 'cpu' else platform}`")
+                f"{ {b.name: list(b.info.platforms) for b in self.backends.values()} }); {hint}")
         if len(claims) > 1:
             raise PluginError(_conflict_message(platform, [b.name for b in claims]))
         return claims[0]
@@ -246,6 +250,8 @@ def capability_problem(info: BackendInfo) -> str | None:
         return f"declares autotune={info.autotune!r}; expected one of {AUTOTUNE_MODES}"
     if info.tensor_descriptors not in TENSOR_DESCRIPTOR_MODES:
         return f"declares tensor_descriptors={info.tensor_descriptors!r}; expected one of {TENSOR_DESCRIPTOR_MODES}"
+    if info.buffer_order not in BUFFER_ORDERS:
+        return f"declares buffer_order={info.buffer_order!r}; expected one of {BUFFER_ORDERS}"
     for flag in ("cache_binaries", "compile_in_worker", "specialize_ones"):
         if not isinstance(getattr(info, flag), bool):
             return f"declares {flag}={getattr(info, flag)!r}; expected a bool"

@@ -82,7 +82,8 @@ def export_disabled_checks() -> list:
     The GPU targets are jaxlib's. The CPU target (``tritonplug_host_kernel``) names a Python
     function registered in *this* process by id: a CPU export deserializes anywhere but runs
     only in the process that exported it; elsewhere the call fails with "no host function is
-    registered under id N". Export for ``cuda``/``rocm`` to ship a program.
+    registered under id N". Export for ``cuda``/``rocm`` to ship a program. ``exported.serialize()``
+    needs the ``flatbuffers`` package, which jax does not install (``pip install flatbuffers``).
     """
     from tritonplug.host_ffi import TARGET_NAME
 

@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, ScalarParam, TmaDescriptorParam
+from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, ScalarParam, TmaDescriptorParam, param_leaves
 
 _U64 = (1 << 64) - 1
 # dtype -> (Parameter field, wire kind, smallest value, largest value)
@@ -81,10 +81,6 @@ def _len(field: int, payload: bytes | str, always: bool = False) -> bytes:
     return _varint(field << 3 | 2) + _varint(len(payload)) + payload if payload or always else b""
 
 
-def _flatten(params: Sequence[Any]) -> list[Any]:
-    return [q for p in params for q in (_flatten(p) if isinstance(p, tuple) else [p])]
-
-
 def _packed(field: int, values: Sequence[int]) -> bytes:
     """A proto3 repeated integer field: packed (one length-delimited run of varints), absent when empty."""
     return _len(field, b"".join(_varint(v) for v in values))
@@ -132,7 +128,7 @@ def _kernel(k: GpuKernel) -> bytes:
 
 def _call(k: GpuKernel) -> bytes:
     grid = (*k.launch.grid, 1, 1)[:3]
-    params = [p for p in _flatten(k.launch.params) if not isinstance(p, ConstexprParam)]
+    params = [p for p in param_leaves(k.launch.params) if not isinstance(p, ConstexprParam)]
     return (_len(1, _kernel(k), always=True) + b"".join(_int(2 + i, g) for i, g in enumerate(grid))
             + b"".join(_len(5, _param(p), always=True) for p in params))
 

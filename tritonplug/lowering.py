@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug import emitters, frontend, jax_compat, jaxlib_compat, tuning_select
+from tritonplug import emitters, frontend, jax_compat, jaxlib_compat, kernel_abi, tuning_select
 from tritonplug.call import BoundArgs, CallSpec, DescriptorArg
 from tritonplug.call_options import check_grid_limits, grid_for, zeroed_for
 from tritonplug.compiler import CompileRequest
@@ -30,6 +30,7 @@ class LoweringPlan:
     target: Target
     launches: tuple[Launch, ...]
     requests: tuple[CompileRequest, ...]
+    tuned: bool = False  # a tuning record chose the one configuration
 
 
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
@@ -47,23 +48,29 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
 def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> list[Any]:
     """The backend's kernel objects for every configuration of ``call`` on ``target``, compiled (or read
     from the cache) on the way: everything a lowering does but emitting the custom call."""
-    plan = plan_call(backend, target, call, operands)
+    plan = state.plans.lookup(plan_key(backend, target, call, operands)) or plan_call(backend, target, call, operands)
+    if plan.tuned:
+        state.tuning.note_hit()
     binaries = state.compiler.compile(backend, target, plan.requests)
     if len(plan.launches) > 1:
         state.compiler.note_runtime_autotuned()
     return [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
 
 
-def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
-              count_tuned_hit: bool = True) -> LoweringPlan:
+def plan_key(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> tuple:
+    """What a plan depends on besides the process state: an early compile's plan serves the lowering of
+    the same key (``state.plans``)."""
+    return (backend.name, target, call, operands)
+
+
+def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> LoweringPlan:
     """The configurations to compile for ``target`` (a tuning record's winner when there is one), each with
-    its launch and its compile request; nothing is compiled yet. An early compile plans without counting
-    a tuned hit (its lowering counts it)."""
+    its launch and its compile request; nothing is compiled yet."""
     kernel = call.kernel
     named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
     configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
                                       named)
-    configs = tuning_select.select(state.tuning, backend.name, target, call, operands, configs, count_tuned_hit)
+    configs, tuned = tuning_select.select(state.tuning, backend.name, target, call, operands, configs)
     if backend.info.autotune == "first":
         configs = configs[:1]
 
@@ -71,17 +78,24 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
     for config in configs:
         metaparams = dict(config.metaparams)
         options = backend.parse_options(target, dict(config.call_options))
-        grid = grid_for(call.options.grid, metaparams)
+        meta = {**named, **metaparams}  # as Triton's launcher: the grid sees every argument, defaults included
+        grid = grid_for(call.options.grid, meta, kernel)
         check_grid_limits(grid, backend.info)
-        zeroed = zeroed_for(call.options.zeroed_outputs, metaparams, len(call.out_specs))
+        zeroed = zeroed_for(call.options.zeroed_outputs, meta, len(call.out_specs), kernel)
         spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
         description = f"kernel {kernel.name!r} [{config.description}]"
-        launches.append(Launch(kernel.name, grid, spec.params, call.bound.names, operands, call.out_specs,
+        params, names = spec.params, call.bound.names
+        order = None
+        if backend.info.buffer_order == "operands_first":
+            order = kernel_abi.argument_order(params, names, len(operands))
+            if order is not None:
+                params, names = kernel_abi.ordered_params(params, names, order)
+        launches.append(Launch(kernel.name, grid, params, names, operands, call.out_specs,
                                call.bound.aliases, kernel.fn, config.description))
-        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec)
-        make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound)
+        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec, order)
+        make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound, order)
         requests.append(CompileRequest(key, make_job, description))
-    return LoweringPlan(backend, target, tuple(launches), tuple(requests))
+    return LoweringPlan(backend, target, tuple(launches), tuple(requests), tuned)
 
 
 def check_backend_runs(backend: Backend, call: CallSpec, platform: str) -> None:
@@ -99,12 +113,16 @@ def check_backend_runs(backend: Backend, call: CallSpec, platform: str) -> None:
             f"{what}: kernel {kernel.name!r} is a {kernel.language} kernel whose front end emits "
             f"{kernel.ir_stage.upper()}, but backend {backend.name!r} serving platform {platform!r} {accepted}")
     if _has_descriptor(call.bound.nodes):
+        named = ", ".join(repr(n) for n, node in zip(call.bound.names, call.bound.nodes, strict=True)
+                          if _has_descriptor((node,)))  # the argument, should the descriptor be a mistake
         if info.tensor_descriptors == "none":
-            raise NotImplementedError(f"kernel {kernel.name!r} takes a TensorDescriptor (host-side TMA descriptor), "
-                                      f"but backend {backend.name!r} serving platform {platform!r} cannot pass one")
+            raise NotImplementedError(f"kernel {kernel.name!r} takes a TensorDescriptor (host-side TMA descriptor) "
+                                      f"as argument {named}, but backend {backend.name!r} serving platform "
+                                      f"{platform!r} cannot pass one")
         problem = jaxlib_compat.tensor_descriptor_problem() if info.tensor_descriptors == "jaxlib" else None
         if problem:
-            raise NotImplementedError(f"kernel {kernel.name!r} on platform {platform!r}: {problem}")
+            raise NotImplementedError(f"kernel {kernel.name!r} on platform {platform!r}, argument {named} (a "
+                                      f"TensorDescriptor): {problem}")
 
 
 def _has_descriptor(nodes: Sequence[Any]) -> bool:
@@ -116,14 +134,17 @@ _FRONTEND_LOCK = threading.Lock()
 
 
 def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: Options,
-               spec: frontend.Specialization, description: str, bound: BoundArgs) -> Callable[[], CompileJob]:
+               spec: frontend.Specialization, description: str, bound: BoundArgs,
+               order: tuple[int, ...] | None) -> Callable[[], CompileJob]:
     """The job for one configuration, made only on a cache miss: the front end runs then, if the backend
-    compiles IR at all."""
+    compiles IR at all, and the entry point's arguments are put in ``order`` (``kernel_abi``) if given."""
     def make() -> CompileJob:
         if not backend.info.ir_stages:
             return CompileJob(backend.name, kernel.name, target, options, "", "", description)
         with _FRONTEND_LOCK:
             ir = frontend.make_ir(kernel, target, options, spec, bound)
+        if order is not None:
+            ir = kernel_abi.permute_entry_arguments(ir, order, kernel.name)
         return CompileJob(backend.name, kernel.name, target, options, ir, kernel.ir_stage, description)
     return make
 

@@ -23,6 +23,8 @@ AUTOTUNE_MODES = ("runtime", "first")
 #: not at all, as descriptor parameters of jaxlib's GPU kernel-call runtime (``GpuKernel``), or
 #: through its own kernel object.
 TENSOR_DESCRIPTOR_MODES = ("none", "jaxlib", "kernel")
+#: How a backend's kernel objects receive their buffers (``BackendInfo.buffer_order``).
+BUFFER_ORDERS = ("signature", "operands_first")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,12 @@ class BackendInfo:
       ``GpuKernel`` carries :class:`TmaDescriptorParam` entries that jaxlib's runtime encodes; the host
       refuses them where the installed jaxlib cannot), ``"kernel"`` (the backend's kernel object
       takes :class:`TensorDescriptorParam` entries itself).
+    * ``buffer_order``: in :data:`BUFFER_ORDERS`. ``"signature"``: the kernel object finds each
+      parameter's buffer by the ``buffer`` field of its entry (host and JAX kernels). ``"operands_first"``:
+      the runtime hands the k-th pointer parameter the k-th buffer of (operands..., results...), as
+      jaxlib's does; the host then compiles a kernel whose signature puts an output pointer before an
+      input pointer with its outputs moved last (``tritonplug.kernel_abi``), and the launch lists the
+      parameters in the compiled kernel's order.
     """
 
     name: str
@@ -70,6 +78,7 @@ class BackendInfo:
     option_names: tuple[str, ...] | None = None
     max_grid: tuple[int, int, int] | None = None
     tensor_descriptors: str = "none"
+    buffer_order: str = "signature"
 
 
 @dataclass(frozen=True)
@@ -218,15 +227,23 @@ class BufferSpec:
     dtype: str
 
 
+def param_leaves(params: Sequence[Any]) -> list[Any]:
+    """The entries of a launch's ``params`` with tuple parameters flattened, in order."""
+    return [q for p in params for q in (param_leaves(p) if isinstance(p, tuple) else [p])]
+
+
 @dataclass(frozen=True)
 class Launch:
     """One configuration of one call: what the kernel object must launch.
 
-    ``params`` has one entry per kernel parameter, in the kernel's order; a tuple
-    parameter is a (possibly nested) tuple of entries; a host-side tensor descriptor is a
-    :class:`TensorDescriptorParam` (a ``GpuKernel``'s launch holds what the plugin made of it). A GPU backend passes the
-    flattened non-constexpr entries to the runtime; a host backend rebuilds the whole
-    argument list. ``arg_names`` names each top-level entry. ``kernel`` is the
+    ``params`` lists what the compiled kernel takes, in its order, and ``arg_names`` names each entry:
+    normally one entry per kernel parameter, in the signature's order, a tuple parameter being a
+    (possibly nested) tuple of entries. For a backend whose ``buffer_order`` is ``"operands_first"`` and a
+    signature with an output pointer before an input pointer, the host compiles the kernel with its
+    outputs last and ``params`` holds its runtime entries flat in that order, named like ``pair[1]``
+    (``tritonplug.kernel_abi``). A host-side tensor descriptor is a :class:`TensorDescriptorParam` (a
+    ``GpuKernel``'s launch holds what the plugin made of it). A GPU backend passes the flattened
+    non-constexpr entries to the runtime; a host backend rebuilds the whole argument list. ``kernel`` is the
     ``@triton.jit`` function itself, for backends that run Python. ``aliases`` pairs
     (operand index, result index) whose buffers are shared.
     """

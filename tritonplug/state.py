@@ -24,10 +24,10 @@ from tritonplug.workers import pool_from_env, pool_size, pool_timeout
 _MEMO_LIMIT = 4096
 
 
-class CallMemo:
-    """Memoised call specs (``call_memo.Entry``) by signature (``call_memo.signature``), bounded: cleared
-    when full, as eager loops repeat few signatures. Plain data here, so compile workers import this
-    module without JAX."""
+class BoundedMemo:
+    """A dict bounded by clearing it when full, for what repeats in few forms: memoised call specs
+    (``call_memo.Entry`` by ``call_memo.signature``) and lowering plans made ahead by early compiles. Plain
+    data here, so compile workers import this module without JAX."""
 
     def __init__(self) -> None:
         self.entries: dict[Hashable, Any] = {}
@@ -54,7 +54,10 @@ class ProcessState:
         self._pool_from_env = False
         self.compiler = CompileService(self.run_tasks, lambda: self.pool().size)
         self.kernels = KernelFactsCache()
-        self.memo = CallMemo()
+        self.memo = BoundedMemo()
+        #: ``lowering.LoweringPlan``s that early compiles made, by (call, backend, target, operands): the
+        #: lowering of the same call takes its plan instead of planning again.
+        self.plans = BoundedMemo()
         self.tuning = TuningStore()
 
     def host(self) -> Host:
@@ -110,6 +113,7 @@ class ProcessState:
         self.tuning.reset()
         self.kernels.clear()
         self.memo.clear()
+        self.plans.clear()
         if plugins:
             with self._lock:
                 self._host = None

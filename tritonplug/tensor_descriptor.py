@@ -59,10 +59,18 @@ class TensorDescriptor:
     @classmethod
     def from_array(cls, array: Any, block_shape: Sequence[int], layout: Any | None = None, padding: str = "zero",
                    round_f32_to_tf32: bool = False) -> TensorDescriptor:
-        """A descriptor over a whole row-major array."""
-        shape = tuple(int(d) for d in array.shape)
-        return cls(array, shape, strides_from_shape(shape), tuple(int(b) for b in block_shape), layout, padding,
-                   bool(round_f32_to_tf32))
+        """A descriptor over a whole row-major array. ``block_shape`` must hold ints (``16.5`` is refused,
+        not truncated), as must the array's shape."""
+        if not (hasattr(array, "shape") and hasattr(array, "dtype")):
+            raise TypeError(f"TensorDescriptor.from_array: array must be an array, got {type(array).__name__}")
+        shape = _ints(tuple(array.shape), "shape", "TensorDescriptor.from_array")
+        if isinstance(block_shape, np.ndarray):
+            block_shape = block_shape.tolist()
+        block = _ints(block_shape, "block_shape", "TensorDescriptor.from_array")
+        if not isinstance(round_f32_to_tf32, (bool, np.bool_)):
+            raise TypeError(f"TensorDescriptor.from_array: round_f32_to_tf32 must be a bool, got "
+                            f"{type(round_f32_to_tf32).__name__}: {round_f32_to_tf32!r}")
+        return cls(array, shape, strides_from_shape(shape), block, layout, padding, bool(round_f32_to_tf32))
 
 
 def _ints(values: Any, field: str, where: str) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from typing import Any
 import triton
 from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
 from triton.runtime.autotuner import Autotuner, Heuristics
-from triton.runtime.jit import JITFunction
+from triton.runtime.jit import JITFunction, KernelInterface
 
 TRITON_VERSION = triton.__version__
 #: The IR each kernel language's front end emits: Triton's TTIR, Gluon's TTGIR (layouts chosen by the
@@ -41,6 +41,8 @@ class KernelParameter:
     do_not_specialize: bool
     default: Any
     has_default: bool
+    #: Triton's type for an annotated parameter (``n: tl.int32`` → ``"i32"``, ``p: "*fp16"``); "" if none.
+    annotation: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,10 +67,6 @@ class KernelFacts:
         return FRONTEND_STAGES[self.language]
 
 
-def is_triton_kernel(obj: object) -> bool:
-    return isinstance(obj, (JITFunction, Autotuner, Heuristics))
-
-
 class KernelFactsCache:
     """Facts per kernel object, keyed by id (so that a mistaken, unhashable ``kernel`` still gets the
     TypeError of :func:`kernel_facts`); eager calls look the same kernel up on every call."""
@@ -89,7 +87,12 @@ class KernelFactsCache:
 
 
 def kernel_facts(kernel: object) -> KernelFacts:
-    """Peel ``triton.autotune``/``triton.heuristics`` wrappers off a kernel and read its parameters."""
+    """Peel wrappers off a kernel and read its parameters.
+
+    ``triton.autotune`` and ``triton.heuristics`` wrappers are kept for their configurations and rules;
+    any other ``KernelInterface`` with a ``.fn`` (FlagGems' ``LibEntry``, a library's own launcher cache),
+    at any depth, is passed through, as its ``run`` ends in the wrapped kernel's.
+    """
     autotuner, heuristics, fn = None, [], kernel
     while not isinstance(fn, JITFunction):
         if isinstance(fn, Autotuner):
@@ -98,15 +101,24 @@ def kernel_facts(kernel: object) -> KernelFacts:
             autotuner = fn
         elif isinstance(fn, Heuristics):
             heuristics.append(fn)
-        else:
-            raise TypeError(f"kernel must be a @triton.jit function (optionally wrapped by triton.autotune or "
-                            f"triton.heuristics), got {type(kernel).__name__}: {kernel!r}")
+        elif not (isinstance(fn, KernelInterface) and hasattr(fn, "fn")):
+            what = "" if fn is kernel else f" (wrapping {type(fn).__name__}: {fn!r})"
+            raise TypeError(f"kernel must be a @triton.jit function, optionally wrapped by triton.autotune, "
+                            f"triton.heuristics or another triton KernelInterface with a .fn, got "
+                            f"{type(kernel).__name__}: {kernel!r}{what}")
         fn = fn.fn
     params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
-                                   p.has_default) for p in fn.params)
+                                   p.has_default, _annotation_type(p)) for p in fn.params)
     return KernelFacts(kernel, fn, autotuner, tuple(heuristics), fn.fn.__name__, params,
                        frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr),
                        "gluon" if is_gluon_kernel(fn) else "triton")
+
+
+def _annotation_type(param: Any) -> str:
+    try:
+        return str(getattr(param, "annotation_type", "") or "")
+    except Exception:  # an annotation Triton cannot normalise: Triton's own launch reports it
+        return ""
 
 
 def python_function(fn: JITFunction) -> Any:
@@ -153,9 +165,54 @@ def heuristic_rules(heuristics: Heuristics) -> dict[str, Any]:
     return dict(heuristics.values)
 
 
-def early_prune(autotuner: Autotuner, configs: list, named_args: dict[str, Any]) -> list:
-    prune = autotuner.early_config_prune
-    return list(prune(configs, named_args)) if prune else configs
+def is_config(value: Any) -> bool:
+    return isinstance(value, triton.Config)
+
+
+def autotuner_hooks(autotuner: Autotuner) -> list[str]:
+    """The hooks a user gave ``triton.autotune`` itself (``pre_hook=``, ``post_hook=``), by name."""
+    return [name for name in ("pre_hook", "post_hook") if getattr(autotuner, f"user_defined_{name}", False)]
+
+
+def early_prune_function(autotuner: Autotuner) -> Any:
+    """``prune_configs_by={"early_config_prune": f}`` of a ``triton.autotune`` wrapper, or None."""
+    return autotuner.early_config_prune
+
+
+def is_triton_dtype(value: Any) -> bool:
+    """Whether ``value`` is a ``triton.language`` dtype (``tl.float16``), a constexpr Triton takes as it is."""
+    import triton.language as tl
+
+    return isinstance(value, tl.dtype)
+
+
+def numpy_dtype_name(value: Any) -> str | None:
+    """The NumPy name of a NumPy/JAX dtype or scalar type (``jnp.float16``, ``np.dtype("int32")``); else None."""
+    import numpy as np
+
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return np.dtype(value).name
+    if isinstance(value, type) and isinstance(getattr(value, "dtype", None), np.dtype):  # jnp.float16 and friends
+        return value.dtype.name
+    return None
+
+
+#: Triton's dtype name for each NumPy dtype name whose Triton name differs.
+_TRITON_DTYPE_NAMES = {"float8_e4m3fn": "float8e4nv", "float8_e5m2": "float8e5", "float8_e4m3fnuz": "float8e4b8",
+                       "float8_e5m2fnuz": "float8e5b16", "bool": "int1"}
+
+
+def triton_dtype(name: str) -> Any:
+    """``tl.float16`` for ``"float16"`` (a NumPy or Triton name); None when Triton has no such dtype."""
+    import triton.language as tl
+
+    value = getattr(tl, _TRITON_DTYPE_NAMES.get(name, name), None)
+    if isinstance(value, tl.dtype):
+        return value
+    try:
+        return tl.dtype(name)  # Triton's short names: "fp16", "bf16", "i32"
+    except Exception:
+        return None
 
 
 def descriptor_type(dtype: str, block_shape: tuple[int, ...], layout: str) -> str:
@@ -204,6 +261,12 @@ KERNEL_SOURCE_ERRORS = (CompilationError, CompileTimeAssertionFailure, Unsupport
 def is_kernel_source_error(exc: BaseException) -> bool:
     """Whether ``exc``, raised by :func:`frontend_ir`, blames the kernel's source rather than tritonplug."""
     return isinstance(exc, KERNEL_SOURCE_ERRORS)
+
+
+def is_verifier_failure(exc: BaseException) -> bool:
+    """Whether the front end built a module that fails MLIR's verifier (Triton prints the diagnostics and the
+    module, then raises a bare ``RuntimeError``)."""
+    return isinstance(exc, RuntimeError) and str(exc) == "error encountered during parsing"
 
 
 def kernel_source_error_line(exc: BaseException) -> int | None:

@@ -9,30 +9,58 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 from tritonplug.tuning_records import decode_file, encode_file
 from tritonplug.tuning_store import TuningStore
 
+_DESCRIPTION = """The tuning records of the cache directory: which configuration of each autotuned call
+`tritonplug.tune(fn, *args)` found fastest, per kernel source, autotune key values, target and backend.
+A lowering that finds a record compiles and runs only that configuration."""
+
 
 def add_parser(commands: Any, json_flag: argparse.ArgumentParser) -> None:
-    tune = commands.add_parser("tune", help="list, export, import or clear tuning records (tritonplug.tune)")
+    tune = commands.add_parser("tune", help="list, export, import or clear tuning records (tritonplug.tune)",
+                               description=_DESCRIPTION)
     actions = tune.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", parents=[json_flag], help="the records in the cache directory")
-    export = actions.add_parser("export", parents=[json_flag], help="write every record to a tuning file")
+    for name, text in (("list", "the records in the cache directory"), ("clear", "remove every record")):
+        actions.add_parser(name, parents=[json_flag], help=text, description=text[0].upper() + text[1:] + ".")
+    text = "write every record to a tuning file"
+    export = actions.add_parser("export", parents=[json_flag], help=text, description=text.capitalize() + ".")
     export.add_argument("file", help="the tuning file to write ('-' for standard output)")
-    imported = actions.add_parser("import", parents=[json_flag], help="add a tuning file's records")
+    text = "add a tuning file's records to the cache directory (a damaged file changes nothing)"
+    imported = actions.add_parser("import", parents=[json_flag], help=text.split(" (")[0],
+                                  description=text.capitalize() + ".")
     imported.add_argument("file", help="a tuning file written by `tritonplug tune export` (or by hand)")
-    actions.add_parser("clear", parents=[json_flag], help="remove every record")
 
 
 def run(action: str, file: str | None) -> tuple[dict, int]:
+    """Run one action; a failure is an ``error:`` line on stderr and status 1, never a traceback or a raw warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report, status = _run(action, file)
+    problems = [str(w.message).removeprefix("tritonplug: ") for w in caught]
+    if status and problems:
+        report = {**report, "error": "; ".join([report["error"], *problems] if "error" in report else problems)}
+    elif problems:
+        for problem in problems:
+            print(f"tritonplug: warning: {problem}", file=sys.stderr)
+    if "error" in report:
+        print(f"tritonplug: error: {report['error']}", file=sys.stderr)
+    return report, status
+
+
+def _run(action: str, file: str | None) -> tuple[dict, int]:
     store = TuningStore()
     disk = store.disk
     if disk is None:
-        return {"tuning": "the cache is disabled (TRITONPLUG_CACHE=0) or unusable (see the warning above)"}, 1
+        if os.environ.get("TRITONPLUG_CACHE", "1").strip().lower() in ("0", "off", "false", "no"):
+            return {"error": "the cache is disabled (TRITONPLUG_CACHE=0): tuning records live in it"}, 1
+        return {"tuning": "the cache directory is unusable"}, 1
     if action == "list":
         return {"directory": str(disk.directory),
                 "records": [_summary(r) for r in sorted(store.stored(), key=lambda r: r.kernel)]}, 0
@@ -52,8 +80,11 @@ def run(action: str, file: str | None) -> tuple[dict, int]:
     except (OSError, ValueError) as exc:
         return {"error": f"nothing imported: {exc}"}, 1
     written = sum(store.put(r) for r in records)
-    return {"file": file, "imported_records": written, "directory": str(disk.directory)}, 0 if written == len(
-        records) else 1
+    report = {"file": file, "imported_records": written, "directory": str(disk.directory)}
+    if written != len(records):
+        return {**report, "error": f"imported {written} of {len(records)} records: cannot write to "
+                                   f"{disk.directory}"}, 1
+    return report, 0
 
 
 def _summary(record: Any) -> dict[str, Any]:

@@ -85,27 +85,26 @@ def config_of(configuration: Configuration) -> dict[str, Any]:
 
 
 def select(store: TuningStore, backend: str, target: Target, call: CallSpec, operands: Sequence[BufferSpec],
-           configs: list[Configuration], count_hit: bool = True) -> list[Configuration]:
-    """The configurations to lower: the pinned one, the recorded winner, or all of them."""
+           configs: list[Configuration]) -> tuple[list[Configuration], bool]:
+    """The configurations to lower (the pinned one, the recorded winner, or all of them), and whether a
+    tuning record chose them (the lowering counts that as a tuned hit)."""
     if call.pinned_config is not None:
         pinned = normalized(dict(call.pinned_config))
         chosen = [c for c in configs if config_of(c) == pinned]
         if not chosen:
             raise ValueError(f"kernel {call.kernel.name!r}: the configuration {pinned} is not among those that "
                              f"survive pruning")
-        return chosen[:1]
+        return chosen[:1], False
     if call.kernel.autotuner is None or len(configs) < 2:
-        return configs
+        return configs, False
     record = store.lookup(call_identity(call, operands, backend, target))
     if record is None:
-        return configs
+        return configs, False
     wanted = normalized(dict(record.config))
     chosen = [c for c in configs if config_of(c) == wanted]
     if not chosen:
         log.info("tuning record for kernel %r names the configuration %s, which the kernel's autotune configs no "
                  "longer hold; all configurations are compiled", call.kernel.name, wanted)
-        return configs
-    if count_hit:
-        store.note_hit()
+        return configs, False
     log.info("tuned: kernel %r uses its recorded configuration [%s]", call.kernel.name, chosen[0].description)
-    return chosen[:1]
+    return chosen[:1], True

@@ -64,6 +64,7 @@ class TuningStore:
                 if os.environ.get("TRITONPLUG_CACHE", "1").strip().lower() not in _DISABLED:
                     try:
                         self._disk = DiskCache(tuning_directory())
+                        self._disk.on_damaged = _warn_damaged
                     except Exception as exc:  # CacheDirError and friends: tuning still works in memory
                         user_warnings.warn(f"tritonplug: tuning records are not persisted: {exc}", RuntimeWarning)
             return self._disk
@@ -141,6 +142,11 @@ class TuningStore:
     def note_hit(self) -> None:
         with self._lock:
             self.stats["tuned_hits"] += 1
+
+
+def _warn_damaged(path: Path, exc: Exception) -> None:
+    user_warnings.warn(f"tritonplug: removed a damaged tuning record ({path}: {exc}); the calls it tuned use every "
+                       f"configuration again until `tritonplug.tune` records them anew", RuntimeWarning)
 
 
 def _read_overlay(path: str) -> dict[str, TuningRecord]:

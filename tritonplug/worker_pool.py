@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import weakref
@@ -30,6 +31,7 @@ from typing import Any
 
 import cloudpickle
 
+from tritonplug import fd_capture, ir_rules
 from tritonplug._worker_main import resolve
 from tritonplug.errors import CompileError, WorkerError
 from tritonplug.worker_process import Died, TimedOut, WorkerProcess, start_worker, take_text
@@ -118,7 +120,7 @@ class WorkerPool:
             return [_run_here(task, return_exceptions) for task in tasks]
         self._ensure_open()
         if tasks:
-            self._fill()
+            self._fill(len(tasks))  # never more workers than this run's tasks: a worker costs ~1 GB
         results: list[Any] = [None] * len(tasks)
         failures: list[Exception | None] = [None] * len(tasks)
         pending = collections.deque(enumerate(tasks))
@@ -184,27 +186,32 @@ class WorkerPool:
             shutil.rmtree(self._dir, ignore_errors=True)
         return len(idle) + len(busy)
 
-    def _fill(self) -> None:
-        """Start a worker in every empty free slot, without waiting for it to be ready.
-
-        Starting is a fork and exec (milliseconds); the imports then run in the new processes while
-        this run's first tasks wait for theirs. A worker that cannot start leaves its slot empty:
-        the task that takes the slot retries the start and reports the failure.
-        """
+    def _fill(self, limit: int | None = None) -> None:
+        """Start a worker in every empty free slot (until ``limit`` workers live), without waiting for it to be
+        ready: a fork and exec, the imports then run while this run's first tasks wait. A worker that cannot
+        start leaves its slot empty: the task that takes the slot retries the start and reports the failure."""
         with self._cond:
             empty = self._free.count(None)
+            if limit is not None:
+                empty = min(empty, max(0, limit - len(self._workers)))
             if not empty or self.closed:
                 return
-            self._free = [worker for worker in self._free if worker is not None]
+            kept = [worker for worker in self._free if worker is not None]
+            self._free = [None] * (len(self._free) - len(kept) - empty) + kept  # slots left empty start on demand
         for _ in range(empty):
             worker = None
             try:
                 worker = self._start()
             except Exception as exc:
+                if _shutting_down(exc) or self.closed:  # Ctrl-C or exit mid-compile: nothing to start, or to report
+                    with self._cond:
+                        self._free.insert(0, None)
+                    continue
                 log.warning("could not start a compile worker: %s", exc)
-            with self._cond:  # at the back of the line: the ready workers are handed out first
+            with self._cond:  # behind the ready workers (handed out first), ahead of the empty slots
                 if not self.closed:
-                    self._free.insert(0, worker)
+                    ahead = next((i for i, w in enumerate(self._free) if w is not None), len(self._free))
+                    self._free.insert(ahead if worker is not None else 0, worker)
                     self._cond.notify()
             if self.closed and worker is not None:
                 self._drop(worker)
@@ -304,7 +311,9 @@ class WorkerPool:
             if reply[1] == "ok":
                 return reply[2]
             _, _, type_name, message, formatted = reply
-            raise CompileError(_compose(f"{label} failed in a compile worker: {type_name}: {message}",
+            where = ir_rules.first_diagnostic(stderr)  # the kernel's line, from the compiler's MLIR diagnostics
+            raise CompileError(_compose(f"{label} failed in a compile worker{where}" + ("\n" if where else ": ")
+                                        + f"{type_name}: {message}",
                                         worker_traceback=formatted, stderr=stderr))
 
     def _failure(self, exc: Exception, label: str, old: WorkerProcess, fate: str, first_death: str, stderr: str,
@@ -323,17 +332,28 @@ class WorkerPool:
 
 
 def _run_here(task: Task, return_exceptions: bool = False) -> Any:
+    """A task in this process (size 0); a failure leads with the compiler's first MLIR diagnostic."""
     try:
-        try:
-            return resolve(task.func)(*task.args)
-        except CompileError:
-            raise
-        except Exception as exc:
-            raise CompileError(f"{_label(task)} failed: {type(exc).__name__}: {exc}") from exc
+        with fd_capture.Captured() as output:
+            try:
+                return resolve(task.func)(*task.args)
+            except Exception:
+                output.drop()
+                failure = sys.exc_info()[1]
+        where = ir_rules.first_diagnostic(output.stderr)
+        if isinstance(failure, CompileError) and not where:
+            raise failure
+        headline = f"{_label(task)} failed{where}" + ("\n" if where else ": ")
+        raise CompileError(f"{headline}{type(failure).__name__}: {failure}") from failure
     except CompileError as failure:
         if return_exceptions:
             return failure
         raise
+
+
+def _shutting_down(exc: BaseException) -> bool:
+    """``exc`` says only that the interpreter exits (``cannot schedule new futures``, after a Ctrl-C)."""
+    return sys.is_finalizing() or (isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc))
 
 
 def _label(task: Task) -> str:

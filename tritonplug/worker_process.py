@@ -124,12 +124,14 @@ def child_env() -> dict[str, str]:
 
 
 def take_text(path: str) -> str:
-    """The last 16 KiB of a file (a worker's log, a job's stderr), which is then removed; "" when it
-    does not exist."""
+    """The first 8 and the last 16 KiB of a file (a worker's log, a job's stderr: MLIR's first error comes
+    before the module it dumps), which is then removed; "" when it does not exist."""
     try:
         with open(path, "rb") as file:
-            file.seek(max(0, os.fstat(file.fileno()).st_size - 16384))
-            text = file.read().decode(errors="replace")
+            size = os.fstat(file.fileno()).st_size
+            head = file.read(8192) if size > 8192 + 16384 else b""
+            file.seek(max(0, size - 16384))
+            text = (head + (b"\n[...]\n" if head else b"") + file.read()).decode(errors="replace")
         os.remove(path)
         return text
     except OSError:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tritonplug import user_warnings
 from tritonplug.worker_pool import TIMEOUT_ENV, Task, WorkerPool
 
 __all__ = ["SIZE_ENV", "TIMEOUT_ENV", "WORKER_PRELOAD", "Task", "WorkerPool", "pool_from_env", "pool_size",
@@ -47,5 +48,11 @@ def pool_timeout() -> float:
 
 
 def pool_from_env() -> WorkerPool:
-    """A pool configured from the environment, its workers preloading the backend plugins."""
-    return WorkerPool(pool_size(), pool_timeout(), preload=WORKER_PRELOAD)
+    """A pool configured from the environment, its workers preloading the backend plugins. A size above the
+    CPU count is a warning: compiles are CPU-bound, so the extra workers only cost memory (about 1 GB each)."""
+    size, cpus = pool_size(), os.cpu_count() or 1
+    if size > cpus:
+        user_warnings.warn(f"tritonplug: {SIZE_ENV}={size} is more than the {cpus} CPU cores of this machine: "
+                           f"compiles are CPU-bound, so more workers than cores only cost memory (about 1 GB "
+                           f"each); at most one worker per compile job is started", RuntimeWarning)
+    return WorkerPool(size, pool_timeout(), preload=WORKER_PRELOAD)

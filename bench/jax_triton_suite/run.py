@@ -30,7 +30,7 @@ FILES = ("triton_call_test.py", "gluon_test.py")
 _INTERNALS = "inspects jax-triton's internals (its triton_lib module: TritonFunction, its kernel cache, " \
              "compile_ttir_inplace); tritonplug caches compiled kernels on disk instead (tests/test_cache.py)"
 _PARAMS = "reads jax-triton's jaxpr parameter names (eqn.params['metaparams'] / ['has_side_effect']); " \
-          "tritonplug's primitive has one parameter, the call spec (the behaviour is tested in tests/test_surface.py)"
+          "tritonplug's primitive has one parameter, the call spec (the behaviour is tested in tests/test_surface_*.py)"
 
 #: test-name prefix -> why it does not apply to tritonplug
 EXCLUDED = {

@@ -1,17 +1,11 @@
-"""Session setup for the cuda plugin's tests: the environment and private cache of tests/."""
+"""Session setup for the cuda plugin's tests, from the conformance kit (``tritonplug.testing``)."""
 
 import sys
 from pathlib import Path
 
-import pytest
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))  # plugin_test_support (this repo's)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))  # the shared test helper modules
-
-from session_setup import configure_environment, use_private_cache  # noqa: E402
+from tritonplug.testing import configure_environment, private_cache_fixture  # noqa: E402
 
 configure_environment()
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    use_private_cache(tmp_path_factory)
+_private_cache = private_cache_fixture()

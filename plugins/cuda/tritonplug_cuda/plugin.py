@@ -24,7 +24,8 @@ def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("cuda", ("cuda",), f"{__version__}+triton{compat.TRITON_VERSION}",
                        "NVIDIA GPUs through jaxlib's Triton kernel-call runtime",
                        option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))),
-                       max_grid=plugin_kit.CUDA_MAX_GRID, ir_stages=("ttir", "ttgir"), tensor_descriptors="jaxlib")
+                       max_grid=plugin_kit.CUDA_MAX_GRID, ir_stages=("ttir", "ttgir"), tensor_descriptors="jaxlib",
+                       buffer_order="operands_first")
 
 
 def _parse_capability(value: Any, source: str) -> int:

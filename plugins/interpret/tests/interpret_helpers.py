@@ -1,4 +1,4 @@
-"""@triton.jit helpers living in another module, for test_interpret_runner.py."""
+"""@triton.jit helpers living in another module, for interpret_runner_kernels.py."""
 
 import triton
 import triton.language as tl

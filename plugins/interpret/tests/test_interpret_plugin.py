@@ -1,5 +1,5 @@
 """The interpret backend's hooks that need no kernel run: backend info, target detection, option
-parsing; and the rules its distribution keeps. (Compile and make_kernel: test_interpret_runner.py.)"""
+parsing; and the rules its distribution keeps. (Compile and make_kernel: test_interpret_runner_launch.py.)"""
 
 from __future__ import annotations
 

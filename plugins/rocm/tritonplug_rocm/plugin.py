@@ -19,7 +19,8 @@ ARCH_VARIABLE = "TRITONPLUG_ROCM_ARCH"
 def tritonplug_backend_info() -> BackendInfo:
     return BackendInfo("rocm", ("rocm",), f"{__version__}+triton{compat.TRITON_VERSION}",
                        "AMD GPUs through jaxlib's Triton kernel-call runtime",
-                       option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))))
+                       option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))),
+                       buffer_order="operands_first")
 
 
 def _parse_arch(value: Any, source: str) -> str:

@@ -1,0 +1,40 @@
+"""The README's performance figures are the recorded benchmark results, not numbers copied by hand.
+
+Each figure the README quotes is recomputed from the JSON a benchmark wrote under ``bench/results/``; a new
+benchmark run that changes them fails here until the README says the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+RESULTS = ROOT / "bench" / "results"
+
+
+def _records(name: str) -> list[dict]:
+    return json.loads((RESULTS / name).read_text())["records"]
+
+
+def test_the_cpu_speedup_range_is_the_recorded_one() -> None:
+    speedups = [r["speedup"] for r in _records("interpret-cpu.json") if r["impl"] == "xla"]
+    quoted = f"run {min(speedups):.0f}–{max(speedups):.0f}× faster than Triton's interpreter"
+    assert quoted in " ".join(README.split()), quoted
+
+
+def test_the_cpu_path_is_within_three_times_jnp_as_the_readme_says() -> None:
+    paired = [r["vs_jnp_paired"] for r in _records("interpret-cpu.json") if r["impl"] == "xla"]
+    assert max(paired) <= 3 and "within 3× of `jnp`" in README
+
+
+def test_the_warm_start_figures_are_the_recorded_ones() -> None:
+    by_scenario = {r["scenario"]: r for r in _records("startup-gpu.json")}
+    cold, warm = by_scenario["cold"]["program_s"], min(r["program_s"] for r in by_scenario.values())
+    quoted = f"the jitted program: {cold:.2f} s cold → {warm:.3f} s"
+    assert quoted in " ".join(README.split()), quoted
+
+
+def test_the_readme_does_not_say_every_cpu_kernel_runs_in_the_interpreter() -> None:
+    assert "runs every kernel in Triton's interpreter" not in README
