@@ -179,3 +179,32 @@ def test_a_grid_callable_sees_constexpr_defaults_and_arguments_as_triton_passes_
                                  out_type=jax.ShapeDtypeStruct((40,), np.float32), grid=grid)
     np.testing.assert_array_equal(np.asarray(got), x * 3)  # 3 programs of 16: every element written
     assert seen and all(m["BLOCK_M"] == 16 and m["n"] == 40 for m in seen)
+
+
+@for_backend("cuda")
+def test_an_annotated_scalar_is_passed_with_its_annotation():
+    """``eps: tl.float64`` given ``1e-5`` and ``n: tl.int64`` given ``40``: fp64 and i64, as Triton compiles them."""
+    import tritonplug
+
+    kernel = kernel_from_source(
+        "@triton.jit\n"
+        "def kernel(x_ptr, out_ptr, n: tl.int64, eps: tl.float64, BLOCK: tl.constexpr):\n"
+        "    offs = tl.arange(0, BLOCK)\n"
+        "    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + eps, mask=offs < n)\n")
+    f = jax.jit(lambda x: tritonplug.triton_call(x, n=40, eps=1e-5, kernel=kernel, grid=(1,), BLOCK=64,
+                                                 out_type=jax.ShapeDtypeStruct((64,), np.float32),
+                                                 compute_capability=90))
+    text = f.trace(jax.ShapeDtypeStruct((64,), np.float32)).lower(lowering_platforms=("cuda",)).as_text()
+    (decoded,) = kernel_calls(text)
+    scalars = [p for p in decoded["kernel_call"]["parameters"] if "array" not in p]
+    assert [list(p) for p in scalars] == [["i64"], ["f64"]], scalars
+
+
+@requires_backend("interpret")
+def test_one_ref_for_two_parameters_is_refused_naming_both():
+    import tritonplug
+
+    kernel = kernel_for(("inout", "inout"))
+    ref = jax.new_ref(jax.device_put(np.zeros(BLOCK * 2, np.float32), jax.devices("cpu")[0]))
+    with pytest.raises(ValueError, match=r"same Ref .* parameters 'inout0' and 'inout1'"):
+        tritonplug.triton_call(ref, ref, kernel=kernel, out_type=(), grid=(1,), BLOCK=BLOCK)

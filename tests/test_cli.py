@@ -102,6 +102,9 @@ def test_info_reports_versions_backends_targets_cache_and_workers(tmp_path: Path
     report = run_json("info", cache_dir=cache_dir, TRITONPLUG_COMPILE_WORKERS="3", TRITONPLUG_CUDA_ARCH="90")
     assert report["versions"]["triton"] == triton.__version__
     assert report["versions"]["jax"] == jax.__version__ and report["versions"]["jaxlib"] == jaxlib.__version__
+    # each version and whether CI tested it (tritonplug/version.py)
+    assert report["tested"]["triton"].startswith(f"{triton.__version__}: ")
+    assert set(report["tested"]) == {"python", "jax", "jaxlib", "triton"}
     assert set(report["backends"]) == installed_backends()
     if "cuda" in installed_backends():
         assert report["backends"]["cuda"]["platforms"] == "cuda"

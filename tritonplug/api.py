@@ -47,8 +47,14 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
-    out_value = _pick_out_shape(out_shape, out_type)
     _warn_deprecated(out_shape, kwargs)
+    return call_kernel(*args, kernel=kernel, out_shape=out_shape, out_type=out_type, **kwargs)
+
+
+def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
+    """:func:`triton_call` without its deprecation warnings, for the host's own layers (``launcher``), whose
+    use of ``zeroed_outputs`` or ``input_output_aliases`` is no user's choice to warn about."""
+    out_value = _pick_out_shape(out_shape, out_type)
     memo_key = call_memo.signature(kernel, args, kwargs, out_value)
     if memo_key is not None:  # out_shape= (0.3) and out_type= (0.4) count input_output_aliases differently
         memo_key = (memo_key, out_shape is None)

@@ -30,6 +30,10 @@ from tritonplug.triton_compat import KernelFacts
 _F32 = np.finfo(np.float32)
 #: NumPy scalar dtypes jaxlib's runtime passes as they are; narrower NumPy ints widen to i32 (exactly).
 _NUMPY_SCALARS = {"uint32": "u32", "int64": "i64", "uint64": "u64", "float64": "fp64"}
+#: Scalar annotations that decide the runtime type (jaxlib passes these; ``annotation_checks`` refuses values
+#: they cannot hold).
+_ANNOTATED_SCALARS = {"i1": "i1", "u1": "i1", "i32": "i32", "u32": "u32", "i64": "i64", "u64": "u64",
+                      "fp32": "fp32", "fp64": "fp64"}
 
 
 def scalar_type(value: Any, where: str) -> str:
@@ -107,6 +111,7 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
     """
     params = facts.params
     kernel = facts.name
+    annotations = {p.name: p.annotation for p in params if p.annotation}
     bound = bind_like_a_call(tuple(p.name for p in params), args, kwargs, kernel)
 
     arrays: list[Any] = []
@@ -135,6 +140,8 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
             node = ArrayArg(len(arrays) - 1)
         else:
             dtype = scalar_type(value, where)  # first: it names the argument when the value is no scalar
+            if not indices:  # Triton compiles an annotated parameter (eps: tl.float64) with its annotation
+                dtype = _ANNOTATED_SCALARS.get(annotations.get(name, ""), dtype)
             if isinstance(value, np.float32):
                 user_warnings.warn("Passing np.float32 scalars to triton_call is deprecated (as in jax-triton 0.4): "
                               "pass a Python float, which is fp32 whenever float32 can hold it", DeprecationWarning)
@@ -167,6 +174,7 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
             nodes[p.name] = operand_node(p.default, p.name)
 
     refs = tuple(i for i, a in enumerate(arrays) if is_ref(a))
+    _check_refs_once(arrays, refs, sources, kernel)
     if refs and input_output_aliases:
         raise ValueError("input_output_aliases cannot be combined with Ref arguments (jax.new_ref): a Ref is "
                          "already updated in place")
@@ -194,6 +202,20 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
     dns = frozenset(p.name for p in params if p.do_not_specialize)
     return BoundArgs(tuple(p.name for p in params), tuple(nodes[p.name] for p in params), dns,
                      aliases, aliased_params, refs), arrays
+
+
+def _check_refs_once(arrays: list[Any], refs: tuple[int, ...], sources: list[tuple[str, tuple[int, ...]]] | None,
+                     kernel: str) -> None:
+    """JAX passes a mutable reference to a computation once: name the parameters that share one."""
+    seen: dict[int, int] = {}
+    for i in refs:
+        first = seen.setdefault(id(arrays[i]), i)
+        if first != i:
+            names = [sources[j][0] if sources else f"operand {j}" for j in (first, i)]
+            raise ValueError(f"kernel {kernel!r}: the same Ref (jax.new_ref) is passed to parameters {names[0]!r} and "
+                             f"{names[1]!r}; JAX passes a mutable reference once. Pass it to the parameter the kernel "
+                             f"writes through and its value (ref[...]) to the other, or launch with "
+                             f"tritonplug.launch, which does so")
 
 
 def _descriptor_node(facts: KernelFacts, desc: TensorDescriptor, index: int, where: str) -> Any:

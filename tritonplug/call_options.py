@@ -43,7 +43,7 @@ class CallOptions:
     num_stages: int | None = None
     num_ctas: int = 1
     compute_capability: int | None = None
-    enable_fp_fusion: bool = True
+    enable_fp_fusion: bool | None = None  # None: the installed Triton's default (the backend resolves it)
     backend_options: tuple[tuple[str, Any], ...] = ()
     input_output_aliases: tuple[tuple[Any, Any], ...] = ()
     zeroed_outputs: Any = ()
@@ -88,17 +88,18 @@ class CallOptions:
                             else tuple(sorted(zeroed_for(self.zeroed_outputs, {}, n_outputs)))),
             serialized_metadata=bytes(self.serialized_metadata),
             cost_estimate=tuple(sorted(dict(self.cost_estimate).items())) if self.cost_estimate else None,
-            has_side_effect=bool(self.has_side_effect))
+            has_side_effect=bool(self.has_side_effect),
+            enable_fp_fusion=None if self.enable_fp_fusion is None else bool(self.enable_fp_fusion))
 
     def compiler_options(self) -> dict[str, Any]:
         """What every backend's ``parse_options`` receives: the shared options (``None`` where unset) and
         the entries of ``backend_options``."""
         explicit = {"num_warps": self.num_warps, "num_stages": self.num_stages,
                     "num_ctas": self.num_ctas if self.num_ctas != 1 else None,
-                    "enable_fp_fusion": False if not self.enable_fp_fusion else None,
+                    "enable_fp_fusion": self.enable_fp_fusion,
                     "debug": True if self.debug else None}
         extra = dict(self.backend_options)
-        defaults = {"num_ctas": 1, "enable_fp_fusion": True, "debug": False, "num_warps": None, "num_stages": None}
+        defaults = {"num_ctas": 1, "enable_fp_fusion": None, "debug": False, "num_warps": None, "num_stages": None}
         return {**defaults, **{k: v for k, v in explicit.items() if v is not None}, **extra}
 
     def target_hints(self) -> dict[str, Any]:
@@ -224,7 +225,8 @@ def _check_misc(options: CallOptions) -> None:
             if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"cost_estimate entries must map str to a number, got {key!r}: {value!r}")
     for flag in ("has_side_effect", "enable_fp_fusion", "debug"):
-        if not isinstance(getattr(options, flag), (bool, np.bool_)):
+        if not isinstance(getattr(options, flag), (bool, np.bool_)) and not (
+                flag == "enable_fp_fusion" and options.enable_fp_fusion is None):
             raise TypeError(f"{flag} must be a bool, got {type(getattr(options, flag)).__name__}: "
                             f"{getattr(options, flag)!r}")
 
@@ -247,7 +249,7 @@ def _backend_options(options: CallOptions) -> tuple[tuple[str, Any], ...]:
             raise TypeError(f"backend_options[{key!r}] must be hashable, got {type(value).__name__}") from None
     explicit = {"num_warps": options.num_warps, "num_stages": options.num_stages,
                 "num_ctas": options.num_ctas if options.num_ctas != 1 else None,
-                "enable_fp_fusion": False if not options.enable_fp_fusion else None,
+                "enable_fp_fusion": options.enable_fp_fusion,
                 "debug": True if options.debug else None}
     conflicts = sorted(k for k, v in explicit.items() if v is not None and k in extra)
     if conflicts:

@@ -161,6 +161,8 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
         # A heuristic may set a launch option (``{"num_warps": ...}``): Triton passes it to the launch.
         launch = {k: values.pop(k) for k in list(values) if k in LAUNCH_OPTIONS and k not in kernel.param_names}
         merged = {**call_options, **{k: v for k, v in options.items() if v is not None}, **launch}
+        if not merged.get("debug") and triton_compat.launcher_debug(kernel.fn):
+            merged["debug"] = True  # as Triton's launcher: @triton.jit(debug=True) or TRITON_DEBUG=1
         description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
         result.append(Configuration(tuple(values.items()), tuple(merged.items()), description,
                                     tuple({**kwargs, **options}.items()) if kernel.autotuner is not None else ()))

@@ -15,6 +15,7 @@ def collect_info() -> dict[str, Any]:
     from tritonplug.cache import CacheDirError, open_cache_from_env
     from tritonplug.cache_plugins import redact
     from tritonplug.state import state
+    from tritonplug.version import tested_report
     from tritonplug.workers import pool_size, pool_timeout
 
     host = state.host()
@@ -39,6 +40,7 @@ def collect_info() -> dict[str, Any]:
     return {
         "versions": {"tritonplug": frontend.TRITONPLUG_VERSION, "triton": triton.__version__,
                      "jax": jax.__version__, "jaxlib": jaxlib.__version__},
+        "tested": tested_report(),
         "backends": backends or "none installed",
         "problems": [*host.problems, *state.compiler.remote.problems()] or "none",
         "jax devices": ", ".join(str(d) for d in jax.devices()),

@@ -1,4 +1,4 @@
-"""The host's one adapter over JAX's internals (jax 0.10 and 0.11).
+"""The host's one adapter over JAX's internals (jax 0.10, 0.11 and 0.12).
 
 Every ``jax._src`` import and every JAX version difference of the host lives here, behind
 small named functions; the rest of the host uses JAX's public API only (a ruff rule, TID251,
@@ -8,10 +8,16 @@ eager dispatch goes through :data:`apply_primitive` on every call.
 What differs between the supported versions, and how it is absorbed:
 
 * state discharge rules: jax 0.10 calls ``rule(in_avals, out_avals, *args, **params)``,
-  jax 0.11 ``rule(ctx, *args, **params)`` with a ``DischargeContext`` carrying the avals;
+  jax 0.11+ ``rule(ctx, *args, **params)`` with a ``DischargeContext`` carrying the avals;
   :func:`register_discharge_rule` takes the 0.10 form and adapts it.
+* dead-code elimination rules: jax 0.10 and 0.11 call ``rule(used_outputs, eqn)``, jax 0.12
+  ``rule(used_outputs, live_inputs, eqn)``; :func:`register_dce_rule` takes the two-argument form.
 
-Everything else used here is the same on both: ``distributed.global_state`` (``client``, ``process_id``,
+Every rule the host puts into one of JAX's tables (lowering, DCE, discharge, JVP, transpose,
+batching, devices during lowering) goes in through a ``register_*`` function here, so a table that
+moves or a calling convention that changes is absorbed in this one module.
+
+Everything else used here is the same on all three: ``distributed.global_state`` (``client``, ``process_id``,
 ``num_processes``, ``coordinator_address``), ``dispatch.apply_primitive`` and
 ``dispatch.prim_requires_devices_during_lowering``, the ``ReadEffect``/``WriteEffect`` of
 ``jax._src.state.types``, ``core.typeof`` with ``AbstractRef``, the MLIR bindings of
@@ -21,6 +27,7 @@ Everything else used here is the same on both: ``distributed.global_state`` (``c
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +36,8 @@ from typing import Any
 import jax
 import numpy as np
 from jax._src import array, core, dispatch, distributed
+from jax._src.interpreters import ad, batching, mlir
+from jax._src.interpreters import partial_eval as pe
 from jax._src.lib.mlir import ir
 from jax._src.state import discharge
 from jax._src.state import types as state_types
@@ -43,6 +52,18 @@ Primitive = core.Primitive
 CONCRETE_ARRAY_TYPES: tuple[type, ...] = (array.ArrayImpl, np.ndarray)
 
 _DISCHARGE_TAKES_CONTEXT = hasattr(discharge, "DischargeContext")  # jax >= 0.11
+
+
+def _dce_takes_live_inputs() -> bool:
+    """Whether JAX calls DCE rules with the inputs' liveness (jax >= 0.12): read from JAX's own default rule,
+    which has the calling convention its caller uses, or else from ``dce_jaxpr``'s ``live_inputs`` argument."""
+    default_rule = getattr(pe, "_default_dce_rule", None)
+    if default_rule is not None:
+        return len(inspect.signature(default_rule).parameters) == 3
+    return "live_inputs" in inspect.signature(pe.dce_jaxpr).parameters
+
+
+_DCE_TAKES_LIVE_INPUTS = _dce_takes_live_inputs()
 
 
 def ref_effects(ref_operands: Iterable[int]) -> set[Any]:
@@ -69,8 +90,41 @@ def register_discharge_rule(primitive: Any, rule: Callable[..., tuple[list, list
         discharge.register_discharge_rule(primitive)(rule)
 
 
+def register_dce_rule(primitive: Any, rule: Callable[[list[bool], Any], tuple[list[bool], Any]]) -> None:
+    """Register ``rule(used_outputs, eqn) -> (used_inputs, eqn or None)`` as the primitive's DCE rule.
+
+    jax 0.12 passes the inputs' liveness as a second argument (``rule(used_outputs, live_inputs, eqn)``);
+    the rule here does not need it (it decides from the outputs and the equation).
+    """
+    if _DCE_TAKES_LIVE_INPUTS:
+        def with_live_inputs(used_outputs: list[bool], live_inputs: Any, eqn: Any) -> tuple[list[bool], Any]:
+            return rule(used_outputs, eqn)
+        pe.dce_rules[primitive] = with_live_inputs
+    else:
+        pe.dce_rules[primitive] = rule
+
+
+def register_lowering(primitive: Any, rule: Callable[..., Any], platform: str) -> None:
+    """Register ``rule(ctx, *args, **params)`` as the primitive's MLIR lowering for ``platform``.
+
+    Raises ``NotImplementedError`` for a platform JAX cannot lower for (JAX's own error)."""
+    mlir.register_lowering(primitive, rule, platform=platform)
+
+
+def register_autodiff(primitive: Any, jvp: Callable[..., Any], transpose: Callable[..., Any]) -> None:
+    """Register the primitive's JVP and transpose rules (``ad.primitive_jvps``, ``ad.primitive_transposes``)."""
+    ad.primitive_jvps[primitive] = jvp
+    ad.primitive_transposes[primitive] = transpose
+
+
+def register_batching_rule(primitive: Any, rule: Callable[..., Any]) -> None:
+    """Register ``rule(axis_data, args, dims, **params) -> (outs, out_dims)`` as the primitive's batching
+    rule (JAX's "fancy" batcher table: the rule receives the axis data, size included)."""
+    batching.fancy_primitive_batchers[primitive] = rule
+
+
 def require_devices_during_lowering(primitive: Any, required: bool = True) -> None:
-    """Make JAX hand the primitive's lowering the real device assignment (jax 0.10 and 0.11).
+    """Make JAX hand the primitive's lowering the real device assignment (jax 0.10 to 0.12).
 
     Without it a jit's lowering sees only device 0; with it JAX also keys its lowering cache by
     device. ``required=False`` undoes it (``bench/profile_eager.py`` measures the difference).

@@ -27,7 +27,6 @@ binding gives them the outputs in signature order) and the rest as arrays, refs 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -36,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tritonplug import binding
-from tritonplug.api import triton_call
+from tritonplug.api import call_kernel
 from tritonplug.launch_stores import stored_params
 from tritonplug.state import state
 
@@ -327,13 +326,9 @@ class _Plan:
         self.resolve()
         out_type = tuple(jax.ShapeDtypeStruct(t.shape, t.dtype) for t, _ in self.outputs)
         zeroed = tuple(i for i, (t, _) in enumerate(self.outputs) if t._storage.kind == _ZEROS)
-        if zeroed:
-            with warnings.catch_warnings():  # zeroed_outputs warns users off it; here it is the runtime's memset
-                warnings.filterwarnings("ignore", "zeroed_outputs is deprecated", DeprecationWarning)
-                results = triton_call(kernel=kernel, out_type=out_type, grid=grid, zeroed_outputs=zeroed,
-                                      **self.named, **options)
-        else:
-            results = triton_call(kernel=kernel, out_type=out_type, grid=grid, **self.named, **options)
+        # zeroed_outputs is the runtime's memset (deprecated for users, not here): call_kernel does not warn
+        results = call_kernel(kernel=kernel, out_type=out_type, grid=grid, zeroed_outputs=zeroed, **self.named,
+                              **options)
         for (t, _), result in zip(self.outputs, results, strict=True):
             t._storage.kind, t._storage.value = _VALUE, _reshaped(result, t._storage.shape)
         for t, ref in self.refs:

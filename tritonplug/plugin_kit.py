@@ -2,6 +2,7 @@
 
 * compiling TTIR with Triton's own back end (:func:`compile_ttir`, :class:`TTIRSource`), with
   Triton's on-disk cache kept out of the way (:func:`private_triton_cache`);
+* Triton's own default for the options a call leaves unset (:func:`fp_fusion_enabled`);
 * checks of the options every Triton backend has (:func:`power_of_two`, :func:`int_in_range`,
   :func:`check_bools`, :func:`check_hashable`) and of option names against the backend's options
   class in Triton (:func:`check_known_options`, :func:`check_option_names`), each raising the error
@@ -34,10 +35,11 @@ from triton.compiler import ASTSource
 from tritonplug.records import Binary, GpuKernel, Launch
 
 # ---------------------------------------------------------------------------------------------
-# Triton, 3.6 through 3.9: every Triton API the kit touches is in this section. All of it
-# (``ASTSource``'s constructor, ``hash`` and ``make_ir``, ``ir.parse_mlir_module``, ``GPUTarget``,
+# Triton, 3.6 through 3.9 (and 3.10's knobs): every Triton API the kit touches is in this section. All of
+# it (``ASTSource``'s constructor, ``hash`` and ``make_ir``, ``ir.parse_mlir_module``, ``GPUTarget``,
 # ``triton.compile(src, target=, options=)``, a compiled kernel's ``asm`` and namedtuple
-# ``metadata``, options classes as dataclasses) is the same in every supported version.
+# ``metadata``, options classes as dataclasses) is the same in every supported version; the one
+# difference, how FP fusion's default is decided, is :func:`fp_fusion_enabled`'s.
 
 TRITON_VERSION: str = triton.__version__
 
@@ -46,6 +48,36 @@ def option_names(options_class: type) -> frozenset[str]:
     """The option names a Triton backend accepts: the fields of its options dataclass
     (``CUDAOptions``, ``HIPOptions``)."""
     return frozenset(options_class.__dataclass_fields__)
+
+
+def fp_fusion_enabled(requested: bool | None) -> bool:
+    """Whether Triton fuses ``a * b + c`` into an FMA for a kernel whose ``enable_fp_fusion`` is ``requested``
+    (``None``: the call did not say), decided as the installed Triton's own ``parse_options`` decides it.
+
+    Resolved where the call is lowered, so the value enters the cache key and reaches the compile worker as
+    an explicit option (whatever the worker's environment). ``triton.knobs.language`` reads the environment
+    on every access and may be set from Python, both honoured here as by Triton:
+
+    * 3.6 to 3.8: ``requested`` if given, else ``knobs.language.default_fp_fusion``
+      (``TRITON_DEFAULT_FP_FUSION``, on by default);
+    * 3.9: ``knobs.language.fp_fusion_enabled(requested)``: the same, except that
+      ``TRITON_FORCE_DISABLE_FP_FUSION=1`` overrides both, and an unset ``TRITON_DEFAULT_FP_FUSION``
+      draws Triton's one-time warning that the default changes in 3.10;
+    * 3.10: the same function, with fusion off by default (``TRITON_DEFAULT_FP_FUSION=1`` restores it).
+    """
+    language = triton.knobs.language
+    decide = getattr(language, "fp_fusion_enabled", None)
+    if decide is not None:
+        return bool(decide(requested))
+    if getattr(language, "force_disable_fp_fusion", False):
+        return False
+    return bool(language.default_fp_fusion if requested is None else requested)
+
+
+def triton_default(options_class: type, name: str) -> Any:
+    """The default Triton's options class gives option ``name`` (``num_warps``, ``num_stages`` …): what
+    ``triton.compile`` uses when the call leaves it unset."""
+    return options_class.__dataclass_fields__[name].default
 
 
 def _parse_ttir(path: str, context: Any) -> Any:

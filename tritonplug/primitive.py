@@ -8,15 +8,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
-from jax.interpreters import ad, batching, mlir
-from jax.interpreters import partial_eval as pe
 
-from tritonplug import jax_compat, user_warnings
+from tritonplug import jax_compat, user_warnings, version
 from tritonplug.batching import batch_rule
 from tritonplug.call import CallSpec, refs_as_outputs
 from tritonplug.lowering import lower_call
 from tritonplug.records import BufferSpec
 from tritonplug.tuning_select import active_session
+
+# One line when jax, jaxlib or Triton is newer than the tested range; an error only for a release known to break.
+version.warn_if_untested()
 
 triton_call_p = jax_compat.Primitive("tritonplug_call")
 triton_call_p.multiple_results = True
@@ -96,7 +97,7 @@ def ensure_lowering_rules(platforms: Iterable[str]) -> None:
     with _registration_lock:
         for platform in sorted(new - _lowered_platforms - _refused_platforms):
             try:
-                mlir.register_lowering(triton_call_p, _lowering(platform), platform=platform)
+                jax_compat.register_lowering(triton_call_p, _lowering(platform), platform)
             except NotImplementedError as exc:
                 _refused_platforms.add(platform)
                 user_warnings.warn(f"tritonplug: a backend declares the platform {platform!r}, which JAX cannot lower "
@@ -108,10 +109,9 @@ def ensure_lowering_rules(platforms: Iterable[str]) -> None:
 triton_call_p.def_impl(_impl)
 triton_call_p.def_effectful_abstract_eval(_abstract_eval)
 jax_compat.register_discharge_rule(triton_call_p, _discharge)
-pe.dce_rules[triton_call_p] = _dce
+jax_compat.register_dce_rule(triton_call_p, _dce)
 # The lowering detects the target of the device the program runs on (not device 0), so it
 # needs the real device assignment; this also keys JAX's lowering cache by device.
 jax_compat.require_devices_during_lowering(triton_call_p)
-ad.primitive_jvps[triton_call_p] = _no_autodiff
-ad.primitive_transposes[triton_call_p] = _no_autodiff
-batching.fancy_primitive_batchers[triton_call_p] = functools.partial(batch_rule, triton_call_p)
+jax_compat.register_autodiff(triton_call_p, _no_autodiff, _no_autodiff)
+jax_compat.register_batching_rule(triton_call_p, functools.partial(batch_rule, triton_call_p))

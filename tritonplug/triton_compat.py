@@ -1,4 +1,4 @@
-"""The host's one adapter over Triton's Python API (triton 3.6 through 3.9).
+"""The host's one adapter over Triton's Python API (triton 3.6 through 3.9, and 3.10 as far as announced).
 
 Everything the host needs from Triton beyond ``triton.jit`` goes through here: unwrapping
 ``autotune``/``heuristics`` wrappers, reading kernel parameters and autotune configurations,
@@ -137,6 +137,13 @@ def source_key(value: Any) -> str:
     return repr(value)
 
 
+def launcher_debug(fn: JITFunction) -> bool:
+    """Whether Triton's own launcher compiles ``fn`` in debug mode (device assertions kept) when the launch does
+    not ask for it: ``@triton.jit(debug=True)`` or ``TRITON_DEBUG=1`` (``knobs.runtime.debug``, read when Triton
+    is imported), the same rule in every supported version (``JITFunction.run``)."""
+    return bool(getattr(fn, "debug", None) or triton.knobs.runtime.debug)
+
+
 def autotune_configs(autotuner: Autotuner) -> list[triton.Config]:
     """The configurations a ``triton.autotune`` wrapper was given, in order."""
     return list(autotuner.configs)
@@ -233,7 +240,9 @@ def frontend_ir(fn: JITFunction, target: tuple[str, int | str, int], options: di
 
     gpu_target = GPUTarget(*target)
     backend = make_backend(gpu_target)
-    parsed = backend.parse_options(options)
+    # The front end never reads enable_fp_fusion; a value where the backend left it out (the CPU backend) keeps
+    # Triton 3.9's parse_options from warning about a default that the compile, not this, decides.
+    parsed = backend.parse_options({"enable_fp_fusion": True, **options})
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)

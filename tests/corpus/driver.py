@@ -24,7 +24,9 @@ import numpy as np
 import triton
 
 import tritonplug
+import tritonplug.state
 from corpus.spec import Buf, Launch
+from tritonplug.launch_stores import stored_params
 
 SHAPES = ("library", "out_type", "aliases")
 
@@ -92,7 +94,15 @@ def _library(launch: Launch, kernel: Any, inputs: dict[str, Any]) -> dict[str, n
     arrays = {name: (jax.new_ref(value) if name in launch.written else value) for name, value in inputs.items()}
     args = [_value(a, arrays) for a in launch.args]
     kwargs = {k: _value(v, arrays) for k, v in launch.kwargs.items()}
-    tritonplug.triton_call(*args, kernel=kernel, grid=launch.grid, out_type=(), **kwargs)
+    passed = [a.name for a in (*launch.args, *launch.kwargs.values()) if isinstance(a, Buf)]
+    if any(passed.count(name) > 1 for name in launch.written):  # one buffer, two parameters (Liger's dX = dY):
+        handles = {name: tritonplug.tensor(arrays[name]) for name in launch.written}  # the launch layer gives
+        args = [handles.get(a.name, _value(a, arrays)) if isinstance(a, Buf) else a for a in launch.args]
+        kwargs = {k: handles.get(v.name, _value(v, arrays)) if isinstance(v, Buf) else v  # the ref to the writer
+                  for k, v in launch.kwargs.items()}
+        tritonplug.launch(kernel)[launch.grid](*args, **kwargs)
+    else:
+        tritonplug.triton_call(*args, kernel=kernel, grid=launch.grid, out_type=(), **kwargs)
     return {name: np.asarray(arrays[name][...]) for name in launch.written}
 
 
@@ -102,7 +112,11 @@ def _out_type(launch: Launch, kernel: Any, inputs: dict[str, Any]) -> dict[str, 
     outs = [(names.index(p), a.name) for p, a in by_name.items()
             if isinstance(a, Buf) and launch.written.get(a.name) == "out"]
     outs.sort()
-    keywords = {p: (refs.get(a.name, inputs.get(a.name)) if isinstance(a, Buf) else a)
+    stores = stored_params(tritonplug.state.state.kernels.get(kernel))
+    shared = {a.name for a in by_name.values() if isinstance(a, Buf)
+              and sum(b is a or (isinstance(b, Buf) and b.name == a.name) for b in by_name.values()) > 1}
+    keywords = {p: (refs.get(a.name, inputs.get(a.name)) if not (a.name in shared and p not in stores)
+                    else inputs[a.name]) if isinstance(a, Buf) else a  # a shared buffer: the writer gets the ref
                 for p, a in by_name.items() if not (isinstance(a, Buf) and launch.written.get(a.name) == "out")}
     out_type = [jax.ShapeDtypeStruct(inputs[n].shape, inputs[n].dtype) for _, n in outs]
     results = tritonplug.triton_call(kernel=kernel, grid=launch.grid, out_type=out_type, **keywords, **options)

@@ -80,9 +80,13 @@ def test_a_bad_arch_variable_is_named(monkeypatch):
 # ----------------------------------------------------------------------------- options
 
 def test_parse_options_fills_triton_defaults_and_drops_unset_ones():
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
     options = plugin.tritonplug_parse_options(SM90, {"num_warps": None, "num_stages": None, "num_ctas": None,
-                                                     "debug": None})
-    assert options == Options.from_mapping({"num_warps": 4, "num_stages": 3})
+                                                     "debug": None, "enable_fp_fusion": None})
+    fusion = make_backend(GPUTarget("cuda", 90, 32)).parse_options({}).enable_fp_fusion  # Triton's own default
+    assert options == Options.from_mapping({"num_warps": 4, "num_stages": 3, "enable_fp_fusion": fusion})
 
 
 def test_parse_options_keeps_cuda_options_triton_knows():
@@ -183,6 +187,6 @@ def test_plugin_imports_only_what_it_may():
 def test_distribution_metadata():
     meta = distribution_metadata(PLUGIN_ROOT)
     assert meta["project"]["name"] == "tritonplug-cuda"
-    assert set(meta["project"]["dependencies"]) == {"tritonplug", "triton>=3.6,<3.10"}
+    assert set(meta["project"]["dependencies"]) == {"tritonplug", "triton>=3.6.0"}
     assert meta["project"]["entry-points"]["tritonplug.backends"] == {"cuda": "tritonplug_cuda.plugin"}
     assert meta["tool"]["setuptools"]["packages"] == ["tritonplug_cuda"]

@@ -73,15 +73,20 @@ def test_a_bad_arch_variable_is_named(monkeypatch, variable):
 # ----------------------------------------------------------------------------- options
 
 def test_parse_options_fills_triton_defaults_and_drops_unset_ones():
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
     options = plugin.tritonplug_parse_options(GFX942, {"num_warps": None, "num_stages": None, "num_ctas": None,
-                                                       "debug": None})
-    assert options == Options.from_mapping({"num_warps": 4, "num_stages": 2})
+                                                       "debug": None, "enable_fp_fusion": None})
+    fusion = make_backend(GPUTarget("hip", "gfx942", 64)).parse_options({}).enable_fp_fusion  # Triton's own default
+    assert options == Options.from_mapping({"num_warps": 4, "num_stages": 2, "enable_fp_fusion": fusion})
 
 
 def test_parse_options_keeps_rocm_options_triton_knows():
     options = plugin.tritonplug_parse_options(GFX942, {"num_warps": 16, "num_stages": 0, "num_ctas": 1,
-                                                       "waves_per_eu": 2, "debug": True})
-    assert options.as_dict() == {"num_warps": 16, "num_stages": 0, "num_ctas": 1, "waves_per_eu": 2, "debug": True}
+                                                       "waves_per_eu": 2, "debug": True, "enable_fp_fusion": False})
+    assert options.as_dict() == {"num_warps": 16, "num_stages": 0, "num_ctas": 1, "waves_per_eu": 2, "debug": True,
+                                 "enable_fp_fusion": False}
 
 
 @pytest.mark.parametrize(("bad", "error", "message"), [
@@ -185,6 +190,6 @@ def test_plugin_imports_only_what_it_may():
 def test_distribution_metadata():
     meta = distribution_metadata(PLUGIN_ROOT)
     assert meta["project"]["name"] == "tritonplug-rocm"
-    assert set(meta["project"]["dependencies"]) == {"tritonplug", "triton>=3.6,<3.10"}
+    assert set(meta["project"]["dependencies"]) == {"tritonplug", "triton>=3.6.0"}
     assert meta["project"]["entry-points"]["tritonplug.backends"] == {"rocm": "tritonplug_rocm.plugin"}
     assert meta["tool"]["setuptools"]["packages"] == ["tritonplug_rocm"]

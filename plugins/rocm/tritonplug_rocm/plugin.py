@@ -47,12 +47,15 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
     options = {k: v for k, v in call_options.items() if v is not None}
-    options["num_warps"] = plugin_kit.power_of_two("num_warps", options.get("num_warps", 4), 16)
-    options["num_stages"] = plugin_kit.int_in_range("num_stages", options.get("num_stages", 2), 0)
+    defaults = {k: plugin_kit.triton_default(compat.OPTIONS_CLASS, k) for k in ("num_warps", "num_stages")}
+    options["num_warps"] = plugin_kit.power_of_two("num_warps", options.get("num_warps", defaults["num_warps"]), 16)
+    options["num_stages"] = plugin_kit.int_in_range("num_stages", options.get("num_stages", defaults["num_stages"]), 0)
     if options.get("num_ctas", 1) != 1:
         raise ValueError(f"num_ctas must be 1 on ROCm, got {options['num_ctas']!r}")
     plugin_kit.check_bools(options)
     plugin_kit.check_known_options(options, compat.OPTIONS_CLASS, "ROCm")
+    # Triton's own default where the call leaves it unset, resolved here so it is part of the cache key
+    options["enable_fp_fusion"] = plugin_kit.fp_fusion_enabled(options.get("enable_fp_fusion"))
     return Options.from_mapping(options)
 
 
