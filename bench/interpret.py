@@ -11,7 +11,8 @@ Triton runs it under ``TRITON_INTERPRET=1`` — ``InterpretedFunction(kernel.fn)
 torch-free stand-ins for CPU tensors that, like torch CPU tensors, are never copied. ``jnp``: the
 same computation written in jax.numpy, jitted. All run on the same NumPy data, alternating call by
 call. ``speedup`` is direct / impl (goal for xla: >= 20), ``vs_jnp`` is impl / jnp (goal for xla:
-<= 3). ``--profile NAME`` prints a cProfile of the xla path of one case instead.
+<= 3). ``compile_s``: the xla path's first call (Triton's front end, the translation, XLA's compile; run with
+an empty ``TRITONPLUG_CACHE_DIR`` to compare). ``--profile NAME`` prints a cProfile of the xla path of one case instead.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import pstats
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,10 +136,30 @@ def direct_launch(kernel: Any, grid: tuple[int, ...]) -> Callable[..., None]:
     launcher = InterpretedFunction(kernel.fn)[grid]
 
     def launch(*args: Any, **kwargs: Any) -> None:
-        with _nested_calls_interpreted():
+        with _language_restored(), _nested_calls_interpreted():
             launcher(*args, **kwargs)
 
     return launch
+
+
+@contextlib.contextmanager
+def _language_restored() -> Iterator[None]:
+    """Triton's interpreter patches ``triton.language`` for a nested ``@triton.jit`` call and never undoes
+    it (under TRITON_INTERPRET=1 nothing else needs the real one); here the next kernel's front end does."""
+    owners = [tl, tl.core, tl.math, tl.tensor, tl.dtype, tl.condition, tl.core.tensor_descriptor_base]
+    saved = [dict(vars(o)) for o in owners]
+    try:
+        yield
+    finally:
+        for owner, before in zip(owners, saved, strict=True):
+            for name in [n for n in vars(owner) if n not in before]:
+                delattr(owner, name)
+            for name, value in before.items():
+                if vars(owner).get(name, _MISSING) is not value:
+                    setattr(owner, name, value)
+
+
+_MISSING = object()
 
 
 # ------------------------------------------------------------------ cases
@@ -253,12 +275,17 @@ CASES: dict[str, Callable[[], Case]] = {
 # ------------------------------------------------------------------ run
 
 
-def _check(case: Case) -> None:
-    ours, interp = np.asarray(case.ours()), np.asarray(case.interpret())
+def _check(case: Case) -> float:
+    """Compare every implementation with NumPy; returns the xla path's time to its first result (its compile)."""
+    start = time.perf_counter()
+    ours = np.asarray(case.ours())
+    compile_s = time.perf_counter() - start
+    interp = np.asarray(case.interpret())
     case.direct()
     for label, got in (("xla", ours), ("interpret", interp), ("direct", case.direct_out)):
         np.testing.assert_allclose(got, case.reference, rtol=case.tolerance, atol=case.tolerance,
                                    err_msg=f"{case.name}: {label} result differs from NumPy")
+    return compile_s
 
 
 def _add_ratios(results: Results) -> None:
@@ -312,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         with results.guard(name, "setup"):
             case = CASES[name]()
-            _check(case)
+            compile_s = _check(case)
             samples = interleaved_seconds({"xla": case.ours, "interpret": case.interpret, "direct": case.direct,
                                            "jnp": case.jnp}, args.reps, args.warmup, _sync)
             for impl, s in samples.items():
@@ -325,11 +352,11 @@ def main(argv: list[str] | None = None) -> int:
             for impl in ("xla", "jnp"):
                 results.find(name, impl).update(paired_median_ms=statistics.median(pair[impl]) * 1e3,
                                                 paired_samples=args.pair_reps)
-            results.find(name, "xla")["vs_jnp_paired"] = statistics.median(ratios)
+            results.find(name, "xla").update(vs_jnp_paired=statistics.median(ratios), compile_s=compile_s)
             print(f"{name}: done", file=sys.stderr)
     _add_ratios(results)
     print(format_table(results.records, ["bench", "impl", "median_ms", "speedup", "vs_jnp", "paired_median_ms",
-                                         "vs_jnp_paired", "min_us", "max_us", "samples"]))
+                                         "vs_jnp_paired", "compile_s", "min_us", "max_us", "samples"]))
     path = write_json(args.out, results.records, reps=args.reps, warmup=args.warmup, pair_reps=args.pair_reps,
                       goal="xla: speedup (direct/xla) >= 20 and vs_jnp (xla/jnp) <= 3",
                       vs_jnp_paired="median over pair_reps alternating calls of (xla time / jnp time)")

@@ -2,6 +2,7 @@
 
     python bench/interpret_corpus.py [--reps 5] [--warmup 1] [--only softmax_rows,flash_attention]
                                      [--out bench/results/interpret-corpus-cpu.json] [--no-interpret]
+                                     [--xla-only]
 
 Kernels written as users write them (softmax, layer/RMS norm, dropout, GELU/SiLU, integer ops,
 casts, scans, argmax, transpose, split/join/permute, flash attention, grouped matmul, tensor
@@ -9,7 +10,9 @@ descriptors, atomics, loops, 3-D grids), each at a moderate size. Per kernel: ``
 ``tritonplug.triton_call`` on the CPU, ``TRITONPLUG_CPU_PATH=xla``), ``interpret`` (the plugin's
 interpreter path, ``TRITONPLUG_CPU_PATH=interpret``) and ``direct`` (Triton's interpreter called as
 under ``TRITON_INTERPRET=1``, see ``bench/interpret.py``), on the same data, alternating call by
-call. ``speedup`` is direct / xla (goal >= 20). ``path`` says whether the XLA path took the kernel
+call. ``speedup`` is direct / xla (goal >= 20). ``compile_s`` is the xla path's time to its first result
+(Triton's front end, the translation, JAX's trace and XLA's compile; ``lower_s`` the part before XLA's
+compile; run with an empty ``TRITONPLUG_CACHE_DIR`` to compare). ``path`` says whether the XLA path took the kernel
 (a fallback to the interpreter is reported, not hidden). Before timing, the xla result is compared
 with the direct interpreter's (``max_diff``).
 """
@@ -17,12 +20,12 @@ with the direct interpreter's (``max_diff``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import statistics
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,7 @@ import jax  # noqa: E402
 import ml_dtypes  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+import xla_attention_kernels as A  # noqa: E402
 import xla_corpus_kernels as K  # noqa: E402
 from interpret import HostTensor, direct_launch, on_path  # noqa: E402
 
@@ -124,6 +128,7 @@ def _specs() -> dict[str, Callable[[], Spec]]:
                                         [((8, 256, 64), f32)], (4, 8),
                                         {"HEAD": 64, "BM": 64, "BN": 32, "CAUSAL": True}, tolerance=1e-4,
                                         description="8 heads x 256 x 64, causal, K/V blocks of 32"),
+        "attention_bwd": _attention_bwd,
         "grouped_matmul": lambda: Spec(K.grouped_matmul_kernel, [_normal(23, (256, 256), np.float16),
                                                                  _normal(24, (256, 256), np.float16),
                                                                  256, 256, 256, 256, 1, 256, 1, 256, 1],
@@ -151,6 +156,22 @@ def _specs() -> dict[str, Callable[[], Spec]]:
                                      [((64, 128), f32)], (64,), {"ROWS_PER_PROGRAM": 16, "BLOCK": 128},
                                      tolerance=0, description="1024x128, 16 rows per program"),
     }
+
+
+def _attention_bwd() -> Spec:
+    """Causal attention backward (``tests/xla_attention_kernels.py``): 4 heads x 512 x 64 fp16, blocks of 128."""
+    heads, n, d, scale = 4, 512, 64, 0.125
+    q, k, v, do = (_normal(40 + i, (heads, n, d), np.float16) for i in range(4))
+    k2 = (k.astype(np.float32) * (scale / np.log(2))).astype(np.float16)    # base-2 logits, as the kernel takes them
+    s = np.einsum("hmd,hnd->hmn", q.astype(np.float32), k2.astype(np.float32))
+    s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+    lse = (s.max(-1) + np.log2(np.exp2(s - s.max(-1, keepdims=True)).sum(-1))).astype(np.float32)
+    o = np.einsum("hmn,hnd->hmd", np.exp2(s - lse[..., None]), v.astype(np.float32))
+    delta = (o * do.astype(np.float32)).sum(-1).astype(np.float32)
+    return Spec(A.attention_bwd_kernel, [q, k2, v, do, lse, delta, n, scale], [((heads, n, d), np.float16)] * 3,
+                (n // 128, heads), {"HEAD": d, "BLOCK": 128, "SLICE": 8}, tolerance=0.05,
+                description="4 heads x 512 x 64 fp16, causal, dK/dV and dQ passes, blocks of 128, diagonal in 8 "
+                            "steps (as Triton's tutorial)")
 
 
 # ------------------------------------------------------------------ the three ways to run a spec
@@ -186,30 +207,9 @@ def direct_call(spec: Spec) -> tuple[Callable[[], None], list[np.ndarray]]:
     launch = direct_launch(spec.kernel, spec.grid)
 
     def run() -> None:
-        with _language_restored():
-            launch(*host, **spec.meta)
+        launch(*host, **spec.meta)
 
     return run, outs
-
-
-@contextlib.contextmanager
-def _language_restored() -> Iterator[None]:
-    """Triton's interpreter patches ``triton.language`` for a nested ``@triton.jit`` call and never undoes
-    it (under TRITON_INTERPRET=1 nothing else needs the real one); here the next kernel's front end does."""
-    owners = [tl, tl.core, tl.math, tl.tensor, tl.dtype, tl.condition, tl.core.tensor_descriptor_base]
-    saved = [dict(vars(o)) for o in owners]
-    try:
-        yield
-    finally:
-        for owner, before in zip(owners, saved, strict=True):
-            for name in [n for n in vars(owner) if n not in before]:
-                delattr(owner, name)
-            for name, value in before.items():
-                if vars(owner).get(name, _MISSING) is not value:
-                    setattr(owner, name, value)
-
-
-_MISSING = object()
 
 
 def xla_path_taken(spec: Spec) -> str:
@@ -253,24 +253,29 @@ def max_diff(ours: Any, direct: list[np.ndarray]) -> float:
 # ------------------------------------------------------------------ run
 
 
-def run_one(name: str, spec: Spec, results: Results, reps: int, warmup: int, interpret: bool) -> None:
-    path = xla_path_taken(spec)
+def run_one(name: str, spec: Spec, results: Results, reps: int, warmup: int, interpret: bool,
+            direct_timed: bool = True) -> None:
+    start = time.perf_counter()
+    path = xla_path_taken(spec)     # the first lowering: Triton's front end, the translation, JAX's trace
+    lowered = time.perf_counter()
     calls = {"xla": path_call(spec, "xla")}
-    direct, direct_outs = direct_call(spec)
-    ours = calls["xla"]()
+    ours = calls["xla"]()           # lowered again (the kernel cached) and compiled by XLA
     _sync(ours)
+    compile_s = {"lower_s": lowered - start, "compile_s": time.perf_counter() - start}
+    direct, direct_outs = direct_call(spec)
     direct()
     diff = max_diff(ours, direct_outs)
     if spec.tolerance is not None and diff > spec.tolerance:
         raise AssertionError(f"{name}: the xla result differs from Triton's interpreter by {diff}")
     if interpret:
         calls["interpret"] = path_call(spec, "interpret")
-    calls["direct"] = direct
+    if direct_timed:
+        calls["direct"] = direct
     samples = interleaved_seconds(calls, reps, warmup, _sync)
     for impl, s in samples.items():
         results.add(name, impl, **summarize(s), median_ms=statistics.median(s) * 1e3,
                     description=spec.description, path=path if impl == "xla" else None,
-                    max_diff=diff if impl == "xla" else None)
+                    max_diff=diff if impl == "xla" else None, **(compile_s if impl == "xla" else {}))
 
 
 def _sync(out: Any) -> None:
@@ -287,19 +292,24 @@ def main(argv: list[str] | None = None) -> int:
     specs = _specs()
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(specs)}")
     parser.add_argument("--no-interpret", action="store_true", help="skip the plugin's interpreter path")
+    parser.add_argument("--xla-only", action="store_true",
+                        help="time the xla path alone (Triton's interpreter still runs once, for max_diff): for "
+                             "comparing two versions of the translation on a busy machine")
     args = parser.parse_args(argv)
     jax.config.update("jax_platforms", "cpu")
     names = [n for n in args.only.split(",") if n] or list(specs)
     results = Results()
     for name in names:
         with results.guard(name, "setup"):
-            run_one(name, specs[name](), results, args.reps, args.warmup, not args.no_interpret)
+            run_one(name, specs[name](), results, args.reps, args.warmup, not (args.no_interpret or args.xla_only),
+                    not args.xla_only)
             print(f"{name}: done", file=sys.stderr)
     for record in results.records:
         direct = results.find(record["bench"], "direct")
         if record.get("median_us") and direct:
             record["speedup"] = direct["median_us"] / record["median_us"]
-    print(format_table(results.records, ["bench", "impl", "median_ms", "speedup", "path", "max_diff", "samples"]))
+    print(format_table(results.records, ["bench", "impl", "median_ms", "speedup", "compile_s", "path", "max_diff",
+                                         "samples"]))
     slow = [r["bench"] for r in results.records if r["impl"] == "xla" and r.get("speedup", 0) < 20]
     print(f"xla below 20x Triton's interpreter: {', '.join(slow) or 'none'}")
     path = write_json(args.out, results.records, reps=args.reps, warmup=args.warmup,

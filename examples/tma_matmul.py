@@ -2,7 +2,8 @@
 C written through a descriptor over a ``jax.new_ref`` output.
 
 Runs everywhere: on an sm_90+ GPU the loads are TMA copies (jaxlib 0.11.1+ encodes the descriptors);
-on the CPU the interpret backend runs the same kernel in Triton's interpreter.
+on the CPU the interpret backend compiles the same kernel with XLA (the descriptors as the base pointer, shape
+and strides Triton's descriptor-to-pointer pass leaves).
 """
 
 from __future__ import annotations

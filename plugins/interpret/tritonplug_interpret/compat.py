@@ -206,3 +206,22 @@ def make_descriptor(base: Any, shape: tuple[int, ...], strides: tuple[int, ...],
                                       f"{TRITON_VERSION})")
         desc.handle.round_f32_to_tf32 = True
     return desc
+
+
+#: Stands for a host-side descriptor's base pointer in :func:`descriptor_arguments`.
+DESCRIPTOR_BASE = object()
+
+
+def descriptor_arguments(shape: tuple[int, ...], strides: tuple[int, ...], padding: str,
+                         round_f32_to_tf32: bool) -> list[Any] | None:
+    """The kernel arguments a host-side tensor descriptor becomes once Triton's descriptor-to-pointer pass has
+    run (:data:`DESCRIPTOR_BASE` for the base pointer), as Triton's own drivers decompose it (3.9: base, shape
+    and strides as i64, padding-is-nan and tf32 flags, then shape as i32 and strides as i64 again); None
+    where this Triton has no such decomposition."""
+    try:
+        from triton.backends.driver import decompose_descriptor
+    except ImportError:
+        return None
+    view = types.SimpleNamespace(base=DESCRIPTOR_BASE, shape=list(shape), strides=list(strides), padding=padding,
+                                 round_f32_to_tf32=round_f32_to_tf32)
+    return list(decompose_descriptor(view))

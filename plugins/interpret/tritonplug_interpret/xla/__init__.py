@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tritonplug.records import Launch
 from tritonplug_interpret.xla.driver import Translation
+from tritonplug_interpret.xla.inline import inline_calls
 from tritonplug_interpret.xla.program import Unsupported
 from tritonplug_interpret.xla.ttir import TtirSyntaxError, parse_module
 
@@ -21,6 +22,6 @@ def translate(ttir: str, launch: Launch, check: bool) -> Translation:
     except TtirSyntaxError as exc:
         raise Unsupported("ttir", str(exc)) from exc
     public = [f for f in functions.values() if f.public]
-    if len(public) != 1 or len(functions) != 1:
-        raise Unsupported("tt.call", "the module has several functions after inlining")
-    return Translation(public[0], launch, check)
+    if len(public) != 1:
+        raise Unsupported("tt.func", f"the module has {len(public)} public functions")
+    return Translation(inline_calls(public[0]), launch, check)

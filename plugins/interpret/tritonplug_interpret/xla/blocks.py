@@ -13,9 +13,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from tritonplug_interpret.xla import gemm
-from tritonplug_interpret.xla.program import Frame, Unsupported, handler
+from tritonplug_interpret.xla.program import Frame, Unsupported, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import parse_type
+
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
 _AXES = {"x": 0, "y": 1, "z": 2}
 
@@ -141,7 +143,7 @@ def summed_dot(f: Frame, key: int, pairs, c):
     """``c + Σ_t a_t @ b_t`` (one dot over the concatenated contraction dimension) for the ``tt.dot``
     ``key``, as one GEMM of the grid's distinct tiles where it can be."""
     a_parts, b_parts = [a for a, _ in pairs], [b for _, b in pairs]
-    shared = f.ctx.shared_dots.get(key) if f.ctx.parallel else None
+    shared = f.ctx.plan.shared_dots.get(key) if f.ctx.parallel else None
     if shared is not None and all(jnp.ndim(x) == 2 for x in a_parts + b_parts):
         return gemm.dot(shared, a_parts, b_parts, c)
     return gemm.plain_dot(a_parts, b_parts, c)

@@ -18,7 +18,6 @@ reads records each trip's operands and adds one dot of the concatenated operands
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,16 +26,35 @@ import jax.numpy as jnp
 from jax import lax
 
 from tritonplug_interpret.xla import blocks
-from tritonplug_interpret.xla.memory import Pointer
-from tritonplug_interpret.xla.program import Frame, State, Unsupported, handler, writes_memory
-from tritonplug_interpret.xla.ttir import Op, walk
+from tritonplug_interpret.xla.memory import Pointer, select_pointers
+from tritonplug_interpret.xla.program import Frame, State, Unsupported, family, writes_memory
+from tritonplug_interpret.xla.ttir import Op, for_header, walk, while_bindings
 
-_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
-                  r"(?:\s+iter_args\((.*)\))?")
-_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
+
 #: A ``scf.for`` whose trip count is known (and the same in every program) is unrolled when
-#: trips × body ops stays below this.
+#: trips × body ops stays below this ...
 UNROLL_OPS = 512
+#: ... and the function's unrolled loops together stay below this (XLA's compile time grows with the copies) ...
+UNROLL_BUDGET = 2048
+#: ... and trips × the body's dots that are not summed (see :func:`_accumulated_dots`) stays below this.
+UNROLL_DOTS = 8
+
+
+def _unrolled(f: Frame, block, trips: int, sums: list) -> bool:
+    """Whether to unroll a loop of ``trips`` static trips (and take its size from the function's budget).
+
+    Unrolled, XLA fuses the trips' elementwise work and a k-loop's products become one dot (``sums``), or
+    one GEMM per trip over the programs' shared tiles; but each product that is not summed is a dot per trip
+    to compile (Triton's attention backward, 8 trips of 2 such dots in each of two loops, took 25 s to compile
+    unrolled, 4 s as while loops)."""
+    size = trips * len(block.ops)
+    if size > UNROLL_OPS or size > f.ctx.unroll_budget:
+        return False
+    if trips * (sum(op.name == "tt.dot" for op in walk(block)) - len(sums)) > UNROLL_DOTS:
+        return False
+    f.ctx.unroll_budget -= size
+    return True
 
 
 def _carried_state(f: Frame, op: Op) -> tuple[bool, bool]:
@@ -87,14 +105,13 @@ def _pointer_at(carried: Any, like: Pointer, base: Any) -> Pointer:
 
 @handler("scf.for")
 def _for(f: Frame, op: Op):
-    m = _FOR.match(op.header)
-    if not m:
+    header = for_header(op)
+    if header is None:
         raise Unsupported("scf.for", f"cannot read {op.header!r}")
-    iv, lb, ub, step, iter_text = m.groups()
-    bindings = _BINDING.findall(iter_text or "")
+    iv, lb, ub, step, bindings = header
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
-    lanes = f.ctx.carried.get(id(op), {})     # lanes.Carried of the pointer iter_args that keep their lanes
+    lanes = f.ctx.plan.carried.get(id(op), {})     # lanes.Carried of the pointer iter_args that keep their lanes
     kinds = [_carry_kind(lanes.get(n), v) for n, v in zip(names, init, strict=True)]
     bases = [_lane0(v) if k != "value" else None for k, v in zip(kinds, init, strict=True)]
     lower, upper, stride = f.get(lb), f.get(ub), f.get(step)
@@ -132,10 +149,9 @@ def _for(f: Frame, op: Op):
         return i + stride, trip + 1, out, _pack(f, carry_buffers, carry_check)
 
     start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
-    static_trips = f.ctx.trips.get(id(op))
-    sums: list[_Sum] = []
-    if static_trips is not None and static_trips * len(block.ops) <= UNROLL_OPS:
-        sums = _accumulated_dots(block, names)
+    static_trips = f.ctx.plan.trips.get(id(op))
+    sums: list[_Sum] = _accumulated_dots(block, names) if static_trips is not None else []
+    if static_trips is not None and _unrolled(f, block, static_trips, sums):
         for s in sums:
             _defer(f, s)
         state = start      # a short loop of known length: unrolled (XLA runs a while loop's body op by op)
@@ -143,6 +159,10 @@ def _for(f: Frame, op: Op):
             state = body(state)
         _, trips, results, packed = state
     else:
+        sums = []
+        if static_trips is not None:   # the same count in every program: an unbatched condition under vmap
+            def cond(state):            # (a batched one selects every carried value at every trip)
+                return state[1] < static_trips
         _, trips, results, packed = lax.while_loop(cond, body, start)
     f.state = outer_state
     _unpack(f, packed)
@@ -223,9 +243,11 @@ def _body_without_args(block):
     return block if not block.args else type(block)([], block.ops)
 
 
-@handler("scf.if")
+@handler("scf.if", "cf.cond_br")
 def _if(f: Frame, op: Op):
     (pred,) = f.args(op)[:1]
+    if f.ctx.parallel and writes_memory(op):
+        return _predicated(f, op, jnp.asarray(pred).astype(bool))
     carry_buffers, carry_check = _carried_state(f, op)
     outer_state = f.state
     start = _pack(f, carry_buffers, carry_check)
@@ -249,10 +271,31 @@ def _if(f: Frame, op: Op):
     return list(results)
 
 
+def _predicated(f: Frame, op: Op, cond):
+    """Parallel mode: both branches run, each access masked by whether the program takes its branch (stores
+    are logged and applied after the grid, so a branch's writes are its masked log entries); the results
+    are selected. Under ``vmap`` a ``lax.cond`` runs both branches too, but could not log their stores."""
+    outer = f.predicate
+    outs = []
+    for index, take in ((0, cond), (1, ~cond)):
+        f.predicate = take if outer is None else outer & take
+        outs.append(f.run_block(op.regions[index][0], ()) if index < len(op.regions) else [])
+    f.predicate = outer
+    if any(len(out) != len(op.results) for out in outs):
+        raise Unsupported(op.name, "a branch yields the wrong number of values")
+    return [select_pointers(cond, a, b) if isinstance(a, Pointer) else jnp.where(cond, a, b)
+            for a, b in zip(*outs, strict=True)]
+
+
+@handler("cf.br")
+def _bind(f: Frame, op: Op):
+    """A branch's block arguments (see :mod:`.cfg`): the values it passes."""
+    return f.args(op)
+
+
 @handler("scf.while")
 def _while(f: Frame, op: Op):
-    header = op.header
-    bindings = _BINDING.findall(header[:header.find(")") + 1] if header.startswith("(") else "")
+    bindings = while_bindings(op)
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
     before, after = op.regions[0][0], op.regions[1][0]

@@ -15,7 +15,7 @@ Two schedules, chosen from the IR before anything is traced:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -23,20 +23,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam
-from tritonplug_interpret.xla import affine, blocks, control, elementwise, gemm, lanes, memory, strided, tiles  # noqa: F401
+from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam, TensorDescriptorParam
+from tritonplug_interpret import compat
+from tritonplug_interpret.xla import affine, control, memory, plan, strided
 from tritonplug_interpret.xla.checks import raise_if_bad
+from tritonplug_interpret.xla.ops import TABLE
 from tritonplug_interpret.xla.program import (
-    HANDLERS,
     TERMINATORS,
-    WRITES,
     BufferInfo,
     Context,
     Frame,
     State,
     Unsupported,
 )
-from tritonplug_interpret.xla.ttir import Function, Op, walk
+from tritonplug_interpret.xla.ttir import Function, walk
 from tritonplug_interpret.xla.types import jnp_dtype, parse_type
 
 
@@ -47,6 +47,8 @@ def _flat_params(params: Sequence[Any], names: Sequence[str]) -> list[tuple[str,
         if isinstance(p, tuple):
             for i, q in enumerate(p):
                 visit(q, f"{name}[{i}]")
+        elif isinstance(p, TensorDescriptorParam):
+            out.extend((name, q) for q in _descriptor_params(p, name))
         elif not isinstance(p, ConstexprParam):
             out.append((name, p))
 
@@ -56,68 +58,18 @@ def _flat_params(params: Sequence[Any], names: Sequence[str]) -> list[tuple[str,
     return out
 
 
+def _descriptor_params(p: TensorDescriptorParam, name: str) -> list[Any]:
+    """A host-side descriptor as the arguments its TTIR takes after the descriptor-to-pointer rewrite."""
+    parts = compat.descriptor_arguments(p.shape, p.strides, p.padding, p.round_f32_to_tf32)
+    if parts is None:
+        raise Unsupported("tt.func", f"argument {name}: this Triton does not decompose host-side descriptors")
+    return [ArrayParam(p.buffer) if q is compat.DESCRIPTOR_BASE else
+            ScalarParam(bool(q), "i1") if isinstance(q, bool) else ScalarParam(int(q), "i64") for q in parts]
+
+
 def unsupported_ops(fn: Function) -> list[str]:
     """Op names this translator has no handler for."""
-    return sorted({op.name for op in walk(fn.body) if op.name not in HANDLERS and op.name not in TERMINATORS})
-
-
-def _used_names(fn: Function) -> set[str]:
-    return {name for op in walk(fn.body) for name in op.operands}
-
-
-def _roots(fn: Function, pointer_args: dict[str, int]) -> dict[str, frozenset[int]]:
-    """For every value, the buffers it may point into (an over-approximation)."""
-    roots: dict[str, frozenset[int]] = {n: frozenset({b}) for n, b in pointer_args.items()}
-
-    def visit(block) -> None:
-        for op in block.ops:
-            found = frozenset().union(*(roots.get(n, frozenset()) for n in op.operands))
-            for region in op.regions:
-                for b in region:
-                    for name, _ in b.args:
-                        roots[name] = found
-                    for inner in walk(b):  # names bound inside region headers (iter_args, while args)
-                        for r in inner.results:
-                            roots.setdefault(r, frozenset())
-            if op.regions:
-                for word in op.header.replace(",", " ").replace("(", " ").split():
-                    if word.startswith("%") and word not in roots:
-                        roots[word] = found
-                for region in op.regions:
-                    for b in region:
-                        visit(b)
-                found = found.union(*(roots.get(r, frozenset()) for inner in (o for region in op.regions
-                                      for b in region for o in walk(b)) for r in inner.results))
-            for r in op.results:
-                roots[r] = found
-    visit(fn.body)
-    return roots
-
-
-def choose_parallel(fn: Function, pointer_args: dict[str, int]) -> bool:
-    used = _used_names(fn)
-    for op in walk(fn.body):
-        if op.name == "tt.atomic_cas" or (op.name == "tt.atomic_rmw" and any(r in used for r in op.results)):
-            return False
-        if op.name == "tt.atomic_rmw" and op.header.split(",")[0].strip() in ("and", "or", "xor"):
-            return False  # no scatter combines bits: these run lane by lane, programs in order
-    top = fn.body.ops
-    top_ids = {id(op) for op in top}
-    if any(op.name in WRITES and id(op) not in top_ids for op in walk(fn.body)):
-        return False
-    roots = _roots(fn, pointer_args)
-    written: set[int] = set()
-    for op in top:
-        nested = [op] + [o for region in op.regions for b in region for o in walk(b)]
-        for o in nested:
-            if o.name in ("tt.load", "tt.descriptor_load") and roots.get(o.operands[0], frozenset()) & written:
-                return False
-        if op.name in WRITES:
-            target = roots.get(op.operands[0])
-            if not target:
-                return False
-            written |= target
-    return True
+    return sorted({op.name for op in walk(fn.body) if op.name not in TABLE and op.name not in TERMINATORS})
 
 
 class Translation:
@@ -153,72 +105,55 @@ class Translation:
                 self.arguments.append((arg, ("scalar", _scalar_bits(param), ty.element)))
             else:
                 raise Unsupported("tt.func", f"parameter {name} is {param!r}")
-        self.buffers = [BufferInfo(names.get(s, f"buffer {s}"), jnp_dtype_of(spec.dtype), _size(spec.shape))
+        self.buffers = [BufferInfo(names.get(s, f"buffer {s}"), np.dtype(spec.dtype), _size(spec.shape))
                         for s, spec in enumerate(specs)]
-        self.parallel = choose_parallel(fn, pointer_args)
-        self.windows: dict[int, affine.Window] = {}
-        self.load_ids = {id(op) for op in fn.body.ops if op.name == "tt.load"}
-        forms = {arg: affine.Form(0, (0, 0, 0), (), slot) for arg, slot in pointer_args.items()}
-        known = {arg: lanes.Lanes((), slot, np.zeros((), np.int64)) for arg, slot in pointer_args.items()}
-        for arg, (kind, value, element) in self.arguments:
-            if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int):
-                forms[arg] = affine.Form(int(value), (0, 0, 0), ())
-                known[arg] = lanes.Lanes((), None, np.asarray(int(value), np.int64))
-        grid = tuple(int(g) for g in launch.grid)
-        if self.parallel:
-            self.windows = affine.windows(fn, forms, grid)
-        found = lanes.analyse(fn, known, grid)
-        self.carried = found.carried
-        self.trips = found.trips
-        self.shared_dots: dict[int, gemm.SharedDot] = {}
-        if self.parallel:   # loads read unchanging buffers: equal operands give equal tiles
-            for key, (a_labels, b_labels) in found.dots.items():
-                shared = gemm.plan(a_labels, b_labels)
-                if shared is not None:
-                    self.shared_dots[key] = shared
-        self.tilings: dict[int, tiles.Tiling] = {}
-        if self.parallel:   # top-level stores, applied after the grid
-            top = {id(op) for op in fn.body.ops}
-            for key, (op, store) in found.stores.items():
-                laid = tiles.tiling(op, store, self.buffers[store.buffer].size, total_programs(grid)) \
-                    if key in top and key not in self.windows else None
-                if laid is not None:
-                    self.tilings[key] = laid
-        self.accesses: dict[int, strided.Access] = {}
-        if self.parallel:   # windows of views only here: in parallel mode no buffer changes during the grid
-            for key, load in found.loads.items():
-                access = None if key in self.windows else strided.access(load, self.buffers[load.lanes.buffer].size)
-                if access is not None:
-                    self.accesses[key] = access
+        self.plan = plan.make(fn, pointer_args, self.arguments, self.buffers, tuple(int(g) for g in launch.grid))
+        self.parallel = self.plan.parallel
 
     def trial(self) -> None:
-        """Trace once on abstract values, so anything the translation cannot express shows now."""
+        """Trace one program on abstract values, so anything the translation cannot express shows now.
+
+        One program, not the grid: every program runs the same ops, and tracing one unbatched costs a fraction
+        of the batched trace the lowering does anyway (while loops under ``vmap`` are traced to a fixed point)."""
         shapes = [jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype)) for s in self.launch.operands]
         outs = [jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype)) for s in self.launch.results]
-        jax.eval_shape(self, shapes, outs)
+
+        def one(operands: Sequence[Any], results: Sequence[Any]) -> None:
+            with jax.enable_x64(True):
+                buffers = [jnp.reshape(a, (-1,)) for a in list(operands) + list(results)]
+                ctx = self._context()
+                rows = self._hoisted(ctx, buffers, self._total()) if self.parallel else {}
+                self._program(ctx, self._start(buffers), jnp.int32(0), {k: r[0] for k, r in rows.items()})
+
+        if self._total():
+            jax.eval_shape(one, shapes, outs)
 
     def __call__(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         with jax.enable_x64(True):
             return self._run(operands, results)
 
+    def _total(self) -> int:
+        return _size(self.launch.grid)
+
+    def _context(self) -> Context:
+        return Context(self.launch.kernel_name, self.buffers, tuple(int(g) for g in self.launch.grid),
+                       self.parallel, self.check, plan=self.plan, unroll_budget=control.UNROLL_BUDGET,
+                       handlers=TABLE)
+
     def _run(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         launch = self.launch
         n_ops = len(operands)
         buffers = [jnp.reshape(a, (-1,)) for a in list(operands) + list(results)]
-        gx, gy, gz = (int(g) for g in launch.grid)
-        total = gx * gy * gz
+        total = self._total()
         if total == 0:
             return list(results)
-        ctx = Context(launch.kernel_name, self.buffers, (gx, gy, gz), self.parallel, self.check,
-                      windows=dict(self.windows), accesses=dict(self.accesses), carried=dict(self.carried),
-                      trips=dict(self.trips), shared_dots=dict(self.shared_dots),
-                      tilings=dict(self.tilings))
+        ctx = self._context()
         if self.parallel:
             buffers, record = self._parallel(ctx, buffers, total)
         else:
             buffers, record = self._sequential(ctx, buffers, total)
         if self.check:
-            raise_if_bad(ctx, record, (gx, gy, gz))
+            raise_if_bad(ctx, record, ctx.grid)
         return [jnp.reshape(buffers[n_ops + o], spec.shape) for o, spec in enumerate(launch.results)]
 
     def _start(self, buffers: list[Any]) -> State:
@@ -237,12 +172,17 @@ class Translation:
         frame.run_block(self.fn.body)
         return frame
 
-    def _parallel(self, ctx: Context, buffers: list[Any], total: int):
-        loads = {key: w for key, w in ctx.windows.items() if key in self.load_ids}
+    def _hoisted(self, ctx: Context, buffers: list[Any], total: int) -> dict[int, Any]:
+        """Grid-wide slices of the top-level loads (a row per program) and the strided views, before the grid."""
+        loads = {key: w for key, w in self.plan.windows.items() if key in self.plan.load_ids}
         rows = {key: affine.read(buffers[w.buffer], w, total) for key, w in loads.items()}
-        for access in ctx.accesses.values():
+        for access in self.plan.accesses.values():
             if access.view not in ctx.views:
                 ctx.views[access.view] = strided.build_view(buffers[access.view.buffer], access.view)
+        return rows
+
+    def _parallel(self, ctx: Context, buffers: list[Any], total: int):
+        rows = self._hoisted(ctx, buffers, total)
 
         def program(linear, hoisted):
             ctx.store_log.clear()
@@ -281,14 +221,6 @@ def _scalar_bits(param: ScalarParam) -> Any:
     return param.value
 
 
-def jnp_dtype_of(name: str):
-    return jnp.dtype(name)
-
-
-def total_programs(grid: Sequence[int]) -> int:
-    return _size(grid)
-
-
 def _size(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -296,8 +228,4 @@ def _size(shape: Sequence[int]) -> int:
     return n
 
 
-def build(fn: Function, launch: Launch, check: bool) -> Callable[[Sequence[Any], Sequence[Any]], list[Any]]:
-    return Translation(fn, launch, check)
-
-
-__all__ = ["Translation", "build", "choose_parallel", "unsupported_ops", "Op"]
+__all__ = ["Translation", "unsupported_ops"]

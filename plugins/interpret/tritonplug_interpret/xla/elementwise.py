@@ -14,10 +14,19 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tritonplug_interpret.xla.libdevice import mulhi, round_half_away  # also registers tt.extern_elementwise
-from tritonplug_interpret.xla.program import Frame, handler
+from tritonplug_interpret.xla.libdevice import mulhi, round_half_away
+from tritonplug_interpret.xla.program import Frame, family
 from tritonplug_interpret.xla.ttir import Op
-from tritonplug_interpret.xla.types import bitwidth, jnp_dtype, parse_type, to_signed, to_unsigned, unsigned
+from tritonplug_interpret.xla.types import (
+    bitwidth,
+    parse_type,
+    reinterpret,
+    to_signed,
+    to_unsigned,
+    unsigned,
+)
+
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
 _u = to_unsigned
 
@@ -222,7 +231,7 @@ def _bitcast(f: Frame, op: Op):
         from tritonplug_interpret.xla.memory import bitcast_pointer
 
         return [bitcast_pointer(x, target)]
-    return [lax.bitcast_convert_type(x, target.dtype)]
+    return [reinterpret(x, target.dtype)]
 
 
 _HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
@@ -270,7 +279,3 @@ def _constant(f: Frame, op: Op):
 def _poison(f: Frame, op: Op):
     ty = parse_type(op.result_types()[0])
     return [jnp.zeros(ty.shape, ty.dtype)]
-
-
-def scalar_dtype(type_text: str) -> np.dtype:
-    return jnp_dtype(type_text.strip())

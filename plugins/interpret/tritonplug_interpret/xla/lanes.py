@@ -16,18 +16,14 @@ values (:mod:`.sharing`), for the ``tt.dot``s that :mod:`.gemm` computes once pe
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
-from tritonplug_interpret.xla.ttir import Block, Function, Op, int_constant, split_top, walk
+from tritonplug_interpret.xla.ttir import Block, Function, Op, for_header, int_constant, split_top, walk
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
 
-_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
-                  r"(?:\s+iter_args\((.*)\))?")
-_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
 _INT_SCALARS = frozenset({"i1", "i8", "i16", "i32", "i64", "index"})
 _LIMIT = 1 << 31    # static values past this are left unknown (the kernel's i32 arithmetic may wrap)
 
@@ -81,15 +77,6 @@ class LoadLanes:
     op: Op
     lanes: Lanes
     starts: np.ndarray | None
-
-
-def for_header(op: Op) -> tuple[str, str, str, str, list[tuple[str, str]]] | None:
-    """``scf.for``'s (induction variable, lower, upper, step, [(iter_arg, initial value)])."""
-    m = _FOR.match(op.header)
-    if not m:
-        return None
-    iv, lb, ub, step, iter_text = m.groups()
-    return iv, lb, ub, step, _BINDING.findall(iter_text or "")
 
 
 def _for_result_types(op: Op) -> list[str]:

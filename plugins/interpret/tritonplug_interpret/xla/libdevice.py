@@ -19,9 +19,11 @@ import jax.scipy.special as jsp
 import numpy as np
 from jax import lax
 
-from tritonplug_interpret.xla.program import Frame, Unsupported, handler
+from tritonplug_interpret.xla.program import Frame, Unsupported, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import bitwidth, parse_type, to_signed, to_unsigned, unsigned
+
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
 
 def round_half_away(x):

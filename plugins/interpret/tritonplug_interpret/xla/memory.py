@@ -21,9 +21,11 @@ import numpy as np
 from jax import lax
 
 from tritonplug_interpret.xla import affine, strided, tiles
-from tritonplug_interpret.xla.program import Frame, Unsupported, handler
+from tritonplug_interpret.xla.program import Frame, Unsupported, family
 from tritonplug_interpret.xla.ttir import Op
-from tritonplug_interpret.xla.types import TType, parse_type, unsigned
+from tritonplug_interpret.xla.types import TType, parse_type, reinterpret, unsigned
+
+HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def _clean(f: Frame, buffer: int, offset, mask):
     size = f.ctx.buffers[buffer].size
     inside = (offset >= 0) & (offset < size)
     active = inside if mask is None else (inside & jnp.broadcast_to(mask, offset.shape))
-    return active
+    return active if f.predicate is None else active & f.predicate
 
 
 def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None) -> Any:
@@ -100,7 +102,7 @@ def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None
     else:
         values = f.state.buffers[buffer].at[jnp.where(active, offset, 0)].get(mode="promise_in_bounds")
     if values.dtype != dtype:
-        values = lax.bitcast_convert_type(values, dtype) if values.dtype.itemsize == np.dtype(dtype).itemsize \
+        values = reinterpret(values, dtype) if values.dtype.itemsize == np.dtype(dtype).itemsize \
             else values.astype(dtype)
     fill = jnp.zeros((), dtype) if other is None else other.astype(dtype)
     return jnp.where(active, values, fill)
@@ -125,7 +127,8 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     else:
         values = values.astype(info.dtype)
     if f.ctx.parallel:
-        window = (f.ctx.windows.get(f.current_op) or f.ctx.tilings.get(f.current_op)) if kind == "store" else None
+        plan = f.ctx.plan
+        window = (plan.windows.get(f.current_op) or plan.tilings.get(f.current_op)) if kind == "store" else None
         f.ctx.store_log.append((window or kind, buffer, offset, values, active))
         return None
     data = f.state.buffers[buffer]
@@ -148,17 +151,17 @@ jax.tree_util.register_pytree_node(ViewedValues, lambda v: ((v.values,), v.buffe
 def apply_scatter(data, kind: Any, offset, values, active):
     if isinstance(kind, tiles.Tiling):
         if isinstance(values, ViewedValues):
-            view = lax.bitcast_convert_type(data, values.values.dtype)
-            return lax.bitcast_convert_type(tiles.write(view, kind, values.values, active), data.dtype)
+            view = reinterpret(data, values.values.dtype)
+            return reinterpret(tiles.write(view, kind, values.values, active), data.dtype)
         return tiles.write(data, kind, values, active)
     if isinstance(kind, affine.Window):
         if isinstance(values, ViewedValues):
-            view = lax.bitcast_convert_type(data, values.values.dtype)
-            return lax.bitcast_convert_type(affine.write(view, kind, values.values, active), data.dtype)
+            view = reinterpret(data, values.values.dtype)
+            return reinterpret(affine.write(view, kind, values.values, active), data.dtype)
         return affine.write(data, kind, values, active)
     if isinstance(values, ViewedValues):
-        view = lax.bitcast_convert_type(data, values.values.dtype)
-        return lax.bitcast_convert_type(apply_scatter(view, kind, offset, values.values, active), data.dtype)
+        view = reinterpret(data, values.values.dtype)
+        return reinterpret(apply_scatter(view, kind, offset, values.values, active), data.dtype)
     index = jnp.where(active, offset, data.shape[0]).reshape(-1)
     values = values.reshape(-1)
     ref = data.at[index]
@@ -196,7 +199,7 @@ def _load(f: Frame, op: Op):
     other = args[2] if len(args) > 2 else None
     dtype = parse_type(p.element).dtype
     window = f.hoisted.get(id(op))
-    access = f.ctx.accesses.get(id(op))
+    access = f.ctx.plan.accesses.get(id(op))
     if window is None and access is not None and access.view in f.ctx.views:
         base = jnp.reshape(jnp.asarray(p.offset), (-1,))[0]
         window = strided.read(f.ctx.views[access.view], access, base)
@@ -239,7 +242,7 @@ def _atomic_rmw(f: Frame, op: Op):
     old = scatter(f, kind, p.buffer, p.offset, jnp.asarray(value).astype(dtype), mask, "atomic")
     if old is None:
         return [jnp.zeros(jnp.shape(p.offset), dtype)]
-    return [old if old.dtype == dtype else lax.bitcast_convert_type(old, dtype)]
+    return [reinterpret(old, dtype)]
 
 
 def _bitwise_rmw(f: Frame, kind, p: Pointer, value, mask):

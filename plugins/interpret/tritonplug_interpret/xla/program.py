@@ -4,12 +4,13 @@ A :class:`Frame` maps SSA names to values: JAX arrays (scalars are 0-d), :class:
 and the block-pointer/descriptor records of :mod:`.memory`. It also holds the program's
 *state*: the buffers (sequential mode: stores update them; parallel mode: read-only, stores
 append to a log instead) and the checked-mode record of the first out-of-bounds access.
-Handlers are registered per op name by the op-family modules with :func:`handler`.
+Each op-family module keeps its own table of handlers (:func:`family`); :mod:`.ops` merges them into the
+one explicit op table a :class:`Context` carries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,6 @@ from jax import lax
 from tritonplug_interpret.xla.ttir import Block, Op
 
 Handler = Callable[["Frame", Op], Sequence[Any]]
-HANDLERS: dict[str, Handler] = {}
 #: Ops that end a block: their operands are the block's results.
 TERMINATORS = frozenset({"scf.yield", "scf.condition", "tt.reduce.return", "tt.scan.return", "tt.return"})
 #: Ops that change memory (need the state threaded through control flow).
@@ -37,12 +37,20 @@ class Unsupported(NotImplementedError):
         self.op = op
 
 
-def handler(*names: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-    return register
+def family() -> tuple[dict[str, Handler], Callable[..., Callable[[Handler], Handler]]]:
+    """An op-family module's table of handlers and the decorator ``@handler("op.name", …)`` that fills it."""
+    table: dict[str, Handler] = {}
+
+    def handler(*names: str) -> Callable[[Handler], Handler]:
+        def register(fn: Handler) -> Handler:
+            for n in names:
+                if n in table:
+                    raise ValueError(f"two handlers for {n}")
+                table[n] = fn
+            return fn
+        return register
+
+    return table, handler
 
 
 @dataclass(frozen=True)
@@ -87,15 +95,12 @@ class Context:
     grid: tuple[int, int, int]
     parallel: bool
     check: bool
+    handlers: Mapping[str, Handler] = field(default_factory=dict)   # the op table (ops.TABLE)
+    plan: Any = None            # plan.Plan: what the analyses decided before tracing
     sites: list[Site] = field(default_factory=list)
-    windows: dict[int, Any] = field(default_factory=dict)  # id(op) → affine.Window of a top-level access
-    accesses: dict[int, Any] = field(default_factory=dict)  # id(load op) → strided.Access (parallel mode)
     views: dict[Any, Any] = field(default_factory=dict)     # strided.View → its array, built before the grid
-    carried: dict[int, Any] = field(default_factory=dict)   # id(scf.for) → {iter_arg: lanes.Carried}
-    trips: dict[int, int] = field(default_factory=dict)     # id(scf.for) → static trip count, same in every program
-    shared_dots: dict[int, Any] = field(default_factory=dict)  # id(tt.dot) → gemm.SharedDot (parallel mode)
-    tilings: dict[int, Any] = field(default_factory=dict)      # id(tt.store) → tiles.Tiling (parallel mode)
     store_log: list[tuple[str, int, Any, Any, Any]] = field(default_factory=list)  # (kind, buffer, idx, val, mask)
+    unroll_budget: int = 0      # ops that unrolled loops may still add (control.UNROLL_BUDGET)
 
 
 class Frame:
@@ -106,6 +111,7 @@ class Frame:
         self.env: dict[str, Any] = {}
         self.hoisted: dict[int, Any] = {}   # id(load op) → this program's row of a grid-wide slice
         self.overrides: dict[int, Handler] = {}   # id(op) → the handler to use instead of its op name's
+        self.predicate: Any = None   # parallel mode, inside a branch that writes: whether this program takes it
         self.current_op: int | None = None
 
     def get(self, name: str) -> Any:
@@ -124,7 +130,7 @@ class Frame:
         for op in block.ops:
             if op.name in TERMINATORS:
                 return self.args(op)
-            fn = self.overrides.get(id(op)) or HANDLERS.get(op.name)
+            fn = self.overrides.get(id(op)) or self.ctx.handlers.get(op.name)
             if fn is None:
                 raise Unsupported(op.name)
             values = fn(self, op)
@@ -145,6 +151,8 @@ class Frame:
         bad = (offsets < 0) | (offsets >= info.size)
         if mask is not None:
             bad = bad & jnp.broadcast_to(mask, bad.shape)
+        if self.predicate is not None:
+            bad = bad & self.predicate
         flat = bad.reshape(-1)
         lanes = lax.iota(jnp.int32, flat.shape[0])
         lane = jnp.min(jnp.where(flat, lanes, jnp.int32(flat.shape[0] - 1)))

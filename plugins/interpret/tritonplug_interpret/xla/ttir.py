@@ -29,6 +29,7 @@ class TtirSyntaxError(ValueError):
 class Block:
     args: list[tuple[str, str]] = field(default_factory=list)  # (name, type text)
     ops: list[Op] = field(default_factory=list)
+    label: str = ""                 # ``^bb1`` (empty for a region's entry block printed without one)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Op:
     attrs: dict[str, str]
     type_text: str                  # text after the top-level ':' (after the regions for generic ops)
     regions: list[list[Block]] = field(default_factory=list)
+    callee: Function | None = None  # a ``tt.call``'s target, resolved once the module is read
 
     def result_types(self) -> list[str]:
         """Result types as printed: after a top-level ``->`` when there is one, else the type text."""
@@ -59,6 +61,7 @@ class Function:
     args: list[tuple[str, str]]
     body: Block
     public: bool
+    n_results: int = 0
 
 
 _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
@@ -198,7 +201,7 @@ class _Reader:
                 return [b for b in blocks if b.ops or b.args] or [Block()], line
             label = _BLOCK_LABEL.match(line)
             if label:
-                block = Block(_block_args(label.group(1) or ""))
+                block = Block(_block_args(label.group(1) or ""), label=re.match(r"\^\w+", line).group(0))
                 if blocks[-1].ops or blocks[-1].args:
                     blocks.append(block)
                 else:
@@ -257,12 +260,52 @@ def parse_module(text: str) -> dict[str, Function]:
                 ty, _ = _strip_attr_dicts(ty)
                 args.append((name.strip(), ty.strip()))
         blocks, _ = reader.region()
-        if len(blocks) != 1:
-            raise TtirSyntaxError(f"function {m.group(2)} has {len(blocks)} blocks; expected one")
-        functions[m.group(2)] = Function(m.group(2), args, blocks[0], (m.group(1) or "").strip() != "private")
+        n_results = len(_result_list(m.group(4) or ""))
+        if len(blocks) == 1:
+            body = blocks[0]
+        else:
+            from tritonplug_interpret.xla import cfg  # it builds ops of this module
+
+            body = cfg.structured(m.group(2), blocks, n_results)
+        functions[m.group(2)] = Function(m.group(2), args, body, (m.group(1) or "").strip() != "private", n_results)
     if not functions:
         raise TtirSyntaxError("no tt.func in the module")
+    for fn in functions.values():
+        for op in walk(fn.body):
+            if op.name == "tt.call":
+                target = re.match(r"@([\w.$-]+)", op.header.strip())
+                op.callee = functions.get(target.group(1)) if target else None
+                if op.callee is None:
+                    raise TtirSyntaxError(f"tt.call of an unknown function: {op.header!r}")
     return functions
+
+
+def _result_list(text: str) -> list[str]:
+    """``-> f32`` / ``-> (f32, i32)`` → the result types."""
+    text = text.strip().removeprefix("->").strip()
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+    return [t.strip() for t in split_top(text, ",") if t.strip()]
+
+
+_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
+                  r"(?:\s+iter_args\((.*)\))?")
+_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
+
+
+def for_header(op: Op) -> tuple[str, str, str, str, list[tuple[str, str]]] | None:
+    """``scf.for``'s (induction variable, lower, upper, step, [(iter_arg, initial value)]); None if unreadable."""
+    m = _FOR.match(op.header)
+    if not m:
+        return None
+    iv, lb, ub, step, iter_text = m.groups()
+    return iv, lb, ub, step, _BINDING.findall(iter_text or "")
+
+
+def while_bindings(op: Op) -> list[tuple[str, str]]:
+    """``scf.while``'s [(argument, initial value)]."""
+    header = op.header
+    return _BINDING.findall(header[:header.find(")") + 1] if header.startswith("(") else "")
 
 
 def walk(block: Block) -> Any:

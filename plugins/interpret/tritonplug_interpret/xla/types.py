@@ -15,7 +15,6 @@ _SCALARS = {
     "f8E4M3FN": jnp.float8_e4m3fn, "f8E5M2": jnp.float8_e5m2,
 }
 _UNSIGNED = {1: jnp.bool_, 8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
-_SIGNED = {1: jnp.bool_, 8: jnp.int8, 16: jnp.int16, 32: jnp.int32, 64: jnp.int64}
 
 
 class UnsupportedType(NotImplementedError):
@@ -51,10 +50,6 @@ def unsigned(dtype: np.dtype) -> np.dtype:
     return np.dtype(_UNSIGNED[8 * dtype.itemsize if dtype != np.bool_ else 1])
 
 
-def signed(dtype: np.dtype) -> np.dtype:
-    return np.dtype(_SIGNED[8 * dtype.itemsize if dtype != np.bool_ else 1])
-
-
 def to_unsigned(x):
     """Integer values viewed as the unsigned type of their width (MLIR integers are signless)."""
     return lax.bitcast_convert_type(x, unsigned(x.dtype)) if x.dtype != np.bool_ else x
@@ -63,6 +58,19 @@ def to_unsigned(x):
 def to_signed(x, dtype):
     """The bits of ``x`` (an unsigned view) back in the signed ``dtype`` of the same width."""
     return lax.bitcast_convert_type(x, dtype) if np.dtype(dtype) != np.bool_ and x.dtype != dtype else x
+
+
+def reinterpret(x, dtype):
+    """The bits of ``x`` as ``dtype`` of the same width. A bool buffer holds one byte per element (Triton reads
+    and writes it through an ``i8`` pointer): as a byte it reads 0/1, and a byte written to it is its truth."""
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if dtype == np.bool_:
+        return x != 0
+    if x.dtype == np.bool_:
+        return x.astype(dtype)
+    return lax.bitcast_convert_type(x, dtype)
 
 
 def bitwidth(dtype: np.dtype) -> int:
