@@ -18,6 +18,7 @@ from helpers import requires_backend
 from tritonplug import workers
 from tritonplug.errors import TritonplugError, WorkerError
 from tritonplug.state import state
+from tritonplug.worker_pool import Task
 
 pytestmark = [pytest.mark.cuda, requires_backend("cuda")]
 _ptx_in_payloads, new_kernels = compile_service_fixtures()
@@ -26,9 +27,14 @@ _ptx_in_payloads, new_kernels = compile_service_fixtures()
 # --- workers --------------------------------------------------------------------------------------
 
 def test_configurations_compile_at_once_and_the_pool_stays_warm(new_kernels):
+    # A pool that earlier runs of this process grew to one worker would start the second during this run
+    # (a run starts no more workers than its tasks): start from a new pool with every slot filled.
+    state.shutdown_pool()
     pool = state.pool()
     if pool.size < 2:
         pytest.skip("needs at least two compile workers")
+    # two tasks longer than a worker's start: both workers start, import and run one each, so both are warm
+    pool.run([Task("time:sleep", (3.0,)), Task("time:sleep", (3.0,))])
     kernels, counters = new_kernels(), Counters()
     thread, outcome = lower_in_thread(kernels.lower_tuned_dot)
     most_busy = 0
