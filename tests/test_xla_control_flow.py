@@ -4,34 +4,18 @@ against NumPy."""
 
 from __future__ import annotations
 
-import logging
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import xla_cfg_kernels as K
 from helpers import requires_backend
+from xla_corpus_support import run_xla, xla_path_fixture
 
 import tritonplug
 
 pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
-HOST_CALL = "tritonplug_host_kernel"
-FALLBACK = "runs in Triton's interpreter"
-
-
-@pytest.fixture(autouse=True)
-def _xla_path(monkeypatch):
-    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
-
-
-def run_xla(fn, *args, caplog):
-    with caplog.at_level(logging.WARNING, logger="tritonplug.interpret"):
-        text = jax.jit(fn).lower(*args).as_text()
-    fallbacks = [r.getMessage() for r in caplog.records if FALLBACK in r.getMessage()]
-    assert not fallbacks, fallbacks
-    assert HOST_CALL not in text, "the kernel was not translated to XLA"
-    return jax.tree_util.tree_map(np.asarray, jax.jit(fn)(*args))
+_xla_path = xla_path_fixture()
 
 
 def sds(shape, dtype):
