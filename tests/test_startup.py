@@ -219,7 +219,7 @@ def test_payloads_carry_only_what_the_installed_jaxlib_reads(monkeypatch, reads_
     if reads_module_image:
         assert lean.module_image == cubin and len(lean.image) < 120
         assert lean.image.startswith(launch_payload.MODULE_IMAGE_TAG)
-        (other,) = launch_payload.lean_gpu_kernels([_kernel(cubin[:-1] + b"!")], debug=False)
+        (other,) = launch_payload.lean_gpu_kernels([_kernel(cubin[:-1] + bytes([cubin[-1] ^ 1]))], debug=False)
         assert other.image != lean.image  # the tag is as unique as the binary (jaxlib caches modules by it)
     else:
         assert lean.module_image is None and lean.image == _kernel(None).image
