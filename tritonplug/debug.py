@@ -32,7 +32,7 @@ def replay(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     the interpreter's ``OutOfBoundsAccess``, naming the kernel, the argument and the offset. Programs
     already compiled in this process are compiled again (checked mode changes the kernels).
     """
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     try:
         cpu = jax.devices("cpu")[0]
@@ -68,7 +68,7 @@ def _to_cpu(leaf: Any, cpu: Any) -> Any:
 @contextlib.contextmanager
 def _checked_mode() -> Iterator[None]:
     """Checked mode on, and every program and kernel object made without it forgotten, for the duration."""
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     saved = os.environ.get(CHECK_VARIABLE)
     os.environ[CHECK_VARIABLE] = "1"
