@@ -159,12 +159,23 @@ def autotune_resets(autotuner: Autotuner) -> tuple[list[str], list[str]]:
     return list(autotuner.reset_to_zero or []), list(autotuner.restore_value or [])
 
 
-def config_fields(config: triton.Config) -> tuple[dict[str, Any], dict[str, Any], Any]:
-    """(kwargs, options, pre_hook) of an autotune configuration."""
+@dataclass(frozen=True)
+class ConfigFields:
+    """What a ``triton.Config`` sets, read once: its metaparameters (``kwargs``), its launch options and its
+    ``pre_hook`` (which tritonplug refuses: it would run Python between launches)."""
+
+    config: Any
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    pre_hook: Any
+
+
+def config_fields(config: triton.Config) -> ConfigFields:
+    """The fields of an autotune configuration."""
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages, "num_ctas": config.num_ctas}
     if config.maxnreg is not None:
         options["maxnreg"] = config.maxnreg
-    return dict(config.kwargs), options, config.pre_hook
+    return ConfigFields(config, dict(config.kwargs), options, config.pre_hook)
 
 
 def heuristic_rules(heuristics: Heuristics) -> dict[str, Any]:

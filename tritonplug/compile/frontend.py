@@ -73,12 +73,11 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
     happen inside an XLA program.
     """
     name = kernel.name
-    all_configs = triton_compat.autotune_configs(kernel.autotuner)
-    for config in all_configs:
-        _check_config_names(kernel, config)
-    configs = [c for c in all_configs
-               if all(triton_compat.config_fields(c)[0].get(k, v) == v for k, v in metaparams.items())]
-    if not configs:
+    fields = [triton_compat.config_fields(c) for c in triton_compat.autotune_configs(kernel.autotuner)]
+    for field in fields:
+        _check_config_names(kernel, field)
+    compatible = [f for f in fields if all(f.kwargs.get(k, v) == v for k, v in metaparams.items())]
+    if not compatible:
         raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
                          f"{dict(metaparams)}")
     hooks = triton_compat.autotuner_hooks(kernel.autotuner)
@@ -86,18 +85,18 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
         raise NotImplementedError(f"kernel {name!r}: triton.autotune was given {' and '.join(hooks)}; autotune hooks "
                                   f"run Python between launches and cannot run inside an XLA program (jaxlib's "
                                   f"runtime restores aliased inputs between timed configurations itself)")
-    for config in configs:
-        if triton_compat.config_fields(config)[2] is not None:
-            raise NotImplementedError(f"kernel {name!r}: autotune config {config} has a pre_hook; pre_hook "
+    for field in compatible:
+        if field.pre_hook is not None:
+            raise NotImplementedError(f"kernel {name!r}: autotune config {field.config} has a pre_hook; pre_hook "
                                       f"runs Python between launches and cannot run inside an XLA program")
-    return configs
+    return [field.config for field in compatible]
 
 
-def _check_config_names(kernel: KernelFacts, config: Any) -> None:
+def _check_config_names(kernel: KernelFacts, fields: triton_compat.ConfigFields) -> None:
     """A config may set only the kernel's ``tl.constexpr`` parameters: a runtime argument it sets is refused
     as Triton refuses it (``Conflicting meta-parameters``), a name the kernel lacks is named (misspelt)."""
-    for key in triton_compat.config_fields(config)[0]:
-        _check_set_name(kernel, key, f"autotune config {config}")
+    for key in fields.kwargs:
+        _check_set_name(kernel, key, f"autotune config {fields.config}")
 
 
 def check_heuristic_names(kernel: KernelFacts) -> None:
@@ -143,12 +142,12 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
                 raise TypeError(f"early_config_prune {describe(prune)} of kernel {name!r} must return a list of "
                                 f"triton.Config, got {type(pruned).__name__}: {pruned!r:.200}")
             for config in pruned:
-                _check_config_names(kernel, config)
+                _check_config_names(kernel, triton_compat.config_fields(config))
             configs = pruned
         if not configs:
             raise ValueError(f"kernel {name!r}: early_config_prune left no autotune configuration for the "
                              f"metaparameters {dict(metaparams)}")
-        raw = [triton_compat.config_fields(config)[:2] for config in configs]
+        raw = [(f.kwargs, f.options) for f in map(triton_compat.config_fields, configs)]
     result = []
     for kwargs, options in raw:
         # Triton's autotuner passes a config's options as keywords too: a constexpr named like one takes it.
