@@ -14,22 +14,20 @@ not a valid tuning file is a ``RuntimeWarning`` and contributes nothing; lowerin
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 from pathlib import Path
 
-from tritonplug import user_warnings
+from tritonplug import settings, user_warnings
 from tritonplug.cache import DiskCache, default_directory
 from tritonplug.records import Binary
 from tritonplug.tuning_records import TuningRecord, decode_entry, decode_file, encode_entry
 
 log = logging.getLogger("tritonplug.tuning")
 
-FILE_VARIABLE = "TRITONPLUG_TUNING_FILE"
+FILE_VARIABLE = settings.TUNING_FILE.name
 _IMAGE = "record.json"
 _KEY = re.compile(r"[0-9a-f]{64}")
-_DISABLED = {"0", "off", "false", "no"}
 
 
 def tuning_directory() -> Path:
@@ -57,11 +55,12 @@ class TuningStore:
     @property
     def disk(self) -> DiskCache | None:
         """The records' cache directory, or None when the cache is disabled or unusable (then records
-        made by ``tune`` last as long as the process)."""
+        made by ``tune`` last as long as the process); a bad ``TRITONPLUG_CACHE`` is a ``SettingError``."""
+        enabled = settings.CACHE.get()
         with self._lock:
             if not self._disk_ready:
                 self._disk_ready = True
-                if os.environ.get("TRITONPLUG_CACHE", "1").strip().lower() not in _DISABLED:
+                if enabled:
                     try:
                         self._disk = DiskCache(tuning_directory())
                         self._disk.on_damaged = _warn_damaged
@@ -71,7 +70,7 @@ class TuningStore:
 
     def overlay(self) -> dict[str, TuningRecord]:
         """The records of ``TRITONPLUG_TUNING_FILE`` by identity (read again when the variable changes)."""
-        path = os.environ.get(FILE_VARIABLE, "").strip() or None
+        path = settings.TUNING_FILE.get()
         with self._lock:
             if path == self._overlay_path:
                 return self._overlay
