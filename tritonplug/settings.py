@@ -196,7 +196,7 @@ def _const(value: Any) -> Callable[[], Any]:
 
 def boolean(name: str, doc: str, default: bool, host_only: bool = False) -> Setting[bool]:
     return Setting(name, doc, "on/off", ON_OFF, "on" if default else "off", on_off, _const(default),
-                   host_only=host_only)
+                   f"on or off: one of {', '.join(ON_WORDS + OFF_WORDS)} (any case)", host_only)
 
 
 def integer(name: str, doc: str, default: int | Callable[[], int], default_doc: str, minimum: int = 0,
