@@ -189,7 +189,9 @@ def test_kernel_environment_unknown_and_in_effect(clean: pytest.MonkeyPatch, tmp
     assert list(shown) == [s.name for s in settings.ALL]
     assert shown["TRITONPLUG_CACHE_DIR"] == f"{tmp_path} (set)"
     assert shown["TRITONPLUG_INTERPRET_CHECK"] == "on (set)" and shown["TRITONPLUG_EARLY_COMPILE"] == "on (default)"
-    assert shown["TRITONPLUG_REMOTE_WAIT_S"] == "180 (default)" and shown["TRITONPLUG_CUDA_ARCH"] == "none (default)"
+    assert shown["TRITONPLUG_REMOTE_WAIT_S"] == "180 (default)"
+    assert shown["TRITONPLUG_CUDA_ARCH"] == "detected (default)"
+    assert shown["TRITONPLUG_LOG"] == "off (default)" and shown["TRITONPLUG_TUNING_FILE"] == "none (default)"
     assert shown["TRITONPLUG_COMPILE_TIMEOUT"].startswith("invalid (TRITONPLUG_COMPILE_TIMEOUT must be a positive")
 
 

@@ -60,6 +60,7 @@ class Setting(Generic[T]):
     default: Callable[[], T]  #: the value when unset or blank
     expected: str = ""  #: what an error says was expected ("must be <expected>"); ``values`` when empty
     host_only: bool = False  #: changes nothing a kernel does: left out of a host kernel's identity
+    none_text: str = "none"  #: what a value of ``None`` means, in words (``tritonplug info``)
 
     def raw(self) -> str | None:
         """The variable's value as set, or ``None`` when it is unset or blank."""
@@ -214,7 +215,7 @@ def seconds(name: str, doc: str, default: float, host_only: bool = False) -> Set
 def choice(name: str, doc: str, choices: tuple[str, ...], default: str | None, host_only: bool = False
            ) -> Setting[Any]:
     return Setting(name, doc, "choice", ", ".join(f"`{c}`" for c in choices), f"`{default}`" if default else "off",
-                   _choice(*choices), _const(default), f"one of {', '.join(choices)}", host_only)
+                   _choice(*choices), _const(default), f"one of {', '.join(choices)}", host_only, none_text="off")
 
 
 CACHE_DIR: Setting[Path] = Setting(
@@ -236,10 +237,10 @@ LOG = choice("TRITONPLUG_LOG", "log compiles and cache events on the `tritonplug
 CUDA_ARCH: Setting[int | None] = Setting(
     "TRITONPLUG_CUDA_ARCH", "CUDA target to lower for when no device is visible (a call's `compute_capability` "
     "wins)", "target", "`90`, `9.0`, `sm_90a`...", "detected", _capability, _const(None),
-    "a compute capability such as 90 or 9.0 (50 to 199, the range Triton supports)")
+    "a compute capability such as 90 or 9.0 (50 to 199, the range Triton supports)", none_text="detected")
 ROCM_ARCH: Setting[str | None] = Setting(
     "TRITONPLUG_ROCM_ARCH", "ROCm target to lower for when no device is visible", "target", "`gfx942`, `gfx90a`...",
-    "detected", _gfx, _const(None), "an AMD GPU architecture such as gfx942")
+    "detected", _gfx, _const(None), "an AMD GPU architecture such as gfx942", none_text="detected")
 DISABLE_PLUGINS: Setting[frozenset[str]] = Setting(
     "TRITONPLUG_DISABLE_PLUGINS", "skip these plugins (backends and remote caches) by entry-point name", "list",
     "`name,name...`", "none", _names, _const(frozenset()), host_only=True)
@@ -290,11 +291,13 @@ def unknown() -> list[str]:
     return sorted(k for k in os.environ if k.startswith(PREFIX) and k not in BY_NAME)
 
 
-def show(value: Any) -> str:
+def show(value: Any, none_text: str = "none") -> str:
     """A setting's value in the words the README uses."""
     if isinstance(value, bool):
         return "on" if value else "off"
-    if value is None or value == {} or value == frozenset():
+    if value is None:
+        return none_text
+    if value == {} or value == frozenset():
         return "none"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
@@ -312,7 +315,7 @@ def in_effect() -> dict[str, str]:
     for setting in ALL:
         source = "set" if setting.is_set() else "default"
         try:
-            report[setting.name] = f"{show(setting.get())} ({source})"
+            report[setting.name] = f"{show(setting.get(), setting.none_text)} ({source})"
         except SettingError as exc:
             report[setting.name] = f"invalid ({exc})"
     return report
