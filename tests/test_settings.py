@@ -178,13 +178,13 @@ def test_overridden_sets_the_variable_for_the_duration(clean: pytest.MonkeyPatch
     assert os.environ["TRITONPLUG_CPU_PATH"] == "interpret"
 
 
-def test_kernel_environment_unknown_and_in_effect(clean: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_kernel_environment_undeclared_and_in_effect(clean: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clean.setenv("TRITONPLUG_CACHE_DIR", str(tmp_path))
     clean.setenv("TRITONPLUG_INTERPRET_CHECK", "1")
     clean.setenv("TRITONPLUG_THIRD_PARTY_MODE", "x")  # a third-party plugin's, or a typo
     clean.setenv("TRITONPLUG_COMPILE_TIMEOUT", "soon")
     assert settings.kernel_environment() == [("TRITONPLUG_INTERPRET_CHECK", "1"), ("TRITONPLUG_THIRD_PARTY_MODE", "x")]
-    assert settings.unknown() == ["TRITONPLUG_THIRD_PARTY_MODE"]
+    assert settings.undeclared() == ["TRITONPLUG_THIRD_PARTY_MODE"]
     shown = settings.in_effect()
     assert list(shown) == [s.name for s in settings.ALL]
     assert shown["TRITONPLUG_CACHE_DIR"] == f"{tmp_path} (set)"

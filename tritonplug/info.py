@@ -51,7 +51,7 @@ def collect_info() -> dict[str, Any]:
         "compile timeout (s)": _setting(pool_timeout),
         # every declared setting: its value now and whether it was set or is the default
         "settings": {name: redact(text) for name, text in settings.in_effect().items()},
-        "unknown variables": ", ".join(settings.unknown()) or "none",  # a typo, or a third-party plugin's
+        "undeclared variables": ", ".join(settings.undeclared()) or "none",  # a typo, or a third-party plugin's
     }
 
 

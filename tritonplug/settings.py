@@ -286,7 +286,7 @@ def kernel_environment() -> list[tuple[str, str]]:
                   if k.startswith(PREFIX) and not (k in BY_NAME and BY_NAME[k].host_only))
 
 
-def unknown() -> list[str]:
+def undeclared() -> list[str]:
     """``TRITONPLUG_*`` variables set now that no setting declares (a typo, or a third-party plugin's)."""
     return sorted(k for k in os.environ if k.startswith(PREFIX) and k not in BY_NAME)
 
