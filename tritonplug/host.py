@@ -272,4 +272,3 @@ def _conflict_message(platform: str, names: list[str]) -> str:
     listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
     return (f"backends {listed} all serve platform {platform!r}; choose one with "
             f"TRITONPLUG_BACKENDS={platform}:<name>, e.g. TRITONPLUG_BACKENDS={platform}:{names[0]}")
-

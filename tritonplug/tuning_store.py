@@ -56,9 +56,9 @@ class TuningStore:
     def disk(self) -> DiskCache | None:
         """The records' cache directory, or None when the cache is disabled or unusable (then records
         made by ``tune`` last as long as the process); a bad ``TRITONPLUG_CACHE`` is a ``SettingError``."""
-        enabled = settings.CACHE.get()
         with self._lock:
             if not self._disk_ready:
+                enabled = settings.CACHE.get()  # before _disk_ready: a bad value is raised again next time
                 self._disk_ready = True
                 if enabled:
                     try:
