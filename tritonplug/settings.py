@@ -246,7 +246,7 @@ DISABLE_PLUGINS: Setting[frozenset[str]] = Setting(
     "`name,name...`", "none", _names, _const(frozenset()), host_only=True)
 BACKENDS: Setting[dict[str, str]] = Setting(
     "TRITONPLUG_BACKENDS", "choose a backend where several claim a platform", "list", "`platform:name,...`", "none",
-    _pairs, _const({}))
+    _pairs, dict)  # a new dict each time: callers may change theirs
 INTERPRET_CHECK = boolean("TRITONPLUG_INTERPRET_CHECK", "out-of-bounds checks on the CPU backend (both paths)", False)
 EARLY_COMPILE = boolean("TRITONPLUG_EARLY_COMPILE", "compile already when a call is traced (off: when it is "
                         "lowered)", True)
@@ -259,8 +259,8 @@ CPU_PATH = choice("TRITONPLUG_CPU_PATH", "how the CPU backend runs kernels: comp
                   "fallback), or in Triton's interpreter", ("xla", "interpret"), "xla")
 REMOTE_CACHE: Setting[str | None] = Setting(
     "TRITONPLUG_REMOTE_CACHE", "remote kernel cache: `redis://[user:pw@]host:port/db[?mode=read&max_entry_bytes=N"
-    "&ttl_s=S&timeout_s=S]`, `rediss://` (TLS), `jax://` (the job's coordination service); off: none", "url",
-    "a URL, or off (`off`, `none`...)", "the coordination service inside a multi-process `jax.distributed` job, "
+    "&ttl_s=S&timeout_s=S]`, `rediss://` (TLS) or `jax://` (the job's coordination service)", "url",
+    "a URL, or off (`off`, `none`, any off word)", "the coordination service inside a multi-process `jax.distributed` job, "
     "else none", _url_or_off, _const(None),
     f"a URL such as redis://host:6379/0 or jax://, or one of {', '.join(NONE_WORDS)}")
 REMOTE_CLAIM_S = seconds("TRITONPLUG_REMOTE_CLAIM_S", "how long a host's claim on a key lasts (renewed while it "
