@@ -260,8 +260,8 @@ CPU_PATH = choice("TRITONPLUG_CPU_PATH", "how the CPU backend runs kernels: comp
 REMOTE_CACHE: Setting[str | None] = Setting(
     "TRITONPLUG_REMOTE_CACHE", "remote kernel cache: `redis://[user:pw@]host:port/db[?mode=read&max_entry_bytes=N"
     "&ttl_s=S&timeout_s=S]`, `rediss://` (TLS) or `jax://` (the job's coordination service)", "url",
-    "a URL, or off (`off`, `none`, any off word)", "the coordination service inside a multi-process `jax.distributed` job, "
-    "else none", _url_or_off, _const(None),
+    "a URL, or off (`off`, `none`, any off word)",
+    "the coordination service inside a multi-process `jax.distributed` job, else none", _url_or_off, _const(None),
     f"a URL such as redis://host:6379/0 or jax://, or one of {', '.join(NONE_WORDS)}")
 REMOTE_CLAIM_S = seconds("TRITONPLUG_REMOTE_CLAIM_S", "how long a host's claim on a key lasts (renewed while it "
                          "compiles)", 30.0)
