@@ -2,7 +2,7 @@
 
 (a) An RMS-norm forward written with the output first, as Liger-Kernel's ``_rms_norm_forward_kernel``
     orders its parameters (``Y, Y_stride, X, X_stride, W, RSTD, n_cols, eps``), launched by Triton on torch
-    tensors and by tritonplug (which compiles it with its output pointers last, ``tritonplug/kernel_abi.py``),
+    tensors and by tritonplug (which compiles it with its output pointers last, ``tritonplug/compile/kernel_abi.py``),
     and the same body with its outputs last through tritonplug: all three should take the same time.
 (b) An in-place ``x += 1`` over 2^26 floats: Triton on torch; tritonplug through ``input_output_aliases``
     without donation (XLA copies the input first), with the input donated, and through ``jax.new_ref``.

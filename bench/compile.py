@@ -33,9 +33,9 @@ import jax.numpy as jnp  # noqa: E402
 import triton  # noqa: E402
 
 import tritonplug  # noqa: E402
-from tritonplug import workers  # noqa: E402
-from tritonplug.compiler import CompileRequest  # noqa: E402
-from tritonplug.state import state  # noqa: E402
+from tritonplug.compile import workers  # noqa: E402
+from tritonplug.compile.compiler import CompileRequest  # noqa: E402
+from tritonplug.process.state import state  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import load_example  # noqa: E402

@@ -805,7 +805,7 @@ def child_compile(args: dict) -> dict:
     import jax.numpy as jnp
 
     import tritonplug
-    from tritonplug.workers import pool_size
+    from tritonplug.compile.workers import pool_size
 
     import_s = time.perf_counter() - start
     m = n = k = 4096

@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import Results, format_table, load_example, summarize, write_json  # noqa: E402
 
 import tritonplug  # noqa: E402
-from tritonplug import jaxlib_compat, launch_payload  # noqa: E402
+from tritonplug.adapters import jaxlib_compat  # noqa: E402
 from tritonplug.inspection import unescape_mlir_string  # noqa: E402
+from tritonplug.lowering import payload as launch_payload
 
 PAYLOAD = re.compile(r'custom_call @triton_kernel_call_ffi\(.*?opaque = "((?:[^"\\]|\\.)+)"')
 N = 1024

@@ -46,8 +46,8 @@ def per_call_us(fn, n=2000):
 
 def main() -> None:
     if "--no-device-lowering" in sys.argv:  # experiment: lower without JAX's device assignment
-        from tritonplug.jax_compat import require_devices_during_lowering
-        from tritonplug.primitive import triton_call_p
+        from tritonplug.adapters.jax_compat import require_devices_during_lowering
+        from tritonplug.lowering.primitive import triton_call_p
 
         require_devices_during_lowering(triton_call_p, required=False)
     impls = {"tritonplug": ours, "xla": lambda: x + y}

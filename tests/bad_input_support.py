@@ -36,7 +36,7 @@ skip_without_backends = pytest.mark.skipif(not (HAVE_INTERPRET or HAVE_CUDA),
 
 
 def _every_backend_declares_its_options() -> bool:
-    from tritonplug.state import backends
+    from tritonplug.process.state import backends
 
     return all(b.option_names is not None for b in backends())
 
@@ -87,7 +87,7 @@ def use_fresh_cache(directory: Path, monkeypatch: pytest.MonkeyPatch, state) -> 
 
 
 def cache_files(directory: Path) -> list[Path]:
-    """Entry files and temp files of entries being written (see tritonplug/cache.py for the layout)."""
+    """Entry files and temp files of entries being written (see tritonplug/cache/disk.py for the layout)."""
     entries = directory / "entries"
     return sorted(p for p in entries.rglob("*") if p.is_file()) if entries.exists() else []
 

@@ -9,7 +9,7 @@ import os
 import socket
 from pathlib import Path
 
-from tritonplug.cache import DiskCache
+from tritonplug.cache.disk import DiskCache
 from tritonplug.records import Binary
 
 
@@ -104,7 +104,7 @@ def make_writable(directory: Path) -> None:
 
 def hammer(directory: str, worker: int, rounds: int, max_bytes: int) -> list[str]:
     """Get and put 40 keys over and over; returns what went wrong (a torn read, an exception)."""
-    from tritonplug.cache import DiskCache
+    from tritonplug.cache.disk import DiskCache
 
     problems: list[str] = []
     cache = DiskCache(directory, max_bytes)
@@ -122,7 +122,7 @@ def hammer(directory: str, worker: int, rounds: int, max_bytes: int) -> list[str
 
 def sabotage(directory: str, rounds: int) -> list[str]:
     """Plant non-files at the hammered keys' entry and lock paths, and clear or prune now and then."""
-    from tritonplug.cache import CacheDirError, DiskCache
+    from tritonplug.cache.disk import CacheDirError, DiskCache
 
     problems: list[str] = []
     kinds = ["empty directory", "directory tree", "fifo", "socket", "dangling symlink"]
@@ -150,7 +150,7 @@ def put_on_a_full_disk(directory: str, max_bytes: int) -> dict:
     import signal
     import warnings
 
-    from tritonplug.cache import DiskCache
+    from tritonplug.cache.disk import DiskCache
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing us
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -169,7 +169,7 @@ def put_on_a_full_disk(directory: str, max_bytes: int) -> dict:
 
 
 def put_until_killed(directory: str) -> None:
-    from tritonplug.cache import DiskCache
+    from tritonplug.cache.disk import DiskCache
 
     cache = DiskCache(directory, 300_000)
     tag = 0
@@ -182,7 +182,7 @@ def use_read_only_cache(directory: str, existing: str) -> dict:
     """In a child that obeys file modes: what puts, gets and locks do in a read-only cache."""
     import warnings
 
-    from tritonplug.cache import DiskCache
+    from tritonplug.cache.disk import DiskCache
 
     obey_file_modes()
     cache = DiskCache(directory)

@@ -17,7 +17,7 @@ import pytest
 
 import tritonplug
 from tritonplug.inspection import kernel_calls
-from tritonplug.state import state
+from tritonplug.process.state import state
 
 KERNELS = '''\
 import jax

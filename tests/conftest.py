@@ -37,9 +37,9 @@ def _private_cache(tmp_path_factory):
 
 @pytest.fixture
 def fresh_state():
-    """tritonplug's process state (tritonplug.state.state) forgotten before and after the test, as a new
+    """tritonplug's process state (tritonplug.process.state.state) forgotten before and after the test, as a new
     process would start: compiled binaries in memory, the cache handle, memoised calls."""
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     state.reset()
     yield state

@@ -12,15 +12,16 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from tritonplug import triton_compat
+import tritonplug
+from tritonplug.adapters import triton_compat
 
 try:
     import tomllib
 except ImportError:  # Python 3.10
     tomllib = None
 
-#: The host modules a plugin may import; the rest of ``tritonplug`` is private to the host.
-HOST_MODULES_FOR_PLUGINS = frozenset({"tritonplug.hookspecs", "tritonplug.records", "tritonplug.plugin_kit"})
+#: The host modules a plugin may import (declared once, in ``tritonplug/__init__.py``).
+HOST_MODULES_FOR_PLUGINS = frozenset(tritonplug.PLUGIN_API)
 
 
 def imported_modules(where: Path) -> Iterator[tuple[str, str]]:

@@ -18,7 +18,7 @@ from bad_input_support import BOTH, SPEC, Case, N, check_refused, params, skip_w
 from helpers import requires_backend
 
 import tritonplug
-from tritonplug import ir_rules
+from tritonplug.compile import ir_rules
 
 HERE = Path(__file__).resolve()
 FP8 = jax.ShapeDtypeStruct((N,), jnp.float8_e4m3fn)

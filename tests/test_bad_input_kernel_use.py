@@ -36,7 +36,7 @@ from bad_input_support import (
 from kernels import add_kernel
 
 import tritonplug
-from tritonplug.host import capability_problem
+from tritonplug.compile.backends import capability_problem
 from tritonplug.inspection import kernel_calls
 from tritonplug.records import BackendInfo
 
@@ -313,7 +313,7 @@ def test_malformed_capabilities_are_reported(field: str, value, problem: str) ->
 
 
 def test_an_unknown_option_is_refused_at_the_call_naming_the_closest_known_one() -> None:
-    from tritonplug.call_options import CallOptions, check_option_names
+    from tritonplug.calls.options import CallOptions, check_option_names
 
     gpus = [BackendInfo("a", ("cuda",), "1", option_names=("maxnreg", "num_warps")),
             BackendInfo("b", ("rocm",), "1", option_names=("waves_per_eu",))]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonplug.cache import MAGIC, DiskCache
+from tritonplug.cache.disk import MAGIC, DiskCache
 from tritonplug.records import Binary
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -61,7 +61,7 @@ def test_roundtrip(cache: DiskCache, caplog: pytest.LogCaptureFixture) -> None:
     binary = Binary(kernel_name="añadir_kernel", format="hsaco",
                     images={"hsaco": bytes(range(256)) * 40, "empty": b"", "asm": b"s_endpgm\n"},
                     metadata={"shared": 1024, "name": "ünïcode", "nested": {"a": [1, 2.5, None, True]}})
-    with caplog.at_level(logging.DEBUG, logger="tritonplug.cache"):
+    with caplog.at_level(logging.DEBUG, logger="tritonplug.cache.disk"):
         assert cache.get(k) is None
         assert cache.put(k, binary) is True
         got = cache.get(k)

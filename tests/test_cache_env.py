@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonplug.cache import DiskCache, UnsafeCacheDir, cache_from_env
+from tritonplug.cache.disk import DiskCache, UnsafeCacheDir, cache_from_env
 from tritonplug.errors import TritonplugError
 
 

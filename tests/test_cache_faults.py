@@ -33,7 +33,7 @@ from cache_helpers import (
     use_read_only_cache,
 )
 
-from tritonplug.cache import DiskCache
+from tritonplug.cache.disk import DiskCache
 
 SPAWN = multiprocessing.get_context("spawn")
 TESTS = Path(__file__).parent
@@ -47,7 +47,7 @@ def cli(*args: str, cache_dir: Path, obey_file_modes: bool = False) -> subproces
     env.update(JAX_PLATFORMS="cpu", TRITONPLUG_CACHE_DIR=str(cache_dir))
     if obey_file_modes:
         code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); from cache_helpers import obey_file_modes; "
-                "obey_file_modes(); from tritonplug.cli import main; sys.exit(main(sys.argv[1:]))")
+                "obey_file_modes(); from tritonplug.cli.main import main; sys.exit(main(sys.argv[1:]))")
         command = [sys.executable, "-c", code]
     else:
         assert SCRIPT is not None, "the tritonplug console script is not installed beside this Python"

@@ -23,8 +23,8 @@ from cache_helpers import (
     plant,
 )
 
-from tritonplug import cache_fs
-from tritonplug.cache import DiskCache, UnsafeCacheDir, cache_from_env
+from tritonplug.cache import files as cache_fs
+from tritonplug.cache.disk import DiskCache, UnsafeCacheDir, cache_from_env
 
 
 @pytest.fixture
@@ -196,7 +196,7 @@ def test_an_unlistable_bucket_of_ours_is_given_its_mode_back(cache: DiskCache) -
     cache.put(k, make_binary(3, 100))
     bucket = entry_path(cache, k).parent
     bucket.chmod(0o000)
-    done = run_obeying_file_modes("from tritonplug.cache import DiskCache; c = DiskCache(sys.argv[1]); "
+    done = run_obeying_file_modes("from tritonplug.cache.disk import DiskCache; c = DiskCache(sys.argv[1]); "
                                   "print(c.prune(0), c.stats().entries)", str(cache.directory))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "0"]
@@ -278,7 +278,7 @@ def test_prune_that_cannot_reach_the_bound_raises_a_clear_error(tmp_path: Path) 
     stuck = entry_path(cache, key(1)).parent
     stuck.chmod(0o500)  # one bucket read-only: its entry cannot be evicted, the other can
     try:
-        done = run_obeying_file_modes("from tritonplug.cache import DiskCache, CacheDirError\n"
+        done = run_obeying_file_modes("from tritonplug.cache.disk import DiskCache, CacheDirError\n"
                                       "try:\n    DiskCache(sys.argv[1]).prune(10)\n"
                                       "except CacheDirError as e:\n    print(e)", str(directory))
     finally:
@@ -295,7 +295,7 @@ def test_clear_and_prune_of_a_read_only_cache_raise_even_with_nothing_to_remove(
     DiskCache(directory).put(key(1), make_binary(1, 1000))
     make_read_only(directory)
     try:
-        done = run_obeying_file_modes("from tritonplug.cache import DiskCache, CacheDirError\n"
+        done = run_obeying_file_modes("from tritonplug.cache.disk import DiskCache, CacheDirError\n"
                                       "for action in ('clear', 'prune'):\n"
                                       "    try:\n        getattr(DiskCache(sys.argv[1]), action)()\n"
                                       "    except CacheDirError as e:\n        print(e)", str(directory))

@@ -20,9 +20,9 @@ import triton.language as tl
 from helpers import requires_backend
 
 import tritonplug
-from tritonplug import cache as cache_module
+from tritonplug.cache import disk as cache_module
 from tritonplug.inspection import kernel_calls
-from tritonplug.state import state
+from tritonplug.process.state import state
 
 pytestmark = requires_backend("cuda")
 
@@ -141,7 +141,7 @@ def test_a_pickle_planted_in_an_entry_is_never_unpickled(tmp_path: Path, use_cac
     assert b"pathlib" not in entry.read_bytes()  # the damaged entry was replaced by the fresh binary
 
 
-@pytest.mark.parametrize("module", ["cache", "compiler"])
+@pytest.mark.parametrize("module", ["cache.disk", "cache.files", "compile.compiler"])
 def test_the_cache_path_imports_no_deserialiser_that_runs_code(module: str) -> None:
     import ast
     import importlib

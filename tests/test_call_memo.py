@@ -9,8 +9,8 @@ from helpers import requires_backend
 from kernels import add_kernel, two_outputs_kernel
 
 import tritonplug
-from tritonplug import call_memo
-from tritonplug.state import state
+from tritonplug.calls import memo as call_memo
+from tritonplug.process.state import state
 
 pytestmark = requires_backend("interpret")
 

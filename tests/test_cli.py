@@ -15,7 +15,7 @@ import pytest
 from helpers import installed_backends, requires_backend
 
 import tritonplug
-from tritonplug.cache import DiskCache
+from tritonplug.cache.disk import DiskCache
 
 SCRIPT = shutil.which("tritonplug", path=os.path.dirname(sys.executable)) or shutil.which("tritonplug")
 

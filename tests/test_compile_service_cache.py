@@ -32,8 +32,8 @@ from compile_service_support import (
 from helpers import requires_backend
 
 import tritonplug
-from tritonplug.cache import DiskCache
-from tritonplug.state import state
+from tritonplug.cache.disk import DiskCache
+from tritonplug.process.state import state
 
 pytestmark = [pytest.mark.cuda, requires_backend("cuda")]
 _ptx_in_payloads, new_kernels = compile_service_fixtures()

@@ -15,10 +15,10 @@ import pytest
 from compile_service_support import Counters, compile_service_fixtures, kill_busy_workers, lower_in_thread, ptx_of
 from helpers import requires_backend
 
-from tritonplug import workers
+from tritonplug.compile import workers
+from tritonplug.compile.worker_pool import Task
 from tritonplug.errors import TritonplugError, WorkerError
-from tritonplug.state import state
-from tritonplug.worker_pool import Task
+from tritonplug.process.state import state
 
 pytestmark = [pytest.mark.cuda, requires_backend("cuda")]
 _ptx_in_payloads, new_kernels = compile_service_fixtures()
@@ -56,7 +56,7 @@ def test_configurations_compile_at_once_and_the_pool_stays_warm(new_kernels):
 
 def test_a_worker_killed_mid_compile_is_replaced_and_the_job_retried(new_kernels, caplog):
     kernels, counters = new_kernels(), Counters()
-    with caplog.at_level(logging.WARNING, logger="tritonplug.workers"):
+    with caplog.at_level(logging.WARNING, logger="tritonplug.compile.workers"):
         thread, outcome = lower_in_thread(kernels.lower_tuned_dot)
         killed = kill_busy_workers(thread, limit=1)
     assert "text" in outcome, outcome.get("error")

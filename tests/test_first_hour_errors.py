@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tritonplug.cache import DiskCache
-from tritonplug.cache_fs import CacheDirError
+from tritonplug.cache.disk import DiskCache
+from tritonplug.cache.files import CacheDirError
 
 
 def cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
@@ -46,7 +46,7 @@ def test_a_dangling_symlink_cache_directory_is_named_as_such(tmp_path: Path) -> 
 
 def test_a_damaged_tuning_record_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tritonplug.records import Binary
-    from tritonplug.tuning_store import TuningStore
+    from tritonplug.tuning.store import TuningStore
 
     monkeypatch.setenv("TRITONPLUG_CACHE_DIR", str(tmp_path))
     store = TuningStore()
@@ -59,7 +59,7 @@ def test_a_damaged_tuning_record_is_a_warning(tmp_path: Path, monkeypatch: pytes
 
 
 def test_the_remote_cache_hint_names_no_package_that_is_not_on_pypi() -> None:
-    from tritonplug.cache_plugins import CachePlugins
+    from tritonplug.cache.plugins import CachePlugins
 
     plugins = CachePlugins()
     with pytest.raises(ValueError) as redis:
@@ -71,7 +71,7 @@ def test_the_remote_cache_hint_names_no_package_that_is_not_on_pypi() -> None:
 
 
 def test_the_pool_starts_no_more_workers_than_jobs_and_warns_above_the_cores(monkeypatch) -> None:
-    from tritonplug.workers import Task, pool_from_env
+    from tritonplug.compile.workers import Task, pool_from_env
 
     monkeypatch.setenv("TRITONPLUG_COMPILE_WORKERS", str((os.cpu_count() or 1) + 6))
     with warnings.catch_warnings(record=True) as caught:

@@ -17,10 +17,10 @@ from hopper_kernels import (
 from test_tensor_descriptors import cuda_kernels
 
 import tritonplug
-from tritonplug import jaxlib_compat
+from tritonplug.adapters import jaxlib_compat
+from tritonplug.adapters.triton_compat import kernel_facts
 from tritonplug.inspection import kernel_calls
-from tritonplug.kernel_call import decode_kernel_call, encode_kernel_call
-from tritonplug.triton_compat import kernel_facts
+from tritonplug.lowering.kernel_call import decode_kernel_call, encode_kernel_call
 
 cuda = for_backend("cuda")
 S = jax.ShapeDtypeStruct
@@ -76,7 +76,7 @@ def test_a_gluon_kernel_is_cached_like_any_kernel(private_cache):
     first = kernel_calls(lower())[0]["kernel_call"]["kernel"]["ptx"]
     after = tritonplug.compile_stats()
     assert after["compiled"] - before["compiled"] == 1
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     state.reset()  # a new process: only the disk cache remains
     before = tritonplug.compile_stats()

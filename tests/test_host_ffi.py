@@ -1,12 +1,10 @@
-"""tritonplug.host_ffi: Python functions on XLA:CPU buffers through a typed FFI custom call."""
+"""tritonplug.adapters.host_ffi: Python functions on XLA:CPU buffers through a typed FFI custom call."""
 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,13 +14,7 @@ import pytest
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-try:
-    from tritonplug import host_ffi
-except Exception:  # the package __init__ may be mid-edit elsewhere; the module is a leaf
-    _path = Path(__file__).resolve().parent.parent / "tritonplug" / "host_ffi.py"
-    _spec = importlib.util.spec_from_file_location("tritonplug_host_ffi_standalone", _path)
-    host_ffi = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(host_ffi)
+from tritonplug.adapters import host_ffi
 
 CPU = jax.devices("cpu")[0]
 

@@ -15,9 +15,9 @@ from jax.interpreters import partial_eval as pe
 from kernels import add_kernel
 
 import tritonplug
-from tritonplug.binding import scalar_type
+from tritonplug.calls.binding import scalar_type
 from tritonplug.inspection import kernel_calls
-from tritonplug.primitive import triton_call_p
+from tritonplug.lowering.primitive import triton_call_p
 
 cuda = for_backend("cuda")
 interpret = requires_backend("interpret")

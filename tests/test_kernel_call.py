@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from tritonplug.jaxlib_compat import gpu_triton_module
-from tritonplug.kernel_call import decode_kernel_call, encode_kernel_call
+from tritonplug.adapters.jaxlib_compat import gpu_triton_module
+from tritonplug.lowering.kernel_call import decode_kernel_call, encode_kernel_call
 from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, Launch, ScalarParam, TmaDescriptorParam
 
 gpu_triton = gpu_triton_module()

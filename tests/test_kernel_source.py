@@ -22,7 +22,7 @@ import pytest
 import triton
 
 import tritonplug
-from tritonplug.kernel_source import WrapperDroppedWarning, kernels_from_file, kernels_of
+from tritonplug.porting.kernel_source import WrapperDroppedWarning, kernels_from_file, kernels_of
 
 FILES = {
     "__init__.py": """
@@ -208,7 +208,7 @@ def test_a_wrapper_that_needs_torch_is_dropped_with_a_warning(library):
 
 def _fresh_wrapped(name: str):
     """The warning is given when a kernel is first loaded: load through a module of its own."""
-    from tritonplug.kernel_source import _REGISTRY
+    from tritonplug.porting.kernel_source import _REGISTRY
 
     _REGISTRY.loaders.pop(f"{name}.ops.add", None)
     return kernels_of(f"{name}.ops.add", use_import=False)

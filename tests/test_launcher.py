@@ -1,4 +1,4 @@
-"""``tritonplug.launch(kernel)[grid](...)``: Triton's launch syntax on JAX values (tritonplug/launcher.py)."""
+"""``tritonplug.launch(kernel)[grid](...)``: Triton's launch syntax on JAX values (tritonplug/porting/launcher.py)."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def silu_in_place(dy_ptr, stride, dx_ptr, n, BLOCK: tl.constexpr):
 
 
 def test_stored_parameters_are_read_from_the_source():
-    from tritonplug.launch_stores import stored_params
+    from tritonplug.porting.stores import stored_params
 
     assert stored_params(tritonplug.launch(silu_in_place).facts) == {"dx_ptr", "stride", "BLOCK"}
     assert stored_params(tritonplug.launch(scale_kernel).facts) == {"out_ptr", "BLOCK"}

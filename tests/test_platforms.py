@@ -16,11 +16,11 @@ from helpers import requires_backend
 from kernels import add_kernel
 
 import tritonplug
+from tritonplug.compile.backends import Host, capability_problem
 from tritonplug.errors import PluginError
 from tritonplug.hookspecs import hookimpl
-from tritonplug.host import Host, capability_problem
+from tritonplug.process.state import state
 from tritonplug.records import BackendInfo
-from tritonplug.state import state
 
 
 def add(x, y, n=None):
@@ -126,7 +126,7 @@ def test_the_default_capabilities_describe_a_gpu_like_backend() -> None:
 
 
 def test_a_platform_jax_does_not_know_is_reported_and_the_others_still_lower(monkeypatch) -> None:
-    from tritonplug.primitive import ensure_lowering_rules
+    from tritonplug.lowering.primitive import ensure_lowering_rules
 
     monkeypatch.setenv("TRITONPLUG_CPU_PATH", "interpret")  # the host kernel's custom call marks the lowering
     with pytest.warns(RuntimeWarning, match="declares the platform 'metal', which JAX cannot lower for"):

@@ -29,8 +29,8 @@ from outside_plugins_support import (
     subprocess_environment,
 )
 
+from tritonplug.compile.backends import Host
 from tritonplug.errors import PluginError
-from tritonplug.host import Host
 
 PLUGINS = ROOT / "tests" / "plugins"
 BROKEN = ("broken_import", "broken_hook", "broken_signature", "conflicting")
@@ -79,7 +79,7 @@ steps = json.loads(sys.argv[1])
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import tritonplug
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     host = state.host()
 report = {"warnings": [str(w.message) for w in caught if str(w.message).startswith("tritonplug:")],

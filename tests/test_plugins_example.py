@@ -18,7 +18,7 @@ from outside_plugins_support import ROOT, SUBPROCESS_TIMEOUT_S, add, on_cpu, req
 
 import tritonplug
 from tritonplug.errors import PluginError
-from tritonplug.state import state
+from tritonplug.process.state import state
 
 # --------------------------------------------------------------------------- the example backend
 

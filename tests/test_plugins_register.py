@@ -8,11 +8,11 @@ import pytest
 from outside_plugins_support import run_python
 
 import tritonplug
+from tritonplug.compile.backends import Host
 from tritonplug.errors import PluginError
 from tritonplug.hookspecs import hookimpl
-from tritonplug.host import Host
+from tritonplug.process.state import state
 from tritonplug.records import BackendInfo, Binary, HostKernel, Options, Target
-from tritonplug.state import state
 
 # --------------------------------------------------------------------------- register_plugin
 

@@ -19,16 +19,16 @@ import pytest
 import worker_tasks
 from helpers import requires_backend
 
-from tritonplug import worker_process
+from tritonplug.compile import worker_process
+from tritonplug.compile.workers import WORKER_PRELOAD, Task, WorkerPool
 from tritonplug.errors import WorkerError
 from tritonplug.inspection import kernel_calls
-from tritonplug.state import state
-from tritonplug.workers import WORKER_PRELOAD, Task, WorkerPool
+from tritonplug.process.state import state
 
 DROP_SCRIPT = textwrap.dedent("""
     import gc, os, time
-    from tritonplug.state import state
-    from tritonplug.workers import WorkerPool
+    from tritonplug.process.state import state
+    from tritonplug.compile.workers import WorkerPool
 
     def gone(pid):
         try:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tritonplug import cache_hookspecs, cache_plugins
+from tritonplug import cache_hookspecs
+from tritonplug.cache import plugins as cache_plugins
+from tritonplug.cache.remote import RemoteCaches, configured_url
 from tritonplug.cache_records import RemoteCacheInfo
-from tritonplug.remote_cache import RemoteCaches, configured_url
 
 CHILD = Path(__file__).resolve().parent / "fleet_child.py"
 # The hosts lower for sm_90 (a cacheable target) without a GPU: they need the CUDA backend. Marked `cuda` (not
@@ -158,8 +159,8 @@ import os, sys, time
 os.environ["JAX_PLATFORMS"] = "cpu"
 import jax
 jax.distributed.initialize(sys.argv[1], 1, 0, initialization_timeout=60)
-from tritonplug import jax_compat
-from tritonplug.jax_coordination_cache import CoordinationStore
+from tritonplug.adapters import jax_compat
+from tritonplug.cache.jax_coordination import CoordinationStore
 runtime = jax_compat.distributed_runtime()
 a, b = (CoordinationStore(runtime, writable=True, max_entry_bytes=0) for _ in range(2))
 reader = CoordinationStore(runtime, writable=False, max_entry_bytes=0)

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tritonplug import cache, plugin_kit, remote_cache, settings, tuning_cli
+from tritonplug import plugin_kit, settings
+from tritonplug.cache import disk as cache
+from tritonplug.cache import remote as remote_cache
+from tritonplug.cli import tune as tuning_cli
 from tritonplug.settings import OFF_WORDS, ON_WORDS, SettingError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,11 +22,13 @@ import triton.language as tl
 from helpers import ROOT, for_backend, requires_backend
 
 import tritonplug
-from tritonplug import jaxlib_compat, launch_payload, lowering
+from tritonplug.adapters import jaxlib_compat
 from tritonplug.errors import KernelSourceError
 from tritonplug.inspection import kernel_calls
+from tritonplug.lowering import payload as launch_payload
+from tritonplug.lowering import pipeline as lowering
+from tritonplug.process.state import state
 from tritonplug.records import GpuKernel, Launch
-from tritonplug.state import state
 
 cuda = for_backend("cuda")
 interpret = requires_backend("interpret")

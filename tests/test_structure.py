@@ -7,7 +7,7 @@
 * a plugin imports from the host only the plugin API: ``tritonplug.hookspecs``, ``tritonplug.records``,
   ``tritonplug.plugin_kit``, and ``tritonplug.cache_hookspecs`` if it is a cache plugin;
 * no module of the host or of a plugin but ``tritonplug/settings.py`` reads a ``TRITONPLUG_*`` variable from the
-  environment (programs that set one, tests and workers' environments, may).
+  environment (``tests/test_structure_settings.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST = ROOT / "tritonplug"
 MAX_LINES = 400
 SKIPPED_DIRS = {".venv", ".tox", "__pycache__", "build", "dist", ".git", "results"}
-PLUGIN_API = frozenset({"tritonplug.hookspecs", "tritonplug.records", "tritonplug.plugin_kit"})
-CACHE_PLUGIN_API = frozenset({"tritonplug.cache_hookspecs", "tritonplug.cache_records"})
 
-# What today's tree still fails, and the item of issue 15 that fixes it.
+
+def _declared(name: str) -> frozenset[str]:
+    """A tuple of module names assigned in ``tritonplug/__init__.py``, read without importing it."""
+    for node in parse(HOST / "__init__.py").body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return frozenset(ast.literal_eval(node.value))
+    raise AssertionError(f"tritonplug/__init__.py declares no {name}")
 
 
 def python_files(directory: Path) -> Iterator[Path]:
@@ -44,6 +48,11 @@ def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+PLUGIN_API = _declared("PLUGIN_API")
+CACHE_PLUGIN_API = _declared("CACHE_PLUGIN_API")
+PUBLIC_MODULES = _declared("PUBLIC_MODULES")
 
 
 def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
@@ -79,7 +88,16 @@ def imported_names(tree: ast.AST, module: str, is_package: bool = False) -> set[
 
 
 def host_modules() -> dict[str, Path]:
-    return {f"tritonplug.{path.stem}": path for path in sorted(HOST.glob("*.py")) if path.stem != "__init__"}
+    """Every host module by dotted name, in subpackages too; ``__init__`` files are left out (a subpackage's
+    holds only its docstring: ``test_subpackage_inits_import_nothing``)."""
+    return {".".join(("tritonplug", *path.relative_to(HOST).with_suffix("").parts)): path
+            for path in python_files(HOST) if path.name != "__init__.py"}
+
+
+def package_of(module: str) -> str:
+    """``tritonplug.compile.frontend`` → ``tritonplug.compile``; a top-level module is its own package."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
 
 
 def host_import_graph() -> dict[str, set[str]]:
@@ -125,6 +143,32 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
     return cycles
 
 
+def test_no_import_cycle_among_host_packages():
+    """The subpackages are floors too: adapters < calls < cache < compile < tuning < process < lowering < ..."""
+    graph: dict[str, set[str]] = {}
+    for module, imports in host_import_graph().items():
+        graph.setdefault(package_of(module), set()).update(
+            package_of(i) for i in imports if package_of(i) != package_of(module))
+    cycles = strongly_connected(graph)
+    assert not cycles, f"import cycles among the host's packages: {[sorted(c) for c in cycles]}"
+
+
+def test_subpackage_inits_import_nothing():
+    """Importing ``tritonplug.compile.worker_main`` must not drag in JAX: package ``__init__`` files are
+    docstrings only."""
+    for init in HOST.glob("*/__init__.py"):
+        body = parse(init).body
+        assert all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body), init
+
+
+def test_the_top_level_is_the_public_surface():
+    """A module directly under ``tritonplug/`` is public API (the user's or the plugins'), declared in
+    ``tritonplug/__init__.py``; everything internal lives in a subpackage."""
+    top = {f"tritonplug.{p.stem}" for p in HOST.glob("*.py") if p.stem not in {"__init__", "__main__"}}
+    declared = PUBLIC_MODULES | PLUGIN_API | CACHE_PLUGIN_API
+    assert top == declared, f"undeclared: {sorted(top - declared)}; declared but missing: {sorted(declared - top)}"
+
+
 def test_the_cycle_finder_finds_cycles_and_only_cycles():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": set(), "f": {"f"}}
     assert sorted(map(sorted, strongly_connected(graph))) == [["a", "b", "c"], ["f"]]
@@ -141,7 +185,7 @@ def test_imports_are_read_at_every_depth_and_relative_ones_resolved():
 
 def test_the_host_graph_sees_function_level_imports():
     # primitive imports lowering inside its lowering rule only: that edge must be in the graph
-    assert "tritonplug.lowering" in host_import_graph()["tritonplug.primitive"]
+    assert "tritonplug.lowering.pipeline" in host_import_graph()["tritonplug.lowering.primitive"]
 
 
 def test_no_import_cycle_among_host_modules():
@@ -246,9 +290,9 @@ def host_modules_imported(tree: ast.AST) -> set[str]:
 def test_the_plugin_import_reader_names_host_modules():
     source = ("from tritonplug import records, hookspecs as h\nfrom tritonplug.api import triton_call\n"
               "import tritonplug\nimport tritonplug_cuda.compat\nfrom . import compat\n"
-              "def f():\n    import tritonplug.host\n")
+              "def f():\n    import tritonplug.compile.backends\n")
     assert host_modules_imported(ast.parse(source)) == {
-        "tritonplug.records", "tritonplug.hookspecs", "tritonplug.api", "tritonplug", "tritonplug.host"}
+        "tritonplug.records", "tritonplug.hookspecs", "tritonplug.api", "tritonplug", "tritonplug.compile.backends"}
 
 
 @pytest.mark.parametrize("plugin", [str(d.relative_to(ROOT)) for d in plugin_directories()])
@@ -264,94 +308,3 @@ def test_the_plugin_check_covers_the_shipped_plugins():
     names = {d.name for d in plugin_directories()}
     assert {"cuda", "rocm", "interpret", "example_backend"} <= names
 
-
-SETTINGS_MODULE = HOST / "settings.py"
-
-
-def _is_environ(node: ast.AST) -> bool:
-    """``os.environ`` or a bare ``environ`` (``from os import environ``)."""
-    return (isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name)
-            and node.value.id == "os") or (isinstance(node, ast.Name) and node.id == "environ")
-
-
-def _is_getenv(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "getenv" and isinstance(node.value, ast.Name)
-            and node.value.id == "os") or (isinstance(node, ast.Name) and node.id == "getenv")
-
-
-def _mentions_prefix(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("TRITONPLUG_")
-               for n in ast.walk(node))
-
-
-def _iterated(node: ast.AST) -> ast.AST:
-    """What a loop runs over: ``os.environ`` for ``os.environ.items()`` (``keys``, ``values``) too."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
-        return node.func.value
-    return node
-
-
-def environment_reads(tree: ast.Module) -> list[int]:
-    """Lines that may read a ``TRITONPLUG_*`` variable: ``os.environ.get(K)``, ``os.getenv(K)``, ``os.environ[K]``
-    (not as an assignment's target), ``K in os.environ``, where ``K`` is a string starting ``TRITONPLUG_``, a
-    module-level name bound to one, or anything but a string constant (``os.environ.get(name)`` in a helper);
-    and a loop or comprehension over ``os.environ`` that names the prefix or filters on no string constant."""
-    strings = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-               and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-               for t in node.targets if isinstance(t, ast.Name)}
-
-    def is_key(node: ast.AST | None) -> bool:
-        if isinstance(node, ast.Name) and node.id in strings:
-            return strings[node.id].startswith("TRITONPLUG_")
-        if isinstance(node, ast.Constant):
-            return isinstance(node.value, str) and node.value.startswith("TRITONPLUG_")
-        return node is not None
-
-    lines = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.args and is_key(node.args[0]) and (
-                _is_getenv(node.func) or (isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                                          and _is_environ(node.func.value))):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value) \
-                and is_key(node.slice):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.Compare) and is_key(node.left) and any(
-                isinstance(op, (ast.In, ast.NotIn)) and _is_environ(c)
-                for op, c in zip(node.ops, node.comparators, strict=True)):
-            lines.append(node.lineno)
-        elif isinstance(node, (ast.For, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            loops = [node] if isinstance(node, ast.For) else node.generators
-            filters_on_a_constant = any(isinstance(n, ast.Constant) and isinstance(n.value, str)
-                                        for n in ast.walk(node))
-            if any(_is_environ(_iterated(loop.iter)) for loop in loops) and (
-                    _mentions_prefix(node) or not filters_on_a_constant):
-                lines.append(node.lineno)
-    return sorted(set(lines))
-
-
-def test_the_environment_read_finder_sees_every_form():
-    source = ("import os\nfrom os import environ, getenv\nVAR = 'TRITONPLUG_X'\n"
-              "a = os.environ.get('TRITONPLUG_A', '1')\nb = os.getenv(VAR)\nc = environ['TRITONPLUG_C']\n"
-              "d = 'TRITONPLUG_D' not in os.environ\ne = {k: v for k, v in os.environ.items() if "
-              "k.startswith('TRITONPLUG_')}\nf = getenv('TRITONPLUG_F')\n"
-              "os.environ['TRITONPLUG_SET'] = '1'\nos.environ.setdefault('TRITONPLUG_DEFAULT', '1')\n"
-              "g = os.environ.get('TRITON_CACHE_DIR')\nh = dict(os.environ)\n"
-              "i = [k for k in os.environ if k.startswith('TRITON_')]\nOTHER = 'PYTEST_XDIST_WORKER'\n"
-              "j = os.environ.get(OTHER)\ndef read(name):\n    return os.environ.get(name)\n"
-              "k = [k for k in os.environ if k.startswith(PREFIX)]\n")
-    assert environment_reads(ast.parse(source)) == [4, 5, 6, 7, 8, 9, 18, 19]
-
-
-def environment_readers() -> list[Path]:
-    """The host's modules but the settings module, and every plugin's own modules."""
-    return [*(p for p in python_files(HOST) if p != SETTINGS_MODULE),
-            *(p for d in plugin_directories() for p in plugin_sources(d))]
-
-
-def test_only_the_settings_module_reads_tritonplug_variables():
-    assert SETTINGS_MODULE.is_file() and environment_reads(parse(SETTINGS_MODULE)), "the finder sees settings.py's"
-    offenders = [f"{path.relative_to(ROOT)}:{line}" for path in environment_readers()
-                 for line in environment_reads(parse(path))]
-    assert not offenders, (f"TRITONPLUG_* variables read outside tritonplug/settings.py (declare a setting there; "
-                           f"plugins reach it through tritonplug.plugin_kit): {offenders}")

@@ -23,7 +23,7 @@ import triton.language as tl
 from surface_support import SPEC8, add, cuda, cuda_payload, interpret, normal, put
 
 import tritonplug
-from tritonplug import jaxlib_compat
+from tritonplug.adapters import jaxlib_compat
 from tritonplug.inspection import kernel_calls
 
 # --------------------------------------------------------------------------- threads, options, side effects

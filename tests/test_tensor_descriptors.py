@@ -11,10 +11,11 @@ from helpers import for_backend, requires_backend
 from hopper_kernels import desc_copy_kernel, desc_pair_kernel, desc_tiles_kernel, tma_matmul_kernel
 
 import tritonplug
-from tritonplug import jaxlib_compat, lowering
-from tritonplug.kernel_call import decode_kernel_call, encode_kernel_call
+from tritonplug.adapters import jaxlib_compat
+from tritonplug.lowering import pipeline as lowering
+from tritonplug.lowering.kernel_call import decode_kernel_call, encode_kernel_call
+from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
-from tritonplug.state import state
 
 cuda = for_backend("cuda")
 interpret = requires_backend("interpret")

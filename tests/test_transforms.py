@@ -1,6 +1,6 @@
 """jax.vmap and autodiff of kernel calls, against per-element loops of eager calls and jnp references.
 
-vmap runs the kernel once per batch element inside the program (tritonplug/batching.py),
+vmap runs the kernel once per batch element inside the program (tritonplug/lowering/batching.py),
 so every batched result must equal a Python loop of unbatched eager calls exactly.
 """
 

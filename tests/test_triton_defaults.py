@@ -123,7 +123,7 @@ def test_force_disable_overrides_the_call_as_in_triton(monkeypatch):
 
 def test_enable_fp_fusion_is_unset_unless_given():
     """The call passes ``None`` to the backends (the hook spec's "unset"), so they apply Triton's default."""
-    from tritonplug.call_options import CallOptions
+    from tritonplug.calls.options import CallOptions
 
     assert CallOptions(grid=(1,)).checked(1).compiler_options()["enable_fp_fusion"] is None
     assert CallOptions(grid=(1,), enable_fp_fusion=False).checked(1).compiler_options()["enable_fp_fusion"] is False

@@ -17,9 +17,9 @@ from helpers import ROOT, for_backend, requires_backend
 from tuning_kernels import BLOCKS, FRESH_PROCESS, tagged_copy, tagged_copy_kernel
 
 import tritonplug
-from tritonplug import triton_compat
+from tritonplug.adapters import triton_compat
 from tritonplug.inspection import kernel_calls
-from tritonplug.tuning_records import FILE_FORMAT, decode_file
+from tritonplug.tuning.records import FILE_FORMAT, decode_file
 
 cuda = for_backend("cuda")
 interpret = requires_backend("interpret")
@@ -224,7 +224,7 @@ def test_import_of_a_damaged_file_changes_nothing(tmp_path: Path):
 def test_tune_refuses_bad_settings_and_non_callables():
     with pytest.raises(TypeError, match="callable"):
         tritonplug.tune(42)
-    from tritonplug.tuning import Tuner
+    from tritonplug.tuner import Tuner
 
     with pytest.raises(ValueError, match="runs"):
         Tuner(runs=0)

@@ -84,7 +84,7 @@ def test_importing_the_primitive_warns_exactly_when_a_version_is_untested():
     code = ("import warnings\n"
             "with warnings.catch_warnings(record=True) as seen:\n"
             "    warnings.simplefilter('always')\n"
-            "    import tritonplug.primitive\n"
+            "    import tritonplug.lowering.primitive\n"
             "from tritonplug.version import UntestedVersionWarning\n"
             "print(sum(issubclass(w.category, UntestedVersionWarning) for w in seen))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

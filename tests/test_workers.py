@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import worker_tasks
 
-from tritonplug import worker_process
+from tritonplug.compile import worker_process
+from tritonplug.compile.workers import WORKER_PRELOAD, Task, WorkerPool
 from tritonplug.errors import CompileError, WorkerError
-from tritonplug.state import state
-from tritonplug.workers import WORKER_PRELOAD, Task, WorkerPool
+from tritonplug.process.state import state
 
 TESTS = Path(__file__).resolve().parent
 
@@ -242,7 +242,7 @@ def test_workers_started_from_a_short_lived_thread_outlive_it():
 def test_workers_exit_when_the_parent_dies(tmp_path):
     script = textwrap.dedent("""
         import time
-        from tritonplug.workers import WorkerPool
+        from tritonplug.compile.workers import WorkerPool
         pool = WorkerPool(2, preload=())
         pool.warm()
         print(*pool.worker_pids(), flush=True)
@@ -315,7 +315,7 @@ def test_a_process_pool_worker_is_ready_without_jax():
     pool = WorkerPool(1, 120, WORKER_PRELOAD)
     try:
         pool.warm()
-        loaded = pool.run([Task("worker_tasks:loaded_modules", ("jax", "triton", "tritonplug.host"))])[0]
+        loaded = pool.run([Task("worker_tasks:loaded_modules", ("jax", "triton", "tritonplug.compile.backends"))])[0]
     finally:
         pool.shutdown()
-    assert loaded == ["triton", "tritonplug.host"]
+    assert loaded == ["triton", "tritonplug.compile.backends"]

@@ -2,6 +2,13 @@
 
 Public names load on first use, so processes that only need the records and hooks (compile
 workers, plugins) never import JAX.
+
+Layout: the modules directly in this folder are the public surface, declared below (``PUBLIC_MODULES`` for
+users, ``PLUGIN_API`` and ``CACHE_PLUGIN_API`` for plugins; ``tests/test_structure.py`` holds the tree and
+the plugins to these lists). Everything else is internal and lives in a subpackage, one per family, each a
+floor that imports only the floors below it: ``adapters`` (one per dependency) < ``calls`` (a call as a value)
+< ``cache`` < ``compile`` (backends, front end, compile service, workers) < ``tuning`` < ``process`` (state)
+< ``lowering`` (the JAX primitive and what it emits) < ``porting`` (kernels from torch libraries) < ``cli``.
 """
 
 from __future__ import annotations
@@ -17,29 +24,39 @@ from tritonplug.errors import (
     TritonplugError,
     WorkerError,
 )
-from tritonplug.logs import configure_logging
+from tritonplug.process.logs import configure_logging
+
+#: Modules a user may import by path; their names are the API.
+PUBLIC_MODULES = (
+    "tritonplug.api", "tritonplug.debug", "tritonplug.errors", "tritonplug.inspection", "tritonplug.settings",
+    "tritonplug.testing", "tritonplug.tuner", "tritonplug.utils", "tritonplug.version",
+)
+#: The only host modules a backend plugin imports (entry-point group ``tritonplug.backends``).
+PLUGIN_API = ("tritonplug.hookspecs", "tritonplug.records", "tritonplug.plugin_kit")
+#: What a remote-cache plugin imports besides (entry-point group ``tritonplug.caches``).
+CACHE_PLUGIN_API = ("tritonplug.cache_hookspecs", "tritonplug.cache_records")
 
 _LAZY = {
     "triton_call": "tritonplug.api",
-    "compile_stats": "tritonplug.state",
-    "backends": "tritonplug.state",
-    "backend_for": "tritonplug.state",
-    "register_plugin": "tritonplug.state",
-    "tune": "tritonplug.tuning",
-    "kernels_of": "tritonplug.kernel_source",
-    "kernels_from_file": "tritonplug.kernel_source",
-    "export_disabled_checks": "tritonplug.jaxlib_compat",
-    "TensorDescriptor": "tritonplug.tensor_descriptor",
+    "compile_stats": "tritonplug.process.state",
+    "backends": "tritonplug.process.state",
+    "backend_for": "tritonplug.process.state",
+    "register_plugin": "tritonplug.process.state",
+    "tune": "tritonplug.tuner",
+    "kernels_of": "tritonplug.porting.kernel_source",
+    "kernels_from_file": "tritonplug.porting.kernel_source",
+    "export_disabled_checks": "tritonplug.adapters.jaxlib_compat",
+    "TensorDescriptor": "tritonplug.calls.tensor_descriptor",
     "cdiv": "tritonplug.utils",
-    "launch": "tritonplug.launcher",
-    "Launcher": "tritonplug.launcher",
-    "Tensor": "tritonplug.launcher",
-    "tensor": "tritonplug.launcher",
-    "empty": "tritonplug.launcher",
-    "empty_like": "tritonplug.launcher",
-    "zeros": "tritonplug.launcher",
-    "zeros_like": "tritonplug.launcher",
-    "torch_launcher": "tritonplug.ported",
+    "launch": "tritonplug.porting.launcher",
+    "Launcher": "tritonplug.porting.launcher",
+    "Tensor": "tritonplug.porting.launcher",
+    "tensor": "tritonplug.porting.launcher",
+    "empty": "tritonplug.porting.launcher",
+    "empty_like": "tritonplug.porting.launcher",
+    "zeros": "tritonplug.porting.launcher",
+    "zeros_like": "tritonplug.porting.launcher",
+    "torch_launcher": "tritonplug.porting.ported",
     "get_compute_capability": "tritonplug.utils",
     "next_power_of_2": "tritonplug.utils",
     "strides_from_shape": "tritonplug.utils",
@@ -60,14 +77,14 @@ __all__ = [
 
 if TYPE_CHECKING:
     from tritonplug import debug, inspection
+    from tritonplug.adapters.jaxlib_compat import export_disabled_checks
     from tritonplug.api import triton_call
-    from tritonplug.jaxlib_compat import export_disabled_checks
-    from tritonplug.kernel_source import kernels_from_file, kernels_of
-    from tritonplug.launcher import Launcher, Tensor, empty, empty_like, launch, tensor, zeros, zeros_like
-    from tritonplug.ported import torch_launcher
-    from tritonplug.state import backend_for, backends, compile_stats, register_plugin
-    from tritonplug.tensor_descriptor import TensorDescriptor
-    from tritonplug.tuning import tune
+    from tritonplug.calls.tensor_descriptor import TensorDescriptor
+    from tritonplug.porting.kernel_source import kernels_from_file, kernels_of
+    from tritonplug.porting.launcher import Launcher, Tensor, empty, empty_like, launch, tensor, zeros, zeros_like
+    from tritonplug.porting.ported import torch_launcher
+    from tritonplug.process.state import backend_for, backends, compile_stats, register_plugin
+    from tritonplug.tuner import tune
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
     from tritonplug.version import __version__, __version_info__
 

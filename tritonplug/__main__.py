@@ -1,3 +1,3 @@
-from tritonplug.cli import main
+from tritonplug.cli.main import main
 
 raise SystemExit(main())

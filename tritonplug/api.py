@@ -10,9 +10,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug import annotation_checks, binding, call_memo, early_compile, frontend, user_warnings
-from tritonplug.call import CallSpec, pointer_type
-from tritonplug.call_options import (
+from tritonplug.adapters.triton_compat import KernelFacts
+from tritonplug.calls import annotation_checks, binding, user_warnings
+from tritonplug.calls import memo as call_memo
+from tritonplug.calls.call import CallSpec, pointer_type
+from tritonplug.calls.options import (
     TRITON_COMPILE_OPTIONS,
     CallOptions,
     check_option_names,
@@ -20,12 +22,13 @@ from tritonplug.call_options import (
     signature_parameters,
     zeroed_for,
 )
+from tritonplug.compile import frontend
 from tritonplug.debug import OutOfBoundsError
-from tritonplug.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
+from tritonplug.lowering import early_compile
+from tritonplug.lowering.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
+from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
-from tritonplug.state import state
-from tritonplug.triton_compat import KernelFacts
-from tritonplug.tuning_select import active_session
+from tritonplug.tuning.select import active_session
 
 
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
@@ -38,7 +41,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     still works with a ``DeprecationWarning``) fill the remaining non-constexpr parameters in order.
     ``grid`` is an int, up to three ints, or a callable of the metaparameters; the other options are
     the fields of
-    :class:`tritonplug.call_options.CallOptions` (``num_warps``, ``num_stages``, ``num_ctas``,
+    :class:`tritonplug.calls.options.CallOptions` (``num_warps``, ``num_stages``, ``num_ctas``,
     ``compute_capability``, ``backend_options``, ``input_output_aliases`` (an operand index,
     scalars counted, to an output index; deprecated as in jax-triton 0.4: prefer ``jax.new_ref``
     operands), ``zeroed_outputs`` (deprecated likewise), ``name``, ``debug``,

@@ -33,7 +33,7 @@ def replay(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     the interpreter's ``OutOfBoundsAccess``, naming the kernel, the argument and the offset. Programs
     already compiled in this process are compiled again (checked mode changes the kernels).
     """
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     try:
         cpu = jax.devices("cpu")[0]
@@ -69,7 +69,7 @@ def _to_cpu(leaf: Any, cpu: Any) -> Any:
 @contextlib.contextmanager
 def _checked_mode() -> Iterator[None]:
     """Checked mode on, and every program and kernel object made without it forgotten, for the duration."""
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     with settings.INTERPRET_CHECK.overridden("1"):
         jax.clear_caches()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import zlib
 
-from tritonplug.jaxlib_compat import FFI_TARGET, LEGACY_TARGET
-from tritonplug.kernel_call import decode_kernel_call
+from tritonplug.adapters.jaxlib_compat import FFI_TARGET, LEGACY_TARGET
+from tritonplug.lowering.kernel_call import decode_kernel_call
 
 _CALL = re.compile(rf"custom_call @(?P<target>{FFI_TARGET}|{LEGACY_TARGET})\(")
 _PAYLOAD = re.compile(r'(?:opaque = |backend_config = )"((?:[^"\\]|\\.)+)"')

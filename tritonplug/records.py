@@ -60,7 +60,7 @@ class BackendInfo:
       parameter's buffer by the ``buffer`` field of its entry (host and JAX kernels). ``"operands_first"``:
       the runtime hands the k-th pointer parameter the k-th buffer of (operands..., results...), as
       jaxlib's does; the host then compiles a kernel whose signature puts an output pointer before an
-      input pointer with its outputs moved last (``tritonplug.kernel_abi``), and the launch lists the
+      input pointer with its outputs moved last (``tritonplug.compile.kernel_abi``), and the launch lists the
       parameters in the compiled kernel's order.
     """
 
@@ -241,7 +241,7 @@ class Launch:
     (possibly nested) tuple of entries. For a backend whose ``buffer_order`` is ``"operands_first"`` and a
     signature with an output pointer before an input pointer, the host compiles the kernel with its
     outputs last and ``params`` holds its runtime entries flat in that order, named like ``pair[1]``
-    (``tritonplug.kernel_abi``). A host-side tensor descriptor is a :class:`TensorDescriptorParam` (a
+    (``tritonplug.compile.kernel_abi``). A host-side tensor descriptor is a :class:`TensorDescriptorParam` (a
     ``GpuKernel``'s launch holds what the plugin made of it). A GPU backend passes the flattened
     non-constexpr entries to the runtime; a host backend rebuilds the whole argument list. ``kernel`` is the
     ``@triton.jit`` function itself, for backends that run Python. ``aliases`` pairs

@@ -91,7 +91,7 @@ def conformance_checks(backend: str, target_hints: Mapping[str, Any] | None = No
     ``triton_call(..., compute_capability=90)`` does; a backend that detects its target from the
     environment (``TRITONPLUG_ROCM_ARCH``) needs none when that is set.
     """
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     backends = state.host().backends
     if backend not in backends:
@@ -108,8 +108,8 @@ def conformance_checks(backend: str, target_hints: Mapping[str, Any] | None = No
 
 
 def _check_info(name: str) -> None:
-    from tritonplug.host import capability_problem
-    from tritonplug.state import state
+    from tritonplug.compile.backends import capability_problem
+    from tritonplug.process.state import state
 
     info = state.host().backends[name].info
     assert info.name == name, f"the plugin registered as {name!r} calls itself {info.name!r}"
@@ -126,7 +126,7 @@ def _device(platform: str) -> Any | None:
 
 
 def _check_target(name: str, platform: str, hints: Mapping[str, Any]) -> None:
-    from tritonplug.state import state
+    from tritonplug.process.state import state
 
     backend = state.host().backends[name]
     requested = {"compute_capability": None, **hints}

@@ -163,6 +163,6 @@ def warn_if_untested() -> None:
     _warned = True
     message = check(installed())
     if message is not None:
-        from tritonplug import user_warnings
+        from tritonplug.calls import user_warnings
 
         user_warnings.warn(message, UntestedVersionWarning)

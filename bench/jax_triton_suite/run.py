@@ -51,7 +51,7 @@ NEWER_GLUON = {
 }
 
 SHIM = '''"""Stands in for jax_triton.triton_lib: the tests use it only to find the call in a jaxpr."""
-from tritonplug.primitive import triton_call_p as triton_kernel_call_p  # noqa: F401
+from tritonplug.lowering.primitive import triton_call_p as triton_kernel_call_p  # noqa: F401
 '''
 
 

@@ -24,9 +24,9 @@ import numpy as np
 import triton
 
 import tritonplug
-import tritonplug.state
+import tritonplug.process.state
 from corpus.spec import Buf, Launch
-from tritonplug.launch_stores import stored_params
+from tritonplug.porting.stores import stored_params
 
 SHAPES = ("library", "out_type", "aliases")
 
@@ -112,7 +112,7 @@ def _out_type(launch: Launch, kernel: Any, inputs: dict[str, Any]) -> dict[str, 
     outs = [(names.index(p), a.name) for p, a in by_name.items()
             if isinstance(a, Buf) and launch.written.get(a.name) == "out"]
     outs.sort()
-    stores = stored_params(tritonplug.state.state.kernels.get(kernel))
+    stores = stored_params(tritonplug.process.state.state.kernels.get(kernel))
     shared = {a.name for a in by_name.values() if isinstance(a, Buf)
               and sum(b is a or (isinstance(b, Buf) and b.name == a.name) for b in by_name.values()) > 1}
     keywords = {p: (refs.get(a.name, inputs.get(a.name)) if not (a.name in shared and p not in stores)

@@ -12,7 +12,7 @@ import triton
 
 import tritonplug
 from corpus import driver
-from tritonplug.kernel_source import WrapperDroppedWarning, torch_imports
+from tritonplug.porting.kernel_source import WrapperDroppedWarning, torch_imports
 
 PINNED = {"liger-kernel": "0.8.5", "fla-core": "0.6.0", "flag-gems": "5.0.2"}
 
@@ -80,6 +80,6 @@ def test_fla_heuristics_over_none_arguments_load():
 
 def _forget(module: str) -> None:
     """Forget a loaded module so its wrappers are dropped (and warned about) again on the next load."""
-    from tritonplug.kernel_source import _REGISTRY
+    from tritonplug.porting.kernel_source import _REGISTRY
 
     _REGISTRY.loaders.pop(module, None)

@@ -1,0 +1,380 @@
+"""The on-disk cache of compiled kernels, shared by every process of the user on the machine.
+
+One file per entry, ``<dir>/entries/<key[:2]>/<key>.bin``, published with ``os.replace`` so a
+reader sees either nothing or a whole entry. Entry format (no pickle)::
+
+    b"tritonplug-cache 1\\n"                   magic line
+    {"key", "kernel_name", "format", "metadata", "payload_size",
+     "images": [{"name", "offset", "size"}]}\\n   one line of JSON
+    <images back to back><sha256 of all the bytes before it, 32 raw bytes>
+
+A file's mtime is its LRU clock: a hit bumps it, and eviction removes the oldest first. Beside
+``entries/`` live ``lock`` (the cache-wide lock for eviction), ``size`` (the running total that spares
+most puts a scan) and ``locks/<key[:2]>/<key>.lock`` (per-key locks for single-flight compiles). A writer
+first writes ``entries/<key[:2]>/.<key>.<pid>.<random>.tmp``.
+
+Healing: only regular files count as entries. A non-file at an entry or lock path (a directory, a
+fifo, a symlink...) is removed when a ``get``, ``put`` or lock meets it, and every scan (eviction,
+``prune``, ``clear``) removes such damage, unknown names and the temp files of dead writers, skips what
+it cannot remove and keeps evicting until the total is within the bound. ``clear`` also removes the
+per-key lock files nobody holds. The directory, ``entries/``, ``locks/`` and their buckets must be the
+user's own and not writable by group or others, and no parent may be world-writable without the sticky
+bit (:class:`UnsafeCacheDir`). File-system details live in :mod:`tritonplug.cache.files`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import filelock
+
+from tritonplug import settings
+from tritonplug.cache import files as cache_fs
+from tritonplug.cache.files import CacheDirError, UnsafeCacheDir
+from tritonplug.calls.user_warnings import warn
+from tritonplug.records import Binary
+
+log = logging.getLogger("tritonplug.cache.disk")
+
+MAGIC = b"tritonplug-cache 1\n"
+_DIGEST = 32
+_LOW_WATER = 0.9  # a put that finds the cache full evicts down to 90%, so the next puts need no scan
+_EVICT_LOCK_TIMEOUT_S = 30.0  # a put gives up evicting (the next put retries) rather than hang
+
+
+__all__ = ["MAGIC", "CacheDirError", "CacheStats", "DiskCache", "UnsafeCacheDir", "cache_from_env",
+           "default_directory", "open_cache_from_env"]
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    directory: str
+    entries: int
+    total_bytes: int
+    max_bytes: int
+
+
+class DiskCache:
+    """A file-locked LRU cache of :class:`Binary` records, bounded by ``max_bytes`` of entry files."""
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int = 1 << 30) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self.directory = Path(directory).expanduser().absolute()
+        self.max_bytes = int(max_bytes)
+        self._warned = False
+        self._first_put = True
+        #: Called with (path, error) for a damaged entry ``get`` removes (the tuning store warns: a lost record
+        #: means tuning again, where a lost kernel is only compiled again).
+        self.on_damaged: Callable[[Path, Exception], None] | None = None
+        # One lock object per cache: re-entrant in a thread, exclusive between threads and processes.
+        self._lock = filelock.FileLock(self.directory / "lock", mode=0o600)
+        cache_fs.check_ancestors(self.directory)
+        try:
+            cache_fs.makedirs(self.directory)
+        except OSError as exc:
+            why = _dangling(self.directory) or exc
+            raise CacheDirError(f"cannot create the cache directory {self.directory}: {why}") from exc
+        cache_fs.check_safe(self.directory)
+
+    def _path(self, key: str) -> Path:
+        if not isinstance(key, str) or not cache_fs.KEY.fullmatch(key):
+            raise ValueError(f"key must be a lower-case hex digest of 16 to 128 characters, got {key!r}")
+        return self.directory / "entries" / key[:2] / f"{key}.bin"
+
+    def get(self, key: str) -> Binary | None:
+        """The entry for ``key``, or ``None``; a damaged entry is removed and counts as a miss."""
+        path = self._path(key)
+        found = cache_fs.read_regular_file(path)  # removes a non-file at the path
+        if found is None:
+            log.debug("miss %s", key[:12])
+            return None
+        data, inode = found
+        try:
+            binary = decode_entry(key, data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.info("removing damaged cache entry %s: %s", path, exc)
+            if self.on_damaged is not None:
+                self.on_damaged(path, exc)
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_ino == inode:  # not a good entry another process just published
+                    os.unlink(path)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        log.debug("hit %s (%s, %d bytes)", key[:12], binary.kernel_name, len(data))
+        return binary
+
+    def put(self, key: str, binary: Binary) -> bool:
+        """Store ``binary`` under ``key``; ``False`` if it was not written (too big, or the disk refused)."""
+        path = self._path(key)
+        blob = encode_entry(key, binary)
+        if len(blob) > self.max_bytes:
+            log.info("not caching %s: %d bytes exceed the bound of %d", key[:12], len(blob), self.max_bytes)
+            return False
+        tmp: Path | None = None
+        try:
+            cache_fs.makedirs(path.parent)
+            tmp = path.with_name(cache_fs.temp_name(key))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.replace(tmp, path)
+            except IsADirectoryError:  # a directory where the entry belongs: remove it, publish again
+                if not cache_fs.remove_non_file(path):
+                    raise
+                os.replace(tmp, path)
+            tmp = None
+        except OSError as exc:
+            self._warn_once(f"cannot write to the kernel cache at {self.directory} ({exc}); "
+                            f"compiled kernels will not be cached")
+            return False
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        log.debug("put %s (%s, %d bytes)", key[:12], binary.kernel_name, len(blob))
+        try:
+            self._account(len(blob))
+        except OSError as exc:  # includes filelock.Timeout: the next put evicts instead
+            log.info("skipped eviction after put: %s", exc)
+        return True
+
+    def _account(self, size: int) -> None:
+        """Add a new entry to the ledger (``<dir>/size``); scan and evict only when it says we may be over.
+
+        The ledger, read and written under the cache-wide lock, may only overstate the total (a key written
+        twice counts twice), which just brings the next scan forward. A writer that died between publishing
+        and accounting leaves it short; each DiskCache scans on its first put to correct that.
+        """
+        with self._cache_lock():
+            total = None if self._first_put else _read_int(self.directory / "size")
+            self._first_put = False
+            if total is None or total + size > self.max_bytes:
+                self._evict(int(self.max_bytes * _LOW_WATER))
+            else:
+                cache_fs.write_small_file(self.directory / "size", str(total + size))
+
+    @contextlib.contextmanager
+    def _cache_lock(self) -> Iterator[None]:
+        """The cache-wide lock; a non-file at its path (damage since we started) is removed first."""
+        cache_fs.remove_non_file(self.directory / "lock")
+        with self._lock.acquire(timeout=_EVICT_LOCK_TIMEOUT_S):
+            yield
+
+    def key_lock(self, key: str) -> contextlib.AbstractContextManager:
+        """An inter-process lock for ``key``: hold it while compiling so one process compiles, others wait.
+
+        A lock that cannot be created (read-only cache) degrades to no lock, with the once-only warning.
+        """
+        self._path(key)  # validates the key
+        return self._key_lock(self.directory / "locks" / key[:2] / f"{key}.lock")
+
+    @contextlib.contextmanager
+    def _key_lock(self, path: Path) -> Iterator[None]:
+        lock: filelock.FileLock | None = filelock.FileLock(path, mode=0o600)
+        try:
+            cache_fs.makedirs(path.parent)
+            cache_fs.remove_non_file(path)  # a directory, fifo or symlink there is damage (one lstat per miss)
+            lock.acquire()
+        except OSError as exc:
+            self._warn_once(f"cannot lock {path} in the kernel cache at {self.directory} ({exc})")
+            lock = None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def stats(self) -> CacheStats:
+        entries = cache_fs.scan(self.directory).entries
+        return CacheStats(str(self.directory), len(entries), sum(size for _, size, _ in entries), self.max_bytes)
+
+    def clear(self) -> int:
+        """Remove every entry, every damaged or unknown item, the temp files of dead writers and the per-key
+        lock files nobody holds; the number of entries removed. Raises :class:`CacheDirError` (after
+        removing what it could) if something could not be removed, e.g. in a read-only cache."""
+        result = self._locked_evict(0, "clear")
+        if result.failed:
+            raise CacheDirError(f"could not clear the kernel cache at {self.directory}: {result.describe_failures()}")
+        return result.removed
+
+    def prune(self, max_bytes: int | None = None) -> int:
+        """Evict least-recently-used entries until they total ``<= max_bytes`` (default: the bound), and remove
+        damage and dead writers' temp files; the number of entries removed. Raises :class:`CacheDirError`
+        if the entries could not be brought within ``max_bytes``."""
+        bound = self.max_bytes if max_bytes is None else max_bytes
+        result = self._locked_evict(bound, "prune")
+        if result.total > bound:
+            raise CacheDirError(f"could not prune the kernel cache at {self.directory} to {bound} bytes "
+                                f"({result.total} remain): {result.describe_failures()}")
+        return result.removed
+
+    def _locked_evict(self, max_bytes: int, action: str) -> _Eviction:
+        """``_evict`` for ``clear`` and ``prune``, which need a writable cache even when there is nothing to do."""
+        try:
+            with self._cache_lock():
+                cache_fs.probe_writable(self.directory / "entries")
+                return self._evict(max_bytes, locks=action == "clear")
+        except filelock.Timeout as exc:
+            raise CacheDirError(f"cannot {action} the kernel cache at {self.directory}: another process has "
+                                f"held its lock for {_EVICT_LOCK_TIMEOUT_S:.0f} s") from exc
+        except OSError as exc:
+            read_only = " it is read-only" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+            raise CacheDirError(f"cannot {action} the kernel cache at {self.directory}:{read_only} ({exc})") from exc
+
+    def _evict(self, max_bytes: int, locks: bool = False) -> _Eviction:
+        """Remove damage and dead writers' temp files, then the oldest entries until the rest fit in
+        ``max_bytes``, skipping what cannot be removed; with ``locks``, also unheld lock files. Needs the lock."""
+        found = cache_fs.scan(self.directory)
+        result = _Eviction(total=sum(size for _, size, _ in found.entries))
+        for path in found.junk:
+            result.note(path, cache_fs.remove_any(path))
+        now = time.time()
+        for path, mtime in found.temps:  # a live writer's temp file is left to it
+            if cache_fs.is_orphaned_temp(path, mtime, now):
+                result.note(path, cache_fs.remove_any(path))
+        result.failures.extend(found.unreadable)
+        for path, size, _ in sorted(found.entries, key=lambda e: e[2]):
+            if result.total <= max_bytes:
+                break
+            try:
+                os.unlink(path)
+                result.removed += 1
+            except FileNotFoundError:
+                pass  # another process evicted it
+            except OSError as exc:
+                log.info("cannot evict %s: %s", path, exc)
+                result.failures.append(path)
+                continue
+            result.total -= size
+        if locks:
+            found_locks = cache_fs.scan(self.directory, locks=True)
+            for path in found_locks.junk:
+                result.note(path, cache_fs.remove_any(path))
+            for path in found_locks.locks:
+                result.note(path, cache_fs.remove_unheld_lock(path) != "failed")
+        if result.removed:
+            log.info("evicted %d entries from %s; %d bytes remain", result.removed, self.directory, result.total)
+        with contextlib.suppress(OSError):
+            cache_fs.write_small_file(self.directory / "size", str(result.total))
+        return result
+
+    def _warn_once(self, message: str) -> None:
+        log.info("%s", message)
+        if not self._warned:
+            self._warned = True
+            warn(f"tritonplug: {message}")
+
+
+@dataclass
+class _Eviction:
+    total: int  # bytes of entries left
+    removed: int = 0  # entries removed
+    failures: list[str] = field(default_factory=list)  # paths that could not be removed (or listed)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+    def note(self, path: str, gone: bool) -> None:
+        if not gone:
+            self.failures.append(path)
+
+    def describe_failures(self) -> str:
+        if not self.failures:
+            return "nothing failed"
+        shown = ", ".join(self.failures[:3]) + (f" and {len(self.failures) - 3} more" if len(self.failures) > 3 else "")
+        return f"{len(self.failures)} item(s) could not be removed (is it read-only?): {shown}"
+
+
+def encode_entry(key: str, binary: Binary) -> bytes:
+    """One entry's bytes (the format above); the remote tier stores exactly these."""
+    blobs = {str(name): bytes(image) for name, image in binary.images.items()}
+    images, offset = [], 0
+    for name, image in blobs.items():
+        images.append({"name": name, "offset": offset, "size": len(image)})
+        offset += len(image)
+    header = {"key": key, "kernel_name": binary.kernel_name, "format": binary.format,
+              "metadata": dict(binary.metadata), "images": images, "payload_size": offset}
+    try:
+        line = json.dumps(header, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the metadata of kernel {binary.kernel_name!r} is not JSON-serialisable, so it "
+                        f"cannot be cached: {exc}") from exc
+    body = b"".join([MAGIC, line, b"\n", *blobs.values()])
+    return body + hashlib.sha256(body).digest()
+
+
+def decode_entry(key: str, data: bytes) -> Binary:
+    """Parse and check one entry (a file, or a remote value); any damage, or an entry made for another key,
+    raises ValueError (or KeyError/TypeError)."""
+    if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
+        raise ValueError("bad magic or truncated")
+    body = data[:-_DIGEST]
+    if hashlib.sha256(body).digest() != data[-_DIGEST:]:
+        raise ValueError("checksum mismatch")
+    end = body.index(b"\n", len(MAGIC))
+    header = json.loads(body[len(MAGIC):end])
+    payload = body[end + 1:]
+    if header["key"] != key or header["payload_size"] != len(payload):
+        raise ValueError("header does not match the file")
+    images = {}
+    for image in header["images"]:
+        start, size = int(image["offset"]), int(image["size"])
+        if start < 0 or size < 0 or start + size > len(payload):
+            raise ValueError(f"image {image['name']!r} lies outside the payload")
+        images[str(image["name"])] = payload[start:start + size]
+    return Binary(kernel_name=str(header["kernel_name"]), format=str(header["format"]), images=images,
+                  metadata=dict(header["metadata"]))
+
+
+def _read_int(path: Path) -> int | None:
+    found = cache_fs.read_regular_file(path)
+    try:
+        return None if found is None else int(found[0])
+    except ValueError:
+        return None
+
+
+def default_directory() -> Path:
+    """``$TRITONPLUG_CACHE_DIR``, else ``$XDG_CACHE_HOME/tritonplug``, else ``~/.cache/tritonplug``."""
+    return settings.CACHE_DIR.get()
+
+
+def open_cache_from_env() -> DiskCache | None:
+    """The cache the environment asks for; ``None`` when disabled, :class:`CacheDirError` when unusable."""
+    if not settings.CACHE.get():
+        return None
+    return DiskCache(default_directory(), settings.CACHE_MAX_BYTES.get())
+
+
+def cache_from_env() -> DiskCache | None:
+    """The cache the environment asks for, or ``None`` when disabled or unusable (with a RuntimeWarning)."""
+    try:
+        return open_cache_from_env()
+    except CacheDirError as exc:
+        warn(f"tritonplug: not using the kernel cache: {exc}")
+        return None
+
+
+def _dangling(directory: Path) -> str:
+    """Why a path on the way to ``directory`` cannot be created when it is a symbolic link to nothing
+    (``os.makedirs`` says only ``File exists``); "" otherwise."""
+    for path in (directory, *directory.parents):
+        if path.is_symlink() and not path.exists():
+            return (f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; create that directory "
+                    f"or point TRITONPLUG_CACHE_DIR elsewhere")
+    return ""

@@ -1,0 +1,1 @@
+"""The ``tritonplug`` command: ``info``, ``cache`` and ``tune``."""

@@ -1,0 +1,196 @@
+"""The lowering pipeline for one platform: backend → target → configurations → kernels.
+
+Data path: host picks the backend for the platform → detect target → per configuration:
+parse options, specialise, cache lookup, compile on a miss → kernel objects → emitter.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tritonplug.adapters import jax_compat, jaxlib_compat
+from tritonplug.adapters.triton_compat import KernelFacts
+from tritonplug.calls.call import BoundArgs, CallSpec, DescriptorArg
+from tritonplug.calls.options import check_grid_limits, grid_for, zeroed_for
+from tritonplug.compile import frontend, kernel_abi
+from tritonplug.compile.backends import Backend
+from tritonplug.compile.compiler import CompileRequest
+from tritonplug.errors import PluginError
+from tritonplug.lowering import emitters
+from tritonplug.process.state import state
+from tritonplug.records import BufferSpec, CompileJob, Launch, Options, Target
+from tritonplug.tuning import select as tuning_select
+
+
+@dataclass(frozen=True)
+class LoweringPlan:
+    """What lowering one call for one target needs: a launch and a compile request per configuration."""
+
+    backend: Backend
+    target: Target
+    launches: tuple[Launch, ...]
+    requests: tuple[CompileRequest, ...]
+    tuned: bool = False  # a tuning record chose the one configuration
+
+
+def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
+    check_not_partitioned(ctx)
+    backend = state.host().backend_for(platform)
+    check_backend_runs(backend, call, platform)
+    target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
+    if target is None:
+        raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
+    operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
+    kernels = kernel_objects(backend, target, call, operands)
+    return emitters.emit(ctx, args, kernels, call, platform)
+
+
+def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> list[Any]:
+    """The backend's kernel objects for every configuration of ``call`` on ``target``, compiled (or read
+    from the cache) on the way: everything a lowering does but emitting the custom call."""
+    plan = state.plans.lookup(plan_key(backend, target, call, operands)) or plan_call(backend, target, call, operands)
+    if plan.tuned:
+        state.tuning.note_hit()
+    binaries = state.compiler.compile(backend, target, plan.requests)
+    if len(plan.launches) > 1:
+        state.compiler.note_runtime_autotuned()
+    return [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
+
+
+def plan_key(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> tuple:
+    """What a plan depends on besides the process state: an early compile's plan serves the lowering of
+    the same key (``state.plans``)."""
+    return (backend.name, target, call, operands)
+
+
+def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> LoweringPlan:
+    """The configurations to compile for ``target`` (a tuning record's winner when there is one), each with
+    its launch and its compile request; nothing is compiled yet."""
+    kernel = call.kernel
+    named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
+    configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
+                                      named)
+    configs, tuned = tuning_select.select(state.tuning, backend.name, target, call, operands, configs)
+    if backend.info.autotune == "first":
+        configs = configs[:1]
+
+    launches, requests = [], []
+    for config in configs:
+        metaparams = dict(config.metaparams)
+        options = backend.parse_options(target, dict(config.call_options))
+        meta = {**named, **metaparams}  # as Triton's launcher: the grid sees every argument, defaults included
+        grid = grid_for(call.options.grid, meta, kernel)
+        check_grid_limits(grid, backend.info)
+        zeroed = zeroed_for(call.options.zeroed_outputs, meta, len(call.out_specs), kernel)
+        spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
+        description = f"kernel {kernel.name!r} [{config.description}]"
+        params, names = spec.params, call.bound.names
+        order = None
+        if backend.info.buffer_order == "operands_first":
+            order = kernel_abi.argument_order(params, names, len(operands))
+            if order is not None:
+                params, names = kernel_abi.ordered_params(params, names, order)
+        launches.append(Launch(kernel.name, grid, params, names, operands, call.out_specs,
+                               call.bound.aliases, kernel.fn, config.description))
+        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec, order)
+        make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound, order)
+        requests.append(CompileRequest(key, make_job, description))
+    return LoweringPlan(backend, target, tuple(launches), tuple(requests), tuned)
+
+
+def check_backend_runs(backend: Backend, call: CallSpec, platform: str) -> None:
+    """Refuse, before anything is compiled, a call the backend's declared capabilities cannot run.
+
+    The kernel's front end must emit an IR stage the backend compiles (a backend that compiles no IR
+    runs ``@triton.jit`` kernels from their source, so not Gluon's); host-side tensor descriptors need
+    a backend that passes them and, through jaxlib's runtime, a jaxlib that can.
+    """
+    kernel, info = call.kernel, backend.info
+    if kernel.ir_stage not in info.ir_stages and (info.ir_stages or kernel.language != "triton"):
+        accepted = f"compiles {list(info.ir_stages)}" if info.ir_stages else "compiles no IR (it runs Triton source)"
+        what = "Gluon kernels need a GPU backend" if kernel.language == "gluon" else "the backend cannot run it"
+        raise NotImplementedError(
+            f"{what}: kernel {kernel.name!r} is a {kernel.language} kernel whose front end emits "
+            f"{kernel.ir_stage.upper()}, but backend {backend.name!r} serving platform {platform!r} {accepted}")
+    if _has_descriptor(call.bound.nodes):
+        named = ", ".join(repr(n) for n, node in zip(call.bound.names, call.bound.nodes, strict=True)
+                          if _has_descriptor((node,)))  # the argument, should the descriptor be a mistake
+        if info.tensor_descriptors == "none":
+            raise NotImplementedError(f"kernel {kernel.name!r} takes a TensorDescriptor (host-side TMA descriptor) "
+                                      f"as argument {named}, but backend {backend.name!r} serving platform "
+                                      f"{platform!r} cannot pass one")
+        problem = jaxlib_compat.tensor_descriptor_problem() if info.tensor_descriptors == "jaxlib" else None
+        if problem:
+            raise NotImplementedError(f"kernel {kernel.name!r} on platform {platform!r}, argument {named} (a "
+                                      f"TensorDescriptor): {problem}")
+
+
+def _has_descriptor(nodes: Sequence[Any]) -> bool:
+    return any(_has_descriptor(n) if isinstance(n, tuple) else isinstance(n, DescriptorArg) for n in nodes)
+
+
+#: Triton's front end is not known to be thread-safe, and early compiles run it off the main thread.
+_FRONTEND_LOCK = threading.Lock()
+
+
+def _job_maker(backend: Backend, kernel: KernelFacts, target: Target, options: Options,
+               spec: frontend.Specialization, description: str, bound: BoundArgs,
+               order: tuple[int, ...] | None) -> Callable[[], CompileJob]:
+    """The job for one configuration, made only on a cache miss: the front end runs then, if the backend
+    compiles IR at all, and the entry point's arguments are put in ``order`` (``kernel_abi``) if given."""
+    def make() -> CompileJob:
+        if not backend.info.ir_stages:
+            return CompileJob(backend.name, kernel.name, target, options, "", "", description)
+        with _FRONTEND_LOCK:
+            ir = frontend.make_ir(kernel, target, options, spec, bound)
+        if order is not None:
+            ir = kernel_abi.permute_entry_arguments(ir, order, kernel.name)
+        return CompileJob(backend.name, kernel.name, target, options, ir, kernel.ir_stage, description)
+    return make
+
+
+def _device_of(ctx: Any, platform: str) -> Any | None:
+    """The device this computation runs on, when this process has devices of ``platform``.
+
+    The primitive is registered in ``prim_requires_devices_during_lowering``, so JAX hands
+    the lowering the real device assignment (not just device 0): the devices of a jit's
+    arguments, or the mesh of a ``shard_map``/``pmap``. One program has one kernel binary,
+    so every device it runs on must be the same kind of device.
+    """
+    devices = [d for d in jax_compat.assigned_devices(ctx) if getattr(d, "platform", None) == platform]
+    kinds = {(getattr(d, "device_kind", None), getattr(d, "compute_capability", None)) for d in devices}
+    if len(kinds) > 1:
+        raise ValueError(f"triton_call: this program runs on devices of different kinds {sorted(map(str, kinds))}, "
+                         f"but one program carries one compiled kernel; run it on devices of one kind")
+    if devices:
+        return devices[0]
+    try:
+        import jax
+
+        local = jax.devices(platform)
+    except RuntimeError:
+        return None
+    return local[0] if local else None
+
+
+def check_not_partitioned(ctx: Any) -> None:
+    """Refuse a call XLA would have to partition: a kernel sees whole buffers, never shards.
+
+    Inside ``shard_map`` (and ``pmap``, built on it) the axes are manual: each device runs the
+    kernel on its own block. A jit over several devices outside it (a sharded ``jax.Array``,
+    eager or jitted) would leave XLA to split an opaque custom call, so it is an error.
+    """
+    partitions = jax_compat.partition_count(ctx)
+    if partitions > 1:
+        auto = jax_compat.automatic_mesh_axes(ctx)
+        if auto is not None:
+            where = f"over the mesh axes {sorted(auto)} that the enclosing shard_map leaves automatic"
+        else:
+            where = "by jit (its operands are sharded or placed on several devices)"
+        raise ValueError(
+            f"triton_call: the computation is partitioned over {partitions} devices {where}, but a Triton kernel "
+            f"works on whole buffers and XLA cannot split it. Call the kernel inside jax.shard_map (each device "
+            f"runs it on its own shard), or put the operands on a single device.")

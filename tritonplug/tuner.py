@@ -1,0 +1,209 @@
+"""``tritonplug.tune``: time every configuration of every autotuned call once, and remember the winner.
+
+``tune(fn, *args, **kwargs)`` runs ``fn`` eagerly (under ``jax.disable_jit``) on the real arguments.
+Each autotuned ``triton_call`` it makes is stopped before it runs, and each of its configurations that
+survives pruning (``prune_configs_by``'s ``early_config_prune``) is lowered alone (a call pinned to that
+configuration) and timed as a jitted call on the operands' device: compiled and run once, warmed up,
+then a median over ``runs`` samples, each sample a batch of back-to-back calls long enough to be timed
+(``block_until_ready`` after each batch). The fastest configuration is recorded (see
+:mod:`tritonplug.tuning.store`) and the call then runs as any later lowering will: with that one
+configuration.
+
+Triton's autotuner semantics, in JAX terms: each timed run gets fresh outputs and pristine inputs (the
+jitted call donates nothing, so an input aliased to an output is copied before the kernel writes it):
+``restore_value`` holds by construction. ``reset_to_zero`` outputs (or in-place operands) are zeroed
+before each timed run. An autotuner ``pre_hook``/``post_hook`` is not run.
+
+On the CPU (the interpreter backend, which lowers only one configuration) ``tune`` times the
+configurations in the interpreter, and the record makes the CPU lowering use the fastest instead of
+the first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from tritonplug.adapters import jax_compat, triton_compat
+from tritonplug.calls.call import CallSpec, OutputArg
+from tritonplug.compile import frontend
+from tritonplug.lowering.primitive import triton_call_p
+from tritonplug.process.state import state
+from tritonplug.records import BufferSpec
+from tritonplug.tuning.records import TuningRecord
+from tritonplug.tuning.select import active_session, call_identity, call_key, config_of, target_of
+
+
+@dataclass(frozen=True)
+class ConfigTiming:
+    """One configuration's median time per call (``None`` with ``error`` if it could not run)."""
+
+    description: str
+    config: dict[str, Any]
+    median_us: float | None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class TunedCall:
+    kernel: str
+    backend: str
+    target: str
+    key: dict[str, Any]
+    winner: str
+    timings: tuple[ConfigTiming, ...]
+    persisted: bool
+    identity: str
+
+
+@dataclass(frozen=True)
+class TuningReport:
+    """What ``tune`` measured: one entry per distinct autotuned call (kernel and key)."""
+
+    calls: tuple[TunedCall, ...]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [dataclasses.asdict(c) for c in self.calls]
+
+    def __str__(self) -> str:
+        if not self.calls:
+            return "tritonplug.tune: the function made no autotuned triton_call"
+        lines = []
+        for c in self.calls:
+            lines.append(f"{c.kernel} on {c.target} key={c.key['args']} -> [{c.winner}]"
+                         f"{'' if c.persisted else ' (not persisted: the cache is disabled)'}")
+            for t in sorted(c.timings, key=lambda t: math.inf if t.median_us is None else t.median_us):
+                shown = f"{t.median_us:12.1f} us" if t.median_us is not None else f"      failed: {t.error}"
+                lines.append(f"  {shown}  {t.description}")
+        return "\n".join(lines)
+
+
+def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningReport:
+    """Time every configuration of every autotuned ``triton_call`` that ``fn(*args, **kwargs)`` makes, on
+    the device its arguments live on, and record the fastest for later lowerings (in this process and,
+    through the cache directory, in others). Returns what was measured."""
+    return Tuner().run(fn, *args, **kwargs)
+
+
+class Tuner:
+    """``tune`` with its measurement settings: ``runs`` samples per configuration (median), each at least
+    ``sample_seconds`` long (batches of calls), after ``warmup`` untimed calls."""
+
+    def __init__(self, runs: int = 5, sample_seconds: float = 0.01, warmup: int = 2) -> None:
+        if not (isinstance(runs, int) and runs >= 1):
+            raise ValueError(f"runs must be an int >= 1, got {runs!r}")
+        if not (isinstance(sample_seconds, (int, float)) and sample_seconds >= 0):
+            raise ValueError(f"sample_seconds must be a number >= 0, got {sample_seconds!r}")
+        if not (isinstance(warmup, int) and warmup >= 0):
+            raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+        self.runs, self.sample_seconds, self.warmup = runs, float(sample_seconds), warmup
+        self._tuned: dict[str, TunedCall] = {}
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningReport:
+        if not callable(fn):
+            raise TypeError(f"tune() needs a callable as its first argument, got {type(fn).__name__}")
+        self._tuned = {}
+        token = active_session.set(self)
+        try:
+            with jax.disable_jit():
+                jax.block_until_ready(fn(*args, **kwargs))
+        finally:
+            active_session.reset(token)
+        if self._tuned:
+            jax.clear_caches()  # programs lowered before now carried every configuration
+        return TuningReport(tuple(self._tuned.values()))
+
+    def observe(self, args: Sequence[Any], call: CallSpec) -> None:
+        """Called by the primitive's eager rule for an autotuned call about to run on ``args``."""
+        if call.bound.refs:
+            raise NotImplementedError(f"tritonplug.tune: kernel {call.kernel.name!r} is called on a mutable Ref "
+                                      f"(jax.new_ref), which timing runs would modify; tune it on arrays")
+        operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in args)
+        device = _device_of(args)
+        platform = jax_compat.lowering_platform(device.platform)
+        backend = state.host().backend_for(platform)
+        target = backend.detect_target(platform, device, call.options.target_hints())
+        identity = call_identity(call, operands, backend.name, target)
+        if identity in self._tuned:
+            return
+        named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
+        configs = frontend.expand_configs(call.kernel, call.bound, dict(call.metaparams),
+                                          call.options.compiler_options(), named)
+        timed_call = _with_resets(call)
+        with jax.disable_jit(False):
+            timings = tuple(self._time(dataclasses.replace(timed_call, pinned_config=c.autotune_config), args,
+                                       c.description, config_of(c)) for c in configs)
+        finished = [t for t in timings if t.median_us is not None]
+        if not finished:
+            raise RuntimeError(f"tritonplug.tune: no configuration of kernel {call.kernel.name!r} ran:\n"
+                               + "\n".join(f"  [{t.description}] {t.error}" for t in timings))
+        best = min(finished, key=lambda t: t.median_us)
+        record = TuningRecord(
+            triton_compat.source_key(call.kernel.fn), backend.name, target_of(target), call_key(call, operands),
+            best.config,
+            {"kernel": call.kernel.name, "times_us": {t.description: t.median_us for t in finished},
+             "device": str(getattr(device, "device_kind", device.platform)), "triton": triton_compat.TRITON_VERSION,
+             "tritonplug": frontend.TRITONPLUG_VERSION,
+             "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        persisted = state.tuning.put(record)
+        self._tuned[identity] = TunedCall(call.kernel.name, backend.name, target.describe(), record.key,
+                                          best.description, timings, persisted, identity)
+
+    def _time(self, call: CallSpec, args: Sequence[Any], description: str, config: dict[str, Any]) -> ConfigTiming:
+        run = jax.jit(functools.partial(triton_call_p.bind, call=call))
+        try:
+            start = time.perf_counter()
+            jax.block_until_ready(run(*args))  # compiles (through the cache) and runs once
+            for _ in range(self.warmup):
+                start = time.perf_counter()
+                jax.block_until_ready(run(*args))
+            one = max(time.perf_counter() - start, 1e-7)
+            calls = max(1, min(1000, math.ceil(self.sample_seconds / one)))
+            samples = []
+            for _ in range(self.runs):
+                start = time.perf_counter()
+                out = None
+                for _ in range(calls):
+                    out = run(*args)
+                jax.block_until_ready(out)
+                samples.append((time.perf_counter() - start) / calls)
+        except Exception as exc:  # one configuration that cannot compile or run does not end the tuning
+            return ConfigTiming(description, config, None, f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}")
+        return ConfigTiming(description, config, statistics.median(samples) * 1e6)
+
+
+def _device_of(args: Sequence[Any]) -> Any:
+    for a in args:
+        devices = getattr(a, "devices", None)
+        if callable(devices):
+            found = sorted(devices(), key=lambda d: d.id)
+            if found:
+                return found[0]
+    return jax.devices()[0]
+
+
+def _with_resets(call: CallSpec) -> CallSpec:
+    """The call with the autotuner's ``reset_to_zero`` outputs (and in-place operands) zeroed before each run."""
+    resets, _ = triton_compat.autotune_resets(call.kernel.autotuner)
+    if not resets or callable(call.options.zeroed_outputs):
+        return call
+    nodes = dict(zip(call.bound.names, call.bound.nodes, strict=True))
+    aliased = dict(call.bound.aliases)
+    zeroed = set(call.options.zeroed_outputs)
+    for name in resets:
+        node = nodes.get(name)
+        if isinstance(node, OutputArg):
+            zeroed.add(node.index)
+        elif getattr(node, "index", None) in aliased:
+            zeroed.add(aliased[node.index])
+    options = dataclasses.replace(call.options, zeroed_outputs=tuple(sorted(zeroed)))
+    return dataclasses.replace(call, options=options)
