@@ -99,7 +99,8 @@ def test_info_reports_versions_backends_targets_cache_and_workers(tmp_path: Path
     import triton
 
     cache_dir = tmp_path / "cache"
-    report = run_json("info", cache_dir=cache_dir, TRITONPLUG_COMPILE_WORKERS="3", TRITONPLUG_CUDA_ARCH="90")
+    report = run_json("info", cache_dir=cache_dir, TRITONPLUG_COMPILE_WORKERS="3", TRITONPLUG_CUDA_ARCH="90",
+                      TRITONPLUG_CACHE_MAX_BYTE="5")
     assert report["versions"]["triton"] == triton.__version__
     assert report["versions"]["jax"] == jax.__version__ and report["versions"]["jaxlib"] == jaxlib.__version__
     # each version and whether CI tested it (tritonplug/version.py)
@@ -113,7 +114,12 @@ def test_info_reports_versions_backends_targets_cache_and_workers(tmp_path: Path
         assert report["backends"]["interpret"]["platforms"] == "cpu"
     assert report["cache"] == {"directory": str(cache_dir), "entries": 0, "total_bytes": 0, "max_bytes": 1 << 30}
     assert report["compile workers"] == 3
-    assert report["environment"]["TRITONPLUG_COMPILE_WORKERS"] == "3"
+    # every setting in effect, from tritonplug/settings.py: its value and whether it was set or is the default
+    assert report["settings"]["TRITONPLUG_COMPILE_WORKERS"] == "3 (set)"
+    assert report["settings"]["TRITONPLUG_CACHE_DIR"] == f"{cache_dir} (set)"
+    assert report["settings"]["TRITONPLUG_CACHE"] == "on (default)"
+    assert report["settings"]["TRITONPLUG_CACHE_MAX_BYTES"] == f"{1 << 30} (default)"
+    assert report["undeclared variables"] == "TRITONPLUG_CACHE_MAX_BYTE"  # a typo is shown, not ignored
 
     text = run("info", cache_dir=cache_dir, script=True)
     assert text.returncode == 0, text.stderr

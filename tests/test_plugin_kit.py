@@ -1,5 +1,5 @@
 """tritonplug.plugin_kit: the checks' errors, Triton's private cache, compiling TTIR, and that the
-kit stays importable by a plugin (JAX-free, nothing of the host but records)."""
+kit stays importable by a plugin (JAX-free, nothing of the host but records and settings)."""
 
 from __future__ import annotations
 
@@ -86,9 +86,10 @@ def test_compile_ttir_and_the_kernel_object_for_sm90():
     assert (kernel.global_scratch_size, kernel.global_scratch_align) == (0, 1) and kernel.launch is launch
 
 
-def test_the_kit_imports_nothing_of_the_host_but_records():
+def test_the_kit_imports_nothing_of_the_host_but_records_and_settings():
     names = {name for _, name in imported_modules(KIT)}
-    assert {name for name in names if name.split(".")[0] == "tritonplug"} == {"tritonplug.records"}
+    assert {name for name in names if name.split(".")[0] == "tritonplug"} == {"tritonplug.records",
+                                                                               "tritonplug.settings"}
     assert not {name.split(".")[0] for name in names} & {"jax", "jaxlib", "torch"}
     assert "triton" in {name.split(".")[0] for name in names}, "the check read nothing"
 

@@ -5,7 +5,9 @@
 * no module over 400 lines in the host, the plugins (their tests included), ``tests/`` and ``examples/``
   (``bench/`` is not held to it: ``bench/gpu.py`` is one script of about 1,000 lines);
 * a plugin imports from the host only the plugin API: ``tritonplug.hookspecs``, ``tritonplug.records``,
-  ``tritonplug.plugin_kit``, and ``tritonplug.cache_hookspecs`` if it is a cache plugin.
+  ``tritonplug.plugin_kit``, and ``tritonplug.cache_hookspecs`` if it is a cache plugin;
+* no module of the host or of a plugin but ``tritonplug/settings.py`` reads a ``TRITONPLUG_*`` variable from the
+  environment (``tests/test_structure_settings.py``).
 """
 
 from __future__ import annotations
@@ -305,3 +307,4 @@ def test_plugin_imports_only_the_plugin_api(plugin):
 def test_the_plugin_check_covers_the_shipped_plugins():
     names = {d.name for d in plugin_directories()}
     assert {"cuda", "rocm", "interpret", "example_backend"} <= names
+

@@ -28,8 +28,8 @@ from tritonplug.process.logs import configure_logging
 
 #: Modules a user may import by path; their names are the API.
 PUBLIC_MODULES = (
-    "tritonplug.api", "tritonplug.debug", "tritonplug.errors", "tritonplug.inspection", "tritonplug.testing",
-    "tritonplug.tuner", "tritonplug.utils", "tritonplug.version",
+    "tritonplug.api", "tritonplug.debug", "tritonplug.errors", "tritonplug.inspection", "tritonplug.settings",
+    "tritonplug.testing", "tritonplug.tuner", "tritonplug.utils", "tritonplug.version",
 )
 #: The only host modules a backend plugin imports (entry-point group ``tritonplug.backends``).
 PLUGIN_API = ("tritonplug.hookspecs", "tritonplug.records", "tritonplug.plugin_kit")

@@ -14,14 +14,15 @@ kernel, the argument, the offset and the buffer's size. Two ways to get there:
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import numpy as np
 
-CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
+from tritonplug import settings
+
+CHECK_VARIABLE = settings.INTERPRET_CHECK.name
 
 
 def replay(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -70,16 +71,11 @@ def _checked_mode() -> Iterator[None]:
     """Checked mode on, and every program and kernel object made without it forgotten, for the duration."""
     from tritonplug.process.state import state
 
-    saved = os.environ.get(CHECK_VARIABLE)
-    os.environ[CHECK_VARIABLE] = "1"
-    jax.clear_caches()
-    state.memo.clear()
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(CHECK_VARIABLE, None)
-        else:
-            os.environ[CHECK_VARIABLE] = saved
+    with settings.INTERPRET_CHECK.overridden("1"):
         jax.clear_caches()
         state.memo.clear()
+        try:
+            yield
+        finally:
+            jax.clear_caches()
+            state.memo.clear()

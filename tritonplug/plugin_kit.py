@@ -7,11 +7,14 @@
   :func:`check_bools`, :func:`check_hashable`) and of option names against the backend's options
   class in Triton (:func:`check_known_options`, :func:`check_option_names`), each raising the error
   the user sees; the grid CUDA devices launch (:data:`CUDA_MAX_GRID`);
-* building the kernel object jaxlib's GPU runtime launches (:func:`gpu_kernel`).
+* building the kernel object jaxlib's GPU runtime launches (:func:`gpu_kernel`);
+* the settings the bundled backends read (:data:`CUDA_ARCH`, :data:`CUDA_MODULE_IMAGE`, :data:`ROCM_ARCH`,
+  :data:`CPU_PATH`, :data:`INTERPRET_CHECK`: ``setting.get()`` reads, validates and types the variable now),
+  declared in :mod:`tritonplug.settings` with every other ``TRITONPLUG_*`` variable.
 
 A plugin may import this module besides :mod:`tritonplug.hookspecs` and :mod:`tritonplug.records`.
 It is JAX-free — a compile hook runs in a compile worker that never imports JAX — and imports
-nothing of the host but ``records``. It is versioned with the host: what it offers follows
+nothing of the host but ``records`` and ``settings``. It is versioned with the host: what it offers follows
 tritonplug's version, and plugins depend on ``tritonplug`` for it.
 """
 
@@ -33,6 +36,15 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from tritonplug.records import Binary, GpuKernel, Launch
+from tritonplug.settings import (  # noqa: F401 - re-exported: the settings plugins read
+    CPU_PATH,
+    CUDA_ARCH,
+    CUDA_MODULE_IMAGE,
+    INTERPRET_CHECK,
+    ROCM_ARCH,
+    Setting,
+    SettingError,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Triton, 3.6 through 3.9 (and 3.10's knobs): every Triton API the kit touches is in this section. All of

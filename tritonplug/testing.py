@@ -37,6 +37,8 @@ import pytest
 import triton
 import triton.language as tl
 
+from tritonplug import settings
+
 __all__ = ["Check", "configure_environment", "conformance_checks", "private_cache_fixture", "use_private_cache"]
 
 N, BLOCK = 1000, 128
@@ -54,7 +56,7 @@ def configure_environment() -> None:
 
 def use_private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Point ``TRITONPLUG_CACHE_DIR`` at a directory of this run, shared by its pytest-xdist workers."""
-    if "TRITONPLUG_CACHE_DIR" not in os.environ:
+    if not settings.CACHE_DIR.is_set():
         root = tmp_path_factory.getbasetemp()
         shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
         os.environ["TRITONPLUG_CACHE_DIR"] = str(shared / "tritonplug-cache")

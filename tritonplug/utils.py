@@ -26,9 +26,9 @@ def get_compute_capability(device: int = 0) -> int:
     ``TRITONPLUG_CUDA_ARCH`` if set, else 0 (so ``get_compute_capability(0) < 70`` style
     guards skip GPU-only work).
     """
-    import os
-
     import jax
+
+    from tritonplug import settings
 
     try:
         devices = jax.devices("cuda")
@@ -36,5 +36,4 @@ def get_compute_capability(device: int = 0) -> int:
         devices = []
     if devices:
         return int(float(devices[device].compute_capability) * 10)
-    arch = os.environ.get("TRITONPLUG_CUDA_ARCH", "").lower().removeprefix("sm_").rstrip("a")
-    return int(float(arch) * 10) if "." in arch else int(arch or 0)
+    return settings.CUDA_ARCH.get() or 0

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import filelock
 
+from tritonplug import settings
 from tritonplug.cache import files as cache_fs
 from tritonplug.cache.files import CacheDirError, UnsafeCacheDir
 from tritonplug.calls.user_warnings import warn
@@ -48,7 +49,6 @@ MAGIC = b"tritonplug-cache 1\n"
 _DIGEST = 32
 _LOW_WATER = 0.9  # a put that finds the cache full evicts down to 90%, so the next puts need no scan
 _EVICT_LOCK_TIMEOUT_S = 30.0  # a put gives up evicting (the next put retries) rather than hang
-_DISABLED = {"0", "off", "false", "no"}
 
 
 __all__ = ["MAGIC", "CacheDirError", "CacheStats", "DiskCache", "UnsafeCacheDir", "cache_from_env",
@@ -351,25 +351,14 @@ def _read_int(path: Path) -> int | None:
 
 def default_directory() -> Path:
     """``$TRITONPLUG_CACHE_DIR``, else ``$XDG_CACHE_HOME/tritonplug``, else ``~/.cache/tritonplug``."""
-    if os.environ.get("TRITONPLUG_CACHE_DIR"):
-        return Path(os.environ["TRITONPLUG_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # XDG: ignore a relative path
-    return base / "tritonplug"
+    return settings.CACHE_DIR.get()
 
 
 def open_cache_from_env() -> DiskCache | None:
     """The cache the environment asks for; ``None`` when disabled, :class:`CacheDirError` when unusable."""
-    if os.environ.get("TRITONPLUG_CACHE", "1").strip().lower() in _DISABLED:
+    if not settings.CACHE.get():
         return None
-    raw = os.environ.get("TRITONPLUG_CACHE_MAX_BYTES", "").strip()
-    try:
-        max_bytes = int(raw) if raw else 1 << 30
-    except ValueError:
-        max_bytes = -1
-    if max_bytes < 0:
-        raise ValueError(f"TRITONPLUG_CACHE_MAX_BYTES must be a non-negative integer, got {raw!r}")
-    return DiskCache(default_directory(), max_bytes)
+    return DiskCache(default_directory(), settings.CACHE_MAX_BYTES.get())
 
 
 def cache_from_env() -> DiskCache | None:

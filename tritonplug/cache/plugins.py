@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import os
 import re
 from urllib.parse import urlsplit
 
 import pluggy
 
-from tritonplug import cache_hookspecs
+from tritonplug import cache_hookspecs, settings
 from tritonplug.cache_records import RemoteCacheInfo, RemoteStore
 from tritonplug.calls import user_warnings
 from tritonplug.errors import PluginError
@@ -62,7 +61,7 @@ class CachePlugins:
 
     def load(self) -> None:
         """The built-in coordination-service plugin, then every entry point of ``tritonplug.caches``."""
-        disabled = {n.strip() for n in os.environ.get("TRITONPLUG_DISABLE_PLUGINS", "").split(",") if n.strip()}
+        disabled = settings.DISABLE_PLUGINS.get()
         if "jax" not in disabled:
             self.register(importlib.import_module(BUILTIN), "jax", "built in")
         for ep in importlib.metadata.entry_points(group=cache_hookspecs.ENTRY_POINT_GROUP):

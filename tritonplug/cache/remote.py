@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import logging
-import os
 import sys
 import threading
 import warnings
 from typing import Any
 
+from tritonplug import settings
 from tritonplug.cache.plugins import CachePlugins, redact
 from tritonplug.cache.remote_tier import RemoteTier
 from tritonplug.cache_records import StoreDescription
@@ -25,19 +25,16 @@ from tritonplug.errors import PluginError
 
 log = logging.getLogger("tritonplug.remote")
 
-URL_ENV = "TRITONPLUG_REMOTE_CACHE"
-CLAIM_ENV = "TRITONPLUG_REMOTE_CLAIM_S"  # claim lifetime; renewed every third of it while compiling
-WAIT_ENV = "TRITONPLUG_REMOTE_WAIT_S"  # longest wait for another host's entry before compiling it here
-DEFAULT_CLAIM_S = 30.0
-DEFAULT_WAIT_S = 180.0
-_OFF = {"0", "off", "none", "false", "no"}
+URL_ENV = settings.REMOTE_CACHE.name
+CLAIM_ENV = settings.REMOTE_CLAIM_S.name  # claim lifetime; renewed every third of it while compiling
+WAIT_ENV = settings.REMOTE_WAIT_S.name  # longest wait for another host's entry before compiling it here
 
 
 def configured_url() -> str | None:
     """The store this process should use: ``TRITONPLUG_REMOTE_CACHE``, else ``jax://`` in a multi-process
     ``jax.distributed`` job, else ``None``. Never imports JAX (compile workers import this module)."""
-    url = os.environ.get(URL_ENV, "").strip()
-    if url.lower() in _OFF:
+    url = settings.REMOTE_CACHE.get()
+    if url == settings.OFF:
         return None
     if url:
         return url
@@ -62,19 +59,25 @@ class RemoteCaches:
 
     def current(self) -> RemoteTier | None:
         """The remote tier to use now, opened on first use; ``None`` when there is none or it is off."""
-        url = configured_url()
+        refused = None
+        try:
+            url = configured_url()
+        except settings.SettingError as exc:  # not a URL: warned once, as a URL that cannot be opened
+            url, refused = settings.REMOTE_CACHE.raw() or "", exc
         if url is None:
             return None
         with self._lock:
             if url not in self._opened:
-                self._opened[url] = self._open(url)
+                self._opened[url] = self._open(url, refused)
             tier = self._opened[url]
         return None if tier is None or tier.off else tier
 
-    def _open(self, url: str) -> RemoteTier | None:
-        """Open ``url`` (the lock is held)."""
+    def _open(self, url: str, refused: ValueError | None = None) -> RemoteTier | None:
+        """Open ``url`` (the lock is held); ``refused``: why the setting is not a URL."""
         try:
-            claim_s, wait_s = _seconds(CLAIM_ENV, DEFAULT_CLAIM_S), _seconds(WAIT_ENV, DEFAULT_WAIT_S)
+            if refused is not None:
+                raise refused
+            claim_s, wait_s = settings.REMOTE_CLAIM_S.get(), settings.REMOTE_WAIT_S.get()
             if self._plugins is None:
                 self._plugins = CachePlugins()
                 self._plugins.load()
@@ -131,17 +134,6 @@ class RemoteCaches:
         for tier in tiers:
             with contextlib.suppress(Exception):
                 tier.store.close()
-
-
-def _seconds(variable: str, default: float) -> float:
-    raw = os.environ.get(variable, "").strip()
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{variable} must be a positive number of seconds, got {raw!r}")
-    return value
 
 
 def namespace() -> str:

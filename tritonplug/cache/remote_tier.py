@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from tritonplug import settings
 from tritonplug.cache.disk import decode_entry, encode_entry
 from tritonplug.cache_records import RemoteCacheError, RemoteStore
 from tritonplug.calls import user_warnings
@@ -35,7 +36,7 @@ from tritonplug.records import Binary
 
 log = logging.getLogger("tritonplug.remote")
 
-WAIT_ENV = "TRITONPLUG_REMOTE_WAIT_S"  # named in the give-up warning
+WAIT_ENV = settings.REMOTE_WAIT_S.name  # named in the give-up warning
 MAX_FAILURES = 3  # failures in a row that switch the tier off for the process
 _POLL_FIRST_S, _POLL_MAX_S = 0.01, 0.1  # waiting for an entry: the first poll, and the slowest
 _CLAIM_CHECK_S = 1.0  # waiting: how often to look for claims that expired (or were released unpublished)

@@ -1,9 +1,10 @@
-"""What ``tritonplug info`` reports: versions, backends, targets, cache and workers."""
+"""What ``tritonplug info`` reports: versions, backends, targets, cache, workers and the settings in effect."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from tritonplug import settings
 
 
 def collect_info() -> dict[str, Any]:
@@ -48,8 +49,9 @@ def collect_info() -> dict[str, Any]:
         "remote cache": state.compiler.remote.status(),
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),
-        "environment": {k: redact(v) for k, v in sorted(os.environ.items())
-                        if k.startswith("TRITONPLUG_")} or "none",
+        # every declared setting: its value now and whether it was set or is the default
+        "settings": {name: redact(text) for name, text in settings.in_effect().items()},
+        "undeclared variables": ", ".join(settings.undeclared()) or "none",  # a typo, or a third-party plugin's
     }
 
 

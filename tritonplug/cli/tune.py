@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from tritonplug import settings
 from tritonplug.tuning.records import decode_file, encode_file
 from tritonplug.tuning.store import TuningStore
 
@@ -56,9 +57,12 @@ def run(action: str, file: str | None) -> tuple[dict, int]:
 
 def _run(action: str, file: str | None) -> tuple[dict, int]:
     store = TuningStore()
-    disk = store.disk
+    try:
+        disk = store.disk
+    except settings.SettingError as exc:
+        return {"error": str(exc)}, 1
     if disk is None:
-        if os.environ.get("TRITONPLUG_CACHE", "1").strip().lower() in ("0", "off", "false", "no"):
+        if not settings.CACHE.get():
             return {"error": "the cache is disabled (TRITONPLUG_CACHE=0): tuning records live in it"}, 1
         return {"tuning": "the cache directory is unusable"}, 1
     if action == "list":

@@ -11,7 +11,6 @@ and is an error when that platform is lowered, until ``TRITONPLUG_BACKENDS`` pic
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import re
 import threading
 from collections.abc import Collection, Mapping
@@ -19,7 +18,7 @@ from typing import Any
 
 import pluggy
 
-from tritonplug import hookspecs
+from tritonplug import hookspecs, settings
 from tritonplug.calls import user_warnings
 from tritonplug.errors import PluginError
 from tritonplug.records import (
@@ -118,7 +117,7 @@ class Host:
 
     def load_entry_points(self) -> None:
         """Load every plugin of the entry-point group but those ``TRITONPLUG_DISABLE_PLUGINS`` names."""
-        disabled = _names_from_env("TRITONPLUG_DISABLE_PLUGINS")
+        disabled = settings.DISABLE_PLUGINS.get()
         for ep in importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
             if ep.name in disabled or ep.name in self.backends:
                 continue
@@ -134,7 +133,7 @@ class Host:
 
     def conflicts(self) -> list[str]:
         """Platforms claimed by several backends that ``TRITONPLUG_BACKENDS`` does not settle."""
-        chosen = dict(_pairs_from_env("TRITONPLUG_BACKENDS"))
+        chosen = settings.BACKENDS.get()
         claims: dict[str, list[str]] = {}
         for backend in self.backends.values():
             for platform in backend.info.platforms:
@@ -219,7 +218,7 @@ class Host:
 
     def backend_for(self, platform: str) -> Backend:
         """The backend serving a JAX platform; errors name the candidates and the fix."""
-        chosen = dict(_pairs_from_env("TRITONPLUG_BACKENDS"))
+        chosen = settings.BACKENDS.get()
         if platform in chosen:
             name = chosen[platform]
             if name not in self.backends:
@@ -274,17 +273,3 @@ def _conflict_message(platform: str, names: list[str]) -> str:
     listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
     return (f"backends {listed} all serve platform {platform!r}; choose one with "
             f"TRITONPLUG_BACKENDS={platform}:<name>, e.g. TRITONPLUG_BACKENDS={platform}:{names[0]}")
-
-
-def _names_from_env(variable: str) -> set[str]:
-    return {n.strip() for n in os.environ.get(variable, "").split(",") if n.strip()}
-
-
-def _pairs_from_env(variable: str) -> list[tuple[str, str]]:
-    pairs = []
-    for item in _names_from_env(variable):
-        platform, sep, name = item.partition(":")
-        if not sep or not platform or not name:
-            raise ValueError(f"{variable} entries must look like platform:backend, got {item!r}")
-        pairs.append((platform.strip(), name.strip()))
-    return pairs

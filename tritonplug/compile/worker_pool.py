@@ -31,6 +31,7 @@ from typing import Any
 
 import cloudpickle
 
+from tritonplug import settings
 from tritonplug.compile import fd_capture, ir_rules
 from tritonplug.compile.worker_main import resolve
 from tritonplug.compile.worker_process import Died, TimedOut, WorkerProcess, start_worker, take_text
@@ -40,7 +41,7 @@ log = logging.getLogger("tritonplug.compile.workers")
 
 #: The variable that sets the process-wide pool's timeout (read in :mod:`tritonplug.compile.workers`); a
 #: timed-out task's error names it.
-TIMEOUT_ENV = "TRITONPLUG_COMPILE_TIMEOUT"
+TIMEOUT_ENV = settings.COMPILE_TIMEOUT.name
 _MIN_STARTUP_TIMEOUT = 60.0  # importing jax and triton on a busy machine must not fail a short job timeout
 
 

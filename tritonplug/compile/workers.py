@@ -7,44 +7,28 @@ seconds per job. The process-wide pool is owned by :mod:`tritonplug.process.stat
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-from collections.abc import Callable
-from typing import Any
 
+from tritonplug import settings
 from tritonplug.calls import user_warnings
 from tritonplug.compile.worker_pool import TIMEOUT_ENV, Task, WorkerPool
 
 __all__ = ["SIZE_ENV", "TIMEOUT_ENV", "WORKER_PRELOAD", "Task", "WorkerPool", "pool_from_env", "pool_size",
            "pool_timeout"]
 
-SIZE_ENV = "TRITONPLUG_COMPILE_WORKERS"
+SIZE_ENV = settings.COMPILE_WORKERS.name
 #: What the process-wide pool's workers import (``module:function`` is also called) before their first job.
 WORKER_PRELOAD = ("tritonplug.process.worker_jobs:prepare_worker",)
 
 
-def _from_env(name: str, default: float, parse: Callable[[str], float], ok: Callable[[float], bool],
-              expected: str) -> Any:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    with contextlib.suppress(ValueError):
-        if ok(value := parse(raw)):
-            return value
-    raise ValueError(f"{name} must be {expected}, got {raw!r}")
-
-
 def pool_size() -> int:
     """Workers ``get_pool`` starts: ``TRITONPLUG_COMPILE_WORKERS``, default min(CPU count, 8)."""
-    return _from_env(SIZE_ENV, min(os.cpu_count() or 1, 8), int, lambda n: n >= 0,
-                     "a non-negative integer (0 compiles in-process)")
+    return settings.COMPILE_WORKERS.get()
 
 
 def pool_timeout() -> float:
     """Seconds one compile job may take: ``TRITONPLUG_COMPILE_TIMEOUT``, default 600."""
-    return _from_env(TIMEOUT_ENV, 600.0, float, lambda t: math.isfinite(t) and t > 0,
-                     "a positive number of seconds")
+    return settings.COMPILE_TIMEOUT.get()
 
 
 def pool_from_env() -> WorkerPool:

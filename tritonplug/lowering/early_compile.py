@@ -20,7 +20,6 @@ pool then starts, and compiles run, when the lowering needs them).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tritonplug import settings
 from tritonplug.adapters import jax_compat
 from tritonplug.calls.call import CallSpec
 from tritonplug.compile.backends import Backend
@@ -37,14 +37,14 @@ from tritonplug.records import BufferSpec
 
 log = logging.getLogger("tritonplug.compile.compiler")
 
-VARIABLE = "TRITONPLUG_EARLY_COMPILE"
+VARIABLE = settings.EARLY_COMPILE.name
 
 _slots = threading.BoundedSemaphore(8)  # early compiles planned at once; the pool queues their tasks anyway
 
 
 def on_bind(call: CallSpec, arrays: Sequence[Any]) -> None:
     """Start a traced call's compiles for the platform JAX defaults to, in the background."""
-    if os.environ.get(VARIABLE, "1").strip().lower() in ("0", "off", "false", "no"):
+    if not settings.EARLY_COMPILE.get():
         return
     if call.bound.refs or not any(isinstance(a, jax.core.Tracer) for a in arrays):
         return

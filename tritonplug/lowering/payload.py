@@ -18,19 +18,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from tritonplug import settings
 from tritonplug.adapters import jaxlib_compat, triton_compat
 from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, HostKernel, ScalarParam
 
-#: Host variables that do not change what a host kernel does (everything else named TRITONPLUG_* may,
-#: e.g. a backend's checking mode, so it enters the host kernel's identity).
-_HOST_ONLY_VARIABLES = frozenset({
-    "TRITONPLUG_CACHE", "TRITONPLUG_CACHE_DIR", "TRITONPLUG_CACHE_MAX_BYTES", "TRITONPLUG_COMPILE_WORKERS",
-    "TRITONPLUG_COMPILE_TIMEOUT", "TRITONPLUG_LOG", "TRITONPLUG_TUNING_FILE", "TRITONPLUG_DISABLE_PLUGINS",
-})
 MODULE_IMAGE_TAG = "// tritonplug: module_image sha256 "
 
 
@@ -67,8 +61,7 @@ def host_kernel_key(kernel: HostKernel, zeroed_buffers: Sequence[int]) -> str:
     source and everything it uses), the launch (grid, parameters, buffers, aliases, configuration), the
     buffers zeroed first, and the TRITONPLUG_* variables a backend may read."""
     launch = kernel.launch
-    environment = sorted((k, v) for k, v in os.environ.items()
-                         if k.startswith("TRITONPLUG_") and k not in _HOST_ONLY_VARIABLES)
+    environment = settings.kernel_environment()  # all but the host-only settings (e.g. a backend's checking mode)
     return json.dumps({
         "kernel": [launch.kernel_name, kernel.kernel_name, triton_compat.source_key(launch.kernel)],
         "configuration": launch.description, "grid": list(launch.grid), "params": _param(launch.params),

@@ -14,11 +14,11 @@ not a valid tuning file is a ``RuntimeWarning`` and contributes nothing; lowerin
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 from pathlib import Path
 
+from tritonplug import settings
 from tritonplug.cache.disk import DiskCache, default_directory
 from tritonplug.calls import user_warnings
 from tritonplug.records import Binary
@@ -26,10 +26,9 @@ from tritonplug.tuning.records import TuningRecord, decode_entry, decode_file, e
 
 log = logging.getLogger("tritonplug.tuner")
 
-FILE_VARIABLE = "TRITONPLUG_TUNING_FILE"
+FILE_VARIABLE = settings.TUNING_FILE.name
 _IMAGE = "record.json"
 _KEY = re.compile(r"[0-9a-f]{64}")
-_DISABLED = {"0", "off", "false", "no"}
 
 
 def tuning_directory() -> Path:
@@ -57,11 +56,12 @@ class TuningStore:
     @property
     def disk(self) -> DiskCache | None:
         """The records' cache directory, or None when the cache is disabled or unusable (then records
-        made by ``tune`` last as long as the process)."""
+        made by ``tune`` last as long as the process); a bad ``TRITONPLUG_CACHE`` is a ``SettingError``."""
         with self._lock:
             if not self._disk_ready:
+                enabled = settings.CACHE.get()  # before _disk_ready: a bad value is raised again next time
                 self._disk_ready = True
-                if os.environ.get("TRITONPLUG_CACHE", "1").strip().lower() not in _DISABLED:
+                if enabled:
                     try:
                         self._disk = DiskCache(tuning_directory())
                         self._disk.on_damaged = _warn_damaged
@@ -71,7 +71,7 @@ class TuningStore:
 
     def overlay(self) -> dict[str, TuningRecord]:
         """The records of ``TRITONPLUG_TUNING_FILE`` by identity (read again when the variable changes)."""
-        path = os.environ.get(FILE_VARIABLE, "").strip() or None
+        path = settings.TUNING_FILE.get()
         with self._lock:
             if path == self._overlay_path:
                 return self._overlay

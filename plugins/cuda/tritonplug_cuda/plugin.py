@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,8 +12,8 @@ from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
 from tritonplug_cuda import __version__, compat, descriptors
 
-ARCH_VARIABLE = "TRITONPLUG_CUDA_ARCH"
-MODULE_IMAGE_VARIABLE = "TRITONPLUG_CUDA_MODULE_IMAGE"
+ARCH_VARIABLE = plugin_kit.CUDA_ARCH.name
+MODULE_IMAGE_VARIABLE = plugin_kit.CUDA_MODULE_IMAGE.name
 #: ``num_ctas`` values a GPU with thread-block clusters (sm_90+) launches: a portable cluster's sizes.
 CLUSTER_SIZES = (1, 2, 4, 8)
 
@@ -45,8 +44,8 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
         return None
     if requested.get("compute_capability") is not None:
         capability = _parse_capability(requested["compute_capability"], "compute_capability")
-    elif os.environ.get(ARCH_VARIABLE):
-        capability = _parse_capability(os.environ[ARCH_VARIABLE], ARCH_VARIABLE)
+    elif plugin_kit.CUDA_ARCH.is_set():  # read, validated and parsed by the setting
+        capability = int(plugin_kit.CUDA_ARCH.get() or 0)
     elif device is not None and getattr(device, "compute_capability", None):
         capability = _parse_capability(device.compute_capability, f"device {device}")
     else:
@@ -84,7 +83,7 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> GpuKernel:
-    use_cubin = os.environ.get(MODULE_IMAGE_VARIABLE, "1") != "0"
+    use_cubin = plugin_kit.CUDA_MODULE_IMAGE.get()
     if descriptors.count(launch.params):
         params = descriptors.expand(launch.params, binary.metadata.get("tensordesc_meta") or (), launch.kernel_name)
         launch = dataclasses.replace(launch, params=params)

@@ -8,20 +8,18 @@ operation, for the rest; ``TRITONPLUG_CPU_PATH=interpret`` always uses the inter
 from __future__ import annotations
 
 import logging
-import os
 
+from tritonplug import plugin_kit
 from tritonplug.records import Binary, JaxKernel, Launch
 
-PATH_VARIABLE = "TRITONPLUG_CPU_PATH"
+PATH_VARIABLE = plugin_kit.CPU_PATH.name
 PATHS = ("xla", "interpret")
 log = logging.getLogger("tritonplug.interpret")
 
 
 def chosen_path() -> str:
-    value = os.environ.get(PATH_VARIABLE, "xla").strip().lower() or "xla"
-    if value not in PATHS:
-        raise ValueError(f"{PATH_VARIABLE} must be one of {', '.join(PATHS)}, got {value!r}")
-    return value
+    """``xla`` or ``interpret``: ``TRITONPLUG_CPU_PATH``, validated by the setting."""
+    return plugin_kit.CPU_PATH.get()
 
 
 def kernel_ttir(binary: Binary) -> str | None:

@@ -3,7 +3,6 @@ compiled by XLA from it (or run in Triton's interpreter)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +14,7 @@ from tritonplug_interpret.checked import OutOfBoundsAccess
 
 __all__ = ["CHECK_VARIABLE", "OutOfBoundsAccess"]
 
-CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
+CHECK_VARIABLE = plugin_kit.INTERPRET_CHECK.name
 #: Triton's front end runs as for an sm_90 GPU, so a kernel's source errors, and arguments it cannot
 #: use, are refused on the CPU as on a GPU; its TTIR is the most generic (every fp8 type is legal), and
 #: neither CPU path uses the GPU specifics.
@@ -72,7 +71,7 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel | JaxKernel:
-    check = os.environ.get(CHECK_VARIABLE, "0").strip().lower() in ("1", "true", "yes", "on")
+    check = plugin_kit.INTERPRET_CHECK.get()
     compiled = paths.xla_kernel(binary, launch, check)
     if compiled is not None:
         return compiled

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -12,7 +11,7 @@ from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
 from tritonplug_rocm import __version__, compat, hsaco_files
 
-ARCH_VARIABLE = "TRITONPLUG_ROCM_ARCH"
+ARCH_VARIABLE = plugin_kit.ROCM_ARCH.name
 
 
 @hookimpl
@@ -34,8 +33,8 @@ def _parse_arch(value: Any, source: str) -> str:
 def tritonplug_detect_target(platform: str, device: Any | None, requested: Mapping[str, Any]) -> Target | None:
     if platform != "rocm":
         return None
-    if os.environ.get(ARCH_VARIABLE):
-        arch = _parse_arch(os.environ[ARCH_VARIABLE], ARCH_VARIABLE)
+    if plugin_kit.ROCM_ARCH.is_set():  # read, validated and parsed by the setting
+        arch = str(plugin_kit.ROCM_ARCH.get())
     elif device is not None and str(getattr(device, "compute_capability", "")).startswith("gfx"):
         arch = _parse_arch(device.compute_capability, f"device {device}")
     else:

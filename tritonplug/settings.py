@@ -1,0 +1,347 @@
+"""Every ``TRITONPLUG_*`` environment variable, declared once: its type, default, allowed values and meaning.
+
+A setting is read from the environment each time it is asked for (``settings.CACHE.get()``), never frozen at
+import, so ``os.environ[...] = ...`` before the first call and ``monkeypatch.setenv`` in tests keep working. A
+blank value is the default; a value the setting cannot take is a :class:`SettingError` (a ``ValueError``)
+naming the variable, the value and what was expected. Every on/off setting takes the same words
+(:data:`ON_WORDS`, :data:`OFF_WORDS`, any case); a setting that can be switched off (the remote cache) also
+takes ``none``.
+
+This is the only module of the host and the bundled plugins that reads a ``TRITONPLUG_*`` variable
+(``tests/test_structure.py`` checks it); plugins reach the settings they read through
+:mod:`tritonplug.plugin_kit`. Triton's own variables (``TRITON_DEFAULT_FP_FUSION``, ``TRITON_CACHE_DIR``...)
+are Triton's: Triton reads them, and they are not declared here. ``python -m tritonplug.settings --markdown``
+prints the README's configuration table; ``tritonplug info`` shows each setting in effect. Standard library
+only: compile workers and plugins import it without JAX.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+PREFIX = "TRITONPLUG_"
+#: The words of every on/off setting (any case).
+ON_WORDS = ("1", "true", "yes", "on")
+OFF_WORDS = ("0", "false", "no", "off")
+#: What a setting that can be switched off takes for "off"; it then reads as :data:`OFF`.
+NONE_WORDS = (*OFF_WORDS, "none")
+OFF = "off"
+ON_OFF = "on/off"  # the values column of every on/off setting
+
+
+class SettingError(ValueError):
+    """A ``TRITONPLUG_*`` variable set to a value its setting cannot take."""
+
+
+class _Refused(ValueError):
+    """Raised by a parser whose own words say what is wrong (they follow the variable's name)."""
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One ``TRITONPLUG_*`` variable: ``get()`` reads, parses and validates it now."""
+
+    name: str
+    doc: str  #: one line: what it does (the README's "meaning" column)
+    kind: str  #: on/off, integer, seconds, choice, path, list, url or target
+    values: str  #: the values it takes, in words (the README's "values" column)
+    default_doc: str  #: the default, in words
+    parse: Callable[[str], T]  #: the stripped, non-blank value → the setting's value; ValueError when refused
+    default: Callable[[], T]  #: the value when unset or blank
+    expected: str = ""  #: what an error says was expected ("must be <expected>"); ``values`` when empty
+    host_only: bool = False  #: changes nothing a kernel does: left out of a host kernel's identity
+    none_text: str = "none"  #: what a value of ``None`` means, in words (``tritonplug info``)
+
+    def raw(self) -> str | None:
+        """The variable's value as set, or ``None`` when it is unset or blank."""
+        value = os.environ.get(self.name)
+        return value if value is not None and value.strip() else None
+
+    def is_set(self) -> bool:
+        return self.raw() is not None
+
+    def get(self) -> T:
+        """The setting's value now: the environment's, parsed, else the default."""
+        raw = self.raw()
+        if raw is None:
+            return self.default()
+        try:
+            return self.parse(raw.strip())
+        except _Refused as exc:
+            raise SettingError(f"{self.name} {exc}") from None
+        except (ValueError, TypeError, OverflowError):
+            raise SettingError(f"{self.name} must be {self.expected or self.values}, got {raw!r}") from None
+
+    @contextlib.contextmanager
+    def overridden(self, value: str | None) -> Iterator[None]:
+        """The variable set to ``value`` (``None``: unset) for the duration, then as it was; the environment
+        stays the one source, so compile workers and a host kernel's identity see it too."""
+        saved = os.environ.get(self.name)
+        _put(self.name, value)
+        try:
+            yield
+        finally:
+            _put(self.name, saved)
+
+
+def _put(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+# ------------------------------------------------------------------------------------------- parsers
+
+
+def on_off(text: str) -> bool:
+    """The one on/off vocabulary: :data:`ON_WORDS` are ``True``, :data:`OFF_WORDS` ``False``, any case."""
+    word = text.strip().lower()
+    if word in ON_WORDS:
+        return True
+    if word in OFF_WORDS:
+        return False
+    raise ValueError(text)
+
+
+def _integer(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise ValueError(text)
+        return value
+    return parse
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(text)
+    return value
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in choices:
+            raise ValueError(text)
+        return text.lower()
+    return parse
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(n.strip() for n in text.split(",") if n.strip())
+
+
+def _pairs(text: str) -> dict[str, str]:
+    pairs = {}
+    for item in sorted(_names(text)):
+        platform, sep, name = item.partition(":")
+        if not sep or not platform.strip() or not name.strip():
+            raise _Refused(f"entries must look like platform:backend, got {item!r}")
+        platform, name = platform.strip(), name.strip()
+        if pairs.setdefault(platform, name) != name:
+            raise _Refused(f"names two backends for platform {platform!r}: {pairs[platform]!r} and {name!r}")
+    return pairs
+
+
+def _url_or_off(text: str) -> str:
+    if text.lower() in NONE_WORDS:
+        return OFF
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*://\S*", text):
+        raise ValueError(text)
+    return text
+
+
+def _capability(text: str) -> int:
+    """``90``, ``9.0``, ``sm_90``, ``sm_90a`` → 90, within the range Triton supports."""
+    digits = text.lower().removeprefix("sm_").rstrip("a")
+    capability = int(float(digits) * 10) if "." in digits else int(digits)
+    if not 50 <= capability < 200:
+        raise ValueError(text)
+    return capability
+
+
+def _gfx(text: str) -> str:
+    """``gfx942``, ``GFX942:sramecc+:xnack-`` (ROCm tools' feature suffix) → ``gfx942``."""
+    arch = text.split(":")[0].strip().lower()
+    if not re.fullmatch(r"gfx[0-9a-f]{3,4}", arch):
+        raise ValueError(text)
+    return arch
+
+
+def _cache_directory() -> Path:
+    """``$XDG_CACHE_HOME/tritonplug`` (an absolute one: XDG says to ignore a relative path), else
+    ``~/.cache/tritonplug``."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "tritonplug"
+
+
+def _const(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+# ------------------------------------------------------------------------------------------ settings
+# One constructor per kind, as Triton's ``knobs.py`` has ``env_bool``, ``env_int``...: the kind is what
+# ``tests/test_settings.py`` holds every setting of to one behaviour (the on/off words, the integer checks).
+
+
+def boolean(name: str, doc: str, default: bool, host_only: bool = False) -> Setting[bool]:
+    return Setting(name, doc, "on/off", ON_OFF, "on" if default else "off", on_off, _const(default),
+                   f"on or off: one of {', '.join(ON_WORDS + OFF_WORDS)} (any case)", host_only)
+
+
+def integer(name: str, doc: str, default: int | Callable[[], int], default_doc: str, minimum: int = 0,
+            expected: str = "", host_only: bool = False) -> Setting[int]:
+    values = "a non-negative integer" if minimum == 0 else f"an integer, at least {minimum}"
+    return Setting(name, doc, "integer", values, default_doc, _integer(minimum),
+                   default if callable(default) else _const(default), expected, host_only)
+
+
+def seconds(name: str, doc: str, default: float, host_only: bool = False) -> Setting[float]:
+    return Setting(name, doc, "seconds", "a positive number of seconds", f"{default:g}", _seconds, _const(default),
+                   host_only=host_only)
+
+
+def choice(name: str, doc: str, choices: tuple[str, ...], default: str | None, host_only: bool = False
+           ) -> Setting[Any]:
+    return Setting(name, doc, "choice", ", ".join(f"`{c}`" for c in choices), f"`{default}`" if default else "off",
+                   _choice(*choices), _const(default), f"one of {', '.join(choices)}", host_only, none_text="off")
+
+
+CACHE_DIR: Setting[Path] = Setting(
+    "TRITONPLUG_CACHE_DIR", "compiled-kernel cache directory (created 0700)", "path", "a directory",
+    "`$XDG_CACHE_HOME/tritonplug` or `~/.cache/tritonplug`", lambda text: Path(text).expanduser(),
+    _cache_directory, host_only=True)
+CACHE_MAX_BYTES = integer("TRITONPLUG_CACHE_MAX_BYTES", "LRU size bound of the cache, in bytes", 1 << 30, "1 GiB",
+                          host_only=True)
+CACHE = boolean("TRITONPLUG_CACHE", "the disk cache of compiled kernels and tuning records (off: nothing is kept "
+                "on disk)", True, host_only=True)
+COMPILE_WORKERS = integer(
+    "TRITONPLUG_COMPILE_WORKERS", "compile worker processes, at most; `0` compiles in-process. A compile starts no "
+    "more workers than it has jobs; a value above the CPU count warns", lambda: min(os.cpu_count() or 1, 8),
+    "`min(cpus, 8)`", expected="a non-negative integer (0 compiles in-process)", host_only=True)
+COMPILE_TIMEOUT = seconds("TRITONPLUG_COMPILE_TIMEOUT", "how long one compile job may run before it is killed "
+                          "with its process group", 600.0, host_only=True)
+LOG = choice("TRITONPLUG_LOG", "log compiles and cache events on the `tritonplug` logger at this level",
+             ("debug", "info", "warning", "error"), None, host_only=True)
+CUDA_ARCH: Setting[int | None] = Setting(
+    "TRITONPLUG_CUDA_ARCH", "CUDA target to lower for when no device is visible (a call's `compute_capability` "
+    "wins)", "target", "`90`, `9.0`, `sm_90a`...", "detected", _capability, _const(None),
+    "a compute capability such as 90 or 9.0 (50 to 199, the range Triton supports)", none_text="detected")
+ROCM_ARCH: Setting[str | None] = Setting(
+    "TRITONPLUG_ROCM_ARCH", "ROCm target to lower for when no device is visible", "target", "`gfx942`, `gfx90a`...",
+    "detected", _gfx, _const(None), "an AMD GPU architecture such as gfx942", none_text="detected")
+DISABLE_PLUGINS: Setting[frozenset[str]] = Setting(
+    "TRITONPLUG_DISABLE_PLUGINS", "skip these plugins (backends and remote caches) by entry-point name", "list",
+    "`name,name...`", "none", _names, _const(frozenset()), host_only=True)
+BACKENDS: Setting[dict[str, str]] = Setting(
+    "TRITONPLUG_BACKENDS", "choose a backend where several claim a platform", "list", "`platform:name,...`", "none",
+    _pairs, dict)  # a new dict each time: callers may change theirs
+INTERPRET_CHECK = boolean("TRITONPLUG_INTERPRET_CHECK", "out-of-bounds checks on the CPU backend (both paths)", False)
+EARLY_COMPILE = boolean("TRITONPLUG_EARLY_COMPILE", "compile already when a call is traced (off: when it is "
+                        "lowered)", True)
+TUNING_FILE: Setting[str | None] = Setting(
+    "TRITONPLUG_TUNING_FILE", "a tuning file whose records take precedence over those tuned here (read-only)",
+    "path", "a file", "none", str, _const(None), host_only=True)
+CUDA_MODULE_IMAGE = boolean("TRITONPLUG_CUDA_MODULE_IMAGE", "send Triton's cubin beside the PTX (proto field "
+                            "`module_image`, read by jaxlib 0.11+); off: PTX only", True)
+CPU_PATH = choice("TRITONPLUG_CPU_PATH", "how the CPU backend runs kernels: compiled by XLA (the interpreter as "
+                  "fallback), or in Triton's interpreter", ("xla", "interpret"), "xla")
+REMOTE_CACHE: Setting[str | None] = Setting(
+    "TRITONPLUG_REMOTE_CACHE", "remote kernel cache: `redis://[user:pw@]host:port/db[?mode=read&max_entry_bytes=N"
+    "&ttl_s=S&timeout_s=S]`, `rediss://` (TLS) or `jax://` (the job's coordination service)", "url",
+    "a URL, or off (`off`, `none`, any off word)",
+    "the coordination service inside a multi-process `jax.distributed` job, else none", _url_or_off, _const(None),
+    f"a URL such as redis://host:6379/0 or jax://, or one of {', '.join(NONE_WORDS)}")
+REMOTE_CLAIM_S = seconds("TRITONPLUG_REMOTE_CLAIM_S", "how long a host's claim on a key lasts (renewed while it "
+                         "compiles)", 30.0)
+REMOTE_WAIT_S = seconds("TRITONPLUG_REMOTE_WAIT_S", "how long the other hosts wait for that entry before "
+                        "compiling it themselves", 180.0)
+
+#: Every setting, in the README's order.
+ALL: tuple[Setting[Any], ...] = (
+    CACHE_DIR, CACHE_MAX_BYTES, CACHE, COMPILE_WORKERS, COMPILE_TIMEOUT, LOG, CUDA_ARCH, ROCM_ARCH,
+    DISABLE_PLUGINS, BACKENDS, INTERPRET_CHECK, EARLY_COMPILE, TUNING_FILE, CUDA_MODULE_IMAGE, CPU_PATH,
+    REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S)
+BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in ALL}
+
+
+# ---------------------------------------------------------------------------------- the whole set
+
+
+def kernel_environment() -> list[tuple[str, str]]:
+    """The ``TRITONPLUG_*`` variables set now that may change what a kernel does: all but the host-only
+    settings (a third-party plugin's own variables included), for a host kernel's identity."""
+    return sorted((k, v) for k, v in os.environ.items()
+                  if k.startswith(PREFIX) and not (k in BY_NAME and BY_NAME[k].host_only))
+
+
+def undeclared() -> list[str]:
+    """``TRITONPLUG_*`` variables set now that no setting declares (a typo, or a third-party plugin's)."""
+    return sorted(k for k in os.environ if k.startswith(PREFIX) and k not in BY_NAME)
+
+
+def show(value: Any, none_text: str = "none") -> str:
+    """A setting's value in the words the README uses."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return none_text
+    if value == {} or value == frozenset():
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, frozenset):
+        return ",".join(sorted(value))
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in sorted(value.items()))
+    return str(value)
+
+
+def in_effect() -> dict[str, str]:
+    """Each setting's value now and where it comes from (``set`` or ``default``), for ``tritonplug info``;
+    a value the setting refuses is reported, not raised."""
+    report = {}
+    for setting in ALL:
+        source = "set" if setting.is_set() else "default"
+        try:
+            report[setting.name] = f"{show(setting.get(), setting.none_text)} ({source})"
+        except SettingError as exc:
+            report[setting.name] = f"invalid ({exc})"
+    return report
+
+
+def markdown() -> str:
+    """The README's configuration table."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = [f"| `{s.name}` | {cell(s.doc)} | {cell(s.values)} | {cell(s.default_doc)} |" for s in ALL]
+    words = ", ".join(f"`{on}`/`{off}`" for on, off in zip(ON_WORDS, OFF_WORDS, strict=True))
+    return "\n".join([
+        "| variable | meaning | values | default |", "|---|---|---|---|", *rows, "",
+        f"Every on/off setting takes {words} (any case); a blank value is the default; a value a setting cannot "
+        f"take is an error naming the variable, the value and what was expected.",
+    ])
+
+
+def _main(argv: list[str]) -> int:
+    if argv != ["--markdown"]:
+        print("usage: python -m tritonplug.settings --markdown   (the README's configuration table)", file=sys.stderr)
+        return 2
+    print(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
