@@ -39,6 +39,14 @@ pytestmark = [pytest.mark.cuda, requires_backend("cuda")]
 _ptx_in_payloads, new_kernels = compile_service_fixtures()
 
 
+@pytest.fixture(autouse=True)
+def compiles_at_lowering(monkeypatch):
+    """These tests count each tier's hits per lowering; where JAX's default platform is cuda (a GPU machine) an
+    early compile at trace time would turn the lowering's compile into a memory hit. Early compiles have their
+    own tests (test_startup.py)."""
+    monkeypatch.setenv("TRITONPLUG_EARLY_COMPILE", "0")
+
+
 # --- the disk cache, several processes ------------------------------------------------------------
 
 def test_processes_started_together_compile_once_and_a_new_process_reads_the_cache(tmp_path):

@@ -177,6 +177,36 @@ def test_early_compiles_can_be_turned_off(two_workers, monkeypatch):
     assert tritonplug.compile_stats()["compiled"] == before["compiled"] + 3
 
 
+@cuda
+def test_an_early_plan_serves_one_lowering_made_in_its_environment(two_workers, monkeypatch):
+    """The lowering takes the plan its early compile made (it is gone after); a plan made before a ``TRITON_*``
+    variable changed does not serve a lowering after it (the variable changes options and cache keys: Triton's
+    FP-fusion default compiled as it was at trace time was the bug)."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "cuda")
+    monkeypatch.setenv("TRITONPLUG_EARLY_COMPILE", "1")
+    spec = jax.ShapeDtypeStruct((1000,), jnp.float32)
+    planned = []
+    real_plan_call = lowering.plan_call
+    monkeypatch.setattr(lowering, "plan_call", lambda *a, **k: planned.append(a) or real_plan_call(*a, **k))
+
+    def trace(factor):
+        traced = jax.jit(lambda x: early_scale(x, factor)).trace(spec)
+        while _early_compiles_running():
+            time.sleep(0.05)
+        return traced
+
+    traced = trace(11.0)
+    stored = len(state.plans.entries)
+    early = len(planned)  # the early compile's own plan
+    traced.lower(lowering_platforms=("cuda",))
+    assert len(planned) == early and len(state.plans.entries) == stored - 1
+    traced = trace(13.0)
+    early = len(planned)
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0" if os.environ.get("TRITON_DEFAULT_FP_FUSION") == "1" else "1")
+    traced.lower(lowering_platforms=("cuda",))
+    assert len(planned) == early + 1, "a plan made in another environment served the lowering"
+
+
 @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 128, 256)], key=["n"])
 @triton.jit
 def partly_broken_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):

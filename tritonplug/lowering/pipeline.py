@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonplug.adapters import jax_compat, jaxlib_compat
+from tritonplug import settings
+from tritonplug.adapters import jax_compat, jaxlib_compat, triton_compat
 from tritonplug.adapters.triton_compat import KernelFacts
 from tritonplug.calls.call import BoundArgs, CallSpec, DescriptorArg
 from tritonplug.calls.options import check_grid_limits, grid_for, zeroed_for
@@ -51,7 +52,7 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
 def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> list[Any]:
     """The backend's kernel objects for every configuration of ``call`` on ``target``, compiled (or read
     from the cache) on the way: everything a lowering does but emitting the custom call."""
-    plan = state.plans.lookup(plan_key(backend, target, call, operands)) or plan_call(backend, target, call, operands)
+    plan = state.plans.take(plan_key(backend, target, call, operands)) or plan_call(backend, target, call, operands)
     if plan.tuned:
         state.tuning.note_hit()
     binaries = state.compiler.compile(backend, target, plan.requests)
@@ -61,9 +62,11 @@ def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: t
 
 
 def plan_key(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> tuple:
-    """What a plan depends on besides the process state: an early compile's plan serves the lowering of
-    the same key (``state.plans``)."""
-    return (backend.name, target, call, operands)
+    """What a plan depends on: an early compile's plan serves the one lowering of the same key
+    (``state.plans``). The environment is part of it: ``TRITON_*`` and ``TRITONPLUG_*`` variables change
+    options and cache keys, and a plan made before one changed must not serve a lowering after."""
+    return (backend.name, target, call, operands, triton_compat.environment_key(),
+            tuple(settings.kernel_environment()))
 
 
 def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> LoweringPlan:

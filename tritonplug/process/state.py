@@ -35,6 +35,10 @@ class BoundedMemo:
     def lookup(self, key: Hashable | None) -> Any:
         return None if key is None else self.entries.get(key)
 
+    def take(self, key: Hashable | None) -> Any:
+        """The entry, removed: what serves one use only (an early compile's plan serves one lowering)."""
+        return None if key is None else self.entries.pop(key, None)
+
     def store(self, key: Hashable | None, entry: Any) -> None:
         if key is None:
             return
