@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
-from tritonplug_interpret.xla.ttir import Block, Function, Op, for_header, int_constant, split_top, walk
+from tritonplug_interpret.xla.ttir import Block, Function, Op, program_axis, walk
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
 
 _INT_SCALARS = frozenset({"i1", "i8", "i16", "i32", "i64", "index"})
@@ -77,16 +77,6 @@ class LoadLanes:
     op: Op
     lanes: Lanes
     starts: np.ndarray | None
-
-
-def _for_result_types(op: Op) -> list[str]:
-    parts = split_top(op.header, "->")
-    if len(parts) < 2:
-        return []
-    tail = parts[-1].strip()
-    if tail.startswith("(") and tail.endswith(")"):
-        tail = tail[1:-1]
-    return [t.strip() for t in split_top(tail, ",") if t.strip()]
 
 
 def shape_of(type_text: str) -> tuple[int, ...] | None:
@@ -178,11 +168,11 @@ class _Analysis:
         linear = np.arange(gx * gy * gz, dtype=np.int64)
         self.pids = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
         self.labels = Labels(gx * gy * gz, dots)   # only a tt.dot uses them
-        self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
+        self.loads: dict[Op, tuple[Lanes, Loop | None]] = {}   # as seen on the last visit
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
-        self.carried: dict[int, dict[str, Carried]] = {}
-        self.stores: dict[int, tuple[Op, Lanes]] = {}
-        self.trips: dict[int, int] = {}         # id(scf.for) → its trip count, the same in every program
+        self.carried: dict[Op, dict[str, Carried]] = {}
+        self.stores: dict[Op, Lanes] = {}
+        self.trips: dict[Op, int] = {}          # scf.for → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
         """Analyse ``block``'s ops; returns its terminator's operands."""
@@ -200,9 +190,9 @@ class _Analysis:
                     self.block(b)
             if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
                 lanes = self.lanes[op.operands[0]]
-                self.loads[id(op)] = (op, lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
+                self.loads[op] = (lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
             if op.name == "tt.store" and self.lanes.get(op.operands[0]) is not None:
-                self.stores[id(op)] = (op, self.lanes[op.operands[0]])
+                self.stores[op] = self.lanes[op.operands[0]]
             out = None
             if len(op.results) == 1:
                 out = self.one(op)
@@ -219,20 +209,20 @@ class _Analysis:
         return None if lanes is None or lanes.origin is not None or any(lanes.strides) else lanes.value
 
     def loop(self, op: Op) -> None:
-        header = for_header(op)
+        header = op.loop
         body = op.regions[0][0]
         if header is None:
             self.labels.set_unknown(name for name, _ in body.args)
             self.block(body)
             self.labels.set_unknown(op.results)
             return
-        iv, lb, ub, step, bindings = header
+        iv, lb, ub, step, bindings = header.iv, header.lower, header.upper, header.step, header.iter_args
         lower, upper, stride = self._static(lb), self._static(ub), _uniform(self._static(step))
         trips = None
         if lower is not None and upper is not None and stride:
             trips = max(0, int(np.max(-((lower - upper) // stride))))
             if _uniform(lower) is not None and _uniform(upper) is not None:
-                self.trips[id(op)] = trips
+                self.trips[op] = trips
         zero = np.zeros((), np.int64)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
         steps: dict[str, int] = {} if stride is None else {iv: stride}
@@ -270,12 +260,12 @@ class _Analysis:
                 steps[name] = step_value
         for result, (name, _) in zip(op.results, bindings, strict=False) if labels.enabled else ():
             labels.of[result] = labels.get(name)
-        for result, (name, _), type_text in zip(op.results, bindings, _for_result_types(op), strict=False):
+        for result, (name, _), type_text in zip(op.results, bindings, op.result_types, strict=False):
             if name in assumed:
                 self.lanes[result] = replace(assumed[name], value=None, origin=None)
                 shape = shape_of(type_text)
                 if assumed[name].buffer is not None and shape:
-                    self.carried.setdefault(id(op), {})[name] = Carried(assumed[name].strides, shape, steps.get(name))
+                    self.carried.setdefault(op, {})[name] = Carried(assumed[name].strides, shape, steps.get(name))
             else:
                 self.lanes.pop(result, None)
 
@@ -288,7 +278,7 @@ class _Analysis:
         return out is not None and out.strides == assumed.strides and out.buffer == assumed.buffer
 
     def one(self, op: Op) -> Lanes | None:
-        types = op.result_types()
+        types = op.result_types
         shape = shape_of(types[-1]) if types else None
         if shape is None:
             return None
@@ -296,12 +286,12 @@ class _Analysis:
         name = op.name
         out: Lanes | None = None
         if name == "arith.constant":
-            value = int_constant(op)
+            value = op.int_value
             out = None if value is None else Lanes((0,) * len(shape), None, np.asarray(value, np.int64))
         elif name == "tt.make_range":
-            out = Lanes((1,), None, np.asarray(int(op.attrs.get("start", "0").split(":")[0]), np.int64))
+            out = Lanes((1,), None, np.asarray(op.int_attr("start") or 0, np.int64))
         elif name == "tt.get_program_id":
-            axis = {"x": 0, "y": 1, "z": 2}.get(op.header.split()[0]) if op.header else None
+            axis = program_axis(op)
             out = None if axis is None else Lanes((), None, self.pids[axis])
         elif None not in args and args:
             out = self._combine(name, op, args, shape)
@@ -316,8 +306,8 @@ class _Analysis:
                 return replace(a, strides=(0,) * len(shape))
             return a if len(a.strides) == len(shape) else None
         if name == "tt.expand_dims":
-            axis = int(op.attrs["axis"].split(":")[0])
-            return replace(a, strides=a.strides[:axis] + (0,) + a.strides[axis:])
+            axis = op.int_attr("axis")
+            return None if axis is None else replace(a, strides=a.strides[:axis] + (0,) + a.strides[axis:])
         if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast"):
             return a
         if name in ("arith.addi", "tt.addptr") and len(args) == 2:
@@ -340,11 +330,13 @@ def _normal(lanes: Lanes, shape: tuple[int, ...]) -> Lanes | None:
 
 @dataclass(frozen=True, eq=False)
 class Found:
-    loads: dict[int, LoadLanes]             # id(load op) → its pointer's lanes
-    carried: dict[int, dict[str, Carried]]  # id(scf.for op) → pointer iter_arg → how the loop carries it
-    trips: dict[int, int] = field(default_factory=dict)   # id(scf.for op) → trip count, uniform over programs
-    dots: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # id(tt.dot) → operand labels
-    stores: dict[int, tuple[Op, Lanes]] = field(default_factory=dict)   # id(tt.store) → its pointer's lanes
+    """The evaluator's result, which the plan's passes view: windows, strided accesses, tilings, bounds, GEMMs."""
+
+    loads: dict[Op, LoadLanes]              # load → its pointer's lanes
+    carried: dict[Op, dict[str, Carried]]   # scf.for → pointer iter_arg → how the loop carries it
+    trips: dict[Op, int] = field(default_factory=dict)    # scf.for → trip count, uniform over programs
+    dots: dict[Op, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)   # tt.dot → operand labels
+    stores: dict[Op, Lanes] = field(default_factory=dict)  # store → its pointer's lanes
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -352,8 +344,8 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     analysis = _Analysis(arguments, grid, any(op.name == "tt.dot" for op in walk(fn.body)))
     analysis.labels.set_uniform(name for name, _ in fn.args)     # every program gets the same arguments
     analysis.block(fn.body)
-    loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
-             for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
+    loads = {op: LoadLanes(op, lanes, _starts(lanes, loop))
+             for op, (lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
     dots = dict(analysis.labels.dots) if analysis.labels.sound else {}
     return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores))
 
@@ -371,3 +363,14 @@ def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:
     trips = np.arange(loop.trips, dtype=np.int64)[:, None] * loop.steps[name]
     bases = loop.inits[name].reshape(1, -1) + trips
     return _checked((lanes.value.reshape(1, -1) + coef * bases).reshape(-1))
+
+
+def within(load: LoadLanes, size: int) -> bool:
+    """Whether every lane the load may read (every program, every trip) lies inside a buffer of ``size``
+    elements: its bounds mask is then all true and need not be computed."""
+    shape = shape_of(load.op.result_types[-1]) if load.op.result_types else None
+    if load.starts is None or not load.starts.size or shape is None or len(shape) != len(load.lanes.strides):
+        return False
+    low = sum(min(0, s * (n - 1)) for s, n in zip(load.lanes.strides, shape, strict=True))
+    high = sum(max(0, s * (n - 1)) for s, n in zip(load.lanes.strides, shape, strict=True))
+    return int(load.starts.min()) + low >= 0 and int(load.starts.max()) + high < size

@@ -109,10 +109,10 @@ class Frame:
         self.state = state
         self.program_id = program_id
         self.env: dict[str, Any] = {}
-        self.hoisted: dict[int, Any] = {}   # id(load op) → this program's row of a grid-wide slice
-        self.overrides: dict[int, Handler] = {}   # id(op) → the handler to use instead of its op name's
+        self.hoisted: dict[Op, Any] = {}    # load op → this program's row of a grid-wide slice
+        self.overrides: dict[Op, Handler] = {}    # op → the handler to use instead of its op name's
         self.predicate: Any = None   # parallel mode, inside a branch that writes: whether this program takes it
-        self.current_op: int | None = None
+        self.current_op: Op | None = None
 
     def get(self, name: str) -> Any:
         try:
@@ -130,7 +130,7 @@ class Frame:
         for op in block.ops:
             if op.name in TERMINATORS:
                 return self.args(op)
-            fn = self.overrides.get(id(op)) or self.ctx.handlers.get(op.name)
+            fn = self.overrides.get(op) or self.ctx.handlers.get(op.name)
             if fn is None:
                 raise Unsupported(op.name)
             values = fn(self, op)
