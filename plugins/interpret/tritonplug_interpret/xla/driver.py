@@ -32,6 +32,7 @@ from tritonplug_interpret.xla.program import (
     TERMINATORS,
     BufferInfo,
     Context,
+    Deferred,
     Frame,
     State,
     Unsupported,
@@ -169,7 +170,7 @@ class Translation:
             if kind == "ptr":
                 frame.env[arg] = memory.Pointer(a, jnp.int64(0), b)
             else:
-                frame.env[arg] = jnp.asarray(a, jnp_dtype(b))
+                frame.env[arg] = Deferred(lambda a=a, b=b: jnp.asarray(a, jnp_dtype(b)))   # baked: a literal
         frame.run_block(self.fn.body)
         return frame
 

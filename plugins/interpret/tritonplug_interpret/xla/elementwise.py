@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 
 from tritonplug_interpret.xla.libdevice import mulhi, round_half_away
-from tritonplug_interpret.xla.program import Frame, family
+from tritonplug_interpret.xla.program import Deferred, Frame, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import (
     bitwidth,
@@ -271,8 +271,10 @@ def _scalar(text: str, dtype: np.dtype):
 def _constant(f: Frame, op: Op):
     text = op.header
     if not op.type_text:  # `arith.constant true`
-        return [jnp.asarray(text.strip() == "true")]
-    return [constant_value(text, op.type_text)]
+        return [Deferred(lambda: jnp.asarray(text.strip() == "true"))]
+    if "[" in text:       # a dense array of distinct values: made once
+        return [constant_value(text, op.type_text)]
+    return [Deferred(lambda: constant_value(text, op.type_text))]
 
 
 @handler("ub.poison")

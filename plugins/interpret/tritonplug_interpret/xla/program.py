@@ -53,6 +53,18 @@ def family() -> tuple[dict[str, Handler], Callable[..., Callable[[Handler], Hand
     return table, handler
 
 
+class Deferred:
+    """A value made again wherever it is read: a constant (or a launch's scalar). Triton hoists every constant
+    to the top of the function; read inside a loop or branch body, a value made once outside would be a
+    loop-carried operand there, which XLA can neither fold (``x + 0``, ``where(m, x, 0)``) nor fuse as a
+    literal. Made where it is read, it is a literal of that body."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
 @dataclass(frozen=True)
 class BufferInfo:
     """A buffer slot as the kernel sees it: argument name, element dtype, element count."""
@@ -116,9 +128,10 @@ class Frame:
 
     def get(self, name: str) -> Any:
         try:
-            return self.env[name]
+            value = self.env[name]
         except KeyError:
             raise Unsupported("value", f"{name} is used before it is defined") from None
+        return value.make() if type(value) is Deferred else value
 
     def args(self, op: Op) -> list[Any]:
         return [self.get(n) for n in op.operands]
