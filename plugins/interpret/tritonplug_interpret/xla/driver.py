@@ -168,7 +168,7 @@ class Translation:
         frame.hoisted = dict(hoisted or {})
         for arg, (kind, a, b) in self.arguments:
             if kind == "ptr":
-                frame.env[arg] = memory.Pointer(a, jnp.int64(0), b)
+                frame.env[arg] = Deferred(lambda a=a, b=b: memory.Pointer(a, jnp.int64(0), b))
             else:
                 frame.env[arg] = Deferred(lambda a=a, b=b: jnp.asarray(a, jnp_dtype(b)))   # baked: a literal
         frame.run_block(self.fn.body)
