@@ -7,41 +7,37 @@ are one ``addf``/``maxnumf``/… use the matching XLA reduction directly.
 
 from __future__ import annotations
 
-import re
-
 import jax.numpy as jnp
 from jax import lax
 
 from tritonplug_interpret.xla import gemm
 from tritonplug_interpret.xla.program import Frame, Unsupported, family
-from tritonplug_interpret.xla.ttir import Op
+from tritonplug_interpret.xla.ttir import Op, program_axis
 from tritonplug_interpret.xla.types import parse_type
 
 HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
-_AXES = {"x": 0, "y": 1, "z": 2}
-
-
 def _int_attr(op: Op, name: str, default: int | None = None) -> int:
-    text = op.attrs.get(name)
-    if text is None:
+    value = op.int_attr(name)
+    if value is None:
         if default is None:
             raise Unsupported(op.name, f"no attribute {name}")
         return default
-    return int(text.split(":")[0].strip())
+    return value
 
 
 def _array_attr(op: Op, name: str) -> list[int]:
-    text = op.attrs.get(name, "")
-    m = re.match(r"array<i32:?(.*)>", text)
-    if not m:
-        raise Unsupported(op.name, f"attribute {name}={text!r}")
-    return [int(v) for v in m.group(1).split(",") if v.strip()]
+    value = op.array_attr(name)
+    if value is None:
+        raise Unsupported(op.name, f"attribute {name}={op.attrs.get(name, '')!r}")
+    return list(value)
 
 
 def _axis_word(op: Op) -> int:
-    word = op.header.split()[0] if op.header else op.attrs.get("axis", "x")
-    return _AXES.get(word, None) if word in _AXES else _int_attr(op, "axis")
+    axis = program_axis(op)
+    if axis is None:
+        raise Unsupported(op.name, f"cannot read the axis of {op.header!r}")
+    return axis
 
 
 @handler("tt.get_program_id")
@@ -60,7 +56,7 @@ def _make_range(f: Frame, op: Op):
 
 
 def _shape(op: Op) -> tuple[int, ...]:
-    return parse_type(op.result_types()[-1]).shape
+    return parse_type(op.result_types[-1]).shape
 
 
 def _map_pointer(x, fn):
@@ -136,10 +132,10 @@ def _histogram(f: Frame, op: Op):
 @handler("tt.dot")
 def _dot(f: Frame, op: Op):
     a, b, c = f.args(op)
-    return [summed_dot(f, id(op), [(a, b)], c)]
+    return [summed_dot(f, op, [(a, b)], c)]
 
 
-def summed_dot(f: Frame, key: int, pairs, c):
+def summed_dot(f: Frame, key: Op, pairs, c):
     """``c + Σ_t a_t @ b_t`` (one dot over the concatenated contraction dimension) for the ``tt.dot``
     ``key``, as one GEMM of the grid's distinct tiles where it can be."""
     a_parts, b_parts = [a for a, _ in pairs], [b for _, b in pairs]

@@ -12,21 +12,11 @@ from __future__ import annotations
 
 import itertools
 
-from tritonplug_interpret.xla.ttir import Block, Op, TtirSyntaxError, split_top
+from tritonplug_interpret.xla.ttir import Block, Op, TtirSyntaxError
 
 #: How many times its size a function's blocks may grow when merged blocks are copied into each branch.
 MAX_COPIES = 4
 _fresh = itertools.count()
-
-
-def successor(text: str) -> tuple[str, list[str]]:
-    """``^bb1(%a, %b : i32, f32)`` → ("^bb1", ["%a", "%b"])."""
-    text = text.strip()
-    if "(" not in text:
-        return text, []
-    label, inner = text[:text.index("(")], text[text.index("(") + 1:text.rindex(")")]
-    values = split_top(inner, " : ")[0]
-    return label.strip(), [v.strip() for v in split_top(values, ",") if v.strip()]
 
 
 def structured(name: str, blocks: list[Block], n_results: int) -> Block:
@@ -34,8 +24,8 @@ def structured(name: str, blocks: list[Block], n_results: int) -> Block:
     by_label = {b.label: b for b in blocks[1:]}
     budget = [MAX_COPIES * sum(len(b.ops) for b in blocks) + 64]
 
-    def goto(text: str, path: tuple[str, ...]) -> list[Op]:
-        label, values = successor(text)
+    def goto(successor: tuple[str, tuple[str, ...]], path: tuple[str, ...]) -> list[Op]:
+        label, values = successor
         target = by_label.get(label)
         if target is None:
             raise TtirSyntaxError(f"function {name}: branch to an unknown block {label}")
@@ -43,7 +33,7 @@ def structured(name: str, blocks: list[Block], n_results: int) -> Block:
             raise TtirSyntaxError(f"function {name}: its blocks form a loop (through {label})")
         if len(values) != len(target.args):
             raise TtirSyntaxError(f"function {name}: {label} takes {len(target.args)} arguments, got {len(values)}")
-        bind = [Op("cf.br", [n for n, _ in target.args], "", values, {}, "")] if values else []
+        bind = [Op("cf.br", [n for n, _ in target.args], "", list(values), {}, "")] if values else []
         return bind + emit(target, path + (label,))
 
     def emit(block: Block, path: tuple[str, ...]) -> list[Op]:
@@ -52,15 +42,17 @@ def structured(name: str, blocks: list[Block], n_results: int) -> Block:
             raise TtirSyntaxError(f"function {name}: its blocks merge too often to be copied into each branch")
         *body, last = block.ops or [Op("tt.return", [], "", [], {}, "")]
         if last.name == "cf.br":
-            return body + goto(last.header, path)
+            if len(last.successors) != 1:
+                raise TtirSyntaxError(f"function {name}: cannot read the branch {last.header!r}")
+            return body + goto(last.successors[0], path)
         if last.name != "cf.cond_br":
             return [*body, last]
-        cond, *targets = split_top(last.header, ",")
-        if len(targets) != 2:
+        if len(last.successors) != 2 or not last.words[0].startswith("%"):
             raise TtirSyntaxError(f"function {name}: cannot read the branch {last.header!r}")
+        cond = last.words[0]
         results = [f"%cfg{next(_fresh)}.{i}" for i in range(n_results)]
-        branch = Op("cf.cond_br", results, cond.strip(), [cond.strip()], {}, "",
-                    [[Block([], goto(t, path))] for t in targets])
+        branch = Op("cf.cond_br", results, cond, [cond], {}, "",
+                    [[Block([], goto(t, path))] for t in last.successors])
         tail = [Op("tt.return", [], " ".join(results), results, {}, "")]
         return [*body, branch, *tail]
 

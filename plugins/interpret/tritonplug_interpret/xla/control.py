@@ -28,7 +28,7 @@ from jax import lax
 from tritonplug_interpret.xla import blocks
 from tritonplug_interpret.xla.memory import Pointer, select_pointers
 from tritonplug_interpret.xla.program import Frame, State, Unsupported, family, writes_memory
-from tritonplug_interpret.xla.ttir import Op, for_header, walk, while_bindings
+from tritonplug_interpret.xla.ttir import Op, walk
 
 HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
@@ -105,13 +105,13 @@ def _pointer_at(carried: Any, like: Pointer, base: Any) -> Pointer:
 
 @handler("scf.for")
 def _for(f: Frame, op: Op):
-    header = for_header(op)
-    if header is None:
+    loop = op.loop
+    if loop is None:
         raise Unsupported("scf.for", f"cannot read {op.header!r}")
-    iv, lb, ub, step, bindings = header
+    iv, lb, ub, step, bindings = loop.iv, loop.lower, loop.upper, loop.step, loop.iter_args
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
-    lanes = f.ctx.plan.carried.get(id(op), {})     # lanes.Carried of the pointer iter_args that keep their lanes
+    lanes = f.ctx.plan.carried.get(op, {})     # lanes.Carried of the pointer iter_args that keep their lanes
     kinds = [_carry_kind(lanes.get(n), v) for n, v in zip(names, init, strict=True)]
     bases = [_lane0(v) if k != "value" else None for k, v in zip(kinds, init, strict=True)]
     lower, upper, stride = f.get(lb), f.get(ub), f.get(step)
@@ -149,7 +149,7 @@ def _for(f: Frame, op: Op):
         return i + stride, trip + 1, out, _pack(f, carry_buffers, carry_check)
 
     start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
-    static_trips = f.ctx.plan.trips.get(id(op))
+    static_trips = f.ctx.plan.trips.get(op)
     sums: list[_Sum] = _accumulated_dots(block, names) if static_trips is not None else []
     if static_trips is not None and _unrolled(f, block, static_trips, sums):
         for s in sums:
@@ -189,8 +189,8 @@ class _Sum:
     unrolled loop: each trip only records ``(a, b, c)`` and leaves ``acc`` as it is; after the loop
     ``acc`` gets one dot of them all."""
 
-    dot: int
-    add: int | None
+    dot: Op
+    add: Op | None
     index: int          # of the iter_arg
     acc: str            # its name
     terms: list = field(default_factory=list)
@@ -221,19 +221,19 @@ def _accumulated_dots(block, names: list[str]) -> list[_Sum]:
         final = producers.get(yields[index]) if index < len(yields) else None
         if final is None or uses[name] != 1 or uses[final.results[0]] != 1 or len(final.results) != 1:
             continue
-        if not _wide_float(final.result_types()):
+        if not _wide_float(final.result_types):
             continue  # an fp16/bf16 accumulator rounds every step: summing the steps in one dot would not
         if final.name == "tt.dot" and len(final.operands) == 3 and final.operands[2] == name:
-            found.append(_Sum(id(final), None, index, name))
+            found.append(_Sum(final, None, index, name))
         elif final.name == "arith.addf" and name in final.operands and len(final.operands) == 2:
             other = final.operands[1] if final.operands[0] == name else final.operands[0]
             product = producers.get(other)
             if product is not None and product.name == "tt.dot" and uses[other] == 1 and other != name:
-                found.append(_Sum(id(product), id(final), index, name))
+                found.append(_Sum(product, final, index, name))
     return found
 
 
-def _wide_float(types: list[str]) -> bool:
+def _wide_float(types: tuple[str, ...]) -> bool:
     """Whether a result type is a tensor of f32 or f64 (where one dot over all steps differs from the
     step-by-step sums only by the order of the additions)."""
     return len(types) == 1 and types[0].rstrip(">").endswith(("xf32", "xf64"))
@@ -295,7 +295,7 @@ def _bind(f: Frame, op: Op):
 
 @handler("scf.while")
 def _while(f: Frame, op: Op):
-    bindings = while_bindings(op)
+    bindings = op.loop.iter_args
     names = [n for n, _ in bindings]
     init = [f.get(v) for _, v in bindings]
     before, after = op.regions[0][0], op.regions[1][0]

@@ -25,19 +25,21 @@ from jax import lax
 
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam, TensorDescriptorParam
 from tritonplug_interpret import compat
-from tritonplug_interpret.xla import affine, control, memory, plan, strided
+from tritonplug_interpret.xla import control, memory, plan, strided
 from tritonplug_interpret.xla.checks import raise_if_bad
 from tritonplug_interpret.xla.ops import TABLE
 from tritonplug_interpret.xla.program import (
     TERMINATORS,
     BufferInfo,
     Context,
+    Deferred,
     Frame,
     State,
     Unsupported,
 )
 from tritonplug_interpret.xla.ttir import Function, walk
 from tritonplug_interpret.xla.types import jnp_dtype, parse_type
+from tritonplug_interpret.xla.windows import read_window
 
 
 def _flat_params(params: Sequence[Any], names: Sequence[str]) -> list[tuple[str, Any]]:
@@ -166,16 +168,16 @@ class Translation:
         frame.hoisted = dict(hoisted or {})
         for arg, (kind, a, b) in self.arguments:
             if kind == "ptr":
-                frame.env[arg] = memory.Pointer(a, jnp.int64(0), b)
+                frame.env[arg] = Deferred(lambda a=a, b=b: memory.Pointer(a, jnp.int64(0), b))
             else:
-                frame.env[arg] = jnp.asarray(a, jnp_dtype(b))
+                frame.env[arg] = Deferred(lambda a=a, b=b: jnp.asarray(a, jnp_dtype(b)))   # baked: a literal
         frame.run_block(self.fn.body)
         return frame
 
-    def _hoisted(self, ctx: Context, buffers: list[Any], total: int) -> dict[int, Any]:
+    def _hoisted(self, ctx: Context, buffers: list[Any], total: int) -> dict[Any, Any]:
         """Grid-wide slices of the top-level loads (a row per program) and the strided views, before the grid."""
-        loads = {key: w for key, w in self.plan.windows.items() if key in self.plan.load_ids}
-        rows = {key: affine.read(buffers[w.buffer], w, total) for key, w in loads.items()}
+        rows = {op: read_window(buffers[w.buffer], w, total) for op, w in self.plan.windows.items()
+                if op in self.plan.hoisted}
         for access in self.plan.accesses.values():
             if access.view not in ctx.views:
                 ctx.views[access.view] = strided.build_view(buffers[access.view.buffer], access.view)
@@ -183,16 +185,17 @@ class Translation:
 
     def _parallel(self, ctx: Context, buffers: list[Any], total: int):
         rows = self._hoisted(ctx, buffers, total)
+        order = list(rows)     # (a pytree's dict keys must sort; ops do not)
 
         def program(linear, hoisted):
             ctx.store_log.clear()
-            frame = self._program(ctx, self._start(buffers), linear, hoisted)
+            frame = self._program(ctx, self._start(buffers), linear, dict(zip(order, hoisted, strict=True)))
             logged = [(idx, val, act) for _, _, idx, val, act in ctx.store_log]
             ctx.static_log = [(kind, b) for kind, b, _, _, _ in ctx.store_log]
             s = frame.state
             return logged, (s.bad_site, s.bad_offset, s.bad_lane)
 
-        logged, record = jax.vmap(program)(jnp.arange(total, dtype=jnp.int32), rows)
+        logged, record = jax.vmap(program)(jnp.arange(total, dtype=jnp.int32), [rows[op] for op in order])
         buffers = list(buffers)
         for (kind, b), (idx, val, act) in zip(ctx.static_log, logged, strict=True):
             buffers[b] = memory.apply_scatter(buffers[b], kind, idx, val, act)

@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 
 from tritonplug_interpret.xla.libdevice import mulhi, round_half_away
-from tritonplug_interpret.xla.program import Frame, family
+from tritonplug_interpret.xla.program import Deferred, Frame, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import (
     bitwidth,
@@ -117,7 +117,7 @@ def _fma(f: Frame, op: Op):
 @handler("tt.clampf")
 def _clampf(f: Frame, op: Op):
     x, lo, hi = f.args(op)
-    if "all" in op.header.split(",")[-1]:  # propagateNan = all
+    if op.words and "all" in op.words[-1]:  # propagateNan = all
         return [jnp.where(jnp.isnan(x), x, jnp.clip(x, lo, hi))]
     return [jnp.fmin(jnp.fmax(x, lo), hi)]
 
@@ -130,7 +130,7 @@ _CMPF = {"eq": jnp.equal, "gt": jnp.greater, "ge": jnp.greater_equal, "lt": jnp.
 
 @handler("arith.cmpi")
 def _cmpi(f: Frame, op: Op):
-    predicate = op.header.split(",")[0].strip()
+    predicate = op.keyword
     a, b = f.args(op)
     if predicate in _CMPI:
         return [_CMPI[predicate](a, b)]
@@ -139,7 +139,7 @@ def _cmpi(f: Frame, op: Op):
 
 @handler("arith.cmpf")
 def _cmpf(f: Frame, op: Op):
-    predicate = op.header.split(",")[0].strip()
+    predicate = op.keyword
     a, b = f.args(op)
     if predicate in ("true", "false"):
         return [jnp.full(jnp.broadcast_shapes(a.shape, b.shape), predicate == "true")]
@@ -165,7 +165,7 @@ def _select(f: Frame, op: Op):
 
 
 def _result_dtype(op: Op) -> np.dtype:
-    return parse_type(op.result_types()[0]).dtype
+    return parse_type(op.result_types[0]).dtype
 
 
 @handler("arith.extsi", "arith.trunci", "arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi",
@@ -199,7 +199,7 @@ def _fptoui(f: Frame, op: Op):
 def _fp_to_fp(f: Frame, op: Op):
     (x,) = f.args(op)
     target = _result_dtype(op)
-    if "rtz" in op.header and np.dtype(target).itemsize < x.dtype.itemsize:
+    if any("rtz" in w for w in op.words[1:]) and np.dtype(target).itemsize < x.dtype.itemsize:
         return [_round_toward_zero(x, target)]
     if np.dtype(target).itemsize == 1 and x.dtype.itemsize > 1:
         # Triton's sm_90 lowering (cvt.rn.satfinite): nearest-even, out-of-range values (and infinities)
@@ -226,7 +226,7 @@ def _round_toward_zero(x, target):
 @handler("arith.bitcast", "tt.bitcast")
 def _bitcast(f: Frame, op: Op):
     (x,) = f.args(op)
-    target = parse_type(op.result_types()[0])
+    target = parse_type(op.result_types[0])
     if target.is_pointer:
         from tritonplug_interpret.xla.memory import bitcast_pointer
 
@@ -271,11 +271,13 @@ def _scalar(text: str, dtype: np.dtype):
 def _constant(f: Frame, op: Op):
     text = op.header
     if not op.type_text:  # `arith.constant true`
-        return [jnp.asarray(text.strip() == "true")]
-    return [constant_value(text, op.type_text)]
+        return [Deferred(lambda: jnp.asarray(text.strip() == "true"))]
+    if "[" in text:       # a dense array of distinct values: made once
+        return [constant_value(text, op.type_text)]
+    return [Deferred(lambda: constant_value(text, op.type_text))]
 
 
 @handler("ub.poison")
 def _poison(f: Frame, op: Op):
-    ty = parse_type(op.result_types()[0])
+    ty = parse_type(op.result_types[0])
     return [jnp.zeros(ty.shape, ty.dtype)]

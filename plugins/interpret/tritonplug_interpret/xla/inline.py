@@ -9,12 +9,10 @@ one function: a ``cf.br`` op binds the callee's arguments to the call's operands
 from __future__ import annotations
 
 import itertools
-import re
 
 from tritonplug_interpret.xla.program import Unsupported
-from tritonplug_interpret.xla.ttir import Block, Function, Op
+from tritonplug_interpret.xla.ttir import Block, Function, Op, prefixed
 
-_NAME = re.compile(r"%([\w.$-]+)")
 #: Calls nested deeper than this are refused (Triton has no recursion; this bounds a pathological module).
 MAX_DEPTH = 16
 
@@ -62,7 +60,7 @@ def _expand(call: Op, counter, depth: int) -> list[Op]:
 
 def _renamer(prefix: str):
     def rename(text: str) -> str:
-        return _NAME.sub(lambda m: f"%{prefix}{m.group(1)}", text)
+        return prefixed(text, prefix)
     return rename
 
 

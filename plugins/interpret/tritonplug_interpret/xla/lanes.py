@@ -1,4 +1,4 @@
-"""Static analysis of pointer lanes: which loads read a rectangle of a buffer, and where.
+"""The one evaluator of pointer arithmetic: the lanes of every pointer and integer value, before tracing.
 
 Before tracing, every integer and pointer value of the kernel (loop bodies included) is
 described, where possible, as ``base + Σ_d strides[d] * i_d``: static strides per block
@@ -9,9 +9,12 @@ relative to a loop value (``origin``): the induction variable, or an iter_arg th
 advances by a uniform, loop-invariant step (the ``a_ptrs += BLOCK_K * stride_ak`` of a matmul).
 Such a pointer iter_arg is not carried by the loop at all: its base is ``init + trip * step``.
 
-:mod:`.strided` turns the result into views and windows; :mod:`.control` uses :class:`Carried` and
-the trip counts, :mod:`.tiles` the stores' lanes. The same walk labels which programs compute equal
-values (:mod:`.sharing`), for the ``tt.dot``s that :mod:`.gemm` computes once per distinct tile.
+One walk over the ops (loops to a fixed point) applies one table of rules (:mod:`.lane_rules`); the
+plan's passes are views of its :class:`Found`: :mod:`.windows` (top-level accesses as grid-wide slices),
+:mod:`.strided` (views and windows), :func:`within` (loads that need no bounds mask), :mod:`.tiles` (the
+stores' lanes), and :mod:`.control` uses :class:`Carried` and the trip counts. The same walk labels
+which programs compute equal values (:mod:`.sharing`), for the ``tt.dot``s that :mod:`.gemm` computes
+once per distinct tile.
 """
 
 from __future__ import annotations
@@ -20,26 +23,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tritonplug_interpret.xla.lane_rules import RULES, SOURCES, Lanes, checked, shape_of, uniform
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
-from tritonplug_interpret.xla.ttir import Block, Function, Op, for_header, int_constant, split_top, walk
-from tritonplug_interpret.xla.types import UnsupportedType, parse_type
+from tritonplug_interpret.xla.ttir import Block, Function, Op, walk
+
+__all__ = ["Carried", "Found", "Lanes", "LoadLanes", "Loop", "analyse", "shape_of", "within"]
 
 _INT_SCALARS = frozenset({"i1", "i8", "i16", "i32", "i64", "index"})
-_LIMIT = 1 << 31    # static values past this are left unknown (the kernel's i32 arithmetic may wrap)
-
-
-@dataclass(frozen=True, eq=False)
-class Lanes:
-    """Lanes ``base + Σ strides[d] * i_d`` with ``base = coef * origin + value`` (``origin``: a loop value).
-
-    ``value`` is an int64 array over the grid's programs (0-d when every program has the same),
-    or None when unknown.
-    """
-
-    strides: tuple[int, ...]        # per block dimension, 0 along size-1 and broadcast dimensions
-    buffer: int | None = None       # set for pointers
-    value: np.ndarray | None = None
-    origin: tuple[str, int] | None = None   # (loop value, coefficient)
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,98 +69,6 @@ class LoadLanes:
     starts: np.ndarray | None
 
 
-def _for_result_types(op: Op) -> list[str]:
-    parts = split_top(op.header, "->")
-    if len(parts) < 2:
-        return []
-    tail = parts[-1].strip()
-    if tail.startswith("(") and tail.endswith(")"):
-        tail = tail[1:-1]
-    return [t.strip() for t in split_top(tail, ",") if t.strip()]
-
-
-def shape_of(type_text: str) -> tuple[int, ...] | None:
-    """The shape of a TTIR type (() for scalars), None for types the translation has no dtype for."""
-    try:
-        return parse_type(type_text).shape
-    except UnsupportedType:
-        return None
-
-
-def _checked(value: np.ndarray | None) -> np.ndarray | None:
-    if value is None or (value.size and int(np.max(np.abs(value))) >= _LIMIT):
-        return None
-    return value
-
-
-def _uniform(value: np.ndarray | None) -> int | None:
-    if value is None or (value.ndim and value.size and not np.all(value == value.flat[0])):
-        return None
-    return int(value.flat[0]) if value.size else None
-
-
-def _known(a: Lanes) -> bool:
-    return a.buffer is None and a.origin is None and a.value is not None and not any(a.strides)
-
-
-def _plus(a: Lanes, b: Lanes, sign: int = 1) -> Lanes | None:
-    if a.buffer is not None and b.buffer is not None:
-        return None
-    sa = a.strides or (0,) * len(b.strides)
-    sb = b.strides or (0,) * len(sa)
-    if len(sa) != len(sb):
-        return None
-    value = _checked(a.value + sign * b.value) if a.value is not None and b.value is not None else None
-    if a.origin is not None and b.origin is not None:
-        coef = a.origin[1] + sign * b.origin[1]
-        if a.origin[0] != b.origin[0]:
-            origin, value = None, None      # relative to two loop values: base unknown
-        else:
-            origin = (a.origin[0], coef) if coef else None
-    elif b.origin is not None:
-        origin = (b.origin[0], sign * b.origin[1])
-    else:
-        origin = a.origin
-    return Lanes(tuple(x + sign * y for x, y in zip(sa, sb, strict=True)),
-                 a.buffer if a.buffer is not None else b.buffer, value, origin)
-
-
-def _times(a: Lanes, b: Lanes) -> Lanes | None:
-    if a.buffer is not None or b.buffer is not None:
-        return None
-    if _known(b):
-        a, b = b, a
-    rank = max(len(a.strides), len(b.strides))
-    if not _known(a):       # neither factor is a constant: the lanes must not move
-        if any(a.strides) or any(b.strides):
-            return None
-        value = None if a.origin or b.origin or a.value is None or b.value is None else _checked(a.value * b.value)
-        return Lanes((0,) * rank, None, value)
-    k = a.value
-    scalar = _uniform(k)
-    if any(b.strides) or b.origin:
-        if scalar is None:
-            return None
-        return Lanes(tuple(s * scalar for s in (b.strides or (0,) * rank)), None,
-                     None if b.value is None else _checked(b.value * scalar),
-                     None if b.origin is None else (b.origin[0], b.origin[1] * scalar))
-    return Lanes((0,) * rank, None, None if b.value is None else _checked(b.value * k))
-
-
-def _scalar_op(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    if name in ("arith.divsi", "arith.remsi", "arith.divui", "arith.remui") and np.any(b == 0):
-        return None
-    if name in ("arith.divsi", "arith.divui"):
-        return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))    # truncating, as arith.divsi
-    if name in ("arith.remsi", "arith.remui"):
-        return np.fmod(a, b)
-    if name == "arith.minsi":
-        return np.minimum(a, b)
-    if name == "arith.maxsi":
-        return np.maximum(a, b)
-    return None
-
-
 class _Analysis:
     def __init__(self, arguments: dict[str, Lanes], grid: tuple[int, int, int], dots: bool = True) -> None:
         self.lanes: dict[str, Lanes] = dict(arguments)
@@ -178,11 +76,11 @@ class _Analysis:
         linear = np.arange(gx * gy * gz, dtype=np.int64)
         self.pids = (linear % gx, (linear // gx) % gy, linear // (gx * gy))
         self.labels = Labels(gx * gy * gz, dots)   # only a tt.dot uses them
-        self.loads: dict[int, tuple[Op, Lanes, Loop | None]] = {}   # as seen on the last visit
+        self.loads: dict[Op, tuple[Lanes, Loop | None]] = {}   # as seen on the last visit
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
-        self.carried: dict[int, dict[str, Carried]] = {}
-        self.stores: dict[int, tuple[Op, Lanes]] = {}
-        self.trips: dict[int, int] = {}         # id(scf.for) → its trip count, the same in every program
+        self.carried: dict[Op, dict[str, Carried]] = {}
+        self.stores: dict[Op, Lanes] = {}
+        self.trips: dict[Op, int] = {}          # scf.for → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
         """Analyse ``block``'s ops; returns its terminator's operands."""
@@ -200,9 +98,9 @@ class _Analysis:
                     self.block(b)
             if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
                 lanes = self.lanes[op.operands[0]]
-                self.loads[id(op)] = (op, lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
+                self.loads[op] = (lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
             if op.name == "tt.store" and self.lanes.get(op.operands[0]) is not None:
-                self.stores[id(op)] = (op, self.lanes[op.operands[0]])
+                self.stores[op] = self.lanes[op.operands[0]]
             out = None
             if len(op.results) == 1:
                 out = self.one(op)
@@ -219,20 +117,20 @@ class _Analysis:
         return None if lanes is None or lanes.origin is not None or any(lanes.strides) else lanes.value
 
     def loop(self, op: Op) -> None:
-        header = for_header(op)
+        header = op.loop
         body = op.regions[0][0]
         if header is None:
             self.labels.set_unknown(name for name, _ in body.args)
             self.block(body)
             self.labels.set_unknown(op.results)
             return
-        iv, lb, ub, step, bindings = header
-        lower, upper, stride = self._static(lb), self._static(ub), _uniform(self._static(step))
+        iv, lb, ub, step, bindings = header.iv, header.lower, header.upper, header.step, header.iter_args
+        lower, upper, stride = self._static(lb), self._static(ub), uniform(self._static(step))
         trips = None
         if lower is not None and upper is not None and stride:
             trips = max(0, int(np.max(-((lower - upper) // stride))))
-            if _uniform(lower) is not None and _uniform(upper) is not None:
-                self.trips[id(op)] = trips
+            if uniform(lower) is not None and uniform(upper) is not None:
+                self.trips[op] = trips
         zero = np.zeros((), np.int64)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
         steps: dict[str, int] = {} if stride is None else {iv: stride}
@@ -265,17 +163,17 @@ class _Analysis:
                 del assumed[name]
         for name in assumed:
             out = self.lanes[yielded[name]]
-            step_value = _uniform(out.value) if out.origin == (name, 1) else None
+            step_value = uniform(out.value) if out.origin == (name, 1) else None
             if step_value is not None:
                 steps[name] = step_value
         for result, (name, _) in zip(op.results, bindings, strict=False) if labels.enabled else ():
             labels.of[result] = labels.get(name)
-        for result, (name, _), type_text in zip(op.results, bindings, _for_result_types(op), strict=False):
+        for result, (name, _), type_text in zip(op.results, bindings, op.result_types, strict=False):
             if name in assumed:
                 self.lanes[result] = replace(assumed[name], value=None, origin=None)
                 shape = shape_of(type_text)
                 if assumed[name].buffer is not None and shape:
-                    self.carried.setdefault(id(op), {})[name] = Carried(assumed[name].strides, shape, steps.get(name))
+                    self.carried.setdefault(op, {})[name] = Carried(assumed[name].strides, shape, steps.get(name))
             else:
                 self.lanes.pop(result, None)
 
@@ -288,48 +186,19 @@ class _Analysis:
         return out is not None and out.strides == assumed.strides and out.buffer == assumed.buffer
 
     def one(self, op: Op) -> Lanes | None:
-        types = op.result_types()
+        """The lanes of ``op``'s one result, by its rule in :data:`.lane_rules.RULES`."""
+        types = op.result_types
         shape = shape_of(types[-1]) if types else None
         if shape is None:
             return None
+        rule = RULES.get(op.name)
         args = [self.lanes.get(n) for n in op.operands]
-        name = op.name
-        out: Lanes | None = None
-        if name == "arith.constant":
-            value = int_constant(op)
-            out = None if value is None else Lanes((0,) * len(shape), None, np.asarray(value, np.int64))
-        elif name == "tt.make_range":
-            out = Lanes((1,), None, np.asarray(int(op.attrs.get("start", "0").split(":")[0]), np.int64))
-        elif name == "tt.get_program_id":
-            axis = {"x": 0, "y": 1, "z": 2}.get(op.header.split()[0]) if op.header else None
-            out = None if axis is None else Lanes((), None, self.pids[axis])
-        elif None not in args and args:
-            out = self._combine(name, op, args, shape)
+        out = None
+        if rule is not None and (op.name in SOURCES or (args and None not in args)):
+            out = rule(op, args, shape, self.pids)
         if out is None and not shape and types[-1].strip() in _INT_SCALARS:
             out = Lanes(())             # an integer scalar: fine as a base, whatever it is
         return None if out is None else _normal(out, shape)
-
-    def _combine(self, name: str, op: Op, args: list[Lanes], shape: tuple[int, ...]) -> Lanes | None:
-        a = args[0]
-        if name in ("tt.splat", "tt.broadcast"):
-            if not a.strides:
-                return replace(a, strides=(0,) * len(shape))
-            return a if len(a.strides) == len(shape) else None
-        if name == "tt.expand_dims":
-            axis = int(op.attrs["axis"].split(":")[0])
-            return replace(a, strides=a.strides[:axis] + (0,) + a.strides[axis:])
-        if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast"):
-            return a
-        if name in ("arith.addi", "tt.addptr") and len(args) == 2:
-            return _plus(a, args[1])
-        if name == "arith.subi" and args[1].buffer is None:
-            return _plus(a, args[1], -1)
-        if name == "arith.muli":
-            return _times(a, args[1])
-        if len(args) == 2 and _known(a) and _known(args[1]):
-            value = _scalar_op(name, a.value, args[1].value)
-            return None if value is None else Lanes((0,) * len(shape), None, _checked(value))
-        return None
 
 
 def _normal(lanes: Lanes, shape: tuple[int, ...]) -> Lanes | None:
@@ -340,11 +209,13 @@ def _normal(lanes: Lanes, shape: tuple[int, ...]) -> Lanes | None:
 
 @dataclass(frozen=True, eq=False)
 class Found:
-    loads: dict[int, LoadLanes]             # id(load op) → its pointer's lanes
-    carried: dict[int, dict[str, Carried]]  # id(scf.for op) → pointer iter_arg → how the loop carries it
-    trips: dict[int, int] = field(default_factory=dict)   # id(scf.for op) → trip count, uniform over programs
-    dots: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # id(tt.dot) → operand labels
-    stores: dict[int, tuple[Op, Lanes]] = field(default_factory=dict)   # id(tt.store) → its pointer's lanes
+    """The evaluator's result, which the plan's passes view: windows, strided accesses, tilings, bounds, GEMMs."""
+
+    loads: dict[Op, LoadLanes]              # load → its pointer's lanes
+    carried: dict[Op, dict[str, Carried]]   # scf.for → pointer iter_arg → how the loop carries it
+    trips: dict[Op, int] = field(default_factory=dict)    # scf.for → trip count, uniform over programs
+    dots: dict[Op, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)   # tt.dot → operand labels
+    stores: dict[Op, Lanes] = field(default_factory=dict)  # store → its pointer's lanes
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -352,8 +223,8 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     analysis = _Analysis(arguments, grid, any(op.name == "tt.dot" for op in walk(fn.body)))
     analysis.labels.set_uniform(name for name, _ in fn.args)     # every program gets the same arguments
     analysis.block(fn.body)
-    loads = {key: LoadLanes(op, lanes, _starts(lanes, loop))
-             for key, (op, lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
+    loads = {op: LoadLanes(op, lanes, _starts(lanes, loop))
+             for op, (lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
     dots = dict(analysis.labels.dots) if analysis.labels.sound else {}
     return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores))
 
@@ -370,4 +241,15 @@ def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:
         return None
     trips = np.arange(loop.trips, dtype=np.int64)[:, None] * loop.steps[name]
     bases = loop.inits[name].reshape(1, -1) + trips
-    return _checked((lanes.value.reshape(1, -1) + coef * bases).reshape(-1))
+    return checked((lanes.value.reshape(1, -1) + coef * bases).reshape(-1))
+
+
+def within(load: LoadLanes, size: int) -> bool:
+    """Whether every lane the load may read (every program, every trip) lies inside a buffer of ``size``
+    elements: its bounds mask is then all true and need not be computed."""
+    shape = shape_of(load.op.result_types[-1]) if load.op.result_types else None
+    if load.starts is None or not load.starts.size or shape is None or len(shape) != len(load.lanes.strides):
+        return False
+    low = sum(min(0, s * (n - 1)) for s, n in zip(load.lanes.strides, shape, strict=True))
+    high = sum(max(0, s * (n - 1)) for s, n in zip(load.lanes.strides, shape, strict=True))
+    return int(load.starts.min()) + low >= 0 and int(load.starts.max()) + high < size

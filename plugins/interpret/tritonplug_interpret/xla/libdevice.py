@@ -209,7 +209,7 @@ def conversion(symbol: str) -> tuple[Callable, bool] | None:
 @handler("tt.extern_elementwise")
 def _extern(f: Frame, op: Op):
     symbol = op.attrs.get("symbol", "").strip('"')
-    target = parse_type(op.result_types()[0]).dtype
+    target = parse_type(op.result_types[0]).dtype
     args = f.args(op)
     convert = conversion(symbol)
     if convert is not None:

@@ -20,10 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tritonplug_interpret.xla import affine, strided, tiles
+from tritonplug_interpret.xla import strided, tiles
 from tritonplug_interpret.xla.program import Frame, Unsupported, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import TType, parse_type, reinterpret, unsigned
+from tritonplug_interpret.xla.windows import Window, write_window
 
 HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
@@ -84,26 +85,36 @@ def _no_addresses(f: Frame, op: Op):
 # ------------------------------------------------------------------ access primitives
 
 
-def _clean(f: Frame, buffer: int, offset, mask):
-    size = f.ctx.buffers[buffer].size
-    inside = (offset >= 0) & (offset < size)
-    active = inside if mask is None else (inside & jnp.broadcast_to(mask, offset.shape))
-    return active if f.predicate is None else active & f.predicate
+def _clean(f: Frame, buffer: int, offset, mask, inside: bool = False):
+    """The lanes that access memory (None: all of them); ``inside``: the plan proved every lane in bounds."""
+    if inside:
+        active = None if mask is None else jnp.broadcast_to(mask, offset.shape)
+    else:
+        size = f.ctx.buffers[buffer].size
+        bounds = (offset >= 0) & (offset < size)
+        active = bounds if mask is None else (bounds & jnp.broadcast_to(mask, offset.shape))
+    if f.predicate is None:
+        return active
+    return jnp.broadcast_to(f.predicate, offset.shape) if active is None else active & f.predicate
 
 
-def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None) -> Any:
+def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None, inside: bool = False) -> Any:
     """Load ``offset`` lanes; ``window``, when given, holds them already (a row of a grid-wide slice,
-    :mod:`.affine`, or a window of a strided view, :mod:`.strided`): only the mask is applied."""
+    :mod:`.windows`, or a window of a strided view, :mod:`.strided`): only the mask is applied. ``inside``:
+    every lane is inside the buffer (the plan's ``bounds`` pass), so no bounds mask is computed."""
     offset = jnp.asarray(offset)
     f.record_check("load", buffer, offset, mask)
-    active = _clean(f, buffer, offset, mask)
+    active = _clean(f, buffer, offset, mask, inside)
     if window is not None:
         values = window
     else:
-        values = f.state.buffers[buffer].at[jnp.where(active, offset, 0)].get(mode="promise_in_bounds")
+        index = offset if active is None else jnp.where(active, offset, 0)
+        values = f.state.buffers[buffer].at[index].get(mode="promise_in_bounds")
     if values.dtype != dtype:
         values = reinterpret(values, dtype) if values.dtype.itemsize == np.dtype(dtype).itemsize \
             else values.astype(dtype)
+    if active is None:
+        return jnp.broadcast_to(values, offset.shape)
     fill = jnp.zeros((), dtype) if other is None else other.astype(dtype)
     return jnp.where(active, values, fill)
 
@@ -154,11 +165,11 @@ def apply_scatter(data, kind: Any, offset, values, active):
             view = reinterpret(data, values.values.dtype)
             return reinterpret(tiles.write(view, kind, values.values, active), data.dtype)
         return tiles.write(data, kind, values, active)
-    if isinstance(kind, affine.Window):
+    if isinstance(kind, Window):
         if isinstance(values, ViewedValues):
             view = reinterpret(data, values.values.dtype)
-            return reinterpret(affine.write(view, kind, values.values, active), data.dtype)
-        return affine.write(data, kind, values, active)
+            return reinterpret(write_window(view, kind, values.values, active), data.dtype)
+        return write_window(data, kind, values, active)
     if isinstance(values, ViewedValues):
         view = reinterpret(data, values.values.dtype)
         return reinterpret(apply_scatter(view, kind, offset, values.values, active), data.dtype)
@@ -198,12 +209,12 @@ def _load(f: Frame, op: Op):
     mask = args[1] if len(args) > 1 else None
     other = args[2] if len(args) > 2 else None
     dtype = parse_type(p.element).dtype
-    window = f.hoisted.get(id(op))
-    access = f.ctx.plan.accesses.get(id(op))
+    window = f.hoisted.get(op)
+    access = f.ctx.plan.accesses.get(op)
     if window is None and access is not None and access.view in f.ctx.views:
         base = jnp.reshape(jnp.asarray(p.offset), (-1,))[0]
         window = strided.read(f.ctx.views[access.view], access, base)
-    return [gather(f, p.buffer, p.offset, mask, other, dtype, window)]
+    return [gather(f, p.buffer, p.offset, mask, other, dtype, window, op in f.ctx.plan.inside)]
 
 
 @handler("tt.store")
@@ -215,7 +226,7 @@ def _store(f: Frame, op: Op):
         scatter(f, "store", p.buffer, offset, value, mask)
         return []
     mask = args[2] if len(args) > 2 else None
-    f.current_op = id(op)
+    f.current_op = op
     scatter(f, "store", p.buffer, p.offset, value, mask)
     f.current_op = None
     return []
@@ -227,10 +238,9 @@ _RMW = {"add": "add", "fadd": "add", "max": "max", "min": "min", "umax": "umax",
 
 @handler("tt.atomic_rmw")
 def _atomic_rmw(f: Frame, op: Op):
-    words = [w.strip() for w in op.header.split(",")]
-    kind = _RMW.get(words[0])
+    kind = _RMW.get(op.keyword)
     if kind is None:
-        raise Unsupported("tt.atomic_rmw", words[0])
+        raise Unsupported("tt.atomic_rmw", op.keyword or op.header)
     args = f.args(op)
     p, value = args[0], args[1]
     mask = args[2] if len(args) > 2 else None
@@ -289,8 +299,8 @@ def _make_tensor_ptr(f: Frame, op: Op):
     base = values[0]
     rank = (len(values) - 1) // 3
     shape, strides, offsets = values[1:1 + rank], values[1 + rank:1 + 2 * rank], values[1 + 2 * rank:]
-    ty = parse_type(op.result_types()[0].replace("!tt.ptr<", "").rsplit(">", 1)[0] if "!tt.ptr<" in
-                    op.result_types()[0] else "tensor<" + op.result_types()[0].split("tensor<", 1)[1].rsplit(">", 1)[0])
+    ty = parse_type(op.result_types[0].replace("!tt.ptr<", "").rsplit(">", 1)[0] if "!tt.ptr<" in
+                    op.result_types[0] else "tensor<" + op.result_types[0].split("tensor<", 1)[1].rsplit(">", 1)[0])
     return [BlockPointer(base.buffer, base.offset, tuple(jnp.asarray(s, jnp.int64) for s in shape),
                          tuple(jnp.asarray(s, jnp.int64) for s in strides),
                          tuple(jnp.asarray(o, jnp.int32) for o in offsets), ty.shape, base.element)]

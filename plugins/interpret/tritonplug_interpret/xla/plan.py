@@ -1,75 +1,128 @@
 """The analyses that run before anything is traced, as named passes producing one frozen :class:`Plan`.
 
-In order (as Triton's ``add_stages`` lists its passes): ``schedule`` (parallel ``vmap`` over the grid or
-programs in order, :func:`choose_parallel`), ``windows`` (top-level accesses as grid-wide slices,
-:mod:`.affine`), ``lanes`` (pointer lanes, loop trip counts and carried pointers, :mod:`.lanes`), and in the
-parallel schedule ``sharing`` (dots whose tiles repeat over the grid, :mod:`.gemm`), ``tiling`` (stores that tile
-their buffer, :mod:`.tiles`) and ``strided`` (loads as windows of strided views, :mod:`.strided`). The plan's
-maps are keyed by ``id(op)`` of the function's ops, read-only.
+In order (as Triton's ``add_stages`` lists its passes, :data:`PASSES`): ``schedule`` (parallel ``vmap`` over
+the grid or programs in order, :func:`choose_parallel`), ``lanes`` (the one evaluator of pointer arithmetic:
+every pointer's lanes, loop trip counts, carried pointers and which programs share values, :mod:`.lanes`);
+then views of its result: ``bounds`` (loads whose every lane is inside its buffer: no bounds mask), and in the
+parallel schedule ``windows`` (top-level accesses as grid-wide slices, :mod:`.windows`), ``sharing`` (dots
+whose tiles repeat over the grid, :mod:`.gemm`), ``tiling`` (stores that tile their buffer, :mod:`.tiles`) and
+``strided`` (loads as windows of strided views, :mod:`.strided`). The plan's maps are keyed by the
+function's ops (which hash by identity), read-only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from tritonplug_interpret.xla import affine, gemm, lanes, strided, tiles
+from tritonplug_interpret.xla import gemm, lanes, strided, tiles
 from tritonplug_interpret.xla.program import WRITES, BufferInfo
 from tritonplug_interpret.xla.ttir import Function, Op, walk
+from tritonplug_interpret.xla.windows import Window, windows
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What the passes decided; every map is keyed by ``id(op)``."""
+    """What the passes decided; every map is keyed by an op of the function."""
 
     parallel: bool                               # programs vectorised over the grid (else in order)
-    windows: Mapping[int, affine.Window]         # top-level access → grid-wide slice
-    load_ids: frozenset[int]                     # top-level tt.load ops (their windows are read before the grid)
-    carried: Mapping[int, Any]                   # scf.for → {iter_arg: lanes.Carried}
-    trips: Mapping[int, int]                     # scf.for → static trip count, the same in every program
-    shared_dots: Mapping[int, gemm.SharedDot]    # tt.dot → its GEMM over the programs' distinct tiles
-    tilings: Mapping[int, tiles.Tiling]          # tt.store → a transpose of the buffer, not a scatter
-    accesses: Mapping[int, strided.Access]       # tt.load → a window of a strided view
+    windows: Mapping[Op, Window]                 # top-level access → grid-wide slice
+    hoisted: frozenset[Op]                       # top-level tt.load ops with a window (read before the grid)
+    carried: Mapping[Op, Mapping[str, lanes.Carried]]   # scf.for → {pointer iter_arg: how the loop carries it}
+    trips: Mapping[Op, int]                      # scf.for → static trip count, the same in every program
+    shared_dots: Mapping[Op, gemm.SharedDot]     # tt.dot → its GEMM over the programs' distinct tiles
+    tilings: Mapping[Op, tiles.Tiling]           # tt.store → a transpose of the buffer, not a scatter
+    accesses: Mapping[Op, strided.Access]        # tt.load → a window of a strided view
+    inside: frozenset[Op]                        # tt.load whose lanes are all inside the buffer (no bounds mask)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the passes know of the launch: pointer arguments' buffer slots, static scalars, buffers, grid."""
+
+    fn: Function
+    pointer_args: Mapping[str, int]
+    scalars: Mapping[str, int]
+    buffers: Sequence[BufferInfo]
+    grid: tuple[int, int, int]
+
+    @property
+    def programs(self) -> int:
+        return int(np.prod(self.grid))
+
+
+def _schedule(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
+    return {"parallel": choose_parallel(launch.fn, dict(launch.pointer_args))}
+
+
+def _lanes(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
+    known = {arg: lanes.Lanes((), slot, np.zeros((), np.int64)) for arg, slot in launch.pointer_args.items()}
+    known.update({arg: lanes.Lanes((), None, np.asarray(v, np.int64)) for arg, v in launch.scalars.items()})
+    result = lanes.analyse(launch.fn, known, launch.grid)
+    return {"lanes": result, "carried": result.carried, "trips": result.trips}
+
+
+def _bounds(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
+    loads = found["lanes"].loads
+    return {"inside": frozenset(op for op, load in loads.items()
+                                if lanes.within(load, launch.buffers[load.lanes.buffer].size))}
+
+
+def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
+    slices = windows(launch.fn, found["lanes"], launch.programs) if found["parallel"] else {}
+    return {"windows": slices, "hoisted": frozenset(op for op in slices if op.name == "tt.load")}
+
+
+def _sharing(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
+    # parallel: loads read unchanging buffers, so equal operands give equal tiles
+    dots = found["lanes"].dots.items() if found["parallel"] else ()
+    planned = ((op, gemm.plan(a, b)) for op, (a, b) in dots)
+    return {"shared_dots": {op: dot for op, dot in planned if dot is not None}}
+
+
+def _tiling(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
+    if not found["parallel"]:
+        return {"tilings": {}}
+    top = set(launch.fn.body.ops)   # top-level stores, applied after the grid
+    laid = ((op, tiles.tiling(op, store, launch.buffers[store.buffer].size, launch.programs))
+            for op, store in found["lanes"].stores.items() if op in top and op not in found["windows"])
+    return {"tilings": {op: t for op, t in laid if t is not None}}
+
+
+def _strided(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
+    if not found["parallel"]:   # (parallel: no buffer changes during the grid)
+        return {"accesses": {}}
+    views = ((op, strided.access(load, launch.buffers[load.lanes.buffer].size))
+             for op, load in found["lanes"].loads.items() if op not in found["windows"])
+    return {"accesses": {op: a for op, a in views if a is not None}}
+
+
+#: The passes in order: each reads the launch and what earlier passes found, and adds its own findings.
+PASSES: tuple[tuple[str, Callable[[Launch, dict[str, Any]], dict[str, Any]]], ...] = (
+    ("schedule", _schedule), ("lanes", _lanes), ("bounds", _bounds), ("windows", _windows),
+    ("sharing", _sharing), ("tiling", _tiling), ("strided", _strided),
+)
 
 
 def make(fn: Function, pointer_args: Mapping[str, int], arguments: Sequence[tuple[str, Any]],
          buffers: Sequence[BufferInfo], grid: tuple[int, ...]) -> Plan:
     """Run the passes over ``fn`` for a launch: ``pointer_args`` maps pointer arguments to buffer slots,
     ``arguments`` are the driver's (name, (kind, value, element)) bindings."""
-    parallel = choose_parallel(fn, pointer_args)                                  # schedule
-    forms = {arg: affine.Form(0, (0, 0, 0), (), slot) for arg, slot in pointer_args.items()}
-    known = {arg: lanes.Lanes((), slot, np.zeros((), np.int64)) for arg, slot in pointer_args.items()}
-    for arg, (kind, value, element) in arguments:
-        if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int):
-            forms[arg] = affine.Form(int(value), (0, 0, 0), ())
-            known[arg] = lanes.Lanes((), None, np.asarray(int(value), np.int64))
-    windows = affine.windows(fn, forms, grid) if parallel else {}                 # windows
-    found = lanes.analyse(fn, known, grid)                                        # lanes
-    shared, tilings, accesses = {}, {}, {}
-    if parallel:   # loads read unchanging buffers: equal operands give equal tiles          # sharing
-        for key, (a_labels, b_labels) in found.dots.items():
-            dot = gemm.plan(a_labels, b_labels)
-            if dot is not None:
-                shared[key] = dot
-        top = {id(op) for op in fn.body.ops}   # top-level stores, applied after the grid    # tiling
-        programs = int(np.prod(grid))
-        for key, (op, store) in found.stores.items():
-            laid = tiles.tiling(op, store, buffers[store.buffer].size, programs) \
-                if key in top and key not in windows else None
-            if laid is not None:
-                tilings[key] = laid
-        for key, load in found.loads.items():   # no buffer changes during the grid          # strided
-            access = None if key in windows else strided.access(load, buffers[load.lanes.buffer].size)
-            if access is not None:
-                accesses[key] = access
+    scalars = {arg: int(value) for arg, (kind, value, element) in arguments
+               if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int)}
+    launch = Launch(fn, MappingProxyType(dict(pointer_args)), MappingProxyType(scalars), tuple(buffers),
+                    tuple(int(g) for g in grid))
+    found: dict[str, Any] = {}
+    for _, run in PASSES:
+        found.update(run(launch, found))
     frozen = MappingProxyType
-    return Plan(parallel, frozen(dict(windows)), frozenset(id(op) for op in fn.body.ops if op.name == "tt.load"),
-                frozen(dict(found.carried)), frozen(dict(found.trips)), frozen(shared), frozen(tilings),
-                frozen(accesses))
+    return Plan(found["parallel"], frozen(dict(found["windows"])), found["hoisted"],
+                frozen({op: frozen(dict(c)) for op, c in found["carried"].items()}), frozen(dict(found["trips"])),
+                frozen(found["shared_dots"]), frozen(found["tilings"]), frozen(found["accesses"]), found["inside"])
 
 
 # ------------------------------------------------------------------ the schedule
@@ -94,9 +147,10 @@ def _roots(fn: Function, pointer_args: dict[str, int]) -> dict[str, frozenset[in
                         for r in inner.results:
                             roots.setdefault(r, frozenset())
             if op.regions:
-                for word in op.header.replace(",", " ").replace("(", " ").split():
-                    if word.startswith("%") and word not in roots:
-                        roots[word] = found
+                bound = [] if op.loop is None else [op.loop.iv, *(n for n, _ in op.loop.iter_args)]
+                for name in bound:     # names bound by a loop's header (induction variable, iter_args)
+                    if name is not None and name not in roots:
+                        roots[name] = found
                 for region in op.regions:
                     for b in region:
                         visit(b)
@@ -124,11 +178,11 @@ def choose_parallel(fn: Function, pointer_args: dict[str, int]) -> bool:
     for op in walk(fn.body):
         if op.name == "tt.atomic_cas" or (op.name == "tt.atomic_rmw" and any(r in used for r in op.results)):
             return False
-        if op.name == "tt.atomic_rmw" and op.header.split(",")[0].strip() in ("and", "or", "xor"):
+        if op.name == "tt.atomic_rmw" and op.keyword in ("and", "or", "xor"):
             return False  # no scatter combines bits: these run lane by lane, programs in order
     top = straight_line(fn.body)
-    top_ids = {id(op) for op in top}
-    if any(op.name in WRITES and id(op) not in top_ids for op in walk(fn.body)):
+    top_set = set(top)
+    if any(op.name in WRITES and op not in top_set for op in walk(fn.body)):
         return False
     roots = _roots(fn, pointer_args)
     written: set[int] = set()

@@ -53,6 +53,18 @@ def family() -> tuple[dict[str, Handler], Callable[..., Callable[[Handler], Hand
     return table, handler
 
 
+class Deferred:
+    """A value made again wherever it is read: a constant (or a launch's scalar). Triton hoists every constant
+    to the top of the function; read inside a loop or branch body, a value made once outside would be a
+    loop-carried operand there, which XLA can neither fold (``x + 0``, ``where(m, x, 0)``) nor fuse as a
+    literal. Made where it is read, it is a literal of that body."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
 @dataclass(frozen=True)
 class BufferInfo:
     """A buffer slot as the kernel sees it: argument name, element dtype, element count."""
@@ -109,16 +121,17 @@ class Frame:
         self.state = state
         self.program_id = program_id
         self.env: dict[str, Any] = {}
-        self.hoisted: dict[int, Any] = {}   # id(load op) → this program's row of a grid-wide slice
-        self.overrides: dict[int, Handler] = {}   # id(op) → the handler to use instead of its op name's
+        self.hoisted: dict[Op, Any] = {}    # load op → this program's row of a grid-wide slice
+        self.overrides: dict[Op, Handler] = {}    # op → the handler to use instead of its op name's
         self.predicate: Any = None   # parallel mode, inside a branch that writes: whether this program takes it
-        self.current_op: int | None = None
+        self.current_op: Op | None = None
 
     def get(self, name: str) -> Any:
         try:
-            return self.env[name]
+            value = self.env[name]
         except KeyError:
             raise Unsupported("value", f"{name} is used before it is defined") from None
+        return value.make() if type(value) is Deferred else value
 
     def args(self, op: Op) -> list[Any]:
         return [self.get(n) for n in op.operands]
@@ -130,7 +143,7 @@ class Frame:
         for op in block.ops:
             if op.name in TERMINATORS:
                 return self.args(op)
-            fn = self.overrides.get(id(op)) or self.ctx.handlers.get(op.name)
+            fn = self.overrides.get(op) or self.ctx.handlers.get(op.name)
             if fn is None:
                 raise Unsupported(op.name)
             values = fn(self, op)

@@ -44,7 +44,7 @@ class Labels:
         self.programs = programs
         self.enabled = enabled and 1 < programs <= MAX_PROGRAMS   # disabled: every call is a no-op
         self.of: dict[str, np.ndarray] = {}
-        self.dots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.dots: dict[object, tuple[np.ndarray, np.ndarray]] = {}   # tt.dot op → its operands' labels
         self.sound = True       # False once a loop's labels did not settle: no label may be trusted
 
     def unknown(self) -> np.ndarray:
@@ -96,7 +96,7 @@ class Labels:
             for name in op.results:
                 self.of[name] = label
         if op.name == "tt.dot" and len(op.operands) >= 2:
-            self.dots[id(op)] = (self.get(op.operands[0]), self.get(op.operands[1]))
+            self.dots[op] = (self.get(op.operands[0]), self.get(op.operands[1]))
 
     def refine(self, pairs: Iterable[tuple[str, str | None]]) -> bool:
         """Refine each loop value's labels by those of what the loop body yields for it; True if any changed."""

@@ -57,7 +57,7 @@ class Access:
 def access(load: LoadLanes, size: int) -> Access | None:
     """How ``load`` reads a window of a buffer of ``size`` elements, if its lanes allow one."""
     lanes = load.lanes
-    types = load.op.result_types()
+    types = load.op.result_types
     shape = shape_of(types[-1]) if types else None
     if not shape or lanes.buffer is None:
         return None

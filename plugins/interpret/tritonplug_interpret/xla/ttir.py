@@ -1,13 +1,14 @@
-"""Read TTIR text (as ``str(module)`` / ``str_nodebug()`` print it) into a small op tree.
+"""Read TTIR text (as ``str(module)`` / ``str_nodebug()`` print it) into a tree of typed ops.
 
 Why our own reader: Triton's Python IR bindings (``triton._C.libtriton.ir``) parse and print
 modules and run passes, but their op API cannot reach a region's blocks, block arguments or
 dense constants on every Triton 3.6–3.9; jaxlib's MLIR bindings have every accessor but parse
 the ``tt`` dialect only in MLIR's generic form, which Triton's bindings never print. The text
 Triton prints after its own canonicalisation passes is regular: one op per line, regions
-opened by a trailing ``{`` and closed by a line starting with ``}``. This reader keeps what
-the translator needs (results, op name, operand names in order, attributes, the type text,
-regions with their block arguments) and leaves op-specific syntax to the op's handler.
+opened by a trailing ``{`` and closed by a line starting with ``}``. Each op's header is read
+once, here, into typed fields (results and their types, operands, attributes, a loop's header,
+a branch's successors, a leading keyword such as a comparison's predicate); the translator's
+passes and handlers read those fields, never the text.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tritonplug_interpret.xla.syntax import TtirSyntaxError, matching, split_top, strip_attr_dicts
+
+__all__ = ["Block", "Function", "Loop", "Op", "TtirSyntaxError", "parse_module", "prefixed", "program_axis",
+           "split_top", "walk"]
+
 _VALUE = re.compile(r"%[\w.$-]+(?:#\d+)?")
 _RESULTS = re.compile(r"^((?:%[\w.$-]+(?::\d+)?)(?:\s*,\s*%[\w.$-]+(?::\d+)?)*)\s*=\s*(.*)$")
-_BLOCK_LABEL = re.compile(r"^\^[\w]+(?:\((.*)\))?:")
-
-
-class TtirSyntaxError(ValueError):
-    """The text is not TTIR this reader understands."""
+_BLOCK_LABEL = re.compile(r"^(\^[\w]+)(?:\((.*)\))?:")
+_OP_NAME = re.compile(r"[\w.]+")
+_CALLEE = re.compile(r"@([\w.$-]+)")
+_ARRAY = re.compile(r"array<i32:?(.*)>")
+_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
+                  r"(?:\s+iter_args\((.*)\))?")
+_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
 
 
 @dataclass
@@ -32,8 +40,22 @@ class Block:
     label: str = ""                 # ``^bb1`` (empty for a region's entry block printed without one)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Loop:
+    """An ``scf.for`` header (induction variable, bounds, step) or an ``scf.while`` one (``iv`` None)."""
+
+    iv: str | None
+    lower: str | None
+    upper: str | None
+    step: str | None
+    iter_args: tuple[tuple[str, str], ...]     # (region argument, initial value)
+
+
+@dataclass(eq=False)
 class Op:
+    """One op. Its header is parsed once, when the op is made, into the typed fields after ``callee``;
+    ops hash by identity, so the plan's maps are keyed by the op itself."""
+
     name: str
     results: list[str]
     header: str                     # text after the op name, before any region (generic: its operand list)
@@ -42,17 +64,35 @@ class Op:
     type_text: str                  # text after the top-level ':' (after the regions for generic ops)
     regions: list[list[Block]] = field(default_factory=list)
     callee: Function | None = None  # a ``tt.call``'s target, resolved once the module is read
+    result_types: tuple[str, ...] = field(init=False)   # as printed (an scf.for's: after its ``->``)
+    words: tuple[str, ...] = field(init=False)          # the header split at top-level commas
+    keyword: str = field(init=False)    # a leading bare word: predicate, axis, atomic kind ("" if none)
+    loop: Loop | None = field(init=False)               # scf.for / scf.while (None: unreadable or another op)
+    int_value: int | None = field(init=False)           # an integer arith.constant (scalar or splat)
+    callee_name: str | None = field(init=False)         # tt.call
+    successors: tuple[tuple[str, tuple[str, ...]], ...] = field(init=False)  # cf.br / cf.cond_br targets
 
-    def result_types(self) -> list[str]:
-        """Result types as printed: after a top-level ``->`` when there is one, else the type text."""
-        text = self.type_text
-        parts = split_top(text, "->")
-        if len(parts) == 1:
-            parts = split_top(text, " to ")
-        tail = parts[-1].strip()
-        if tail.startswith("(") and matching(tail, 0) == len(tail) - 1:
-            tail = tail[1:-1]
-        return [t.strip() for t in split_top(tail, ",") if t.strip()]
+    def __post_init__(self) -> None:
+        header = self.header.strip()
+        self.words = tuple(w.strip() for w in split_top(header, ",")) if header else ()
+        first = self.words[0].split()[0] if self.words and self.words[0] else ""
+        self.keyword = first if first[:1].isalpha() else ""
+        self.loop = _loop(self.name, header) if self.name in ("scf.for", "scf.while") else None
+        self.result_types = tuple(_result_types(self.name, self.header, self.type_text))
+        self.int_value = _int_constant(header) if self.name == "arith.constant" else None
+        target = _CALLEE.match(header) if self.name == "tt.call" else None
+        self.callee_name = target.group(1) if target else None
+        self.successors = tuple(_successor(w) for w in self.words if w.startswith("^"))
+
+    def int_attr(self, name: str) -> int | None:
+        """An integer attribute (``axis = 1 : i32`` → 1), None when absent."""
+        text = self.attrs.get(name)
+        return None if text is None else int(text.split(":")[0].strip())
+
+    def array_attr(self, name: str) -> tuple[int, ...] | None:
+        """An ``array<i32: 1, 0>`` attribute, None when absent or of another form."""
+        m = _ARRAY.match(self.attrs.get(name, ""))
+        return None if m is None else tuple(int(v) for v in m.group(1).split(",") if v.strip())
 
 
 @dataclass
@@ -64,92 +104,58 @@ class Function:
     n_results: int = 0
 
 
-_OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
+_AXES = {"x": 0, "y": 1, "z": 2}
 
 
-def matching(text: str, start: int) -> int:
-    """Index of the bracket closing the one at ``start`` (``->`` is not a bracket; strings skipped)."""
-    stack = []
-    i = start
-    while i < len(text):
-        c = text[i]
-        if c == '"':
-            i = text.index('"', i + 1) + 1 if '"' in text[i + 1:] else len(text)
-            continue
-        if c == "-" and text[i + 1:i + 2] == ">":
-            i += 2
-            continue
-        if c in _OPEN:
-            stack.append(_OPEN[c])
-        elif stack and c == stack[-1]:
-            stack.pop()
-            if not stack:
-                return i
-        i += 1
-    raise TtirSyntaxError(f"unbalanced brackets in {text!r}")
+def program_axis(op: Op) -> int | None:
+    """``tt.get_program_id``/``tt.get_num_programs``'s axis (``x``/``y``/``z``, or an ``axis`` attribute)."""
+    if op.keyword in _AXES:
+        return _AXES[op.keyword]
+    axis = op.int_attr("axis")
+    return 0 if axis is None and not op.header.strip() else axis
 
 
-def split_top(text: str, sep: str) -> list[str]:
-    """Split at ``sep`` outside brackets and strings."""
-    parts, depth, i, last = [], 0, 0, 0
-    while i < len(text):
-        c = text[i]
-        if c == '"':
-            j = text.find('"', i + 1)
-            i = len(text) if j < 0 else j + 1
-            continue
-        if text.startswith("->", i) and sep != "->":
-            i += 2
-            continue
-        if depth == 0 and text.startswith(sep, i):
-            parts.append(text[last:i])
-            i += len(sep)
-            last = i
-            continue
-        if c in _OPEN:
-            depth += 1
-        elif c in ")]}>":
-            depth = max(0, depth - 1)
-        i += 1
-    parts.append(text[last:])
-    return parts
+def _result_types(name: str, header: str, type_text: str) -> list[str]:
+    """After a top-level ``->`` when there is one (an ``scf.for``'s is in its header), else the type text."""
+    text = header if name == "scf.for" else type_text
+    parts = split_top(text, "->")
+    if len(parts) == 1:
+        if name == "scf.for":
+            return []
+        parts = split_top(text, " to ")
+    tail = parts[-1].strip()
+    if tail.startswith("(") and matching(tail, 0) == len(tail) - 1:
+        tail = tail[1:-1]
+    return [t.strip() for t in split_top(tail, ",") if t.strip()]
 
 
-def parse_attr_dict(text: str) -> dict[str, str]:
-    """``{a = 1 : i32, b}`` (without the braces) → {"a": "1 : i32", "b": "unit"}."""
-    attrs = {}
-    for item in split_top(text, ","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        attrs[key.strip().strip('"')] = value.strip() if sep else "unit"
-    return attrs
+def _loop(name: str, header: str) -> Loop | None:
+    if name == "scf.while":
+        bindings = _BINDING.findall(header[:header.find(")") + 1] if header.startswith("(") else "")
+        return Loop(None, None, None, None, tuple(bindings))
+    m = _FOR.match(header)
+    if not m:
+        return None
+    iv, lb, ub, step, iter_text = m.groups()
+    return Loop(iv, lb, ub, step, tuple(_BINDING.findall(iter_text or "")))
 
 
-def _strip_attr_dicts(text: str) -> tuple[str, dict[str, str]]:
-    """Remove ``<{...}>`` and ``{...}`` attribute dictionaries from ``text``; return them parsed."""
-    attrs: dict[str, str] = {}
-    out, i = [], 0
-    while i < len(text):
-        if text.startswith("<{", i):
-            end = matching(text, i)
-            attrs.update(parse_attr_dict(text[i + 2:end - 1]))
-            i = end + 1
-            continue
-        if text[i] == "{":
-            end = matching(text, i)
-            attrs.update(parse_attr_dict(text[i + 1:end]))
-            i = end + 1
-            continue
-        if text[i] in "<[(" and i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_>"):
-            end = matching(text, i)  # a type or attribute body such as dense<...> or array<...>
-            out.append(text[i:end + 1])
-            i = end + 1
-            continue
-        out.append(text[i])
-        i += 1
-    return "".join(out), attrs
+def _int_constant(text: str) -> int | None:
+    if text.startswith("dense<"):
+        text = text[len("dense<"):-1]
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _successor(text: str) -> tuple[str, tuple[str, ...]]:
+    """``^bb1(%a, %b : i32, f32)`` → ("^bb1", ("%a", "%b"))."""
+    if "(" not in text:
+        return text.strip(), ()
+    label, inner = text[:text.index("(")], text[text.index("(") + 1:text.rindex(")")]
+    values = split_top(inner, " : ")[0]
+    return label.strip(), tuple(v.strip() for v in split_top(values, ",") if v.strip())
 
 
 def _parse_op(text: str) -> Op:
@@ -164,9 +170,9 @@ def _parse_op(text: str) -> Op:
         end = text.index('"', 1)
         name, rest = text[1:end], text[end + 1:]
     else:
-        name = re.match(r"[\w.]+", text).group(0)
+        name = _OP_NAME.match(text).group(0)
         rest = text[len(name):]
-    body, attrs = _strip_attr_dicts(rest)
+    body, attrs = strip_attr_dicts(rest)
     parts = split_top(body, " : ")
     header = parts[0]
     type_text = " : ".join(parts[1:]).strip()
@@ -201,7 +207,7 @@ class _Reader:
                 return [b for b in blocks if b.ops or b.args] or [Block()], line
             label = _BLOCK_LABEL.match(line)
             if label:
-                block = Block(_block_args(label.group(1) or ""), label=re.match(r"\^\w+", line).group(0))
+                block = Block(_block_args(label.group(2) or ""), label=label.group(1))
                 if blocks[-1].ops or blocks[-1].args:
                     blocks.append(block)
                 else:
@@ -239,6 +245,7 @@ def _drop_loc(line: str) -> str:
 
 _FUNC = re.compile(r"^tt\.func\s+(public\s+|private\s+)?@([\w.$-]+)\((.*?)\)(\s*->\s*.*?)?"
                    r"\s*(attributes\s*\{.*\})?\s*\{$")
+_LOC = re.compile(r"\s+loc\([^()]*(?:\([^()]*\))?[^()]*\)")
 
 
 def parse_module(text: str) -> dict[str, Function]:
@@ -250,14 +257,14 @@ def parse_module(text: str) -> dict[str, Function]:
         reader.i += 1
         if not line.startswith("tt.func"):
             continue
-        m = _FUNC.match(re.sub(r"\s+loc\([^()]*(?:\([^()]*\))?[^()]*\)", "", line))
+        m = _FUNC.match(_LOC.sub("", line))
         if not m:
             raise TtirSyntaxError(f"cannot read the function header {line!r}")
         args = []
         for item in split_top(m.group(3), ","):
             if item.strip():
                 name, _, ty = item.partition(":")
-                ty, _ = _strip_attr_dicts(ty)
+                ty, _ = strip_attr_dicts(ty)
                 args.append((name.strip(), ty.strip()))
         blocks, _ = reader.region()
         n_results = len(_result_list(m.group(4) or ""))
@@ -273,8 +280,7 @@ def parse_module(text: str) -> dict[str, Function]:
     for fn in functions.values():
         for op in walk(fn.body):
             if op.name == "tt.call":
-                target = re.match(r"@([\w.$-]+)", op.header.strip())
-                op.callee = functions.get(target.group(1)) if target else None
+                op.callee = functions.get(op.callee_name) if op.callee_name else None
                 if op.callee is None:
                     raise TtirSyntaxError(f"tt.call of an unknown function: {op.header!r}")
     return functions
@@ -288,24 +294,12 @@ def _result_list(text: str) -> list[str]:
     return [t.strip() for t in split_top(text, ",") if t.strip()]
 
 
-_FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
-                  r"(?:\s+iter_args\((.*)\))?")
-_BINDING = re.compile(r"(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)")
+_NAME = re.compile(r"%([\w.$-]+)")
 
 
-def for_header(op: Op) -> tuple[str, str, str, str, list[tuple[str, str]]] | None:
-    """``scf.for``'s (induction variable, lower, upper, step, [(iter_arg, initial value)]); None if unreadable."""
-    m = _FOR.match(op.header)
-    if not m:
-        return None
-    iv, lb, ub, step, iter_text = m.groups()
-    return iv, lb, ub, step, _BINDING.findall(iter_text or "")
-
-
-def while_bindings(op: Op) -> list[tuple[str, str]]:
-    """``scf.while``'s [(argument, initial value)]."""
-    header = op.header
-    return _BINDING.findall(header[:header.find(")") + 1] if header.startswith("(") else "")
+def prefixed(text: str, prefix: str) -> str:
+    """``text`` with every SSA name ``%x`` renamed ``%<prefix>x`` (an inlined copy's names, see :mod:`.inline`)."""
+    return _NAME.sub(lambda m: f"%{prefix}{m.group(1)}", text)
 
 
 def walk(block: Block) -> Any:
@@ -315,14 +309,3 @@ def walk(block: Block) -> Any:
         for region in op.regions:
             for b in region:
                 yield from walk(b)
-
-
-def int_constant(op: Op) -> int | None:
-    """The value of an integer ``arith.constant`` (a scalar, or a splat ``dense<…>``); None for anything else."""
-    text = op.header.strip()
-    if text.startswith("dense<"):
-        text = text[len("dense<"):-1]
-    try:
-        return int(text)
-    except ValueError:
-        return None
