@@ -8,13 +8,9 @@ and that the windows and bounds views of the evaluator's result are right for th
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
-pytest.importorskip("jax")
-
-from tritonplug_interpret.xla import lane_rules, lanes  # noqa: E402
-from tritonplug_interpret.xla.ttir import parse_module, program_axis, walk  # noqa: E402
-from tritonplug_interpret.xla.windows import windows  # noqa: E402
+from tritonplug_interpret.xla import lane_rules, lanes
+from tritonplug_interpret.xla.ttir import parse_module, program_axis, walk
+from tritonplug_interpret.xla.windows import windows
 
 TTIR = """
 module {
