@@ -66,8 +66,9 @@ class Specialization:
     params: tuple[Any, ...]
 
 
-def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> list[Any]:
-    """The autotune configs that agree with the call's metaparameters; ``triton_call`` checks them early.
+def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> list[triton_compat.ConfigFields]:
+    """The fields of the autotune configs that agree with the call's metaparameters (read once; ``triton_call``
+    checks them early).
 
     A config with a ``pre_hook`` is refused: the hook runs Python between launches, which cannot
     happen inside an XLA program.
@@ -89,7 +90,7 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
         if field.pre_hook is not None:
             raise NotImplementedError(f"kernel {name!r}: autotune config {field.config} has a pre_hook; pre_hook "
                                       f"runs Python between launches and cannot run inside an XLA program")
-    return [field.config for field in compatible]
+    return compatible
 
 
 def _check_config_names(kernel: KernelFacts, fields: triton_compat.ConfigFields) -> None:
@@ -131,9 +132,10 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
     if kernel.autotuner is None:
         raw = [({}, {})]
     else:
-        configs = compatible_configs(kernel, metaparams)
+        fields = compatible_configs(kernel, metaparams)
         prune = triton_compat.early_prune_function(kernel.autotuner)
         if prune is not None:
+            configs = [f.config for f in fields]
             pruned = call_user("early_config_prune", prune, name, (configs, dict(named_args)), available=named_args,
                                expects="as early_config_prune(configs, named_args)")
             if not isinstance(pruned, (str, bytes)) and isinstance(pruned, Iterable):
@@ -141,13 +143,13 @@ def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[st
             if not isinstance(pruned, list) or not all(map(triton_compat.is_config, pruned)):
                 raise TypeError(f"early_config_prune {describe(prune)} of kernel {name!r} must return a list of "
                                 f"triton.Config, got {type(pruned).__name__}: {pruned!r:.200}")
-            for config in pruned:
-                _check_config_names(kernel, triton_compat.config_fields(config))
-            configs = pruned
-        if not configs:
+            fields = [triton_compat.config_fields(config) for config in pruned]
+            for field in fields:
+                _check_config_names(kernel, field)
+        if not fields:
             raise ValueError(f"kernel {name!r}: early_config_prune left no autotune configuration for the "
                              f"metaparameters {dict(metaparams)}")
-        raw = [(f.kwargs, f.options) for f in map(triton_compat.config_fields, configs)]
+        raw = [(f.kwargs, f.options) for f in fields]
     result = []
     for kwargs, options in raw:
         # Triton's autotuner passes a config's options as keywords too: a constexpr named like one takes it.
