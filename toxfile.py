@@ -7,7 +7,14 @@ On the machines here Python 3.12 lives under pyenv (``$(pyenv root)/versions/3.1
 first that runs of: ``python3.12`` on PATH, the newest ``<pyenv root>/versions/3.12.*/bin/python3.12``. Set the
 variable yourself to choose another. Where none is found, an env that needs one fails with a message that says so.
 
-``python toxfile.py`` prints the interpreter found, or the message with exit status 1 (``.ci/run`` checks first).
+It also keeps the matrix within the disk it has. Each env holds its own jax, jaxlib and Triton (1.3 to 2.1 GB; the
+twelve together about 19 GB). Before an env installs, fewer than ``MIN_FREE_GB`` free fails it with a message that
+says how much is free where. After an env has run, its folder is removed when ``TRITONPLUG_TOX_PRUNE`` says so:
+``1`` always, ``0`` never, unset (auto) when less than ``PRUNE_BELOW_GB`` is left, so that a full matrix runs in
+about 3 GB and a roomy machine keeps its envs for the next run.
+
+``python toxfile.py`` prints the interpreter found, or the message with exit status 1; with ``--disk`` it checks the
+free space instead (``.ci/run`` runs both first).
 """
 
 from __future__ import annotations
@@ -22,6 +29,38 @@ VARIABLE = "TRITONPLUG_PYTHON312"
 MISSING = ("Python 3.12 not found: the jax 0.11/0.12 envs (jax >= 0.11 needs Python 3.12) looked for python3.12 on "
            "PATH and under pyenv ($(pyenv root)/versions/3.12.*/bin). Install it (pyenv install 3.12) or set "
            f"{VARIABLE}=/path/to/python3.12.")
+
+
+PRUNE = "TRITONPLUG_TOX_PRUNE"
+MIN_FREE_GB = 2.5  # the largest env (jax012-triton39, cuda-proto) is 2.1 GB
+PRUNE_BELOW_GB = 8.0
+
+
+def free_gb(path: str) -> float:
+    """Free space, in GB, of the file system that holds ``path`` (its nearest existing parent)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return shutil.disk_usage(path).free / 1e9
+
+
+def disk_problem(path: str, what: str) -> str | None:
+    """The message for too little space under ``path``, or None."""
+    free = free_gb(path)
+    if free >= MIN_FREE_GB:
+        return None
+    return (f"{what} needs about {MIN_FREE_GB} GB free (its own jax, jaxlib and Triton) and {path} has {free:.2f} GB. "
+            f"Free some disk (old .tox envs, clones) or set {PRUNE}=1 to remove each env after it runs.")
+
+
+def should_prune(env_dir: str) -> bool:
+    """Whether an env's folder goes once it has run (see the module docstring)."""
+    choice = os.environ.get(PRUNE, "").strip().lower()
+    if choice in ("1", "true", "yes", "on"):
+        return True
+    if choice in ("0", "false", "no", "off"):
+        return False
+    return free_gb(env_dir) < PRUNE_BELOW_GB
 
 
 def _runs(path: str) -> bool:
@@ -83,8 +122,28 @@ if impl is not None:
         if "python3.12" in (env_conf["base_python"] or []):
             raise HandledError(f"{env_conf.name}: {MISSING}")
 
+    @impl
+    def tox_on_install(tox_env, arguments, section, of_type) -> None:  # noqa: ANN001, ARG001 (tox's types)
+        """Fail an env's install with a clear message when the disk cannot hold it."""
+        problem = disk_problem(str(tox_env.env_dir), f"tox env {tox_env.name}")
+        if problem:
+            raise HandledError(problem)
+
+    @impl
+    def tox_env_teardown(tox_env) -> None:  # noqa: ANN001 (tox's types)
+        """Remove a run env's folder after it ran, where ``should_prune`` says so (never the shared package env)."""
+        env_dir = str(tox_env.env_dir)
+        if tox_env.name.startswith(".") or not os.path.isdir(env_dir) or not should_prune(env_dir):
+            return
+        shutil.rmtree(env_dir, ignore_errors=True)
+        print(f"{tox_env.name}: removed {env_dir} ({PRUNE}; {free_gb(env_dir):.1f} GB free now)", flush=True)
+
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--disk"]:
+        problem = disk_problem(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".tox"), "the tox matrix")
+        print(problem or f"{free_gb('.'):.1f} GB free", file=sys.stderr if problem else sys.stdout)
+        sys.exit(1 if problem else 0)
     if os.environ.get(VARIABLE):
         print(os.environ[VARIABLE])
     else:
