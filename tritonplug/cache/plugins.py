@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pluggy
 
 from tritonplug import cache_hookspecs, settings
+from tritonplug.adapters import plugin_hooks
 from tritonplug.cache_records import RemoteCacheInfo, RemoteStore
 from tritonplug.calls import user_warnings
 from tritonplug.errors import PluginError
@@ -93,18 +94,9 @@ class CachePlugins:
         return loaded
 
     def _describe(self, plugin: object, label: str) -> RemoteCacheInfo:
-        implemented = {caller.name for caller in self.manager.get_hookcallers(plugin) or []}
-        unknown = sorted(n for n in implemented if not getattr(self.manager.hook, n).has_spec())
-        missing = [h for h in REQUIRED_HOOKS if h not in implemented]
-        if unknown or missing:
-            raise PluginError(f"cache plugin {label!r} implements unknown hooks {unknown} / lacks hooks {missing} "
-                              f"(each hook is a function decorated with tritonplug.cache_hookspecs.hookimpl)")
-        others = [p for p in self.manager.get_plugins() if p is not plugin]
-        try:
-            info = self.manager.subset_hook_caller("tritonplug_cache_info", others)()
-        except Exception as exc:
-            raise PluginError(f"cache plugin {label!r} raised in tritonplug_cache_info: "
-                              f"{type(exc).__name__}: {exc}") from exc
+        what = f"cache plugin {label!r}"
+        plugin_hooks.check_hooks(self.manager, plugin, REQUIRED_HOOKS, what, "tritonplug.cache_hookspecs.hookimpl")
+        info = plugin_hooks.own_answer(self.manager, plugin, "tritonplug_cache_info", what)
         if not isinstance(info, RemoteCacheInfo) or not info.name or not isinstance(info.schemes, tuple) \
                 or not all(isinstance(s, str) and s for s in info.schemes):
             raise PluginError(f"cache plugin {label!r}: tritonplug_cache_info must return a RemoteCacheInfo with "

@@ -19,6 +19,7 @@ from typing import Any
 import pluggy
 
 from tritonplug import hookspecs, settings
+from tritonplug.adapters import plugin_hooks
 from tritonplug.calls import user_warnings
 from tritonplug.errors import PluginError
 from tritonplug.records import (
@@ -184,19 +185,9 @@ class Host:
 
     def _describe(self, plugin: object, label: str) -> BackendInfo:
         """Check a registered plugin's hooks and ask it for its :class:`BackendInfo`."""
-        implemented = {caller.name for caller in self.manager.get_hookcallers(plugin) or []}
-        unknown = sorted(n for n in implemented if not getattr(self.manager.hook, n).has_spec())
-        missing = [h for h in REQUIRED_HOOKS if h not in implemented]
-        if unknown or missing:
-            raise PluginError(f"plugin {label!r} implements unknown hooks {unknown} / lacks hooks {missing} "
-                              f"(each hook is a function decorated with tritonplug.hookspecs.hookimpl)")
-        backend_info = self.manager.subset_hook_caller(
-            "tritonplug_backend_info", [p for p in self.manager.get_plugins() if p is not plugin])
-        try:
-            info = backend_info()
-        except Exception as exc:
-            raise PluginError(f"plugin {label!r} raised in tritonplug_backend_info: "
-                              f"{type(exc).__name__}: {exc}") from exc
+        what = f"plugin {label!r}"
+        plugin_hooks.check_hooks(self.manager, plugin, REQUIRED_HOOKS, what, "tritonplug.hookspecs.hookimpl")
+        info = plugin_hooks.own_answer(self.manager, plugin, "tritonplug_backend_info", what)
         if not isinstance(info, BackendInfo):
             raise PluginError(f"plugin {label!r}: tritonplug_backend_info returned {info!r:.200}, not a BackendInfo")
         if not isinstance(info.name, str) or not info.name or not isinstance(info.platforms, tuple) \
