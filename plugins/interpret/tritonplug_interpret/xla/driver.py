@@ -112,27 +112,25 @@ class Translation:
         self.plan = plan.make(fn, pointer_args, self.arguments, self.buffers, tuple(int(g) for g in launch.grid))
         self.parallel = self.plan.parallel
 
-    def trial(self) -> None:
-        """Trace one program on abstract values, so anything the translation cannot express shows now.
+        def grid(operands: list[Any], results: list[Any]) -> list[Any]:
+            return self._run(operands, results)
 
-        One program, not the grid: every program runs the same ops, and tracing one unbatched costs a fraction
-        of the batched trace the lowering does anyway (while loops under ``vmap`` are traced to a fixed point)."""
+        grid.__name__ = grid.__qualname__ = launch.kernel_name   # names the nested computation in the HLO
+        self._traced = jax.jit(grid)
+
+    def trial(self) -> None:
+        """Trace the whole grid on abstract values, so anything the translation cannot express shows now.
+
+        The lowering then reuses this trace: ``__call__`` goes through the same ``jax.jit`` wrapper, whose trace JAX
+        caches by the arguments' types, so the translation runs once per kernel object, not twice."""
         shapes = [jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype)) for s in self.launch.operands]
         outs = [jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype)) for s in self.launch.results]
-
-        def one(operands: Sequence[Any], results: Sequence[Any]) -> None:
-            with jax.enable_x64(True):
-                buffers = [jnp.reshape(a, (-1,)) for a in list(operands) + list(results)]
-                ctx = self._context()
-                rows = self._hoisted(ctx, buffers, self._total()) if self.parallel else {}
-                self._program(ctx, self._start(buffers), jnp.int32(0), {k: r[0] for k, r in rows.items()})
-
-        if self._total():
-            jax.eval_shape(one, shapes, outs)
+        with jax.enable_x64(True):
+            jax.eval_shape(self._traced, shapes, outs)
 
     def __call__(self, operands: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         with jax.enable_x64(True):
-            return self._run(operands, results)
+            return self._traced(list(operands), list(results))
 
     def _total(self) -> int:
         return _size(self.launch.grid)
