@@ -100,11 +100,24 @@ def test_a_job_over_the_timeout_is_killed_with_its_process_group(new_kernels, mo
                      message), message
     assert "TRITONPLUG_COMPILE_TIMEOUT" in message
     pid = int(re.search(r"worker pid (\d+) and its process group were killed", message).group(1))
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pid, 0)
+    assert _group_gone(pid, within_s=10.0), f"process group {pid} still has members 10 s after the kill"
     assert counters["compiled"] == 0
     kernels.lower_tuned_dot()
     assert counters["compiled"] == 2
+
+
+def _group_gone(pgid: int, within_s: float) -> bool:
+    """Whether no process of group ``pgid`` is left within ``within_s``: the worker itself is reaped by the kill,
+    but a child it started (ptxas) is reaped by init, which a loaded machine can take a moment to do."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def test_zero_workers_compiles_in_this_process(new_kernels, monkeypatch):
