@@ -8,6 +8,9 @@ operation, for the rest; ``TRITONPLUG_CPU_PATH=interpret`` always uses the inter
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 
 from tritonplug import plugin_kit
 from tritonplug.records import Binary, JaxKernel, Launch
@@ -15,6 +18,12 @@ from tritonplug.records import Binary, JaxKernel, Launch
 PATH_VARIABLE = plugin_kit.CPU_PATH.name
 PATHS = ("xla", "interpret")
 log = logging.getLogger("tritonplug.interpret")
+
+#: Translated kernels by (TTIR, launch, checked mode), most recent last: lowering the same call again (another
+#: ``jax.jit`` of the same function, a retrace under ``grad``) reuses the translation and its traced grid.
+_KERNELS: OrderedDict[Hashable, JaxKernel] = OrderedDict()
+_KERNELS_SIZE = 64
+_LOCK = threading.Lock()
 
 
 def chosen_path() -> str:
@@ -34,12 +43,37 @@ def xla_kernel(binary: Binary, launch: Launch, check: bool) -> JaxKernel | None:
     """A :class:`JaxKernel` for the launch, or ``None`` (interpreter) with one log line saying why."""
     if chosen_path() != "xla":
         return None
-    from tritonplug_interpret.xla import Unsupported, translate
-
     ttir = kernel_ttir(binary)
     if ttir is None:
         log.warning("kernel %r runs in Triton's interpreter: its binary carries no TTIR", launch.kernel_name)
         return None
+    key = _memo_key(ttir, launch, check)
+    with _LOCK:
+        if key is not None and key in _KERNELS:
+            _KERNELS.move_to_end(key)
+            return _KERNELS[key]
+    kernel = _translate(ttir, launch, check)
+    if kernel is not None and key is not None:
+        with _LOCK:
+            _KERNELS[key] = kernel
+            while len(_KERNELS) > _KERNELS_SIZE:
+                _KERNELS.popitem(last=False)
+    return kernel
+
+
+def _memo_key(ttir: str, launch: Launch, check: bool) -> Hashable | None:
+    """The memo's key, or None where the launch does not hash (a scalar of an unhashable type)."""
+    key = (ttir, launch, check)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _translate(ttir: str, launch: Launch, check: bool) -> JaxKernel | None:
+    from tritonplug_interpret.xla import Unsupported, translate
+
     try:
         translation = translate(ttir, launch, check)
         translation.trial()
