@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, tree in trees.items():
         if not (tree / ".venv" / "bin" / "python").exists():
             parser.error(f"--{label}: {tree} has no .venv")
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the runs work in each checkout
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     caches = {label: Path(tempfile.mkdtemp(prefix=f"cpu-xla-ab-{label}-")) for label in trees}
