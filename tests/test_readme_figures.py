@@ -38,3 +38,10 @@ def test_the_warm_start_figures_are_the_recorded_ones() -> None:
 
 def test_the_readme_does_not_say_every_cpu_kernel_runs_in_the_interpreter() -> None:
     assert "runs every kernel in Triton's interpreter" not in README
+
+
+def test_the_tutorial_attention_backward_times_are_the_recorded_ones() -> None:
+    by_impl = {r["impl"]: r for r in _records("cpu-attention-bwd.json")}
+    first, warmed = by_impl["median first"]["total_s"], by_impl["median warmed"]["total_s"]
+    quoted = f"now takes {warmed:.2f} s from call to result in a process that has run a kernel before and {first:.2f} s"
+    assert quoted in " ".join(README.split()), quoted
