@@ -76,3 +76,21 @@ def test_a_reused_translation_is_right_under_vmap(traces):
     batched = jax.jit(jax.vmap(_shifted_square))(jnp.stack([x, 2 * x]))
     np.testing.assert_allclose(np.asarray(batched[0]), np.asarray(first), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(batched[1]), np.asarray((2 * x + 3) ** 2), rtol=1e-6)
+
+
+@triton.jit
+def _fill_kernel(out_ptr, value, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.zeros([BLOCK], tl.float32) + value)
+
+
+def test_scalars_equal_but_not_identical_get_translations_of_their_own(traces):
+    """Scalars are baked into a translation: -0.0 and 0.0 compare equal but are different kernels."""
+    def fill(value):
+        out = jax.ShapeDtypeStruct((16,), jnp.float32)
+        return tritonplug.triton_call(value=value, kernel=_fill_kernel, out_type=out, grid=(1,), BLOCK=16)
+
+    negative = np.asarray(jax.jit(lambda: fill(-0.0))())
+    positive = np.asarray(jax.jit(lambda: fill(0.0))())
+    assert np.all(np.signbit(negative)) and not np.any(np.signbit(positive))
+    assert traces["n"] == 2

@@ -8,12 +8,13 @@ operation, for the rest; ``TRITONPLUG_CPU_PATH=interpret`` always uses the inter
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 
 from tritonplug import plugin_kit
-from tritonplug.records import Binary, JaxKernel, Launch
+from tritonplug.records import Binary, JaxKernel, Launch, ScalarParam, param_leaves
 
 PATH_VARIABLE = plugin_kit.CPU_PATH.name
 PATHS = ("xla", "interpret")
@@ -62,8 +63,13 @@ def xla_kernel(binary: Binary, launch: Launch, check: bool) -> JaxKernel | None:
 
 
 def _memo_key(ttir: str, launch: Launch, check: bool) -> Hashable | None:
-    """The memo's key, or None where the launch does not hash (a scalar of an unhashable type)."""
-    key = (ttir, launch, check)
+    """The memo's key, or None where the launch does not hash (a scalar of an unhashable type).
+
+    Scalars are baked into the translation, and values that compare equal may differ (``-0.0 == 0.0``,
+    ``True == 1``), so the key holds each scalar's exact bits beside the launch."""
+    scalars = tuple((type(p.value).__name__, struct.pack("<d", p.value) if isinstance(p.value, float) else p.value)
+                    for p in param_leaves(launch.params) if isinstance(p, ScalarParam))
+    key = (ttir, launch, scalars, check)
     try:
         hash(key)
     except TypeError:
