@@ -56,6 +56,7 @@ def _flips(text: str, rows: int, cols: int) -> int:
                                                           (128, 2, False), (32, 32, False)])
 def test_narrow_tiles_are_computed_across_and_exactly(monkeypatch, rows, cols, transposed):
     from tritonplug_interpret import paths
+    from tritonplug_interpret.recent import Recent
     from tritonplug_interpret.xla import elementwise
 
     monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
@@ -65,7 +66,7 @@ def test_narrow_tiles_are_computed_across_and_exactly(monkeypatch, rows, cols, t
     texts, results = [], []
     for narrow in (range(0), elementwise.NARROW_COLUMNS):     # the rule off, then on (translated afresh each time)
         monkeypatch.setattr(elementwise, "NARROW_COLUMNS", narrow)
-        monkeypatch.setattr(paths, "_KERNELS", type(paths._KERNELS)())
+        monkeypatch.setattr(paths, "_KERNELS", Recent(64))
         fn = jax.jit(lambda a, b: _call(a, b, rows, cols))
         texts.append(fn.lower(x, lse).as_text())
         assert "tritonplug_host_kernel" not in texts[-1], "the kernel was not translated to XLA"

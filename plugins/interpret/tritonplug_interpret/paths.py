@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import logging
 import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 
 from tritonplug import plugin_kit
 from tritonplug.records import Binary, JaxKernel, Launch, ScalarParam, param_leaves
+from tritonplug_interpret.recent import Recent
 
 PATH_VARIABLE = plugin_kit.CPU_PATH.name
 PATHS = ("xla", "interpret")
@@ -22,9 +21,7 @@ log = logging.getLogger("tritonplug.interpret")
 
 #: Translated kernels by (TTIR, launch, checked mode), most recent last: lowering the same call again (another
 #: ``jax.jit`` of the same function, a retrace under ``grad``) reuses the translation and its traced grid.
-_KERNELS: OrderedDict[Hashable, JaxKernel] = OrderedDict()
-_KERNELS_SIZE = 64
-_LOCK = threading.Lock()
+_KERNELS: Recent[JaxKernel] = Recent(64)
 
 
 def chosen_path() -> str:
@@ -49,16 +46,11 @@ def xla_kernel(binary: Binary, launch: Launch, check: bool) -> JaxKernel | None:
         log.warning("kernel %r runs in Triton's interpreter: its binary carries no TTIR", launch.kernel_name)
         return None
     key = _memo_key(ttir, launch, check)
-    with _LOCK:
-        if key is not None and key in _KERNELS:
-            _KERNELS.move_to_end(key)
-            return _KERNELS[key]
-    kernel = _translate(ttir, launch, check)
-    if kernel is not None and key is not None:
-        with _LOCK:
-            _KERNELS[key] = kernel
-            while len(_KERNELS) > _KERNELS_SIZE:
-                _KERNELS.popitem(last=False)
+    kernel = _KERNELS.get(key) if key is not None else None
+    if kernel is None:
+        kernel = _translate(ttir, launch, check)
+        if kernel is not None and key is not None:
+            _KERNELS.put(key, kernel)
     return kernel
 
 

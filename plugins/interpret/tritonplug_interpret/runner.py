@@ -19,7 +19,6 @@ are serialised by a process-wide lock; within a run programs execute one after a
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ import triton.language as tl
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam, TensorDescriptorParam
 from tritonplug_interpret import bf16, checked, compat
 from tritonplug_interpret.checked import OutOfBoundsAccess
+from tritonplug_interpret.recent import Recent
 
 __all__ = ["OutOfBoundsAccess", "Prepared", "prepare", "run_launch"]
 
@@ -243,8 +243,7 @@ def _np_name(dtype: str) -> str:
     return "uint16" if str(dtype) == "bfloat16" else str(dtype)
 
 
-_CACHE: OrderedDict[tuple[int, bool], tuple[Launch, Prepared]] = OrderedDict()
-_CACHE_SIZE = 256
+_CACHE: Recent[tuple[Launch, Prepared]] = Recent(256)
 
 
 def prepare(launch: Launch, check: bool = False) -> Prepared:
@@ -253,12 +252,9 @@ def prepare(launch: Launch, check: bool = False) -> Prepared:
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None and hit[0] is launch:
-            _CACHE.move_to_end(key)
             return hit[1]
         prepared = Prepared(launch, check)
-        _CACHE[key] = (launch, prepared)
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        _CACHE.put(key, (launch, prepared))
         return prepared
 
 
