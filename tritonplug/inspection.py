@@ -55,3 +55,37 @@ def kernel_calls(module_text: str) -> list[dict]:
         decoded["target"] = match.group("target")
         found.append(decoded)
     return found
+
+
+_COLLECTIVE = re.compile(r"^\s*(?:ROOT\s+)?\S+\s*=\s*(?P<type>[^ ]+)\s+(?P<op>all-gather|all-reduce|reduce-scatter|"
+                         r"all-to-all|collective-permute)(?:-start)?\(", re.MULTILINE)
+_ARRAY_TYPE = re.compile(r"(?P<dtype>[a-z]+[0-9]*)\[(?P<dims>[0-9,]*)\]")
+_BITS = {"pred": 8, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16, "bf16": 16, "s32": 32, "u32": 32, "f32": 32,
+         "s64": 64, "u64": 64, "f64": 64, "f8e4m3fn": 8, "f8e5m2": 8}
+
+
+def collectives(compiled_text: str) -> list[dict]:
+    """The collectives in a compiled (partitioned) HLO module's text, ``jax.jit(f).lower(...).compile().as_text()``:
+    each with its ``op`` (``all-gather``, ``all-reduce``, ...), result ``shape``, ``dtype`` and ``bytes`` per
+    device. What a partitioned launcher's rule costs: a factor it keeps whole shows up here as an all-gather."""
+    found = []
+    for match in _COLLECTIVE.finditer(compiled_text):
+        for array in _ARRAY_TYPE.finditer(match.group("type")):
+            dims = tuple(int(d) for d in array.group("dims").split(",") if d)
+            bits = _BITS.get(array.group("dtype"), 0)
+            size = 1
+            for d in dims:
+                size *= d
+            found.append({"op": match.group("op"), "shape": dims, "dtype": array.group("dtype"),
+                          "bytes": size * bits // 8})
+    return found
+
+
+def partitions() -> list:
+    """The latest decisions of partitioned launchers in this process, oldest first: per partitioning, the
+    function, its rule, the path (``custom_partitioning`` under automatic mesh axes, ``shard_map`` under
+    explicit ones), the mesh, each split factor's axes, and every operand XLA had to gather or move
+    (``transfers``, with the bytes each device then holds)."""
+    from tritonplug.process.state import state
+
+    return list(state.partitions)

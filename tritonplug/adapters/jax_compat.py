@@ -173,7 +173,7 @@ def assigned_devices(ctx: Any) -> list[Any]:
     if mesh is not None:
         try:
             return list(mesh.devices.flat)
-        except AttributeError:  # an AbstractMesh has no devices
+        except (AttributeError, ValueError):  # an AbstractMesh has no devices (jax raises ValueError)
             return []
     return list(getattr(axis_context, "device_assignment", None) or ())
 

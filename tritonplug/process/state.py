@@ -8,6 +8,7 @@ and embedders that change the environment call ``state.reset()``.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from collections.abc import Hashable, Sequence
@@ -63,6 +64,8 @@ class ProcessState:
         #: lowering of the same call takes its plan instead of planning again.
         self.plans = BoundedMemo()
         self.tuning = TuningStore()
+        #: the latest partitioning decisions of partitioned launchers (``tritonplug.inspection.partitions``)
+        self.partitions: collections.deque[Any] = collections.deque(maxlen=256)
 
     def host(self) -> Host:
         """The plugin host, loading the entry points on first use."""
@@ -118,6 +121,7 @@ class ProcessState:
         self.kernels.clear()
         self.memo.clear()
         self.plans.clear()
+        self.partitions.clear()
         if plugins:
             with self._lock:
                 self._host = None

@@ -1,0 +1,187 @@
+"""``tritonplug.partitioned``: a function that makes Triton calls, run on each device's shard in a sharded jit.
+
+::
+
+    @tritonplug.partitioned("b n, b n -> b n")
+    def add(x, y):
+        n = x.shape[-1]
+        return tritonplug.triton_call(x, y, n, kernel=add_kernel, out_type=jax.typeof(x),
+                                      grid=(x.shape[0], tritonplug.cdiv(n, 256)), BLOCK=256)
+
+The function's array arguments (``jax.Array``/NumPy arrays, at any depth of its arguments' pytrees, in order)
+are the rule's operands; its other arguments (Python numbers, strings, ``None``, ...) are constants of the
+call. Its array results (at any depth of the pytree it returns) are the rule's results; a result that is not
+an array (a block size a launcher returns) is passed through as the function computed it on the whole arrays. On one device the function runs as it is.
+In a jit partitioned over several devices the function is traced again on each shard's shapes
+(``tritonplug.sharding.paths``). Under ``jax.vmap`` the batched function is partitioned under the rule with
+a leading batch factor, so the batch may be split too.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from tritonplug.sharding import paths, rules
+
+_EAGER_JITS = 64
+
+
+def partitioned(rule: str, *, need_replication: Sequence[str] = (), need_replication_factors: Sequence[str] = (),
+                reduction_factors: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Partitioned]:
+    """Decorate a function that makes Triton calls so that a sharded ``jit`` runs it per shard.
+
+    ``rule``: ``custom_partitioning``'s ``sharding_rule`` notation, one group of factors per array operand
+    and per result of the function (``"b n, b n -> b n"``, ``"... d, d -> ... d"``).
+    ``need_replication`` (or JAX's name, ``need_replication_factors``): factors the kernel needs whole, e.g.
+    the dimension it reduces over; XLA gathers operands split along them. A factor that is only in operands
+    or only in results is kept whole too. ``reduction_factors``: operand-only factors that may be split
+    because the results are sums over them (each shard's results are added with ``psum``).
+    """
+    if need_replication and need_replication_factors:
+        raise TypeError("partitioned: give need_replication or need_replication_factors (the same thing), not both")
+    parsed = rules.parse(rule, need_replication=tuple(need_replication or need_replication_factors),
+                         reduction=tuple(reduction_factors))
+
+    def decorate(fn: Callable[..., Any]) -> Partitioned:
+        if not callable(fn):
+            raise TypeError(f"partitioned({rule!r}) decorates a function, got {type(fn).__name__}")
+        return Partitioned(fn, parsed)
+    return decorate
+
+
+class Partitioned:
+    """A function under a sharding rule; calling it runs it per shard (see the module's docstring)."""
+
+    def __init__(self, fn: Callable[..., Any], rule: rules.Rule) -> None:
+        self.fn, self.rule = fn, rule
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        functools.update_wrapper(self, fn)
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self._signature = None
+        self._eager: dict[Any, Callable[..., Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"partitioned({self.rule.text!r})({self.__name__})"
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self if instance is None else functools.partial(self, instance)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
+        where = [i for i, (_, leaf) in enumerate(leaves) if _is_array(leaf)]
+        arrays = [leaves[i][1] for i in where]
+        names = [self._name(leaves[i][0]) for i in where]
+        values = [leaf for _, leaf in leaves]
+        if any(isinstance(a, jax.core.Tracer) for a in arrays):
+            return self._traced(arrays, values, where, treedef, names)
+        key = self._eager_key(values, where, treedef)
+        run = self._eager.get(key) if key is not None else None
+        if run is None:
+            run = jax.jit(lambda *arrs: self._traced(list(arrs), values, where, treedef, names))
+            if key is not None:
+                if len(self._eager) >= _EAGER_JITS:
+                    self._eager.clear()
+                self._eager[key] = run
+        return run(*arrays)
+
+    def _traced(self, arrays: list[Any], values: list[Any], where: list[int], treedef: Any,
+                names: list[str]) -> Any:
+        out: dict[str, Any] = {}  # the first (whole-array) trace's result tree and non-array results
+
+        def body(*arrs: Any) -> tuple[Any, ...]:
+            leaves = list(values)
+            for i, a in zip(where, arrs, strict=True):
+                leaves[i] = a
+            args, kwargs = jax.tree.unflatten(treedef, leaves)
+            flat, tree = jax.tree.flatten(self.fn(*args, **kwargs))
+            out.setdefault("tree", tree)
+            out.setdefault("values", flat)
+            return tuple(leaf for leaf in flat if _is_array(leaf))
+
+        arrays_out = iter(call(self.rule, body, arrays, names, self.__name__))
+        return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
+
+    def _name(self, path: tuple) -> str:
+        """``x``, ``params['w']``: the argument an operand came in, for messages and records."""
+        side, position, *rest = path  # side: args (0) or kwargs (1); position: an index or a keyword
+        if side.idx == 1:
+            label = str(position.key)
+        else:
+            kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            params = [p.name for p in (self._signature.parameters.values() if self._signature else ())
+                      if p.kind in kinds]
+            label = params[position.idx] if position.idx < len(params) else f"args[{position.idx}]"
+        return label + jax.tree_util.keystr(tuple(rest))
+
+    @staticmethod
+    def _eager_key(values: list[Any], where: list[int], treedef: Any) -> Any:
+        statics = tuple(v for i, v in enumerate(values) if i not in set(where))
+        try:
+            key = (treedef, tuple(where), tuple((type(v), v) for v in statics))
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+
+def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Sequence[str], function: str) -> tuple:
+    """``body`` (arrays in, a tuple of arrays out) partitioned by ``rule``: checked against the shapes, then
+    run on one of the two paths, under ``custom_vmap`` so that ``jax.vmap`` adds a batch factor."""
+    results = jax.eval_shape(body, *arrays)
+    result_names = [f"result {k}" for k in range(len(results))]
+    bound = rules.bind(rule, [tuple(a.shape) for a in arrays], [tuple(r.shape) for r in results], names,
+                       result_names)
+    info = paths.CallInfo(function, names, result_names)
+
+    @jax.custom_batching.custom_vmap
+    def run(*arrs: Any) -> tuple[Any, ...]:
+        return _dispatch(body, arrs, bound, info)
+
+    @run.def_vmap
+    def batched(axis_size: int, in_batched: Sequence[bool], *arrs: Any) -> tuple[tuple[Any, ...], tuple[bool, ...]]:
+        batch_rule = _with_batch_factor(bound, in_batched)
+        vbody = jax.vmap(body, in_axes=tuple(0 if b else None for b in in_batched))
+        outs = call(batch_rule, lambda *xs: tuple(vbody(*xs)), arrs, names, function)
+        return outs, tuple(True for _ in outs)
+
+    return tuple(run(*arrays))
+
+
+def _dispatch(body: paths.Body, arrays: Sequence[Any], bound: rules.BoundRule, info: paths.CallInfo) -> tuple:
+    mesh = jax.sharding.get_abstract_mesh()
+    types = [jax.typeof(a) for a in arrays]
+    explicit_meshes = {t.sharding.mesh for t in types
+                       if getattr(t, "sharding", None) is not None and t.sharding.mesh._any_axis_explicit}
+    if not explicit_meshes and (mesh.empty or not mesh._any_axis_explicit):
+        return paths.auto(body, arrays, bound, info)
+    mesh = explicit_meshes.pop() if explicit_meshes else mesh
+    if mesh._any_axis_auto:
+        raise NotImplementedError(
+            f"partitioned {info.function}: the mesh {dict(mesh.shape)} mixes explicit axes {list(mesh.explicit_axes)} "
+            f"and automatic ones {list(mesh.auto_axes)}; a partitioned launcher runs on a mesh whose axes are all "
+            f"explicit or all automatic")
+    if mesh.are_all_axes_manual:
+        return tuple(body(*arrays))
+    return paths.explicit(body, arrays, bound, info, mesh)
+
+
+def _with_batch_factor(bound: rules.BoundRule, in_batched: Sequence[bool]) -> rules.Rule:
+    """The bound rule with a new leading factor on the batched operands and on every result."""
+    used = {f for g in bound.operands + bound.results for f in g}
+    factor = next(f"vmap{k}" for k in range(len(used) + 1) if f"vmap{k}" not in used)
+    operands = tuple((factor, *g) if b else g for g, b in zip(bound.operands, in_batched, strict=True))
+    results = tuple((factor, *g) for g in bound.results)
+    text = ", ".join(" ".join(g) for g in operands) + " -> " + ", ".join(" ".join(g) for g in results)
+    return rules.Rule(text, operands, results, bound.need_replication, bound.reduction)
+
+
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray))

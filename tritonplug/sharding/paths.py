@@ -1,0 +1,163 @@
+"""The two ways a partitioned launcher's body reaches each device, chosen by the mesh's axis types.
+
+* **Automatic axes** (JAX's default; Shardy or GSPMD decides shardings after tracing): the call becomes a
+  ``jax.experimental.custom_partitioning`` op. Shardy propagates shardings through it by the bound rule;
+  GSPMD through :func:`_infer` (operands → results) and :func:`_propagate` (a requested result sharding →
+  the call). XLA then calls :func:`_partition`, which settles each factor's mesh axes and hands JAX the body,
+  which JAX traces again with the local shapes, so the grid and every shape-derived scalar are the shard's.
+* **Explicit axes** (``jax.sharding.AxisType.Explicit``: every operand's type carries its sharding while
+  tracing): the same decision is made at trace time and the body runs under ``jax.shard_map``. Nothing is
+  left to a Python callback, so such a program exports (``jax.export``) and reloads in another process.
+
+Both decide with :func:`tritonplug.sharding.rules.assign` and record what they decided (``state.partitions``,
+read by ``tritonplug.inspection.partitions()``): which factors were split over which axes, and which operands
+XLA gathers because the rule keeps a factor whole.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
+
+from tritonplug.process.state import state
+from tritonplug.sharding.rules import OPERANDS, RESULTS, BoundRule, Spec, assign, reduced_axes, specs_of
+
+Body = Callable[..., tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class PartitionTransfer:
+    """An operand that arrives split otherwise than the call needs it: XLA gathers (or moves) it first."""
+
+    operand: str
+    factors: tuple[str, ...]  # the factors whose split changes
+    before: Spec  # per dimension, the mesh axes it arrived split over
+    after: Spec  # ... and those the call splits it over
+    bytes_per_device: int  # what each device holds of it after the transfer
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    """One partitioning decision: made when XLA partitions a program (automatic axes) or at trace time
+    (explicit axes); ``tritonplug.inspection.partitions()`` lists the recent ones."""
+
+    function: str
+    rule: str
+    path: str  # "custom_partitioning" or "shard_map"
+    mesh: tuple[tuple[str, int], ...]
+    factors: tuple[tuple[str, tuple[str, ...]], ...]  # each split factor and its mesh axes
+    reduced_over: tuple[tuple[str, ...], ...]  # per result, the mesh axes it is summed over
+    transfers: tuple[PartitionTransfer, ...]
+
+
+def spec_of(sharding: Any, ndim: int) -> Spec | None:
+    """A sharding as per-dimension mesh axes; ``None`` for a sharding not stated over named axes."""
+    spec = getattr(sharding, "spec", None)
+    if spec is None:
+        return None
+    entries = list(spec) + [None] * (ndim - len(spec))
+    return tuple(() if e is None else ((e,) if isinstance(e, str) else tuple(e)) for e in entries[:ndim])
+
+
+def partition_spec(spec: Spec) -> PartitionSpec:
+    return PartitionSpec(*(None if not axes else axes[0] if len(axes) == 1 else axes for axes in spec))
+
+
+def sdy_rule(bound: BoundRule) -> SdyShardingRule:
+    """The bound rule as Shardy's: every factor named, the implied kept-whole ones listed too."""
+    return SdyShardingRule(tuple(ArrayMapping(*g) for g in bound.operands),
+                           tuple(ArrayMapping(*g) for g in bound.results),
+                           need_replication_factors=bound.kept_whole(),
+                           reduction_factors=tuple(f for f in sorted(bound.reduction)
+                                                   if not any(f in g for g in bound.results)))
+
+
+def with_sums(body: Body, axes: Sequence[tuple[str, ...]]) -> Body:
+    """``body`` whose k-th result is summed over ``axes[k]`` (split reduction factors it lacks: each shard's
+    value is a partial sum)."""
+    if not any(axes):
+        return body
+    return lambda *args: tuple(jax.lax.psum(r, a) if a else r for r, a in zip(body(*args), axes, strict=True))
+
+
+def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) -> tuple[Any, ...]:
+    """Run ``body`` as a custom-partitioned op (automatic mesh axes); see the module's docstring."""
+
+    def shardings(mesh: Any, groups: Sequence[tuple[str, ...]], chosen: dict) -> tuple[NamedSharding, ...]:
+        return tuple(NamedSharding(mesh, partition_spec(s)) for s in specs_of(groups, chosen))
+
+    def infer(mesh: Any, arg_shapes: Any, result_shape: Any) -> tuple[NamedSharding, ...]:
+        chosen = assign(bound, dict(mesh.shape), (OPERANDS, _specs(arg_shapes)))
+        return shardings(mesh, bound.results, chosen)
+
+    def propagate(mesh: Any, user_shape: Any) -> tuple[NamedSharding, ...]:
+        chosen = assign(bound, dict(mesh.shape), (RESULTS, _specs(user_shape)))
+        return shardings(mesh, bound.results, chosen)
+
+    def partition(mesh: Any, arg_shapes: Any, result_shape: Any) -> tuple:
+        incoming = _specs(arg_shapes)
+        chosen = assign(bound, dict(mesh.shape), (RESULTS, _specs(result_shape)), (OPERANDS, incoming))
+        record(call, bound, dict(mesh.shape), chosen, incoming, [a.dtype for a in arg_shapes], "custom_partitioning")
+        return (mesh, with_sums(body, reduced_axes(bound, chosen)), shardings(mesh, bound.results, chosen),
+                shardings(mesh, bound.operands, chosen))
+
+    op = custom_partitioning(body)
+    op.def_partition(partition, infer_sharding_from_operands=infer, propagate_user_sharding=propagate,
+                     sharding_rule=sdy_rule(bound))
+    return tuple(op(*arrays))
+
+
+def explicit(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo, mesh: Any) -> tuple[Any, ...]:
+    """Run ``body`` under ``jax.shard_map`` (explicit mesh axes: the operands' shardings are known now)."""
+    types = [jax.typeof(a) for a in arrays]
+    incoming = [spec_of(t.sharding, t.ndim) for t in types]
+    chosen = assign(bound, dict(mesh.shape), (OPERANDS, incoming))
+    record(call, bound, dict(mesh.shape), chosen, incoming, [t.dtype for t in types], "shard_map")
+    in_specs = [partition_spec(s) for s in specs_of(bound.operands, chosen)]
+    arrays = [a if spec == partition_spec(s or ()) else jax.sharding.reshard(a, NamedSharding(mesh, spec))
+              for a, spec, s in zip(arrays, in_specs, incoming, strict=True)]
+    out_specs = tuple(partition_spec(s) for s in specs_of(bound.results, chosen))
+    mapped = jax.shard_map(with_sums(body, reduced_axes(bound, chosen)), mesh=mesh, in_specs=tuple(in_specs),
+                           out_specs=out_specs, check_vma=False)
+    return tuple(mapped(*arrays))
+
+
+class CallInfo:
+    """What the records name: the function and its arrays."""
+
+    def __init__(self, function: str, operand_names: Sequence[str], result_names: Sequence[str]) -> None:
+        self.function, self.operand_names, self.result_names = function, tuple(operand_names), tuple(result_names)
+
+
+def _specs(shapes: Any) -> list[Spec | None]:
+    return [spec_of(getattr(s, "sharding", None), len(s.shape)) for s in jax.tree.leaves(shapes)]
+
+
+def record(call: CallInfo, bound: BoundRule, mesh: dict[str, int], chosen: dict[str, tuple[str, ...]],
+           incoming: Sequence[Spec | None], dtypes: Sequence[Any], path: str) -> None:
+    """Note what was decided for one partitioning: the split factors and every operand XLA must gather or
+    move because the call's spec differs from the one it arrived with."""
+    transfers = []
+    wanted = specs_of(bound.operands, chosen)
+    for index, (factors, before, after, dtype) in enumerate(zip(bound.operands, incoming, wanted, dtypes,
+                                                                strict=True)):
+        if before is None or tuple(before) == tuple(after):
+            continue
+        shape = tuple(bound.sizes[f] for f in factors)
+        pieces = math.prod(mesh[a] for axes in after for a in axes)
+        transfers.append(PartitionTransfer(
+            operand=call.operand_names[index], factors=tuple(f for f, b, a in zip(factors, before, after, strict=True)
+                                                           if tuple(b) != tuple(a)),
+            before=tuple(before), after=tuple(after),
+            bytes_per_device=math.prod(shape) * np.dtype(dtype).itemsize // max(pieces, 1)))
+    state.partitions.append(PartitionRecord(
+        function=call.function, rule=bound.rule.text, path=path, mesh=tuple(mesh.items()),
+        factors=tuple(sorted((f, axes) for f, axes in chosen.items())),
+        reduced_over=reduced_axes(bound, chosen), transfers=tuple(transfers)))

@@ -1,0 +1,238 @@
+"""Sharding rules of partitioned launchers: parsed, bound to a call's shapes, and resolved per mesh.
+
+A rule is written as ``jax.experimental.custom_partitioning``'s ``sharding_rule`` (Shardy's einsum-like
+notation): one group of factors per array operand, ``->``, one group per result, e.g. ``"b n, n -> b n"``.
+``...`` (or ``...0``, ``...1``) at the front of a group stands for the leading dimensions that the group's
+array has beyond its named ones; groups align them from the right, as NumPy broadcasting does.
+
+Pure Python, no JAX: the lowering names a rule that would fit a refused call (:func:`suggest`), and the
+partitioner resolves factors to mesh axes (:func:`assign`) with what XLA hands its callbacks.
+
+A spec here is what a sharding says of one array: per dimension, the tuple of mesh axes it is split over
+(``()``: whole). :func:`assign` decides, per factor, the axes every array splits it over; a factor that
+cannot be split (kept whole by the rule, in no operand or no result, not dividing evenly) gets none, and XLA
+gathers the operands that came split along it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+Spec = tuple[tuple[str, ...], ...]  # per dimension, the mesh axes it is split over
+
+_FACTOR = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_DOTS = re.compile(r"\.\.\.(\d*)\Z")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A parsed rule: per operand and per result, its factor names (``...N`` for a leading ellipsis)."""
+
+    text: str
+    operands: tuple[tuple[str, ...], ...]
+    results: tuple[tuple[str, ...], ...]
+    need_replication: frozenset[str] = frozenset()
+    reduction: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class BoundRule:
+    """A rule bound to one call's shapes: ellipses expanded, every factor with its size."""
+
+    rule: Rule
+    operands: tuple[tuple[str, ...], ...]
+    results: tuple[tuple[str, ...], ...]
+    sizes: Mapping[str, int]
+    need_replication: frozenset[str] = frozenset()  # the rule's, '...' expanded to its dimensions' factors
+    reduction: frozenset[str] = frozenset()
+
+    def shardable(self, factor: str) -> bool:
+        """Whether a shard of ``factor`` is a piece of the same problem: the factor is not kept whole, and it
+        runs through an operand into a result (a reduction factor: its partial results are summed)."""
+        if factor in self.need_replication:
+            return False
+        in_operand = any(factor in group for group in self.operands)
+        if factor in self.reduction:
+            return in_operand
+        return in_operand and any(factor in group for group in self.results)
+
+    def kept_whole(self) -> tuple[str, ...]:
+        """Every factor XLA must not split, declared or implied (a factor that is only in operands and not a
+        reduction, or only in results: the body cannot make a piece of it), as Shardy's rule lists them."""
+        factors = dict.fromkeys(f for group in self.operands + self.results for f in group)
+        return tuple(f for f in factors if not self.shardable(f) and f not in self.reduction)
+
+
+def parse(text: str, *, need_replication: Sequence[str] = (), reduction: Sequence[str] = ()) -> Rule:
+    """Parse ``text``; a malformed rule is a ``ValueError`` that quotes it and says what is wrong."""
+    if not isinstance(text, str):
+        raise TypeError(f"partitioned: the rule must be a str such as 'b n, b n -> b n', got {type(text).__name__}")
+    if text.count("->") != 1:
+        raise ValueError(f"partitioned: rule {text!r} needs one '->' between the operands' and the results' factors")
+    left, right = text.split("->")
+    operands, results = _groups(left, text, "operand"), _groups(right, text, "result")
+    named = {f for group in operands + results for f in group}
+    named |= {"..." for f in named if f == "...0"}  # '...' names the unnumbered ellipsis's dimensions
+    for kind, factors in (("need_replication", need_replication), ("reduction_factors", reduction)):
+        if isinstance(factors, str):
+            raise TypeError(f"partitioned: {kind} must be a tuple of factor names, got the str {factors!r}")
+        unknown = sorted(set(factors) - named)
+        if unknown:
+            raise ValueError(f"partitioned: {kind} names {unknown}, which rule {text!r} does not use "
+                             f"(its factors: {sorted(named)})")
+    both = sorted(set(need_replication) & set(reduction))
+    if both:
+        raise ValueError(f"partitioned: factors {both} are both kept whole (need_replication) and reduction factors")
+    return Rule(text, operands, results, frozenset(need_replication), frozenset(reduction))
+
+
+def _groups(side: str, text: str, kind: str) -> tuple[tuple[str, ...], ...]:
+    side = side.strip()
+    if not side:
+        return ()
+    groups = []
+    for index, group in enumerate(side.split(",")):
+        if "(" in group or ")" in group:
+            raise ValueError(f"partitioned: rule {text!r}, {kind} {index}: compound factors '(a b)' are not "
+                             f"supported; give each dimension a factor of its own")
+        factors = tuple(group.split())
+        for position, factor in enumerate(factors):
+            dots = _DOTS.match(factor)
+            if dots:
+                if position:
+                    raise ValueError(f"partitioned: rule {text!r}, {kind} {index}: '...' stands only at the "
+                                     f"front of a group")
+                factors = (f"...{dots.group(1) or '0'}", *factors[1:])
+            elif not _FACTOR.match(factor):
+                raise ValueError(f"partitioned: rule {text!r}, {kind} {index}: {factor!r} is not a factor name "
+                                 f"(a letter, then letters, digits or '_')")
+        if len(set(factors)) != len(factors):
+            raise ValueError(f"partitioned: rule {text!r}, {kind} {index} names a factor twice: {' '.join(factors)}")
+        groups.append(factors)
+    return tuple(groups)
+
+
+def bind(rule: Rule, operand_shapes: Sequence[tuple[int, ...]], result_shapes: Sequence[tuple[int, ...]],
+         operand_names: Sequence[str], result_names: Sequence[str]) -> BoundRule:
+    """Bind ``rule`` to one call: arity, ranks and each factor's size are checked, naming the array."""
+    for kind, groups, shapes, names in (("operand", rule.operands, operand_shapes, operand_names),
+                                        ("result", rule.results, result_shapes, result_names)):
+        if len(groups) != len(shapes):
+            raise ValueError(f"partitioned: rule {rule.text!r} has {len(groups)} {kind} group(s), but the function "
+                             f"has {len(shapes)} array {kind}(s) ({', '.join(names) or 'none'})")
+    used = {f for group in rule.operands + rule.results for f in group}
+    expanded: dict[int, list[tuple[str, ...]]] = {0: [], 1: []}
+    sizes: dict[str, int] = {}
+    seen: dict[str, str] = {}
+    for side, (kind, groups, shapes, names) in enumerate((("operand", rule.operands, operand_shapes, operand_names),
+                                                         ("result", rule.results, result_shapes, result_names))):
+        for index, (group, shape, name) in enumerate(zip(groups, shapes, names, strict=True)):
+            factors = _expand(rule, group, tuple(shape), f"{kind} {index} ({name})", used)
+            expanded[side].append(factors)
+            for dim, (factor, size) in enumerate(zip(factors, shape, strict=True)):
+                where = f"{kind} {index} ({name}) dimension {dim}"
+                if factor in sizes and sizes[factor] != size:
+                    raise ValueError(f"partitioned: rule {rule.text!r}: factor {_shown(factor)} has two sizes: "
+                                     f"{sizes[factor]} in {seen[factor]} and {size} in {where}")
+                sizes.setdefault(factor, int(size))
+                seen.setdefault(factor, where)
+    def resolve(factors: frozenset[str]) -> frozenset[str]:
+        dots = {"..." + f[3:] if f != "..." else "...0" for f in factors if f.startswith("...")}
+        return frozenset(f for f in factors if not f.startswith("...")) | frozenset(
+            f for group in expanded[0] + expanded[1] for f in group
+            if f.startswith("dots") and any(f.lstrip("x").startswith(f"dots{d[3:]}_") for d in dots))
+    return BoundRule(rule, tuple(expanded[0]), tuple(expanded[1]), sizes, resolve(rule.need_replication),
+                     resolve(rule.reduction))
+
+
+def _expand(rule: Rule, group: tuple[str, ...], shape: tuple[int, ...], where: str, used: set[str]) -> tuple[str, ...]:
+    if group and group[0].startswith("..."):
+        named = group[1:]
+        extra = len(shape) - len(named)
+        if extra < 0:
+            raise ValueError(f"partitioned: rule {rule.text!r}: {where} has rank {len(shape)} (shape {shape}), "
+                             f"but its group '{' '.join(group)}' names {len(named)} dimensions besides '...'")
+        tag = group[0][3:]
+        return tuple(_dots_factor(tag, extra - k, used) for k in range(extra)) + named
+    if len(group) != len(shape):
+        raise ValueError(f"partitioned: rule {rule.text!r}: {where} has rank {len(shape)} (shape {shape}), but "
+                         f"its group '{' '.join(group)}' names {len(group)} dimension(s)")
+    return group
+
+
+def _dots_factor(tag: str, from_right: int, used: set[str]) -> str:
+    """The factor of an ellipsis dimension ``from_right`` places before the named ones: shared by every group
+    using the same ellipsis, as a broadcast dimension is."""
+    name = f"dots{tag}_{from_right}"
+    while name in used:
+        name = f"x{name}"
+    return name
+
+
+def _shown(factor: str) -> str:
+    if factor.startswith("dots") and "_" in factor:
+        tag, back = factor.lstrip("x")[4:].split("_")
+        return f"'...{tag if tag != '0' else ''}' (its dimension {back} before the named ones)"
+    return repr(factor)
+
+
+OPERANDS, RESULTS = 0, 1
+
+
+def assign(bound: BoundRule, mesh_shape: Mapping[str, int],
+           *sources: tuple[int, Sequence[Spec | None]]) -> dict[str, tuple[str, ...]]:
+    """The mesh axes each shardable factor is split over, taken from ``sources`` in order: each is
+    ``(OPERANDS or RESULTS, specs)``, one spec (or ``None``: unknown) per array of that side. The first array
+    that splits a factor decides it, unless its axes are taken by another factor or do not divide the
+    factor's size (XLA would pad the shard, and the kernel would see the padding)."""
+    groups = {OPERANDS: bound.operands, RESULTS: bound.results}
+    chosen: dict[str, tuple[str, ...]] = {}
+    taken: set[str] = set()
+    for side, specs in sources:
+        for factors, spec in zip(groups[side], specs, strict=True):
+            if spec is None:
+                continue
+            for factor, axes in zip(factors, spec, strict=True):
+                axes = tuple(axes)
+                if not axes or factor in chosen or not bound.shardable(factor) or taken & set(axes):
+                    continue
+                if bound.sizes[factor] % math.prod(mesh_shape[a] for a in axes):
+                    continue
+                chosen[factor] = axes
+                taken.update(axes)
+    return chosen
+
+
+def specs_of(groups: Sequence[tuple[str, ...]], chosen: Mapping[str, tuple[str, ...]]) -> list[Spec]:
+    """Each array's spec under ``chosen``: per dimension, its factor's axes."""
+    return [tuple(chosen.get(f, ()) for f in factors) for factors in groups]
+
+
+def reduced_axes(bound: BoundRule, chosen: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
+    """Per result, the mesh axes it is summed over: those of the split reduction factors it lacks (each
+    shard's value of such a result is a partial sum; a result that has the factor is split along it)."""
+    return tuple(tuple(a for f in sorted(bound.reduction) if f not in group for a in chosen.get(f, ()))
+                 for group in bound.results)
+
+
+def suggest(operand_shapes: Sequence[tuple[int, ...]], result_shapes: Sequence[tuple[int, ...]]) -> str:
+    """A rule that fits a call's shapes: a dimension of the same size at the same place from the right as an
+    earlier array's shares its factor (``b n, b n -> b n`` for an elementwise call), others get new ones."""
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    seen: dict[tuple[int, int], str] = {}
+
+    def group(shape: tuple[int, ...]) -> str:
+        names = []
+        for dim, size in enumerate(shape):
+            key = (len(shape) - dim, int(size))
+            if key not in seen:
+                seen[key] = next(letters, f"f{len(seen)}")
+            names.append(seen[key])
+        return " ".join(names)
+
+    left = ", ".join(group(tuple(s)) for s in operand_shapes)
+    right = ", ".join(group(tuple(s)) for s in result_shapes)
+    return f"{left} -> {right}"
