@@ -8,7 +8,8 @@ users, ``PLUGIN_API`` and ``CACHE_PLUGIN_API`` for plugins; ``tests/test_structu
 the plugins to these lists). Everything else is internal and lives in a subpackage, one per family, each a
 floor that imports only the floors below it: ``adapters`` (one per dependency) < ``calls`` (a call as a value)
 < ``cache`` < ``compile`` (backends, front end, compile service, workers) < ``tuning`` < ``process`` (state)
-< ``lowering`` (the JAX primitive and what it emits) < ``porting`` (kernels from torch libraries) < ``sharding`` (partitioned launchers) < ``cli``.
+< ``lowering`` (the JAX primitive and what it emits) < ``porting`` (kernels from torch libraries)
+< ``sharding`` (partitioned launchers) < ``cli``.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelImportError", "KernelSourceError", "Launcher", "PluginError",
     "Tensor", "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv", "compile_stats",
     "debug", "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection",
-    "kernels_from_file", "kernels_of", "launch", "next_power_of_2", "partitioned", "register_plugin", "strides_from_shape", "tensor",
+    "kernels_from_file", "kernels_of", "launch", "next_power_of_2", "partitioned", "register_plugin",
+    "strides_from_shape", "tensor",
     "torch_launcher", "triton_call", "tune", "zeros", "zeros_like", "__version__", "__version_info__",
 ]
 
@@ -84,8 +86,8 @@ if TYPE_CHECKING:
     from tritonplug.porting.kernel_source import kernels_from_file, kernels_of
     from tritonplug.porting.launcher import Launcher, Tensor, empty, empty_like, launch, tensor, zeros, zeros_like
     from tritonplug.porting.ported import torch_launcher
-    from tritonplug.sharding.launcher import partitioned
     from tritonplug.process.state import backend_for, backends, compile_stats, register_plugin
+    from tritonplug.sharding.launcher import partitioned
     from tritonplug.tuner import tune
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
     from tritonplug.version import __version__, __version_info__

@@ -14,6 +14,7 @@ from typing import Any
 from tritonplug import settings
 from tritonplug.adapters import jax_compat, jaxlib_compat, triton_compat
 from tritonplug.adapters.triton_compat import KernelFacts
+from tritonplug.calls import sharding_rules as rules
 from tritonplug.calls.call import BoundArgs, CallSpec, DescriptorArg
 from tritonplug.calls.options import check_grid_limits, grid_for, zeroed_for
 from tritonplug.compile import frontend, kernel_abi
@@ -38,7 +39,7 @@ class LoweringPlan:
 
 
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
-    check_not_partitioned(ctx)
+    check_not_partitioned(ctx, call)
     backend = state.host().backend_for(platform)
     check_backend_runs(backend, call, platform)
     target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
@@ -179,12 +180,13 @@ def _device_of(ctx: Any, platform: str) -> Any | None:
     return local[0] if local else None
 
 
-def check_not_partitioned(ctx: Any) -> None:
+def check_not_partitioned(ctx: Any, call: CallSpec) -> None:
     """Refuse a call XLA would have to partition: a kernel sees whole buffers, never shards.
 
-    Inside ``shard_map`` (and ``pmap``, built on it) the axes are manual: each device runs the
-    kernel on its own block. A jit over several devices outside it (a sharded ``jax.Array``,
-    eager or jitted) would leave XLA to split an opaque custom call, so it is an error.
+    Inside ``shard_map`` (and ``pmap``, built on it) and inside a ``tritonplug.partitioned`` function
+    the axes are manual: each device runs the kernel on its own block. A jit over several devices
+    outside them (a sharded ``jax.Array``, eager or jitted) would leave XLA to split an opaque custom
+    call, so it is an error that names the decorator and a rule that fits the call's shapes.
     """
     partitions = jax_compat.partition_count(ctx)
     if partitions > 1:
@@ -193,7 +195,11 @@ def check_not_partitioned(ctx: Any) -> None:
             where = f"over the mesh axes {sorted(auto)} that the enclosing shard_map leaves automatic"
         else:
             where = "by jit (its operands are sharded or placed on several devices)"
+        rule = rules.suggest([a.shape for a in ctx.avals_in], [a.shape for a in ctx.avals_out])
         raise ValueError(
-            f"triton_call: the computation is partitioned over {partitions} devices {where}, but a Triton kernel "
-            f"works on whole buffers and XLA cannot split it. Call the kernel inside jax.shard_map (each device "
-            f"runs it on its own shard), or put the operands on a single device.")
+            f"triton_call: kernel {call.kernel.name!r}: the computation is partitioned over {partitions} devices "
+            f"{where}, but a Triton kernel works on whole buffers and XLA cannot split it. Decorate the function "
+            f"that makes this call with @tritonplug.partitioned(RULE), which runs it on each device's shard "
+            f"with the shard's shapes; a rule that fits this call's arrays is {rule!r} (add "
+            f"need_replication=(...) for the factors the kernel needs whole, such as an axis it reduces over). "
+            f"Or call it inside jax.shard_map, or put the operands on a single device.")

@@ -11,7 +11,8 @@
 The function's array arguments (``jax.Array``/NumPy arrays, at any depth of its arguments' pytrees, in order)
 are the rule's operands; its other arguments (Python numbers, strings, ``None``, ...) are constants of the
 call. Its array results (at any depth of the pytree it returns) are the rule's results; a result that is not
-an array (a block size a launcher returns) is passed through as the function computed it on the whole arrays. On one device the function runs as it is.
+an array (a block size a launcher returns) is passed through as the function computed it on the whole arrays.
+On one device the function runs as it is.
 In a jit partitioned over several devices the function is traced again on each shard's shapes
 (``tritonplug.sharding.paths``). Under ``jax.vmap`` the batched function is partitioned under the rule with
 a leading batch factor, so the batch may be split too.
@@ -27,7 +28,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from tritonplug.sharding import paths, rules
+from tritonplug.calls import sharding_rules as rules
+from tritonplug.sharding import paths
 
 _EAGER_JITS = 64
 

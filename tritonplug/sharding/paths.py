@@ -26,8 +26,8 @@ import numpy as np
 from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
+from tritonplug.calls.sharding_rules import OPERANDS, RESULTS, BoundRule, Spec, assign, reduced_axes, specs_of
 from tritonplug.process.state import state
-from tritonplug.sharding.rules import OPERANDS, RESULTS, BoundRule, Spec, assign, reduced_axes, specs_of
 
 Body = Callable[..., tuple[Any, ...]]
 

@@ -6,7 +6,7 @@ notation): one group of factors per array operand, ``->``, one group per result,
 array has beyond its named ones; groups align them from the right, as NumPy broadcasting does.
 
 Pure Python, no JAX: the lowering names a rule that would fit a refused call (:func:`suggest`), and the
-partitioner resolves factors to mesh axes (:func:`assign`) with what XLA hands its callbacks.
+partitioner (``tritonplug.sharding``) resolves factors to mesh axes (:func:`assign`) with what XLA hands its callbacks.
 
 A spec here is what a sharding says of one array: per dimension, the tuple of mesh axes it is split over
 (``()``: whole). :func:`assign` decides, per factor, the axes every array splits it over; a factor that

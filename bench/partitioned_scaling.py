@@ -1,0 +1,100 @@
+"""Weak scaling of partitioned launchers: the same per-device work on 1 device and on all of them.
+
+For each kernel, one jitted call of ``tests/sharding_kernels.py``'s partitioned launcher: on one device with
+the per-device shape, and on every visible device with that shape times the device count, split along the
+factor its rule lets XLA split (rows, batch or heads). The ratio of medians (all devices / one) is 1.0 for
+perfect weak scaling. Each side is checked against the other's kind of result before timing (the sharded
+result equals the same function on one device).
+
+    python bench/partitioned_scaling.py [--out bench/results/partitioned-scaling.json] [--rounds 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import sharding_kernels as sk  # noqa: E402
+
+
+def _median_us(fn, args, rounds: int) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
+def cases(n: int, rng: np.random.Generator):
+    """(name, function, per-device args maker(k devices), spec per arg)."""
+    def rand(*shape, dtype=jnp.bfloat16):
+        return jnp.asarray(rng.standard_normal(shape), dtype)
+    w = rand(4096)
+    ang = rng.standard_normal((2048, 64)).astype(np.float32)
+    cos, sin = jnp.asarray(np.cos(ang)), jnp.asarray(np.sin(ang))
+    loss = jax.grad(lambda x, w: jnp.sum(sk.rms_norm_vjp(x, w).astype(jnp.float32) ** 2), argnums=(0, 1))
+    return [
+        ("add_rows 8192x4096 bf16 /dev", sk.add_rows, lambda k: (rand(8192 * k, 4096), rand(8192 * k, 4096)),
+         (P("x"), P("x"))),
+        ("rms_norm fwd 8192x4096 bf16 /dev", sk.rms_norm, lambda k: (rand(8192 * k, 4096), w), (P("x"), None)),
+        ("rms_norm fwd+bwd (custom_vjp grad) /dev", loss, lambda k: (rand(8192 * k, 4096), w), (P("x"), None)),
+        ("rope 4x32x2048x128 f32 /dev", sk.rope,
+         lambda k: (jnp.asarray(rng.standard_normal((4 * k, 32, 2048, 128)), jnp.float32), cos, sin),
+         (P("x"), None, None)),
+        ("attention 2x16x2048x64 fp16 (heads split) /dev",
+         lambda q, kk, v: sk._attention(q, kk, v, block_m=64, block_n=64),
+         lambda k: tuple(rand(2, 16 * k, 2048, 64, dtype=jnp.float16) for _ in range(3)),
+         (P(None, "x"),) * 3),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "partitioned-scaling.json"))
+    parser.add_argument("--rounds", type=int, default=50)
+    args = parser.parse_args()
+    devices = jax.devices()
+    n = len(devices)
+    mesh = jax.make_mesh((n,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    rows = []
+    for name, fn, make, specs in cases(n, np.random.default_rng(0)):
+        if fn is None:
+            continue
+        one_args = jax.device_put(make(1), devices[0])
+        whole = make(n)
+        many_args = [a if s is None else jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(whole, specs,
+                                                                                                    strict=True)]
+        one, many = jax.jit(fn), jax.jit(fn)
+        check = jax.tree.leaves(many(*many_args))
+        reference = jax.tree.leaves(jax.jit(fn)(*jax.device_put(whole, devices[0])))
+        same = all(np.allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=2e-2, atol=2e-2)
+                   for a, b in zip(check, reference, strict=True))
+        t1 = _median_us(one, one_args, args.rounds)
+        tn = _median_us(many, many_args, args.rounds)
+        rows.append({"case": name, "one_device_us": round(t1, 1), f"{n}_devices_us": round(tn, 1),
+                     "ratio": round(tn / t1, 3), "matches_one_device": same})
+        print(f"{name:48s} 1 dev {t1:9.1f} us   {n} dev {tn:9.1f} us   ratio {tn / t1:5.3f}   "
+              f"matches {same}", flush=True)
+    out = {"command": " ".join(sys.argv), "devices": [d.device_kind for d in devices], "jax": jax.__version__,
+           "host": platform.node(), "rounds": args.rounds, "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
