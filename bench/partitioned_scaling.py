@@ -57,7 +57,7 @@ def cases(n: int, rng: np.random.Generator):
          lambda k: (jnp.asarray(rng.standard_normal((4 * k, 32, 2048, 128)), jnp.float32), cos, sin),
          (P("x"), None, None)),
         ("attention 2x16x2048x64 fp16 (heads split) /dev",
-         lambda q, kk, v: sk._attention(q, kk, v, block_m=64, block_n=64),
+         lambda q, kk, v: sk.attention(q, kk, v, block=64),
          lambda k: tuple(rand(2, 16 * k, 2048, 64, dtype=jnp.float16) for _ in range(3)),
          (P(None, "x"),) * 3),
     ]

@@ -109,8 +109,8 @@ def rope(x, cos, sin):
 
 
 @tritonplug.partitioned("b h s d, b h s d, b h s d -> b h s d", need_replication=("s", "d"))
-def attention(q, k, v, causal=False):
-    return _attention(q, k, v, causal=causal, block_m=16, block_n=16)
+def attention(q, k, v, causal=False, block=16):
+    return _attention(q, k, v, causal=causal, block_m=block, block_n=block)
 
 
 # ----- forward and backward under jax.custom_vjp, each partitioned ------------------------------------------

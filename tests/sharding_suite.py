@@ -121,9 +121,10 @@ def main(mode: str) -> None:
     run("rope/batch_and_heads", sk.rope, (q, cos, sin), sk.rope_reference, (P("x", "y"), None, None), grid)
     qa, ka, va = (rand(2, n, 32, 16) for _ in range(3))
     from fused_attention import reference as attention_reference
-    run("attention/heads", sk.attention, (qa, ka, va), attention_reference, (P(None, "x"),) * 3, line, tol=2e-4)
+    # tl.dot rounds fp32 operands to TF32 on the GPU (Triton's default), hence the attention cases' tolerance
+    run("attention/heads", sk.attention, (qa, ka, va), attention_reference, (P(None, "x"),) * 3, line, tol=1e-2)
     run("attention/batch_heads_causal", lambda a, b, c: sk.attention(a, b, c, causal=True), (qa, ka, va),
-        lambda a, b, c: attention_reference(a, b, c, True), (P("y", "x"),) * 3, grid, tol=2e-4)
+        lambda a, b, c: attention_reference(a, b, c, True), (P("y", "x"),) * 3, grid, tol=1e-2)
     # forward and backward under custom_vjp, each partitioned; jax.grad through a sharded jit
     loss = lambda f: (lambda a, b: jnp.sum(f(a, b) ** 2))  # noqa: E731
     run("grad_rms_norm/rows", jax.grad(loss(sk.rms_norm_vjp), argnums=(0, 1)), (x, w),
