@@ -77,7 +77,7 @@ def main() -> None:
             continue
         one_args = jax.device_put(make(1), devices[0])
         whole = make(n)
-        many_args = [a if s is None else jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(whole, specs,
+        many_args = [jax.device_put(a, NamedSharding(mesh, P() if s is None else s)) for a, s in zip(whole, specs,
                                                                                                     strict=True)]
         one, many = jax.jit(fn), jax.jit(fn)
         check = jax.tree.leaves(many(*many_args))

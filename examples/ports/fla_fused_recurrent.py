@@ -15,6 +15,9 @@ changes or adds 14 of FLA's 58 lines (12 of them the signature's type hints) and
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,6 +29,38 @@ fused_recurrent_fwd_kernel = tritonplug.launch(_lib.fused_recurrent_fwd_kernel)
 _fused_recurrent_tiling = _lib._fused_recurrent_tiling
 
 
+def _partitioned_per_call(rule_of):
+    """``@tritonplug.partitioned`` for a launcher whose rule depends on its arguments: ``rule_of``, called with
+    them (bound to the launcher's signature), gives each call's rule and the factors it keeps whole."""
+    def decorate(launcher):
+        signature = inspect.signature(launcher)
+        by_rule = functools.cache(lambda rule, whole: tritonplug.partitioned(rule, need_replication=whole)(launcher))
+
+        @functools.wraps(launcher)
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return by_rule(*rule_of(*bound.args))(*bound.args)
+        return call
+    return decorate
+
+
+def _recurrent_rule(q, k, v, g, g_gamma, gk, gv, scale, initial_state, output_final_state, reverse, state_v_first,
+                    cu_seqlens):
+    """One group per array given (``None`` s are not operands). Batch ``b`` and heads ``h`` are row-local; the
+    scan runs over all of time ``t`` and each head's state is ``dk x dv``: those stay whole. With ``cu_seqlens``
+    the sequences are packed along ``t`` (``b`` is 1), and their states' ``n`` stays whole too."""
+    n = "b" if cu_seqlens is None else "n"
+    state = f"{n} h dv dk" if state_v_first else f"{n} h dk dv"
+    arrays = ((q, "b t h dk"), (k, "b t h dk"), (v, "b t h dv"), (g, "b t h"), (g_gamma, "h"), (gk, "b t h dk"),
+              (gv, "b t h dv"), (initial_state, state), (cu_seqlens, "m"))
+    operands = [group for array, group in arrays if array is not None]
+    results = ["b t h dv"] + [state] * output_final_state
+    whole = ("t", "dk", "dv") + (("n",) if n == "n" and state in operands + results else ())
+    return f"{', '.join(operands)} -> {', '.join(results)}", whole
+
+
+@_partitioned_per_call(_recurrent_rule)
 @tritonplug.torch_launcher
 def fused_recurrent_fwd(
     q: jax.Array,

@@ -42,6 +42,7 @@ MAX_FUSED_SIZE = 65536 // 2
 ROCM = jax.default_backend() == "gpu" and "rocm" in jax.devices()[0].client.platform_version.lower()
 
 
+@tritonplug.partitioned("r v, r -> r, r v, ", need_replication=("v",), reduction_factors=("r",))
 @tritonplug.torch_launcher(writes="_input")
 def cross_entropy_forward(
     _input,
@@ -151,6 +152,7 @@ def cross_entropy_forward(
     return loss, z_loss, token_accuracy, predicted_tokens, _input, sum_non_ignore_weight
 
 
+@tritonplug.partitioned("... v, ... -> ... v")
 @tritonplug.torch_launcher(writes="_input")
 def cross_entropy_backward(_input, grad_output):
     # If reduction is 'none'
@@ -177,13 +179,21 @@ def cross_entropy_backward(_input, grad_output):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
 def liger_cross_entropy(_input, target, ignore_index=-100, label_smoothing=0.0, reduction="mean"):
     """``LigerCrossEntropyFunction.apply(_input, target, None, ignore_index, 0.0, label_smoothing, reduction)``."""
-    return cross_entropy_forward(_input, target, None, ignore_index, 0.0, label_smoothing, reduction, None, False,
-                                 requires_grad=False)[0]
+    return _loss(_input, target, ignore_index, label_smoothing, reduction, requires_grad=False)[0]
+
+
+def _loss(_input, target, ignore_index, label_smoothing, reduction, requires_grad=True):
+    """The launcher's per-row losses (``reduction="none"``), reduced here: a row shard's mean is not a piece of
+    the mean, but its sum and its count of rows not ignored are (the rule adds them over the shards)."""
+    loss, _, _, _, grad, divisor = cross_entropy_forward(_input, target, None, ignore_index, 0.0, label_smoothing,
+                                                         "none", None, False, requires_grad=requires_grad)
+    if reduction != "none":
+        loss = jnp.sum(loss) / (divisor if reduction == "mean" else 1)
+    return loss, grad, divisor
 
 
 def _fwd(_input, target, ignore_index, label_smoothing, reduction):
-    loss, _, _, _, grad, divisor = cross_entropy_forward(_input, target, None, ignore_index, 0.0, label_smoothing,
-                                                         reduction, None, False)
+    loss, grad, divisor = _loss(_input, target, ignore_index, label_smoothing, reduction)
     return loss, (grad, divisor)
 
 

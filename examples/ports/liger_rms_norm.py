@@ -44,6 +44,7 @@ torch_to_triton_dtype = {np.dtype(jnp.float32): tl.float32, np.dtype(jnp.float16
                          np.dtype(jnp.bfloat16): tl.bfloat16}
 
 
+@tritonplug.partitioned("r d, d -> r d, r d, r", need_replication=("d",))
 @tritonplug.torch_launcher
 def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
     if not isinstance(casting_mode, int):
@@ -120,6 +121,7 @@ def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
     return Y.view(*shape), X, RSTD, BLOCK_SIZE, num_warps, casting_mode
 
 
+@tritonplug.partitioned("r d, r d, d, r -> r d, d", need_replication=("d",), reduction_factors=("r",))
 @tritonplug.torch_launcher
 def rms_norm_backward(dY, X, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warps, in_place, row_mode, needs_dw=None):
     shape = dY.shape
@@ -220,17 +222,23 @@ def rms_norm_backward(dY, X, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warp
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5, 6))
 def liger_rms_norm(X, W, eps=1e-6, offset=0.0, casting_mode="llama", in_place=True, row_mode=None):
     """``LigerRMSNormFunction.apply`` on JAX arrays: ``X / rms(X) * (offset + W)`` over the last axis."""
-    return rms_norm_forward(X, W, eps, offset, casting_mode, row_mode)[0]
+    return rms_norm_forward(_rows(X), W, eps, offset, casting_mode, row_mode)[0].reshape(X.shape)
+
+
+def _rows(X):
+    """X as the launchers' (rows, hidden) view: leading axes merged, which keeps them split in a sharded jit."""
+    return X.reshape(-1, X.shape[-1])
 
 
 def _fwd(X, W, eps, offset, casting_mode, in_place, row_mode):
-    Y, X2, RSTD, BLOCK_SIZE, num_warps, mode = rms_norm_forward(X, W, eps, offset, casting_mode, row_mode)
-    return Y, (X2, W, RSTD, BLOCK_SIZE, num_warps, mode)
+    Y, X2, RSTD, BLOCK_SIZE, num_warps, mode = rms_norm_forward(_rows(X), W, eps, offset, casting_mode, row_mode)
+    return Y.reshape(X.shape), (X2, W, RSTD, BLOCK_SIZE, num_warps, mode)
 
 
 def _bwd(eps, offset, casting_mode, in_place, row_mode, res, dY):
     X, W, RSTD, BLOCK_SIZE, num_warps, mode = res
-    return rms_norm_backward(dY, X, W, RSTD, offset, mode, BLOCK_SIZE, num_warps, in_place, row_mode)
+    dX, dW = rms_norm_backward(_rows(dY), X, W, RSTD, offset, mode, BLOCK_SIZE, num_warps, in_place, row_mode)
+    return dX.reshape(dY.shape), dW
 
 
 liger_rms_norm.defvjp(_fwd, _bwd)

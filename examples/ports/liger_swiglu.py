@@ -33,6 +33,7 @@ _swiglu_forward_kernel = tritonplug.launch(_lib._swiglu_forward_kernel)
 _swiglu_backward_kernel = tritonplug.launch(_lib._swiglu_backward_kernel)
 
 
+@tritonplug.partitioned("r n, r n -> r n, r n, r n")
 @tritonplug.torch_launcher
 def swiglu_forward(a, b, gate_multiplier: float = 1.0):
     ori_shape = a.shape
@@ -58,6 +59,7 @@ def swiglu_forward(a, b, gate_multiplier: float = 1.0):
     return a, b, c.view(*ori_shape)
 
 
+@tritonplug.partitioned("r n, r n, r n -> r n, r n")
 @tritonplug.torch_launcher(writes=("a", "b"))
 def swiglu_backward(a, b, dc, gate_multiplier: float = 1.0):
     ori_shape = dc.shape
@@ -83,17 +85,23 @@ def swiglu_backward(a, b, dc, gate_multiplier: float = 1.0):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def liger_swiglu(a, b, gate_multiplier=1.0):
     """``LigerSiLUMulFunction.apply``: ``silu(gate_multiplier * a) * b``."""
-    return swiglu_forward(a, b, gate_multiplier)[2]
+    return swiglu_forward(_rows(a), _rows(b), gate_multiplier)[2].reshape(a.shape)
+
+
+def _rows(x):
+    """x as the launchers' (rows, columns) view: leading axes merged, which keeps them split in a sharded jit."""
+    return x.reshape(-1, x.shape[-1])
 
 
 def _fwd(a, b, gate_multiplier):
-    a2, b2, c = swiglu_forward(a, b, gate_multiplier)
-    return c, (a2, b2)
+    a2, b2, c = swiglu_forward(_rows(a), _rows(b), gate_multiplier)
+    return c.reshape(a.shape), (a2, b2)
 
 
 def _bwd(gate_multiplier, res, dc):
     a, b = res
-    return swiglu_backward(a, b, dc, gate_multiplier)
+    da, db = swiglu_backward(a, b, _rows(dc), gate_multiplier)
+    return da.reshape(dc.shape), db.reshape(dc.shape)
 
 
 liger_swiglu.defvjp(_fwd, _bwd)

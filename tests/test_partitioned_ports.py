@@ -1,0 +1,199 @@
+"""The ports of ``examples/ports`` in a sharded ``jit``: each launcher is partitioned by its rule, so the ops and
+their ``jax.grad`` run per shard on a (4, 2) mesh of 8 CPU devices and match the same call on one device and the
+port's ``jnp`` reference; where the rule keeps the sharded factors split, the compiled program gathers nothing.
+
+Eight CPU devices exist only if XLA_FLAGS is set before JAX initialises, so the cases run in a child process
+(``SCRIPT``) that prints one JSON report; each test asserts on its case. Rows and batch are split over ``x``,
+heads (or SwiGLU's columns) over ``y``. A few cases split a factor the rule keeps whole (RMSNorm's hidden dim,
+the vocabulary, the recurrent scan's time): XLA gathers it first, and the results are still right.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import ROOT, requires_backend
+
+
+def _installed(package: str) -> bool:
+    return importlib.machinery.PathFinder.find_spec(package) is not None  # finds, never imports
+
+
+pytestmark = [
+    requires_backend("interpret"),
+    pytest.mark.skipif(not (_installed("liger_kernel") and _installed("fla")),
+                       reason="liger_kernel or fla is not installed (tox -e corpus installs them)"),
+]
+
+SCRIPT = textwrap.dedent('''
+    import json, traceback
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from tritonplug import inspection
+    from ports import fla_fused_recurrent, liger_cross_entropy, liger_rms_norm, liger_rope, liger_swiglu
+
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    rng = np.random.default_rng(0)
+    REPORT = {"devices": len(jax.devices())}
+
+    def rand(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def worst(got, want):
+        pairs = zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
+        return max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)))) for g, w in pairs)
+
+    def case(name, fn, reference, args, specs):
+        """``fn`` on one device and under ``jax.jit`` with ``args`` placed by ``specs`` over ``mesh``."""
+        try:
+            seen = len(inspection.partitions())
+            one = jax.jit(fn)(*args)
+            placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs, strict=True)]
+            jitted = jax.jit(fn)
+            got = jitted(*placed)
+            text = jitted.lower(*placed).compile().as_text()
+            REPORT[name] = {
+                "ok": True, "vs_one_device": worst(got, one), "vs_reference": worst(got, reference(*args)),
+                "collectives": sorted({c["op"] for c in inspection.collectives(text)}),
+                "split": sorted({f"{r.function}:{f}:{','.join(axes)}" for r in inspection.partitions()[seen:]
+                                 for f, axes in r.factors}),
+                "out_specs": [str(g.sharding.spec) for g in jax.tree.leaves(got)]}
+        except Exception as exc:  # reported per case; the test names the one that failed
+            REPORT[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                            "trace": traceback.format_exc()[-3000:]}
+
+    def with_grad(name, op, reference, args, specs, diff):
+        """``op``'s values, and ``jax.grad`` of ``sum(op(*args) * cotangent)`` for the arguments ``diff``."""
+        case(name, op, reference, args, specs)
+        out = jax.eval_shape(op, *args)
+        cotangents = [rand(*o.shape) for o in jax.tree.leaves(out)]
+        cotangent_specs = [P(*s[:len(o.shape)]) for o, s in zip(jax.tree.leaves(out), specs, strict=False)]
+
+        def loss(fn):
+            def scalar(*arrays):
+                outs = jax.tree.leaves(fn(*arrays[:len(args)]))
+                return sum(jnp.sum(o * c) for o, c in zip(outs, arrays[len(args):], strict=True))
+            return jax.grad(scalar, argnums=diff)
+
+        case(name + "/grad", loss(op), loss(reference), (*args, *cotangents), (*specs, *cotangent_specs))
+
+    # RMSNorm: rows (batch, sequence) split, the normalised hidden dim whole; dW is summed over the row shards
+    x, w = rand(8, 16, 96), 1.0 + 0.1 * rand(96)
+    rms = liger_rms_norm.liger_rms_norm
+    with_grad("rms_norm/batch", rms, liger_rms_norm.rms_norm_reference, (x, w), (P("x"), P()), (0, 1))
+    with_grad("rms_norm/batch_and_sequence", rms, liger_rms_norm.rms_norm_reference, (x, w), (P("x", "y"), P()),
+              (0, 1))
+    case("rms_norm/hidden_gathered", rms, liger_rms_norm.rms_norm_reference, (x, w), (P("x", None, "y"), P("y")))
+
+    # SwiGLU: elementwise, so rows and columns both split
+    a, b = rand(8, 16, 80), rand(8, 16, 80)
+    with_grad("swiglu/rows_and_columns", liger_swiglu.liger_swiglu, liger_swiglu.swiglu_reference, (a, b),
+              (P("x", None, "y"),) * 2, (0, 1))
+
+    # RoPE: batch and heads split (k's heads with q's when as many), positions' cos/sin whole or split with q's batch
+    seq, hd = 16, 16
+    freqs = np.arange(seq, dtype=np.float32)[:, None] / (100.0 ** (np.arange(hd // 2) / (hd // 2)))
+    emb = np.concatenate([freqs, freqs], axis=-1)[None]
+    cos, sin = np.cos(emb), np.sin(emb)
+    q, k, k_gqa = rand(8, 4, seq, hd), rand(8, 4, seq, hd), rand(8, 2, seq, hd)
+    shift = 1.0 + 0.5 * rand(8, 1, 1)
+    cos_b, sin_b = np.cos(emb * shift), np.sin(emb * shift)  # a position table per batch row
+    rope = lambda c, s: lambda q, k: liger_rope.liger_rope(q, k, c, s)  # noqa: E731
+    rope_ref = lambda c, s: lambda q, k: liger_rope.rope_reference(q, k, c, s)  # noqa: E731
+    with_grad("rope/batch_and_heads", rope(cos, sin), rope_ref(cos, sin), (q, k), (P("x", "y"),) * 2, (0, 1))
+    with_grad("rope/gqa_cos_per_batch", lambda q, k, c, s: liger_rope.liger_rope(q, k, c, s),
+              liger_rope.rope_reference, (q, k_gqa, cos_b, sin_b), (P("x", "y"), P("x"), P("x"), P("x")), (0, 1))
+    with_grad("rope/sequence", rope(cos, sin), rope_ref(cos, sin), (q, k), (P(None, None, "x"),) * 2, (0, 1))
+
+    # cross entropy: rows split, the vocabulary whole (softmax normalises over it); per-row losses, reduced after
+    logits, target = rand(64, 200), rng.integers(0, 200, 64).astype(np.int32)
+    target[::5] = -100
+    ce = liger_cross_entropy
+    for reduction, smoothing in (("mean", 0.0), ("mean", 0.1), ("sum", 0.0), ("none", 0.0)):
+        op = lambda x, t, f=ce.liger_cross_entropy, r=reduction, s=smoothing: f(x, t, -100, s, r)  # noqa: E731
+        ref = lambda x, t, r=reduction, s=smoothing: ce.cross_entropy_reference(x, t, -100, s, r)  # noqa: E731
+        with_grad(f"cross_entropy/rows_{reduction}_{smoothing}", op, ref, (logits, target), (P("x"), P("x")), (0,))
+    case("cross_entropy/vocab_gathered", lambda x, t: ce.liger_cross_entropy(x, t), ce.cross_entropy_reference,
+         (logits, target), (P("x", "y"), P("x")))
+
+    # FLA's recurrent forward: batch and heads split, the scan's time whole
+    fla = fla_fused_recurrent
+    qf, kf, vf = rand(8, 12, 4, 16), rand(8, 12, 4, 16) / 16, rand(8, 12, 4, 32)
+    gf, h0 = np.asarray(jax.nn.log_sigmoid(rand(8, 12, 4))), rand(8, 4, 16, 32)
+    bth = P("x", None, "y")
+    case("fla/batch_and_heads", lambda q, k, v: fla.fused_recurrent_fwd(q, k, v, scale=0.25)[0],
+         lambda q, k, v: fla.fused_recurrent_reference(q, k, v, scale=0.25)[0], (qf, kf, vf), (bth,) * 3)
+    case("fla/gates_and_states", lambda q, k, v, g, h: fla.fused_recurrent_fwd(
+        q, k, v, g=g, scale=0.25, initial_state=h, output_final_state=True),
+         lambda q, k, v, g, h: fla.fused_recurrent_reference(q, k, v, g=g, scale=0.25, initial_state=h),
+         (qf, kf, vf, gf, h0), (bth, bth, bth, bth, P("x", "y")))
+    case("fla/time_gathered", lambda q, k, v: fla.fused_recurrent_fwd(q, k, v, scale=0.25)[0],
+         lambda q, k, v: fla.fused_recurrent_reference(q, k, v, scale=0.25)[0], (qf, kf, vf), (P(None, "x"),) * 3)
+    print("REPORT " + json.dumps(REPORT))
+''')
+
+#: case: (the factors that must be split, as "function:factor:axes"; whether XLA must gather an operand first)
+CASES = {
+    "rms_norm/batch": ({"rms_norm_forward:r:x"}, False),
+    "rms_norm/batch/grad": ({"rms_norm_forward:r:x", "rms_norm_backward:r:x"}, False),
+    "rms_norm/batch_and_sequence": ({"rms_norm_forward:r:x,y"}, False),
+    "rms_norm/batch_and_sequence/grad": ({"rms_norm_backward:r:x,y"}, False),
+    "rms_norm/hidden_gathered": ({"rms_norm_forward:r:x"}, True),
+    "swiglu/rows_and_columns": ({"swiglu_forward:r:x", "swiglu_forward:n:y"}, False),
+    "swiglu/rows_and_columns/grad": ({"swiglu_backward:r:x", "swiglu_backward:n:y"}, False),
+    "rope/batch_and_heads": ({"rope_forward:b:x", "rope_forward:h:y"}, False),
+    "rope/batch_and_heads/grad": ({"rope_backward:b:x", "rope_backward:h:y"}, False),
+    "rope/gqa_cos_per_batch": ({"rope_forward:b:x", "rope_forward:h:y"}, False),
+    "rope/gqa_cos_per_batch/grad": ({"rope_backward:b:x", "rope_backward:h:y"}, False),
+    "rope/sequence": ({"rope_forward:s:x"}, False),
+    "rope/sequence/grad": ({"rope_backward:s:x"}, False),
+    **{f"cross_entropy/rows_{r}{g}": ({"cross_entropy_forward:r:x"} | ({"cross_entropy_backward:dots0_0:x"} if g
+                                                                        else set()), False)
+       for r in ("mean_0.0", "mean_0.1", "sum_0.0", "none_0.0") for g in ("", "/grad")},
+    "cross_entropy/vocab_gathered": ({"cross_entropy_forward:r:x"}, True),
+    "fla/batch_and_heads": ({"fused_recurrent_fwd:b:x", "fused_recurrent_fwd:h:y"}, False),
+    "fla/gates_and_states": ({"fused_recurrent_fwd:b:x", "fused_recurrent_fwd:h:y"}, False),
+    "fla/time_gathered": (set(), True),
+}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    script = tmp_path_factory.mktemp("partitioned_ports") / "eight_devices.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT), str(ROOT / "examples"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and lines, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+    result = json.loads(lines[-1].removeprefix("REPORT "))
+    assert result["devices"] == 8
+    return result
+
+
+def test_every_case_ran(report):
+    assert set(report) - {"devices"} == set(CASES)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sharded_port_matches_one_device_and_the_reference(report, name):
+    entry = report[name]
+    assert entry["ok"], f"{entry.get('error')}\n{entry.get('trace')}"
+    assert entry["vs_one_device"] <= 1e-4, entry
+    assert entry["vs_reference"] <= 2e-4, entry
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_rule_splits_the_row_local_factors_and_gathers_only_what_it_keeps_whole(report, name):
+    entry = report[name]
+    assert entry["ok"], entry.get("error")
+    split, gathers = CASES[name]
+    assert split <= set(entry["split"]), entry["split"]
+    assert ("all-gather" in entry["collectives"]) == gathers, entry["collectives"]
