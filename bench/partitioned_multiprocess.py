@@ -1,9 +1,9 @@
 """Partitioned launchers across processes: ``jax.distributed`` with one process per device, one host.
 
-    python bench/partitioned_multiprocess.py [--processes 2] [--out FILE]
+    python bench/partitioned_multiprocess.py [--processes 2] [--gpus-per-process 1] [--out FILE]
 
-Starts ``--processes`` children (each sees one GPU, or one CPU device with gloo collectives when no GPU is
-visible), each with a cache directory of its own so that only the fleet cache on JAX's coordination service
+Starts ``--processes`` children (each sees ``--gpus-per-process`` GPUs, or one CPU device with gloo
+collectives when no GPU is visible), each with a cache directory of its own so that only the fleet cache on JAX's coordination service
 can spare a compile. Each runs ``tests/sharding_kernels.py``'s ``add_rows`` and ``rms_norm`` (forward and
 ``jax.grad`` through its ``custom_vjp``) on a global array split by rows across the processes, checks its
 own shard against NumPy, and reports its compile counters: the fleet cache lets one process compile each
@@ -39,11 +39,13 @@ def child(process_id: int, processes: int, address: str) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     import sharding_kernels as sk
 
-    mesh = jax.make_mesh((processes,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
-    rows, cols = 64 * processes, 256
+    count = jax.device_count()
+    mesh = jax.make_mesh((count,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    per = 64 * jax.local_device_count()  # this process's rows
+    rows, cols = per * processes, 256
     rng = np.random.default_rng(0)
     x, y, w = (rng.standard_normal(s).astype(np.float32) for s in ((rows, cols), (rows, cols), (cols,)))
-    local = slice(process_id * 64, (process_id + 1) * 64)
+    local = slice(process_id * per, (process_id + 1) * per)
     split = NamedSharding(mesh, P("x"))
     gx, gy = (jax.make_array_from_process_local_data(split, a[local]) for a in (x, y))
     gw = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), w)
@@ -56,7 +58,7 @@ def child(process_id: int, processes: int, address: str) -> None:
         return np.concatenate([np.asarray(s.data) for s in sorted(a.addressable_shards, key=lambda s: s.index[0].start
                                                                                          or 0)])
     report = {
-        "process": process_id, "device": str(jax.local_devices()[0]),
+        "process": process_id, "devices": [str(d) for d in jax.local_devices()], "global_devices": count,
         "add_rows_ok": bool(np.allclose(mine(out), (x + y)[local])),
         "rms_norm_ok": bool(np.allclose(mine(norm), np.asarray(sk.rms_norm_reference(x, w))[local], atol=1e-5)),
         "grad_x_ok": bool(np.allclose(mine(grads[0]), np.asarray(want_grads[0])[local], atol=1e-3)),
@@ -71,6 +73,7 @@ def child(process_id: int, processes: int, address: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--gpus-per-process", type=int, default=1)
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--address", default=None, help=argparse.SUPPRESS)
@@ -89,7 +92,8 @@ def main() -> None:
     for i in range(args.processes):
         env = {**os.environ, "TRITONPLUG_CACHE_DIR": tempfile.mkdtemp(prefix=f"tp-cache-{i}-")}
         if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(i)
+            g = args.gpus_per_process
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i * g + k) for k in range(g))
         else:
             env["JAX_PLATFORMS"] = "cpu"
         procs.append(subprocess.Popen([sys.executable, __file__, "--child", str(i), "--processes",
