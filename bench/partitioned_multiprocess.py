@@ -4,8 +4,8 @@
 
 Starts ``--processes`` children (each sees ``--gpus-per-process`` GPUs, or one CPU device with gloo
 collectives when no GPU is visible), each with a cache directory of its own so that only the fleet cache
-on JAX's coordination service can spare a compile. Each runs ``tests/sharding_kernels.py``'s ``add_rows`` and ``rms_norm`` (forward and
-``jax.grad`` through its ``custom_vjp``) on a global array split by rows across the processes, checks its
+on JAX's coordination service can spare a compile. Each runs ``tests/sharding_kernels.py``'s ``add_rows``
+and ``rms_norm`` (forward and ``jax.grad`` through its ``custom_vjp``) on a global array split by rows across the processes, checks its
 own shard against NumPy, and reports its compile counters: the fleet cache lets one process compile each
 kernel and the others fetch it.
 """
