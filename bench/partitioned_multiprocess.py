@@ -1,13 +1,13 @@
-"""Partitioned launchers across processes: ``jax.distributed`` with one process per device, one host.
+"""Partitioned launchers across processes: ``jax.distributed`` with one process per device group, one host.
 
     python bench/partitioned_multiprocess.py [--processes 2] [--gpus-per-process 1] [--out FILE]
 
-Starts ``--processes`` children (each sees ``--gpus-per-process`` GPUs, or one CPU device with gloo
-collectives when no GPU is visible), each with a cache directory of its own so that only the fleet cache
-on JAX's coordination service can spare a compile. Each runs ``tests/sharding_kernels.py``'s ``add_rows``
-and ``rms_norm`` (forward and ``jax.grad`` through its ``custom_vjp``) on a global array split by rows across the processes, checks its
-own shard against NumPy, and reports its compile counters: the fleet cache lets one process compile each
-kernel and the others fetch it.
+Starts ``--processes`` children, each seeing ``--gpus-per-process`` GPUs (or one CPU device, with gloo
+collectives, when no GPU is visible) and a cache directory of its own, so that only the fleet cache on JAX's
+coordination service can spare a compile. Each runs ``tests/sharding_kernels.py``'s ``add_rows`` and
+``rms_norm`` (forward, and ``jax.grad`` through its ``custom_vjp``) on a global array split by rows across
+all devices, checks its own rows against NumPy and reports its compile counters: with the fleet cache one
+process compiles each kernel and the others fetch it.
 """
 
 from __future__ import annotations
