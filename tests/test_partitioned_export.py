@@ -1,0 +1,68 @@
+"""A partitioned launcher in an exported program: serialised with its shardings, reloaded in a new process.
+
+Under explicit mesh axes a partitioned launcher is a ``jax.shard_map`` (nothing is left to a Python callback),
+so ``jax.export`` serialises the program with the operands' shardings in their types; a second process
+deserialises it and runs it on its own 8 CPU devices, and its result is compared with NumPy. Under automatic
+axes JAX cannot export a ``custom_partitioning`` op (a Python callback partitions it), which the README says.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from helpers import ROOT, requires_backend
+
+pytestmark = requires_backend("interpret")
+
+EXPORT = textwrap.dedent('''
+    import sys
+    import jax, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    import tritonplug, sharding_kernels as sk
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16) / 100
+    split, whole = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+    f = jax.jit(sk.rms_norm, in_shardings=(split, whole), out_shardings=(split, split))
+    with jax.set_mesh(mesh):  # explicit axes: the operands' types carry their shardings while tracing
+        args = jax.device_put(x, split), jax.device_put(x[0], whole)
+        exported = jax.export.export(f, platforms=["cpu"], disabled_checks=tritonplug.export_disabled_checks())(*args)
+    assert exported.nr_devices == 8, exported.nr_devices
+    open(sys.argv[1], "wb").write(exported.serialize())
+    print("EXPORTED", exported.in_avals)
+''')
+
+RELOAD = textwrap.dedent('''
+    import sys
+    import jax, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    exported = jax.export.deserialize(open(sys.argv[1], "rb").read())
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16) / 100
+    with jax.set_mesh(mesh):
+        y, rstd = exported.call(jax.device_put(x, NamedSharding(mesh, P("x"))), x[0])
+    want = x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-6) * x[0]
+    assert np.allclose(y, want, rtol=1e-5, atol=1e-5), np.abs(np.asarray(y) - want).max()
+    assert y.sharding.spec[0] == "x", y.sharding
+    print("RELOADED", y.sharding.spec)
+''')
+
+
+def _child(source: str, *args: str, tmp_path) -> str:
+    script = tmp_path / f"child_{abs(hash(source))}.py"
+    script.write_text(source)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+           "TRITONPLUG_INTERPRET_CHECK": "0",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def test_an_exported_partitioned_program_reloads_in_a_new_process(tmp_path):
+    blob = tmp_path / "program.bin"
+    assert "EXPORTED" in _child(EXPORT, str(blob), tmp_path=tmp_path)
+    assert blob.stat().st_size > 0
+    assert "RELOADED" in _child(RELOAD, str(blob), tmp_path=tmp_path)
