@@ -1,4 +1,4 @@
-"""A partitioned launcher in an exported program: serialised with its shardings, reloaded in a new process.
+"""Whole partitioned programs: one exported with its shardings and reloaded in a new process; the README example.
 
 Under explicit mesh axes a partitioned launcher is a ``jax.shard_map`` (nothing is left to a Python callback),
 so ``jax.export`` serialises the program with the operands' shardings in their types; a second process
@@ -66,3 +66,13 @@ def test_an_exported_partitioned_program_reloads_in_a_new_process(tmp_path):
     assert "EXPORTED" in _child(EXPORT, str(blob), tmp_path=tmp_path)
     assert blob.stat().st_size > 0
     assert "RELOADED" in _child(RELOAD, str(blob), tmp_path=tmp_path)
+
+
+def test_the_readme_example_runs_on_eight_cpu_devices():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TRITONPLUG_INTERPRET_CHECK": "0"}
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "partitioned.py")], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "8 cpu devices" in done.stdout and "matches jnp" in done.stdout
+    assert "collectives in the program: none" in done.stdout
