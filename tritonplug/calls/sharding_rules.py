@@ -92,7 +92,7 @@ def parse(text: str, *, need_replication: Sequence[str] = (), reduction: Sequenc
 def _groups(side: str, text: str, kind: str) -> tuple[tuple[str, ...], ...]:
     side = side.strip()
     if not side:
-        return ()
+        return ((),)  # as in Shardy's notation: an empty side is one scalar
     groups = []
     for index, group in enumerate(side.split(",")):
         if "(" in group or ")" in group:

@@ -1,0 +1,94 @@
+"""Sharding rules of partitioned launchers, without JAX: parsing, binding to shapes, resolving to mesh axes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tritonplug.calls import sharding_rules as rules
+from tritonplug.calls.sharding_rules import OPERANDS, RESULTS
+
+
+def bound(text, operands, results, **kinds):
+    rule = rules.parse(text, **kinds)
+    return rules.bind(rule, operands, results, [f"op{i}" for i in range(len(operands))],
+                      [f"result {i}" for i in range(len(results))])
+
+
+def test_ellipsis_dimensions_align_from_the_right_and_share_factors():
+    b = bound("... d, d -> ... d, ...", [(4, 8, 16), (16,)], [(4, 8, 16), (4, 8)], need_replication=("d",))
+    assert b.operands[0][:2] == b.results[0][:2] == b.results[1]
+    assert b.sizes[b.operands[0][0]] == 4 and not b.shardable("d") and b.shardable(b.operands[0][0])
+
+
+@pytest.mark.parametrize("text, kinds, message", [
+    ("a b, a b", {}, "one '->'"),
+    ("a (b c) -> a", {}, "compound factors"),
+    ("a ... -> a", {}, "only at the front"),
+    ("a 1b -> a", {}, "not a factor name"),
+    ("a a -> a", {}, "names a factor twice"),
+    ("a b -> a", {"need_replication": ("c",)}, "does not use"),
+    ("a b -> a", {"need_replication": ("b",), "reduction": ("b",)}, "both kept whole"),
+    ("a b -> a", {"need_replication": "b"}, "tuple of factor names"),
+])
+def test_malformed_rules_are_refused_saying_why(text, kinds, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        rules.parse(text, **kinds)
+
+
+def test_a_factor_only_in_operands_or_results_is_kept_whole_unless_a_reduction():
+    b = bound("r c -> c, r k", [(8, 4)], [(4,), (8, 3)])
+    assert b.kept_whole() == ("k",)
+    assert bound("r c -> c", [(8, 4)], [(4,)]).kept_whole() == ("r",)
+    reduced = bound("r c -> c", [(8, 4)], [(4,)], reduction=("r",))
+    assert reduced.shardable("r") and reduced.kept_whole() == ()
+    assert rules.reduced_axes(reduced, {"r": ("x",)}) == (("x",),)
+
+
+def test_results_prefer_their_requested_split_and_operands_fill_the_rest():
+    b = bound("r c, r c -> r c", [(8, 4), (8, 4)], [(8, 4)])
+    chosen = rules.assign(b, {"x": 4, "y": 2}, (RESULTS, [((), ("y",))]), (OPERANDS, [(("x",), ()), None]))
+    assert chosen == {"c": ("y",), "r": ("x",)}
+
+
+def test_uneven_and_conflicting_splits_are_dropped():
+    b = bound("r c, r c -> r c", [(6, 4), (6, 4)], [(6, 4)])
+    assert rules.assign(b, {"x": 4}, (OPERANDS, [(("x",), ()), None])) == {}  # 6 rows over 4 devices
+    assert rules.assign(b, {"x": 2}, (OPERANDS, [(("x",), ("x",)), None])) == {"r": ("x",)}  # one axis, one factor
+
+
+def test_suggest_gives_a_rule_that_binds_to_the_shapes():
+    shapes_in, shapes_out = [(8, 64), (64,)], [(8, 64), (8,)]
+    text = rules.suggest(shapes_in, shapes_out)
+    assert text == "a b, b -> a b, c"
+    bound(text, shapes_in, shapes_out)
+
+
+MESH = {"x": 2, "y": 4, "z": 3}
+factor_names = st.sampled_from("abcdef")
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_assigned_splits_are_always_sound(data):
+    """Whatever the incoming specs: every split factor is shardable, no mesh axis serves two factors, and each
+    factor's size is divisible by its axes' product."""
+    sizes = {f: data.draw(st.sampled_from([1, 2, 3, 4, 6, 8, 12])) for f in "abcdef"}
+    groups = data.draw(st.lists(st.lists(factor_names, min_size=0, max_size=3, unique=True), min_size=1, max_size=3))
+    result = data.draw(st.lists(factor_names, max_size=3, unique=True))
+    text = ", ".join(" ".join(g) for g in groups) + " -> " + " ".join(result)
+    used = sorted({f for g in groups for f in g} | set(result))
+    whole = tuple(data.draw(st.lists(st.sampled_from(used), unique=True, max_size=2))) if used else ()
+    b = bound(text, [tuple(sizes[f] for f in g) for g in groups], [tuple(sizes[f] for f in result)],
+              need_replication=whole)
+    axes = st.lists(st.sampled_from(sorted(MESH)), unique=True, max_size=2).map(tuple)
+    specs = [tuple(data.draw(axes) for _ in g) for g in groups]
+    chosen = rules.assign(b, MESH, (OPERANDS, specs))
+    taken = [a for split in chosen.values() for a in split]
+    assert len(taken) == len(set(taken))
+    for factor, split in chosen.items():
+        assert b.shardable(factor) and factor not in whole
+        assert sizes[factor] % math.prod(MESH[a] for a in split) == 0
