@@ -6,6 +6,8 @@ Eight CPU devices exist only if XLA_FLAGS is set before JAX initialises, so the 
 (``SCRIPT``) that prints one JSON report; each test asserts on its case. Rows and batch are split over ``x``,
 heads (or SwiGLU's columns) over ``y``. A few cases split a factor the rule keeps whole (RMSNorm's hidden dim,
 the vocabulary, the recurrent scan's time): XLA gathers it first, and the results are still right.
+The launchers that update an argument in place (``torch_launcher(writes=...)``: SwiGLU's backward, RoPE, cross
+entropy) make ``jax.new_ref`` s inside the partitioned function; they run per shard too.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ SCRIPT = textwrap.dedent('''
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
     from tritonplug import inspection
+    from tritonplug.process.state import state
     from ports import fla_fused_recurrent, liger_cross_entropy, liger_rms_norm, liger_rope, liger_swiglu
 
     mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
@@ -52,7 +55,7 @@ SCRIPT = textwrap.dedent('''
     def case(name, fn, reference, args, specs):
         """``fn`` on one device and under ``jax.jit`` with ``args`` placed by ``specs`` over ``mesh``."""
         try:
-            seen = len(inspection.partitions())
+            state.partitions.clear()
             one = jax.jit(fn)(*args)
             placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs, strict=True)]
             jitted = jax.jit(fn)
@@ -61,7 +64,7 @@ SCRIPT = textwrap.dedent('''
             REPORT[name] = {
                 "ok": True, "vs_one_device": worst(got, one), "vs_reference": worst(got, reference(*args)),
                 "collectives": sorted({c["op"] for c in inspection.collectives(text)}),
-                "split": sorted({f"{r.function}:{f}:{','.join(axes)}" for r in inspection.partitions()[seen:]
+                "split": sorted({f"{r.function}:{f}:{','.join(axes)}" for r in inspection.partitions()
                                  for f, axes in r.factors}),
                 "out_specs": [str(g.sharding.spec) for g in jax.tree.leaves(got)]}
             return got
@@ -71,9 +74,12 @@ SCRIPT = textwrap.dedent('''
 
     def with_grad(name, op, reference, args, specs, diff):
         """``op``'s values, and ``jax.grad`` of ``sum(op(*args) * cotangent)`` for the arguments ``diff``."""
-        outs = jax.tree.leaves(case(name, op, reference, args, specs))
+        sharded = case(name, op, reference, args, specs)
+        outs = jax.tree.leaves(jax.eval_shape(op, *args))
         cotangents = [rand(*o.shape) for o in outs]
-        cotangent_specs = [o.sharding.spec for o in outs]  # each as its output came
+        # each cotangent split as its output came (replicated if the forward failed: its case says why)
+        cotangent_specs = ([o.sharding.spec for o in jax.tree.leaves(sharded)] if sharded is not None
+                           else [P()] * len(outs))
 
         def loss(fn):
             def scalar(*arrays):
@@ -87,7 +93,8 @@ SCRIPT = textwrap.dedent('''
     x, w = rand(8, 16, 96), 1.0 + 0.1 * rand(96)
     rms = liger_rms_norm.liger_rms_norm
     with_grad("rms_norm/batch", rms, liger_rms_norm.rms_norm_reference, (x, w), (P("x"), P()), (0, 1))
-    with_grad("rms_norm/batch_and_sequence", rms, liger_rms_norm.rms_norm_reference, (x, w), (P("x", "y"), P()),
+    # one batch row per x shard, so that merging (batch, sequence) into the launcher's rows keeps both splits
+    with_grad("rms_norm/batch_and_sequence", rms, liger_rms_norm.rms_norm_reference, (x[:4], w), (P("x", "y"), P()),
               (0, 1))
     case("rms_norm/hidden_gathered", rms, liger_rms_norm.rms_norm_reference, (x, w), (P("x", None, "y"), P("y")))
 
@@ -138,36 +145,46 @@ SCRIPT = textwrap.dedent('''
     print("REPORT " + json.dumps(REPORT))
 ''')
 
-#: case: (the factors that must be split, as "function:factor:axes"; whether XLA must gather an operand first)
+#: case → (the factors that must be split, as "launcher:factor:mesh axes"; the collectives its compiled program
+#: may have). An all-gather only where a case splits a factor the rule keeps whole; an all-reduce where row
+#: shards' partial sums are added (RMSNorm's dW, cross entropy's sum and count of rows not ignored).
 CASES = {
-    "rms_norm/batch": ({"rms_norm_forward:r:x"}, False),
-    "rms_norm/batch/grad": ({"rms_norm_forward:r:x", "rms_norm_backward:r:x"}, False),
-    "rms_norm/batch_and_sequence": ({"rms_norm_forward:r:x,y"}, False),
-    "rms_norm/batch_and_sequence/grad": ({"rms_norm_backward:r:x,y"}, False),
-    "rms_norm/hidden_gathered": ({"rms_norm_forward:r:x"}, True),
-    "swiglu/rows_and_columns": ({"swiglu_forward:r:x", "swiglu_forward:n:y"}, False),
-    "swiglu/rows_and_columns/grad": ({"swiglu_backward:r:x", "swiglu_backward:n:y"}, False),
-    "rope/batch_and_heads": ({"rope_forward:b:x", "rope_forward:h:y"}, False),
-    "rope/batch_and_heads/grad": ({"rope_backward:b:x", "rope_backward:h:y"}, False),
-    "rope/gqa_cos_per_batch": ({"rope_forward:b:x", "rope_forward:h:y"}, False),
-    "rope/gqa_cos_per_batch/grad": ({"rope_backward:b:x", "rope_backward:h:y"}, False),
-    "rope/sequence": ({"rope_forward:s:x"}, False),
-    "rope/sequence/grad": ({"rope_backward:s:x"}, False),
-    **{f"cross_entropy/rows_{r}{g}": ({"cross_entropy_forward:r:x"} | ({"cross_entropy_backward:dots0_0:x"} if g
-                                                                        else set()), False)
-       for r in ("mean_0.0", "mean_0.1", "sum_0.0", "none_0.0") for g in ("", "/grad")},
-    "cross_entropy/vocab_gathered": ({"cross_entropy_forward:r:x"}, True),
-    "fla/batch_and_heads": ({"fused_recurrent_fwd:b:x", "fused_recurrent_fwd:h:y"}, False),
-    "fla/gates_and_states": ({"fused_recurrent_fwd:b:x", "fused_recurrent_fwd:h:y"}, False),
-    "fla/time_gathered": (set(), True),
+    "rms_norm/batch": ({"rms_norm_forward:r:x"}, set()),
+    "rms_norm/batch/grad": ({"rms_norm_forward:r:x", "rms_norm_backward:r:x"}, {"all-reduce"}),
+    "rms_norm/batch_and_sequence": ({"rms_norm_forward:r:x,y"}, set()),
+    "rms_norm/batch_and_sequence/grad": ({"rms_norm_backward:r:x,y"}, {"all-reduce"}),
+    "rms_norm/hidden_gathered": ({"rms_norm_forward:r:x"}, {"all-gather"}),
+    "swiglu/rows_and_columns": ({"swiglu_forward:r:x", "swiglu_forward:n:y"}, set()),
+    "swiglu/rows_and_columns/grad": ({"swiglu_backward:r:x", "swiglu_backward:n:y"}, set()),
+    "rope/batch_and_heads": ({"rope_forward:b:x", "rope_forward:h:y"}, set()),
+    "rope/batch_and_heads/grad": ({"rope_backward:b:x", "rope_backward:h:y"}, set()),
+    "rope/gqa_cos_per_batch": ({"rope_forward:b:x", "rope_forward:h:y"}, set()),
+    "rope/gqa_cos_per_batch/grad": ({"rope_backward:b:x", "rope_backward:h:y"}, set()),
+    "rope/sequence": ({"rope_forward:s:x"}, set()),
+    "rope/sequence/grad": ({"rope_backward:s:x"}, set()),
+    "cross_entropy/vocab_gathered": ({"cross_entropy_forward:r:x"}, {"all-gather", "all-reduce"}),
+    "fla/batch_and_heads": ({"fused_recurrent_fwd:b:x", "fused_recurrent_fwd:h:y"}, set()),
+    "fla/gates_and_states": ({"fused_recurrent_fwd:b:x", "fused_recurrent_fwd:h:y"}, set()),
+    "fla/time_gathered": (set(), {"all-gather"}),
 }
+for _case in ("mean_0.0", "mean_0.1", "sum_0.0", "none_0.0"):  # the backward's rows are its '...' factor
+    CASES[f"cross_entropy/rows_{_case}"] = ({"cross_entropy_forward:r:x"}, {"all-reduce"})
+    CASES[f"cross_entropy/rows_{_case}/grad"] = ({"cross_entropy_forward:r:x", "cross_entropy_backward:dots0_1:x"},
+                                                 {"all-reduce"})
+
+def _ran(report: dict, name: str) -> dict:
+    entry = report[name]
+    assert entry["ok"], f"{entry.get('error')}\n{entry.get('trace')}"
+    return entry
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     script = tmp_path_factory.mktemp("partitioned_ports") / "eight_devices.py"
     script.write_text(SCRIPT)
+    # Checked mode off: its jax.debug.callback crashes XLA:CPU inside a partitioned body (as in test_partitioned)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+           "TRITONPLUG_INTERPRET_CHECK": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT), str(ROOT / "examples"),
                                           os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, env=env)
@@ -184,16 +201,15 @@ def test_every_case_ran(report):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_sharded_port_matches_one_device_and_the_reference(report, name):
-    entry = report[name]
-    assert entry["ok"], f"{entry.get('error')}\n{entry.get('trace')}"
+    entry = _ran(report, name)
     assert entry["vs_one_device"] <= 1e-4, entry
     assert entry["vs_reference"] <= 2e-4, entry
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_rule_splits_the_row_local_factors_and_gathers_only_what_it_keeps_whole(report, name):
-    entry = report[name]
-    assert entry["ok"], entry.get("error")
-    split, gathers = CASES[name]
+    entry = _ran(report, name)
+    split, allowed = CASES[name]
     assert split <= set(entry["split"]), entry["split"]
-    assert ("all-gather" in entry["collectives"]) == gathers, entry["collectives"]
+    assert set(entry["collectives"]) <= allowed, entry["collectives"]
+    assert ("all-gather" in entry["collectives"]) == ("all-gather" in allowed), entry["collectives"]

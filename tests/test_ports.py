@@ -25,13 +25,13 @@ def _installed(package: str) -> bool:
 
 #: port module, library module, {launcher: (port lines changed or added, library lines dropped, library lines)}
 PORTS = [
-    ("liger_rms_norm", "liger_kernel.ops.rms_norm", {"rms_norm_forward": (4, 4, 67),
-                                                     "rms_norm_backward": (6, 10, 91)}),
-    ("liger_swiglu", "liger_kernel.ops.swiglu", {"swiglu_forward": (2, 17, 35), "swiglu_backward": (1, 16, 33)}),
-    ("liger_rope", "liger_kernel.ops.rope", {"rope_forward": (1, 0, 54), "rope_backward": (1, 0, 54)}),
-    ("liger_cross_entropy", "liger_kernel.ops.cross_entropy", {"cross_entropy_forward": (20, 30, 102),
-                                                               "cross_entropy_backward": (4, 5, 18)}),
-    ("fla_fused_recurrent", "fla.ops.common.fused_recurrent", {"fused_recurrent_fwd": (14, 13, 58)}),
+    ("liger_rms_norm", "liger_kernel.ops.rms_norm", {"rms_norm_forward": (5, 4, 67),
+                                                     "rms_norm_backward": (7, 10, 91)}),
+    ("liger_swiglu", "liger_kernel.ops.swiglu", {"swiglu_forward": (3, 17, 35), "swiglu_backward": (2, 16, 33)}),
+    ("liger_rope", "liger_kernel.ops.rope", {"rope_forward": (2, 0, 54), "rope_backward": (2, 0, 54)}),
+    ("liger_cross_entropy", "liger_kernel.ops.cross_entropy", {"cross_entropy_forward": (21, 30, 102),
+                                                               "cross_entropy_backward": (5, 5, 18)}),
+    ("fla_fused_recurrent", "fla.ops.common.fused_recurrent", {"fused_recurrent_fwd": (15, 13, 58)}),
 ]
 
 

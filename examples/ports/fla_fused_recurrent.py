@@ -9,14 +9,17 @@ Where the launcher differs from FLA's (JAX requires it):
   returns arrays; ``torch.float32`` is ``jnp.float32``; ``o.sum(0)`` is ``jnp.sum(o[...], 0)``;
 * the type hints name ``jax.Array`` instead of ``torch.Tensor``.
 
+In a sharded ``jit`` the launcher runs on its device's shard: batch and heads may be split, time (the
+recurrence scans all of it) and the key and value dims stay whole (``_recurrent_rule``). Which arrays a call
+passes (gates, states, ``cu_seqlens``) sets the rule's operands, so
+``@tritonplug.partitioned`` is given a function that picks each call's rule.
+
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the launcher
-changes or adds 14 of FLA's 58 lines (12 of them the signature's type hints) and drops 13.
+changes or adds 15 of FLA's 58 lines (12 of them the signature's type hints, 1 the rule's decorator) and
+drops 13.
 """
 
 from __future__ import annotations
-
-import functools
-import inspect
 
 import jax
 import jax.numpy as jnp
@@ -27,22 +30,6 @@ import tritonplug
 _lib = tritonplug.kernels_of("fla.ops.common.fused_recurrent")
 fused_recurrent_fwd_kernel = tritonplug.launch(_lib.fused_recurrent_fwd_kernel)
 _fused_recurrent_tiling = _lib._fused_recurrent_tiling
-
-
-def _partitioned_per_call(rule_of):
-    """``@tritonplug.partitioned`` for a launcher whose rule depends on its arguments: ``rule_of``, called with
-    them (bound to the launcher's signature), gives each call's rule and the factors it keeps whole."""
-    def decorate(launcher):
-        signature = inspect.signature(launcher)
-        by_rule = functools.cache(lambda rule, whole: tritonplug.partitioned(rule, need_replication=whole)(launcher))
-
-        @functools.wraps(launcher)
-        def call(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            return by_rule(*rule_of(*bound.args))(*bound.args)
-        return call
-    return decorate
 
 
 def _recurrent_rule(q, k, v, g, g_gamma, gk, gv, scale, initial_state, output_final_state, reverse, state_v_first,
@@ -57,10 +44,10 @@ def _recurrent_rule(q, k, v, g, g_gamma, gk, gv, scale, initial_state, output_fi
     operands = [group for array, group in arrays if array is not None]
     results = ["b t h dv"] + [state] * output_final_state
     whole = ("t", "dk", "dv") + (("n",) if n == "n" and state in operands + results else ())
-    return f"{', '.join(operands)} -> {', '.join(results)}", whole
+    return tritonplug.sharding_rule(f"{', '.join(operands)} -> {', '.join(results)}", need_replication=whole)
 
 
-@_partitioned_per_call(_recurrent_rule)
+@tritonplug.partitioned(_recurrent_rule)
 @tritonplug.torch_launcher
 def fused_recurrent_fwd(
     q: jax.Array,

@@ -19,9 +19,14 @@ Where the launchers differ from Liger's (JAX requires it):
   ROCm), Liger's value for every GPU but Blackwell's bf16, which asks torch for the architecture;
 * ``torch.equal(grad_output, 1)`` is a device read: the backward always multiplies.
 
+In a sharded ``jit`` each launcher runs on its device's rows (``@tritonplug.partitioned``): the rows may be
+split, the vocabulary stays whole (the softmax normalises over it). A mean over rows is not a sum of the
+shards' means, so the forward's rule is for ``reduction="none"`` (per-row losses; the count of rows not
+ignored is added over the shards) and the op reduces the per-row losses itself.
+
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
-launcher changes or adds 20 of Liger's 102 lines and drops 30 (asserts, ``.item()`` s, the Blackwell
-warps); the backward changes or adds 4 of 18 and drops 5.
+launcher changes or adds 21 of Liger's 102 lines and drops 30 (asserts, ``.item()`` s, the Blackwell
+warps); the backward changes or adds 5 of 18 and drops 5; each adds its ``@tritonplug.partitioned`` rule.
 """
 
 from __future__ import annotations

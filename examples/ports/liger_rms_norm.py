@@ -13,9 +13,14 @@ Where the launchers differ from Liger's ``rms_norm_forward`` / ``rms_norm_backwa
 * ``torch_to_triton_dtype[X.dtype]`` is the same table over JAX dtypes; ``_dW.sum(dim=0).to(W.dtype)``
   is ``jnp.sum(_dW[...], axis=0).astype(W.dtype)``.
 
+In a sharded ``jit`` each launcher runs on its device's rows (``@tritonplug.partitioned``): the rows ``r``
+may be split, the normalised hidden dim ``d`` stays whole, and the backward's ``dW`` (a sum over rows) is
+added over the row shards. The rules name the launchers' own (rows, hidden) view, so the op flattens ``X``'s
+leading axes first (a reshape that keeps them split).
+
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
-launcher changes or adds 4 of Liger's 67 lines and drops 4; the backward changes or adds 6 of 91 and drops 10
-(the torch SM-count branches, ``with device_context``).
+launcher changes or adds 5 of Liger's 67 lines and drops 4; the backward changes or adds 7 of 91 and drops 10
+(the torch SM-count branches, ``with device_context``); each adds its ``@tritonplug.partitioned`` rule.
 """
 
 from __future__ import annotations

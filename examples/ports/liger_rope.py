@@ -9,14 +9,18 @@ over ``jax.new_ref`` s since the kernel rotates them in place, and returns array
 copy in JAX (no strided views); inside ``jit``, XLA folds it with the caller's own transposes (a model
 that holds ``q`` as (batch, seq, heads, dim) and swaps axes for the Hugging Face layout).
 
+In a sharded ``jit`` each launcher runs on its device's shard: batch, heads and positions may be split, the
+head dim and the rotary width stay whole (``_rope_rule``). The rule depends on the call (whether cos/sin have
+a row per batch row, whether k has q's heads), so
+``@tritonplug.partitioned`` is given a function that picks each call's rule.
+
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): each launcher
-changes or adds 1 of Liger's 54 lines (the decorator) and drops none.
+changes or adds 2 of Liger's 54 lines (the two decorators) and drops none.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 
 import jax
 import jax.numpy as jnp
@@ -30,41 +34,26 @@ _triton_rope = tritonplug.launch(_lib._triton_rope)
 _resolve_rotary_dim = _lib._resolve_rotary_dim
 
 
-def _partitioned_per_call(rule_of):
-    """``@tritonplug.partitioned`` for a launcher whose rule depends on its arguments: ``rule_of``, called with
-    them (bound to the launcher's signature), gives each call's rule and the factors it keeps whole."""
-    def decorate(launcher):
-        signature = inspect.signature(launcher)
-        by_rule = functools.cache(lambda rule, whole: tritonplug.partitioned(rule, need_replication=whole)(launcher))
-
-        @functools.wraps(launcher)
-        def call(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            return by_rule(*rule_of(*bound.args))(*bound.args)
-        return call
-    return decorate
-
-
 def _rope_rule(backward):
     """Batch ``b``, heads ``h`` and positions ``s`` are row-local (the kernel rotates each (batch, position) row
     of every head with that position's cos/sin row); the head dim ``d`` and the rotary width ``r`` stay whole
-    (the rotation pairs a row's two halves). cos/sin's batch is ``b`` when it has q's batch (the kernel then reads
-    each batch's own rows: they must split with q's), else 1; k's heads are q's ``h`` when as many (MHA), so both
-    split over the same mesh axis."""
+    (the rotation pairs a row's two halves). cos/sin's batch is ``b`` when it is q's (the kernel then reads each
+    batch row's own positions, which must split with q's), else 1; k's heads are q's ``h`` when there are as
+    many (no GQA), so that both split over the same mesh axis."""
     def rule(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
         c = "b" if cos.ndim > 2 and cos.shape[0] == q.shape[0] else "c"
-        group = {2: ["s", "r"], 3: [c, "s", "r"], 4: [c, "s", "r"]}[cos.ndim]
-        if cos.ndim == 4:  # a size-1 head axis, which the launcher squeezes
-            group.insert(unsqueeze_dim if cos.shape[unsqueeze_dim] == 1 else 1, "u")
-        hk = "h" if k.shape[1] == q.shape[1] else "hk"
-        operands = [f"b h s d, b {hk} s d", " ".join(group), " ".join(group)] + ["...1"] * (position_ids is not None)
-        results = f"b h s d, b {hk} s d" + ("" if backward else f", {c if cos.ndim > 2 else 'u'} s r" * 2)
-        return f"{', '.join(operands)} -> {results}", ("d", "r")
+        table = [c, "s", "r"] if cos.ndim > 2 else ["s", "r"]
+        if cos.ndim == 4:  # with a size-1 heads axis, which the launcher squeezes
+            table.insert(unsqueeze_dim if cos.shape[unsqueeze_dim] == 1 else 1, "u")
+        returned = f"{c if cos.ndim > 2 else 'u'} s r"  # cos/sin as the forward returns them: 3-d
+        qk = "b h s d, b " + ("h" if k.shape[1] == q.shape[1] else "hk") + " s d"
+        operands = [qk, " ".join(table), " ".join(table)] + ["...1"] * (position_ids is not None)
+        results = [qk] + ([] if backward else [returned, returned])
+        return tritonplug.sharding_rule(f"{', '.join(operands)} -> {', '.join(results)}", need_replication=("d", "r"))
     return rule
 
 
-@_partitioned_per_call(_rope_rule(backward=False))
+@tritonplug.partitioned(_rope_rule(backward=False))
 @tritonplug.torch_launcher(writes=("q", "k"))
 def rope_forward(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
     # Support 2D, 3D, and 4D cos/sin shapes
@@ -132,7 +121,7 @@ def rope_forward(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=
     return q.transpose(1, 2), k.transpose(1, 2), cos, sin
 
 
-@_partitioned_per_call(_rope_rule(backward=True))
+@tritonplug.partitioned(_rope_rule(backward=True))
 @tritonplug.torch_launcher(writes=("dq", "dk"))
 def rope_backward(dq, dk, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
     if cos.ndim == 4:

@@ -12,9 +12,13 @@ Where the launchers differ from Liger's ``swiglu_forward`` / ``swiglu_backward``
 * the Blackwell column-tiled branch (``_should_tile``) is left out: it asks torch for the device
   architecture.
 
+In a sharded ``jit`` each launcher runs on its device's shard (``@tritonplug.partitioned``): SwiGLU is
+elementwise, so both rows ``r`` and columns ``n`` may be split. The rules name the launchers' own (rows,
+columns) view, so the op flattens the leading axes first (a reshape that keeps them split).
+
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward
-launcher changes or adds 2 of Liger's 35 lines (the decorator, ``empty_like``) and drops 17; the backward
-changes or adds 1 of 33 (the decorator) and drops 16: the Blackwell branch and ``with device_context``.
+launcher changes or adds 3 of Liger's 35 lines (the two decorators, ``empty_like``) and drops 17; the
+backward changes or adds 2 of 33 (the decorators) and drops 16: the Blackwell branch and ``with device_context``.
 """
 
 from __future__ import annotations

@@ -227,3 +227,18 @@ def lowering_platform(platform: str) -> str:
         return xla_bridge.canonicalize_platform(platform)
     except RuntimeError:
         return platform
+
+
+def without_internal_refs(fn: Callable[..., Any]) -> Callable[..., tuple[Any, ...]]:
+    """``fn`` (arrays in, a tuple of arrays out) with the mutable arrays it makes inside (``jax.new_ref``)
+    turned into plain values, so that it lowers where JAX lowers a body alone, without the jit pipeline that
+    would discharge them: ``custom_partitioning``'s per-shard body ("Cannot lower jaxpr with effects"). A
+    launcher that writes an output in place (``torch_launcher(writes=...)``) makes such refs."""
+    from jax._src.interpreters import pxla
+
+    def run(*args: Any) -> tuple[Any, ...]:
+        closed = jax.make_jaxpr(fn)(*args)
+        if any(isinstance(e, core.InternalMutableArrayEffect) for e in closed.effects):
+            closed = pxla._discharge_internal_refs(closed)
+        return tuple(core.eval_jaxpr(closed.jaxpr, closed.consts, *args))
+    return run

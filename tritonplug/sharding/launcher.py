@@ -34,21 +34,49 @@ from tritonplug.sharding import paths
 _EAGER_JITS = 64
 
 
-def partitioned(rule: str, *, need_replication: Sequence[str] = (), need_replication_factors: Sequence[str] = (),
-                reduction_factors: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Partitioned]:
-    """Decorate a function that makes Triton calls so that a sharded ``jit`` runs it per shard.
+def sharding_rule(rule: str, *, need_replication: Sequence[str] = (), need_replication_factors: Sequence[str] = (),
+                  reduction_factors: Sequence[str] = ()) -> rules.Rule:
+    """A parsed rule, for ``partitioned`` or for a function that picks each call's rule (see ``partitioned``).
 
     ``rule``: ``custom_partitioning``'s ``sharding_rule`` notation, one group of factors per array operand
-    and per result of the function (``"b n, b n -> b n"``, ``"... d, d -> ... d"``).
+    and per array result of the function (``"b n, b n -> b n"``, ``"... d, d -> ... d"``).
     ``need_replication`` (or JAX's name, ``need_replication_factors``): factors the kernel needs whole, e.g.
     the dimension it reduces over; XLA gathers operands split along them. A factor that is only in operands
-    or only in results is kept whole too. ``reduction_factors``: operand-only factors that may be split
-    because the results are sums over them (each shard's results are added with ``psum``).
+    or only in results is kept whole too. ``reduction_factors``: factors whose shards give partial sums of the
+    results that lack them (each shard's such results are added with ``psum``); ``"..."`` names the ellipsis.
+    A malformed rule is a ``ValueError`` saying what is wrong.
     """
     if need_replication and need_replication_factors:
         raise TypeError("partitioned: give need_replication or need_replication_factors (the same thing), not both")
-    parsed = rules.parse(rule, need_replication=tuple(need_replication or need_replication_factors),
-                         reduction=tuple(reduction_factors))
+    return _parse(rule, tuple(need_replication or need_replication_factors), tuple(reduction_factors))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(rule: str, need_replication: tuple[str, ...], reduction: tuple[str, ...]) -> rules.Rule:
+    return rules.parse(rule, need_replication=need_replication, reduction=reduction)
+
+
+def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule], *, need_replication: Sequence[str] = (),
+                need_replication_factors: Sequence[str] = (),
+                reduction_factors: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Partitioned]:
+    """Decorate a function that makes Triton calls so that a sharded ``jit`` runs it per shard.
+
+    ``rule`` and the keywords: as :func:`sharding_rule`. Where the rule depends on the call (which optional
+    arrays are given, whether two arrays share a dimension), ``rule`` may instead be a function that takes the
+    decorated function's arguments (bound to its signature, defaults filled in) and returns the call's rule (a
+    string, or a ``tritonplug.sharding_rule`` with its keywords); it is called at every call, with arrays or
+    their tracers.
+    """
+    if callable(rule) and not isinstance(rule, rules.Rule):
+        if need_replication or need_replication_factors or reduction_factors:
+            raise TypeError("partitioned: with a function choosing the rule, give the keywords to the "
+                            "tritonplug.sharding_rule(...) it returns")
+        parsed: rules.Rule | Callable[..., Any] = rule
+    elif isinstance(rule, rules.Rule):
+        parsed = rule
+    else:
+        parsed = sharding_rule(rule, need_replication=need_replication,
+                               need_replication_factors=need_replication_factors, reduction_factors=reduction_factors)
 
     def decorate(fn: Callable[..., Any]) -> Partitioned:
         if not callable(fn):
@@ -60,7 +88,7 @@ def partitioned(rule: str, *, need_replication: Sequence[str] = (), need_replica
 class Partitioned:
     """A function under a sharding rule; calling it runs it per shard (see the module's docstring)."""
 
-    def __init__(self, fn: Callable[..., Any], rule: rules.Rule) -> None:
+    def __init__(self, fn: Callable[..., Any], rule: rules.Rule | Callable[..., Any]) -> None:
         self.fn, self.rule = fn, rule
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn)
@@ -71,7 +99,23 @@ class Partitioned:
         self._eager: dict[Any, Callable[..., Any]] = {}
 
     def __repr__(self) -> str:
-        return f"partitioned({self.rule.text!r})({self.__name__})"
+        rule = self.rule.text if isinstance(self.rule, rules.Rule) else getattr(self.rule, "__name__", self.rule)
+        return f"partitioned({rule!r})({self.__name__})"
+
+    def _rule_for(self, args: tuple, kwargs: dict) -> rules.Rule:
+        if isinstance(self.rule, rules.Rule):
+            return self.rule
+        if self._signature is not None:  # the function's arguments with its defaults, as the function sees them
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, bound.kwargs
+        chosen = self.rule(*args, **kwargs)
+        if isinstance(chosen, str):
+            return _parse(chosen, (), ())
+        if not isinstance(chosen, rules.Rule):
+            raise TypeError(f"partitioned {self.__name__}: the rule function {self.rule!r} returned a "
+                            f"{type(chosen).__name__}; it returns a rule string or a tritonplug.sharding_rule(...)")
+        return chosen
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else functools.partial(self, instance)
@@ -108,7 +152,11 @@ class Partitioned:
             out.setdefault("values", flat)
             return tuple(leaf for leaf in flat if _is_array(leaf))
 
-        arrays_out = iter(call(self.rule, body, arrays, names, self.__name__))
+        leaves = list(values)
+        for i, a in zip(where, arrays, strict=True):
+            leaves[i] = a
+        args, kwargs = jax.tree.unflatten(treedef, leaves)
+        arrays_out = iter(call(self._rule_for(args, kwargs), body, arrays, names, self.__name__))
         return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
 
     def _name(self, path: tuple) -> str:
@@ -142,6 +190,8 @@ def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Seque
     bound = rules.bind(rule, [tuple(a.shape) for a in arrays], [tuple(r.shape) for r in results], names,
                        result_names)
     info = paths.CallInfo(function, names, result_names)
+    if _explicit_mesh(arrays) is not None:  # shard_map has its own batching rule, and custom_vmap refuses a
+        return _dispatch(body, arrays, bound, info)  # batch axis split over explicit mesh axes
 
     @jax.custom_batching.custom_vmap
     def run(*arrs: Any) -> tuple[Any, ...]:
@@ -157,14 +207,21 @@ def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Seque
     return tuple(run(*arrays))
 
 
-def _dispatch(body: paths.Body, arrays: Sequence[Any], bound: rules.BoundRule, info: paths.CallInfo) -> tuple:
+def _explicit_mesh(arrays: Sequence[Any]) -> Any | None:
+    """The mesh with explicit axes that the operands' types (or the context) are sharded over, if any."""
     mesh = jax.sharding.get_abstract_mesh()
     types = [jax.typeof(a) for a in arrays]
-    explicit_meshes = {t.sharding.mesh for t in types
-                       if getattr(t, "sharding", None) is not None and t.sharding.mesh._any_axis_explicit}
-    if not explicit_meshes and (mesh.empty or not mesh._any_axis_explicit):
+    explicit = [t.sharding.mesh for t in types
+                if getattr(t, "sharding", None) is not None and t.sharding.mesh._any_axis_explicit]
+    if explicit:
+        return explicit[0]
+    return None if mesh.empty or not mesh._any_axis_explicit else mesh
+
+
+def _dispatch(body: paths.Body, arrays: Sequence[Any], bound: rules.BoundRule, info: paths.CallInfo) -> tuple:
+    mesh = _explicit_mesh(arrays)
+    if mesh is None:
         return paths.auto(body, arrays, bound, info)
-    mesh = explicit_meshes.pop() if explicit_meshes else mesh
     if mesh._any_axis_auto:
         raise NotImplementedError(
             f"partitioned {info.function}: the mesh {dict(mesh.shape)} mixes explicit axes {list(mesh.explicit_axes)} "

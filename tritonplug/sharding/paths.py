@@ -26,6 +26,7 @@ import numpy as np
 from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
+from tritonplug.adapters import jax_compat
 from tritonplug.calls.sharding_rules import OPERANDS, RESULTS, BoundRule, Spec, assign, reduced_axes, specs_of
 from tritonplug.process.state import state
 
@@ -105,8 +106,8 @@ def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) ->
         incoming = _specs(arg_shapes)
         chosen = assign(bound, dict(mesh.shape), (RESULTS, _specs(result_shape)), (OPERANDS, incoming))
         record(call, bound, dict(mesh.shape), chosen, incoming, [a.dtype for a in arg_shapes], "custom_partitioning")
-        return (mesh, with_sums(body, reduced_axes(bound, chosen)), shardings(mesh, bound.results, chosen),
-                shardings(mesh, bound.operands, chosen))
+        local = jax_compat.without_internal_refs(with_sums(body, reduced_axes(bound, chosen)))
+        return mesh, local, shardings(mesh, bound.results, chosen), shardings(mesh, bound.operands, chosen)
 
     op = custom_partitioning(body)
     op.def_partition(partition, infer_sharding_from_operands=infer, propagate_user_sharding=propagate,
