@@ -161,6 +161,13 @@ def main(mode: str) -> None:
     refusal("refuse/rank", lambda: tritonplug.partitioned("r c, c -> r c")(sk.add_rows.fn)(x, y))
     refusal("refuse/two_sizes", lambda: tritonplug.partitioned("r c, r c -> r c")(sk.add_rows.fn)(x, y[:, :32]))
     refusal("refuse/unknown_factor", lambda: tritonplug.partitioned("r c, r c -> r c", need_replication=("d",)))
+    mixed = jax.make_mesh((n // 2, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,
+                                                               jax.sharding.AxisType.Auto))
+
+    def on_mixed_mesh():
+        with jax.set_mesh(mixed):
+            return jax.jit(sk.add_rows)(jax.device_put(x, NamedSharding(mixed, P("x"))), y)
+    refusal("refuse/mixed_axis_types", on_mixed_mesh)
     REPORT["partitions"] = [{"function": r.function, "path": r.path, "factors": [list(f) for f in r.factors],
                              "transfers": [t.operand for t in r.transfers]} for r in inspection.partitions()][-8:]
 

@@ -131,6 +131,11 @@ def test_a_rule_that_does_not_fit_is_refused_naming_the_operand(report, case, wo
         assert word in error, f"{word!r} not in {error!r}"
 
 
+def test_a_mesh_mixing_explicit_and_automatic_axes_is_refused(report):
+    error = report["refuse/mixed_axis_types"]["error"]
+    assert error.startswith("NotImplementedError") and "mixes explicit axes ['x'] and automatic ones ['y']" in error
+
+
 def test_decisions_are_recorded_for_inspection(report):
     path = "shard_map" if report["mode"] == "explicit" else "custom_partitioning"
     assert report["partitions"] and all(p["path"] == path for p in report["partitions"])

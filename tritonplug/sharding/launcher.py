@@ -113,8 +113,8 @@ class Partitioned:
         if isinstance(chosen, str):
             return _parse(chosen, (), ())
         if not isinstance(chosen, rules.Rule):
-            raise TypeError(f"partitioned {self.__name__}: the rule function {self.rule!r} returned a "
-                            f"{type(chosen).__name__}; it returns a rule string or a tritonplug.sharding_rule(...)")
+            raise TypeError(f"partitioned {self.__name__}: the rule function {self.rule!r} returned {chosen!r} "
+                            f"({type(chosen).__name__}); it returns a rule string or a tritonplug.sharding_rule(...)")
         return chosen
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from helpers import ROOT, requires_backend
 
 pytestmark = requires_backend("interpret")
@@ -76,3 +77,30 @@ def test_the_readme_example_runs_on_eight_cpu_devices():
     assert done.returncode == 0, done.stderr[-4000:]
     assert "8 cpu devices" in done.stdout and "matches jnp" in done.stdout
     assert "collectives in the program: none" in done.stdout
+
+
+def test_a_rule_function_picks_each_calls_rule_and_a_wrong_answer_is_refused():
+    import jax
+    import numpy as np
+    import sharding_kernels as sk
+
+    import tritonplug
+
+    seen = []
+
+    def rule(x, y, scale=2.0):  # called with the function's arguments, defaults filled in
+        seen.append((x.shape, scale))
+        return tritonplug.sharding_rule("r c, r c -> r c", need_replication=("c",))
+
+    @tritonplug.partitioned(rule)
+    def add_scaled(x, y, scale=2.0):
+        return sk.add_rows.fn(x, y * scale)
+
+    x = np.ones((4, 16), np.float32)
+    np.testing.assert_allclose(jax.jit(add_scaled)(x, x), 3 * x)
+    assert seen and seen[-1] == ((4, 16), 2.0)
+    bad = tritonplug.partitioned(lambda x, y: 7)(sk.add_rows.fn)
+    with pytest.raises(TypeError, match=r"returned 7 \(int\); it returns a rule string"):
+        bad(x, x)
+    with pytest.raises(TypeError, match="give the keywords to the"):
+        tritonplug.partitioned(rule, need_replication=("c",))
