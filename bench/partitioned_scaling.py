@@ -68,6 +68,43 @@ def cases(n: int, rng: np.random.Generator):
     ]
 
 
+def port_cases(rng: np.random.Generator):
+    """The ports of ``examples/ports`` (when liger-kernel and fla-core are installed), forward and backward."""
+    try:
+        sys.path.insert(0, str(ROOT / "examples"))
+        from ports import fla_fused_recurrent, liger_cross_entropy, liger_rms_norm, liger_rope, liger_swiglu
+    except Exception as exc:  # noqa: BLE001 - the libraries are optional here
+        print(f"ports skipped: {type(exc).__name__}: {exc}")
+        return []
+
+    def rand(*shape, dtype=jnp.bfloat16):
+        return jnp.asarray(rng.standard_normal(shape), dtype)
+
+    def grad_of(op, argnums):
+        return jax.grad(lambda *a: jnp.sum(jax.tree.leaves(op(*a))[0].astype(jnp.float32)), argnums=argnums)
+    w = rand(4096)
+    emb = np.arange(2048, dtype=np.float32)[:, None] / (1e4 ** (np.arange(64) / 64))
+    emb = np.concatenate([emb, emb], -1)[None]
+    cos, sin = jnp.asarray(np.cos(emb)), jnp.asarray(np.sin(emb))
+    return [
+        ("Liger RMSNorm fwd+bwd 4x2048x4096 bf16 /dev", grad_of(liger_rms_norm.liger_rms_norm, (0, 1)),
+         lambda k: (rand(4 * k, 2048, 4096), w), (P("x"), None)),
+        ("Liger SwiGLU fwd+bwd 4x2048x8192 bf16 /dev", grad_of(liger_swiglu.liger_swiglu, (0, 1)),
+         lambda k: (rand(4 * k, 2048, 8192), rand(4 * k, 2048, 8192)), (P("x"), P("x"))),
+        ("Liger cross entropy fwd+bwd 4096x32000 f32 /dev",
+         grad_of(lambda x, t: liger_cross_entropy.liger_cross_entropy(x, t), (0,)),
+         lambda k: (rand(4096 * k, 32000, dtype=jnp.float32),
+                    jnp.asarray(rng.integers(0, 32000, 4096 * k), jnp.int32)), (P("x"), P("x"))),
+        ("Liger RoPE fwd+bwd 4x32x2048x128 bf16 /dev",
+         grad_of(lambda q, k: liger_rope.liger_rope(q, k, cos, sin), (0, 1)),
+         lambda k: (rand(4 * k, 32, 2048, 128), rand(4 * k, 8, 2048, 128)), (P("x"), P("x"))),
+        ("FLA fused_recurrent fwd 4x2048x16x64 f32 /dev",
+         lambda q, k, v: fla_fused_recurrent.fused_recurrent_fwd(q, k, v, scale=0.125)[0],
+         lambda k: (rand(4 * k, 2048, 16, 64, dtype=jnp.float32), rand(4 * k, 2048, 16, 64, dtype=jnp.float32) / 64,
+                    rand(4 * k, 2048, 16, 64, dtype=jnp.float32)), (P("x"),) * 3),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "partitioned-scaling.json"))
@@ -77,7 +114,8 @@ def main() -> None:
     n = len(devices)
     mesh = jax.make_mesh((n,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
     rows = []
-    for name, fn, make, specs in cases(n, np.random.default_rng(0)):
+    rng = np.random.default_rng(0)
+    for name, fn, make, specs in cases(n, rng) + port_cases(rng):
         if fn is None:
             continue
         one_args = jax.device_put(make(1), devices[0])
