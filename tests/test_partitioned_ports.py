@@ -195,7 +195,7 @@ def report(tmp_path_factory):
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert done.returncode == 0 and lines, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
     result = json.loads(lines[-1].removeprefix("REPORT "))
-    assert result["devices"] in ((4, 8) if on_gpus else (8,))
+    assert result["devices"] >= 2 if on_gpus else result["devices"] == 8
     return result
 
 
