@@ -180,8 +180,8 @@ def _ran(report: dict, name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    """The child's report: on 8 CPU devices, or, with ``SHARDING_TESTS_ON_GPUS=1`` on a machine with 4 or 8
-    GPUs, on those (``bench/results/partitioned-h100x4`` ran it so)."""
+    """The child's report: on 8 CPU devices, or, with ``SHARDING_TESTS_ON_GPUS=1`` on a machine with an even
+    number of GPUs, on those (``bench/results/partitioned-h100x2/ports-*`` ran it so)."""
     script = tmp_path_factory.mktemp("partitioned_ports") / "eight_devices.py"
     script.write_text(SCRIPT)
     on_gpus = os.environ.get("SHARDING_TESTS_ON_GPUS") == "1"
