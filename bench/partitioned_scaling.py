@@ -125,7 +125,10 @@ def main() -> None:
         one, many = jax.jit(fn), jax.jit(fn)
         check = jax.tree.leaves(many(*many_args))
         reference = jax.tree.leaves(jax.jit(fn)(*jax.device_put(whole, devices[0])))
-        same = all(np.allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=2e-2, atol=2e-2)
+        # relative to each result's scale: a sum over many rows in bf16 rounds differently when its shards' partial
+        # sums are added (as any data-parallel reduction does), so elementwise rtol would flag values near zero
+        same = all(float(np.max(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32)))) <=
+                   2e-2 * (1.0 + float(np.max(np.abs(np.asarray(b, np.float32)))))
                    for a, b in zip(check, reference, strict=True))
         t1 = _median_us(one, one_args, args.rounds)
         tn = _median_us(many, many_args, args.rounds)

@@ -82,10 +82,17 @@ def sdy_rule(bound: BoundRule) -> SdyShardingRule:
 
 def with_sums(body: Body, axes: Sequence[tuple[str, ...]]) -> Body:
     """``body`` whose k-th result is summed over ``axes[k]`` (split reduction factors it lacks: each shard's
-    value is a partial sum)."""
+    value is a partial sum); half-precision partial sums are added in fp32 and rounded once."""
     if not any(axes):
         return body
-    return lambda *args: tuple(jax.lax.psum(r, a) if a else r for r, a in zip(body(*args), axes, strict=True))
+
+    def summed(r: Any, over: tuple[str, ...]) -> Any:
+        if not over:
+            return r
+        if jax.numpy.issubdtype(r.dtype, jax.numpy.floating) and r.dtype.itemsize < 4:  # add bf16/fp16 in fp32
+            return jax.lax.psum(r.astype(np.float32), over).astype(r.dtype)
+        return jax.lax.psum(r, over)
+    return lambda *args: tuple(summed(r, a) for r, a in zip(body(*args), axes, strict=True))
 
 
 def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) -> tuple[Any, ...]:
