@@ -81,7 +81,9 @@ def port_cases(rng: np.random.Generator):
         return jnp.asarray(rng.standard_normal(shape), dtype)
 
     def grad_of(op, argnums):
-        return jax.grad(lambda *a: jnp.sum(jax.tree.leaves(op(*a))[0].astype(jnp.float32)), argnums=argnums)
+        """``jax.grad`` of ``sum(out ** 2)``: the cotangent (``2 out``) is split as ``out`` is, as a downstream
+        layer's would be (a plain ``sum`` gives a replicated cotangent, and the backward then runs whole)."""
+        return jax.grad(lambda *a: jnp.sum(jax.tree.leaves(op(*a))[0].astype(jnp.float32) ** 2), argnums=argnums)
     w = rand(4096)
     emb = np.arange(2048, dtype=np.float32)[:, None] / (1e4 ** (np.arange(64) / 64))
     emb = np.concatenate([emb, emb], -1)[None]
