@@ -5,10 +5,12 @@ Helpers (installed backends, device marks) live in ``helpers.py``; test modules 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
@@ -18,6 +20,12 @@ from helpers import execution_platforms  # noqa: E402
 from session_setup import configure_environment, use_private_cache  # noqa: E402
 
 configure_environment()
+
+# Property tests draw the same examples on every run (a red CI run is then a real failure, found again by the
+# next run); HYPOTHESIS_PROFILE=explore draws new ones, for a non-gating search.
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, max_examples=200)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(params=execution_platforms())

@@ -126,3 +126,19 @@ def test_info_reports_versions_backends_targets_cache_and_workers(tmp_path: Path
     workers = min(os.cpu_count() or 1, 8)
     for line in (f"  triton: {triton.__version__}", f"  directory: {cache_dir}", f"compile workers: {workers}"):
         assert line in text.stdout.splitlines(), (line, text.stdout)
+
+
+def test_info_lists_invalid_settings_under_problems(tmp_path: Path) -> None:
+    report = run_json("info", cache_dir=tmp_path / "cache", TRITONPLUG_COMPILE_WORKERS="two",
+                      TRITONPLUG_COMPILE_TIMEOUT="-1")
+    problems = report["problems"]
+    assert isinstance(problems, list), problems
+    assert any("TRITONPLUG_COMPILE_WORKERS" in p and "'two'" in p for p in problems), problems
+    assert any("TRITONPLUG_COMPILE_TIMEOUT" in p for p in problems), problems
+
+
+def test_tune_export_into_a_missing_folder_names_it(tmp_path: Path) -> None:
+    target = tmp_path / "missing" / "tuning.json"
+    done = run("tune", "export", str(target), cache_dir=tmp_path / "cache")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"the folder {target.parent} does not exist" in done.stderr and not target.exists()

@@ -321,6 +321,17 @@ def in_effect() -> dict[str, str]:
     return report
 
 
+def invalid() -> list[str]:
+    """Every set variable whose value its setting refuses, as ``NAME: why`` (``tritonplug info``'s problems)."""
+    problems = []
+    for setting in ALL:
+        try:
+            setting.get()
+        except SettingError as exc:
+            problems.append(str(exc))  # the message names the variable
+    return problems
+
+
 def markdown() -> str:
     """The README's configuration table."""
     def cell(text: str) -> str:

@@ -43,7 +43,7 @@ def collect_info() -> dict[str, Any]:
                      "jax": jax.__version__, "jaxlib": jaxlib.__version__},
         "tested": tested_report(),
         "backends": backends or "none installed",
-        "problems": [*host.problems, *state.compiler.remote.problems()] or "none",
+        "problems": [*host.problems, *state.compiler.remote.problems(), *settings.invalid()] or "none",
         "jax devices": ", ".join(str(d) for d in jax.devices()),
         "cache": cache_report,
         "remote cache": state.compiler.remote.status(),

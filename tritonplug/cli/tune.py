@@ -77,7 +77,12 @@ def _run(action: str, file: str | None) -> tuple[dict, int]:
         if file == "-":
             os.write(1, data)
             return {}, 0
-        _write_atomically(Path(file), data)
+        try:
+            _write_atomically(Path(file), data)
+        except OSError as exc:
+            folder = Path(file).expanduser().absolute().parent
+            hint = f" (the folder {folder} does not exist)" if not folder.is_dir() else ""
+            return {"error": f"nothing exported: cannot write {file}{hint}: {exc.strerror or exc}"}, 1
         return {"file": file, "exported_records": len(records)}, 0
     try:
         records = decode_file(Path(file).read_bytes(), file)
