@@ -220,3 +220,16 @@ def test_the_command_prints_the_table() -> None:
     assert done.stdout == settings.markdown() + "\n"
     wrong = subprocess.run([sys.executable, "-m", "tritonplug.settings"], capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 2 and "--markdown" in wrong.stderr
+
+
+def test_an_invalid_setting_this_run_never_reads_is_still_said_at_first_use(clean: pytest.MonkeyPatch,
+                                                                            fresh_state) -> None:
+    """On a CPU-only run the compile workers' settings are never read (the CPU backend compiles in-process); a
+    typo there is still said, once, when the process first uses tritonplug."""
+    from tritonplug.process.state import state
+
+    clean.setenv("TRITONPLUG_COMPILE_WORKERS", "two")
+    clean.setenv("TRITONPLUG_COMPILE_TIMEOUT", "-1")
+    state.reset(plugins=True)
+    with pytest.warns(UserWarning, match=r"invalid settings.*TRITONPLUG_COMPILE_WORKERS.*'two'.*COMPILE_TIMEOUT"):
+        state.host()
