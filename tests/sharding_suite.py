@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 import tritonplug
 from tritonplug import inspection
+from tritonplug.process.state import state
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import sharding_kernels as sk  # noqa: E402
@@ -38,6 +39,7 @@ def run(name, fn, args, reference, specs, mesh, tol=1e-5, **jit_kwargs):
     entry: dict = {}
     try:
         whole = jax.jit(fn)(*args)
+        state.partitions.clear()
         placed = [a if s is None else jax.device_put(a, NamedSharding(mesh, s))
                   for a, s in zip(args, specs, strict=True)]
         jitted = jax.jit(fn, **jit_kwargs)
@@ -54,6 +56,8 @@ def run(name, fn, args, reference, specs, mesh, tol=1e-5, **jit_kwargs):
                                                       rtol=tol, atol=tol) for g, o in zip(got, one, strict=True))
         entry["collectives"] = sorted({c["op"] for c in inspection.collectives(text)})
         entry["out_specs"] = [_spec(g.sharding) for g in got]
+        entry["transfers"] = sorted({(t.operand, t.factors, t.bytes_per_device) for r in inspection.partitions()
+                                     for t in r.transfers})
         entry["ok"] = True
     except Exception as exc:  # reported per case; the test names the case that failed
         entry = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}

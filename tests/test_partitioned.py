@@ -107,9 +107,12 @@ def test_partitioned_call_matches_the_unsharded_call(report, case):
         assert [_trimmed(s) for s in entry["out_specs"]] == specs
 
 
-def test_a_factor_kept_whole_is_gathered(report):
+def test_a_factor_kept_whole_is_gathered_and_its_cost_recorded(report):
     entry = ran(report, "rms_norm/normalised_axis_gathered")
     assert "all-gather" in entry["collectives"] or "all-to-all" in entry["collectives"]
+    # x (64x48 f32) arrived split along d over 8 devices; gathered, each device holds it whole: 12288 bytes
+    assert ["x", ["d"], 64 * 48 * 4] in entry["transfers"], entry["transfers"]
+    assert ran(report, "rms_norm/rows")["transfers"] == []
 
 
 def test_an_unpartitioned_call_names_the_decorator_and_a_rule(report):

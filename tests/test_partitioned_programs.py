@@ -104,3 +104,23 @@ def test_a_rule_function_picks_each_calls_rule_and_a_wrong_answer_is_refused():
         bad(x, x)
     with pytest.raises(TypeError, match="give the keywords to the"):
         tritonplug.partitioned(rule, need_replication=("c",))
+
+
+def test_two_processes_run_a_partitioned_program_and_compile_each_kernel_once(tmp_path):
+    """``jax.distributed`` with two CPU processes (gloo collectives), each with a cache directory of its own: both
+    get their rows right, and the coordination service's cache lets one process compile for both."""
+    import json
+
+    out = tmp_path / "processes.json"
+    env = {**os.environ, "TRITONPLUG_INTERPRET_CHECK": "0"}
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "partitioned_multiprocess.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    reports = json.loads(out.read_text())["reports"]
+    assert len(reports) == 2
+    for report in reports:
+        assert report["add_rows_ok"] and report["rms_norm_ok"] and report["grad_x_ok"] and report["grad_w_ok"], report
+    compiled = sorted(r["compile_stats"]["compiled"] for r in reports)
+    fetched = sorted(r["compile_stats"]["remote_hits"] for r in reports)
+    assert compiled[0] == 0 and compiled[1] >= 2 and fetched[1] == compiled[1], reports
