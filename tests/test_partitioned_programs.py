@@ -124,3 +124,47 @@ def test_two_processes_run_a_partitioned_program_and_compile_each_kernel_once(tm
     compiled = sorted(r["compile_stats"]["compiled"] for r in reports)
     fetched = sorted(r["compile_stats"]["remote_hits"] for r in reports)
     assert compiled[0] == 0 and compiled[1] >= 2 and fetched[1] == compiled[1], reports
+
+
+CHECKED = textwrap.dedent('''
+    import jax, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    import tritonplug, sharding_kernels as sk
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    for kind in ("Auto", "Explicit"):
+        mesh = jax.make_mesh((8,), ("x",), axis_types=(getattr(jax.sharding.AxisType, kind),))
+        xs = jax.device_put(x, NamedSharding(mesh, P("x")))
+        try:
+            print(kind, "right" if np.allclose(jax.jit(sk.add_rows)(xs, xs), 2 * x) else "WRONG", flush=True)
+        except Exception as exc:
+            print(kind, "refused:", str(exc).replace(chr(10), " | "), flush=True)
+
+    @tritonplug.partitioned("r c -> r c")
+    def noisy(a):
+        jax.debug.callback(lambda v: None, a.sum())
+        return sk.add_rows.fn(a, a)
+
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    try:
+        jax.jit(noisy)(jax.device_put(x, NamedSharding(mesh, P("x"))))
+        print("callback ran")
+    except Exception as exc:
+        print("callback refused:", str(exc).replace(chr(10), " | "), flush=True)
+''')
+
+
+def test_on_xla_cpu_a_callback_in_a_custom_partitioned_body_is_refused_not_a_crash(tmp_path):
+    """XLA:CPU crashes on a host callback inside a custom-partitioned body: the CPU backend's checked mode and a
+    ``jax.debug.callback`` in the function are refused, naming the fix; under explicit axes (shard_map) it runs."""
+    script = tmp_path / "checked.py"
+    script.write_text(CHECKED)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+           "TRITONPLUG_INTERPRET_CHECK": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]  # a crash would be a negative return code
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("Auto refused:") and "checked mode (TRITONPLUG_INTERPRET_CHECK=1)" in line
+               and "explicit mesh axes" in line for line in lines), lines
+    assert "Explicit right" in lines, lines
+    assert any(line.startswith("callback refused:") and "debug_callback" in line for line in lines), lines

@@ -26,6 +26,7 @@ import numpy as np
 from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
+from tritonplug import settings
 from tritonplug.adapters import jax_compat
 from tritonplug.calls.sharding_rules import OPERANDS, RESULTS, BoundRule, Spec, assign, reduced_axes, specs_of
 from tritonplug.process.state import state
@@ -110,6 +111,7 @@ def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) ->
         return shardings(mesh, bound.results, chosen)
 
     def partition(mesh: Any, arg_shapes: Any, result_shape: Any) -> tuple:
+        check_no_host_callbacks(body, arg_shapes, mesh, call)
         incoming = _specs(arg_shapes)
         chosen = assign(bound, dict(mesh.shape), (RESULTS, _specs(result_shape)), (OPERANDS, incoming))
         record(call, bound, dict(mesh.shape), chosen, incoming, [a.dtype for a in arg_shapes], "custom_partitioning")
@@ -120,6 +122,28 @@ def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) ->
     op.def_partition(partition, infer_sharding_from_operands=infer, propagate_user_sharding=propagate,
                      sharding_rule=sdy_rule(bound))
     return tuple(op(*arrays))
+
+
+def check_no_host_callbacks(body: Body, arg_shapes: Any, mesh: Any, call: CallInfo) -> None:
+    """Refuse, on XLA:CPU, a per-shard body that would call back into Python: JAX lowers a custom-partitioned
+    body as a module of its own and drops its host callbacks, and XLA:CPU then crashes when the program runs
+    (jax 0.10-0.12). Such callbacks are ``jax.debug.callback``/``print`` in the function, and the CPU backend's
+    checked mode (``TRITONPLUG_INTERPRET_CHECK``), which reports through one."""
+    if {d.platform for d in mesh.devices.flat} != {"cpu"}:
+        return
+    fix = ("or run it on explicit mesh axes (AxisType.Explicit under jax.set_mesh: the call then runs under "
+           "jax.shard_map, where callbacks work)")
+    jaxpr = jax.make_jaxpr(body)(*[jax.ShapeDtypeStruct(s.shape, s.dtype) for s in jax.tree.leaves(arg_shapes)])
+    found = sorted({e.primitive.name for e in jaxpr.jaxpr.eqns if "callback" in e.primitive.name})
+    if found:
+        raise NotImplementedError(
+            f"partitioned {call.function}: the function calls back into Python ({', '.join(found)}), which XLA:CPU "
+            f"cannot run inside a custom-partitioned op (it crashes); move the callback out of the function, {fix}")
+    if settings.INTERPRET_CHECK.get():
+        raise NotImplementedError(
+            f"partitioned {call.function}: the CPU backend's checked mode ({settings.INTERPRET_CHECK.name}=1) "
+            f"reports through jax.debug.callback, which XLA:CPU cannot run inside a custom-partitioned op (it "
+            f"crashes); turn checked mode off for this sharded program, {fix}")
 
 
 def explicit(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo, mesh: Any) -> tuple[Any, ...]:
