@@ -271,3 +271,22 @@ def test_a_script_loads_from_its_file(tmp_path):
     assert inspect.getsourcelines(tutorial.add_kernel.fn)[1] == line_of(script, "@triton.jit")
     with pytest.raises(FileNotFoundError, match="`path` must be a Python source file"):
         kernels_from_file(tmp_path / "missing.py")
+
+
+def test_a_kernel_using_a_name_whose_import_failed_is_refused_at_the_call_naming_the_package(tmp_path):
+    """A library's dependency (not torch) missing: the kernel loads, and the call, before anything is compiled,
+    raises a KernelImportError naming the package, the import line and the kernel, not Triton's "Unsupported
+    function referenced"."""
+    import jax
+    import jax.numpy as jnp
+
+    source = tmp_path / "needs_a_package.py"
+    source.write_text("import triton\nimport triton.language as tl\nfrom not_a_real_package_xyz import fast_scale\n\n\n"
+                      "@triton.jit\ndef scale_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):\n"
+                      "    offs = tl.arange(0, BLOCK)\n"
+                      "    tl.store(out_ptr + offs, fast_scale(tl.load(x_ptr + offs)))\n")
+    module = tritonplug.kernels_from_file(source)
+    x = jnp.ones(16)
+    with pytest.raises(tritonplug.KernelImportError, match=r"fast_scale \(`from not_a_real_package_xyz import "
+                       r"fast_scale`, .*needs_a_package.py:3\) needs not_a_real_package_xyz.*kernel 'scale_kernel'"):
+        tritonplug.triton_call(x, kernel=module.scale_kernel, out_type=jax.typeof(x), grid=(1,), BLOCK=16)

@@ -67,6 +67,7 @@ def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         return jax.tree_util.tree_unflatten(memo.out_tree, results)
 
     facts = state.kernels.get(kernel)
+    frontend.check_dependencies(facts)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_value)
     out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
     rest = dict(kwargs)

@@ -60,6 +60,7 @@ class KernelFacts:
     param_names: frozenset[str]
     constexpr_names: frozenset[str]
     language: str = "triton"  # "gluon" for @gluon.jit kernels
+    missing: Any = None  # a global it uses that could not be loaded (``unavailable_dependency``), if any
 
     @property
     def ir_stage(self) -> str:
@@ -111,7 +112,7 @@ def kernel_facts(kernel: object) -> KernelFacts:
                                    p.has_default, _annotation_type(p)) for p in fn.params)
     return KernelFacts(kernel, fn, autotuner, tuple(heuristics), fn.fn.__name__, params,
                        frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr),
-                       "gluon" if is_gluon_kernel(fn) else "triton")
+                       "gluon" if is_gluon_kernel(fn) else "triton", unavailable_dependency(fn))
 
 
 def _annotation_type(param: Any) -> str:
@@ -119,6 +120,32 @@ def _annotation_type(param: Any) -> str:
         return str(getattr(param, "annotation_type", "") or "")
     except Exception:  # an annotation Triton cannot normalise: Triton's own launch reports it
         return ""
+
+
+def unavailable_dependency(fn: JITFunction) -> Any | None:
+    """The first global that ``fn`` (or a ``@triton.jit`` function it calls) names and that stands for what could
+    not be loaded: an object whose class has ``kernel_import_error`` (``tritonplug.kernels_of``'s placeholders
+    for a name whose import failed), else None."""
+    seen: set[int] = set()
+    stack = [fn]
+    while stack:
+        jit = stack.pop()
+        if id(jit) in seen:
+            continue
+        seen.add(id(jit))
+        function = jit.fn
+        code_objects, names = [function.__code__], set()
+        while code_objects:
+            code = code_objects.pop()
+            names.update(code.co_names)
+            code_objects.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+        for name in sorted(names):
+            value = function.__globals__.get(name)
+            if hasattr(type(value), "kernel_import_error"):
+                return value
+            if isinstance(value, JITFunction):
+                stack.append(value)
+    return None
 
 
 def python_function(fn: JITFunction) -> Any:

@@ -100,6 +100,14 @@ def _check_config_names(kernel: KernelFacts, fields: triton_compat.ConfigFields)
         _check_set_name(kernel, key, f"autotune config {fields.config}")
 
 
+def check_dependencies(kernel: KernelFacts) -> None:
+    """Refuse, at the call, a kernel that uses a global which could not be loaded (``kernels_of`` without one of
+    its library's dependencies): the ``KernelImportError`` names the package and the import line, where Triton
+    would only say "Unsupported function referenced"."""
+    if kernel.missing is not None:
+        raise kernel.missing.kernel_import_error(f" (kernel {kernel.name!r} uses it)")
+
+
 def check_heuristic_names(kernel: KernelFacts) -> None:
     """``triton.heuristics`` may set only the kernel's ``tl.constexpr`` parameters (Triton passes what it sets
     as keyword arguments of the kernel, which refuses any other name)."""

@@ -162,6 +162,10 @@ class Unavailable:
         error.links, error.reason = self.links, self.reason  # type: ignore[attr-defined]
         return error
 
+    def kernel_import_error(self, use: str) -> KernelImportError:
+        """The error for a kernel that uses this name (the compile front end asks, ``triton_compat``)."""
+        return self.error(use)
+
     def _raise(self, use: str) -> None:
         raise self.error(f" ({use}{_where(sys._getframe(2))})") from self.cause
 
