@@ -28,6 +28,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import sharding_kernels as sk  # noqa: E402
 
 REPORT: dict = {}
+DECISIONS: list = []  # every case's partitioning decisions (inspection.partitions()), in order
 
 
 def _spec(sharding) -> list:
@@ -58,6 +59,8 @@ def run(name, fn, args, reference, specs, mesh, tol=1e-5, **jit_kwargs):
         entry["out_specs"] = [_spec(g.sharding) for g in got]
         entry["transfers"] = sorted({(t.operand, t.factors, t.bytes_per_device) for r in inspection.partitions()
                                      for t in r.transfers})
+        DECISIONS.extend({"function": r.function, "path": r.path, "factors": [list(f) for f in r.factors],
+                          "transfers": [t.operand for t in r.transfers]} for r in inspection.partitions())
         entry["ok"] = True
     except Exception as exc:  # reported per case; the test names the case that failed
         entry = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
@@ -172,8 +175,7 @@ def main(mode: str) -> None:
         with jax.set_mesh(mixed):
             return jax.jit(sk.add_rows)(jax.device_put(x, NamedSharding(mixed, P("x"))), y)
     refusal("refuse/mixed_axis_types", on_mixed_mesh)
-    REPORT["partitions"] = [{"function": r.function, "path": r.path, "factors": [list(f) for f in r.factors],
-                             "transfers": [t.operand for t in r.transfers]} for r in inspection.partitions()][-8:]
+    REPORT["partitions"] = DECISIONS[-8:]
 
 
 if __name__ == "__main__":

@@ -121,9 +121,12 @@ def test_two_processes_run_a_partitioned_program_and_compile_each_kernel_once(tm
     assert len(reports) == 2
     for report in reports:
         assert report["add_rows_ok"] and report["rms_norm_ok"] and report["grad_x_ok"] and report["grad_w_ok"], report
-    compiled = sorted(r["compile_stats"]["compiled"] for r in reports)
-    fetched = sorted(r["compile_stats"]["remote_hits"] for r in reports)
-    assert compiled[0] == 0 and compiled[1] >= 2 and fetched[1] == compiled[1], reports
+    # each process got every kernel, compiled or fetched; in the whole job each was compiled once (which process
+    # compiled which depends on who claimed it first)
+    stats = [r["compile_stats"] for r in reports]
+    got = {s["compiled"] + s["remote_hits"] for s in stats}
+    assert len(got) == 1 and min(got) >= 2, stats
+    assert sum(s["compiled"] for s in stats) == min(got), stats
 
 
 CHECKED = textwrap.dedent('''
