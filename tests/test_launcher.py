@@ -255,3 +255,15 @@ def test_transpose_is_a_writable_copy_and_squeeze_views():
     t = tritonplug.tensor(jnp.zeros((1, 3, 1, 4)))
     assert t.squeeze().shape == (3, 4) and t.squeeze(2).shape == (1, 3, 4) and t.squeeze(1).shape == t.shape
     assert t.squeeze(0).unsqueeze(0).shape == t.shape and t.unsqueeze(-1).shape == (1, 3, 1, 4, 1)
+
+
+def test_launch_mistakes_name_the_parameter_and_the_fix():
+    launcher = tritonplug.launch(add_kernel)
+    x = jnp.ones(16)
+    with pytest.raises(TypeError, match=r"called without a grid.*launch\(add_kernel\)\[grid\]"):
+        launcher(x, x, 16, x, BLOCK=16)
+    with pytest.raises(TypeError, match=r"stores through parameter 'out_ptr', which got a jax.Array of shape \(16,\).*"
+                                        r"tritonplug.empty"):
+        launcher[(1,)](x, x, 16, jnp.zeros(16), BLOCK=16)
+    with pytest.raises(TypeError, match="has no device address"):
+        tritonplug.empty(4, dtype=jnp.float32).data_ptr()

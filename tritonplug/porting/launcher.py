@@ -170,6 +170,10 @@ class Tensor:
         value = _reshaped(self._storage.read(), self.shape)
         return value if index is Ellipsis else value[index]
 
+    def data_ptr(self) -> int:
+        raise TypeError("a tritonplug handle has no device address: JAX places and owns the buffer; pass the handle "
+                        "itself to the kernel's pointer parameter (alignment is what Triton's specialisation sees)")
+
     def __len__(self) -> int:
         return self.shape[0]
 
@@ -244,6 +248,10 @@ class Launcher:
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"launch({self.facts.name}) was called without a grid: index it with the grid first, as "
+                        f"Triton's kernel[grid](...): launch({self.facts.name})[grid](...)")
+
     def __getattr__(self, name: str) -> Any:  # .fn, .configs ... of the kernel, as launchers may read them
         return getattr(self.__dict__["kernel"], name)
 
@@ -282,6 +290,16 @@ class _Plan:
         self.refs: list[tuple[Tensor, Any]] = []  # (handle, ref passed)
 
     def add(self, name: str, value: Any, is_constexpr: bool) -> None:
+        if type(value).__module__.startswith("torch"):
+            raise TypeError(f"launch of kernel {self.facts.name!r}: argument {name!r} is a torch "
+                            f"{type(value).__name__}; pass a JAX array, or tritonplug.empty/zeros for an output")
+        if not isinstance(value, Tensor) and not is_constexpr and name in stored_params(self.facts) and (
+                isinstance(value, (jax.Array, np.ndarray))):
+            raise TypeError(f"launch of kernel {self.facts.name!r}: the kernel stores through parameter {name!r}, "
+                            f"which got a {'jax.Array' if isinstance(value, jax.Array) else 'NumPy array'} of shape "
+                            f"{tuple(value.shape)}: JAX arrays cannot be "
+                            f"written; pass tritonplug.empty(shape, dtype) (or zeros) for an output, or "
+                            f"tritonplug.tensor(x) / a jax.new_ref to update x in place")
         if not isinstance(value, Tensor):
             self.named[name] = value
         elif is_constexpr:
