@@ -93,6 +93,14 @@ def _source_line(text: str) -> int:
 
 
 F32_256 = r"float32\[256\]"
+
+
+class ForeignDtype:
+    """A dtype NumPy does not know, as ``torch.float32`` is."""
+
+    def __repr__(self) -> str:
+        return "<foreign float32>"
+
 CASES: dict[str, Case] = {
     # the kernel
     "kernel_plain_function": Case(lambda x, y: call(x, y, kernel=plain_function), TypeError,
@@ -102,6 +110,11 @@ CASES: dict[str, Case] = {
     # out_shape / out_type
     "out_shape_int": Case(lambda x, y: call(x, y, out_shape=5), TypeError,
                           r"out_shape leaf 0 must have \.shape and \.dtype .*got int"),
+    "out_type_int_named_as_out_type": Case(lambda x, y: call(x, y, out_shape=OMIT, out_type=5), TypeError,
+                                           r"out_type leaf 0 must have \.shape and \.dtype .*got int"),
+    "out_type_with_a_foreign_dtype": Case(
+        lambda x, y: call(x, y, out_shape=OMIT, out_type=Shape((N,), ForeignDtype())), TypeError,
+        r"out_type leaf 0 has dtype <foreign float32>, which is no NumPy/JAX dtype \(a torch dtype\?\)"),
     "out_shape_string": Case(lambda x, y: call(x, y, out_shape="float32"), TypeError, r"out_shape leaf 0 .*got str"),
     "out_shape_list_of_ints": Case(lambda x, y: call(x, y, out_shape=[N]), TypeError,
                                    r"out_shape leaf 0 .*got int: 256"),

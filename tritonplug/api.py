@@ -69,7 +69,8 @@ def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     facts = state.kernels.get(kernel)
     frontend.check_dependencies(facts)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_value)
-    out_specs = tuple(_buffer_spec(leaf, i) for i, leaf in enumerate(out_leaves))
+    spelled = "out_type" if out_shape is None else "out_shape"  # errors name the keyword the caller used
+    out_specs = tuple(_buffer_spec(leaf, i, spelled) for i, leaf in enumerate(out_leaves))
     rest = dict(kwargs)
     # As in Triton's launcher, a keyword naming both a kernel parameter and a compile option sets both.
     shared = {k: rest[k] for k in TRITON_COMPILE_OPTIONS if k in rest and k in facts.param_names}
@@ -84,7 +85,8 @@ def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
                                  constexpr_kwargs, sources, aliases_count_scalars=out_shape is None)
     annotation_checks.check(facts, bound)
     if not out_specs and not bound.refs:
-        raise ValueError("out_shape is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
+        raise ValueError(f"{'out_type' if out_shape is None else 'out_shape'} is empty and no operand is a Ref "
+                         f"(jax.new_ref): the call would have no effect")
     frontend.check_heuristic_names(facts)
     if facts.autotuner is not None:
         frontend.compatible_configs(facts, constexpr_kwargs)
@@ -179,18 +181,23 @@ def _nonempty(value: Any) -> bool:
         return True  # not a sequence: CallOptions reports it
 
 
-def _buffer_spec(leaf: Any, index: int) -> BufferSpec:
+def _buffer_spec(leaf: Any, index: int, spelled: str = "out_type") -> BufferSpec:
+    what = f"{spelled} leaf {index}"
     if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
-        raise TypeError(f"out_shape leaf {index} must have .shape and .dtype (e.g. jax.ShapeDtypeStruct), "
+        raise TypeError(f"{what} must have .shape and .dtype (e.g. jax.ShapeDtypeStruct), "
                         f"got {type(leaf).__name__}: {leaf!r}")
     shape = tuple(leaf.shape)
     if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
-        raise TypeError(f"out_shape leaf {index} has a non-static or negative shape {shape}")
-    dtype = np.dtype(leaf.dtype)
-    pointer_type(dtype, f"out_shape leaf {index}")
+        raise TypeError(f"{what} has a non-static or negative shape {shape}")
+    try:
+        dtype = np.dtype(leaf.dtype)
+    except TypeError:
+        raise TypeError(f"{what} has dtype {leaf.dtype!r}, which is no NumPy/JAX dtype (a torch dtype?): use "
+                        f"jax.ShapeDtypeStruct(shape, jnp.float32) and the like") from None
+    pointer_type(dtype, what)
     if dtype.itemsize == 8 and not jax.config.jax_enable_x64:
         narrow = {"i": "int32", "u": "uint32", "f": "float32"}[dtype.kind]
-        raise TypeError(f"out_shape leaf {index} is {dtype.name}, but 64-bit types are disabled in JAX "
+        raise TypeError(f"{what} is {dtype.name}, but 64-bit types are disabled in JAX "
                         f"(jax_enable_x64 is off: JAX would make the buffer {narrow}, and the kernel would write "
                         f"{dtype.name} values into it); enable them with jax.config.update('jax_enable_x64', True) "
                         f"or use {narrow}")
