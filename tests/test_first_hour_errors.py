@@ -83,3 +83,24 @@ def test_the_pool_starts_no_more_workers_than_jobs_and_warns_above_the_cores(mon
         assert pool.run([Task(os.getpid, ()), Task(os.getpid, ())]) and len(pool.worker_pids()) <= 2
     finally:
         pool.shutdown()
+
+
+def test_a_scalar_one_place_early_on_a_pointer_parameter_says_where_the_output_went(tmp_path: Path) -> None:
+    """``copy(x_ptr, out_ptr, n)`` called as ``triton_call(x, 16, ...)``: 16 lands on ``out_ptr`` and the output
+    on ``n``; Triton fails at a line that uses ``n``. The error says which parameter got which output, and how
+    to pass the scalar by keyword."""
+    import jax
+    import jax.numpy as jnp
+
+    import tritonplug
+    from tritonplug.errors import KernelSourceError
+
+    source = tmp_path / "copy_kernels.py"
+    source.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                      "def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+                      "    m = offs < n\n    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)\n")
+    kernel = tritonplug.kernels_from_file(source).copy_kernel
+    x = jnp.ones(16)
+    with pytest.raises(KernelSourceError, match=r"the scalar 16 was bound to parameter 'out_ptr'.*output 0 filled "
+                                                r"parameter 'n'.*pass the scalars after it by keyword, e\.g\. n=16"):
+        tritonplug.triton_call(x, 16, kernel=kernel, out_type=jax.typeof(x), grid=(1,), BLOCK=16)

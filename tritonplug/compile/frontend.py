@@ -302,12 +302,31 @@ def make_ir(kernel: KernelFacts, target: Target, options: Options, spec: Special
                     raise culprit from exc
     if triton_compat.is_kernel_source_error(failure):
         raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{_source_location(fn, failure)}:"
-                                f"\n{failure}") from failure
+                                f"\n{failure}{_binding_note(bound)}") from failure
     diagnostic = ir_rules.first_diagnostic(output.stderr)
     if triton_compat.is_verifier_failure(failure) and diagnostic:
         raise KernelSourceError(f"Triton could not compile kernel {kernel.name!r}{diagnostic} (the module Triton's "
                                 f"front end built fails verification)") from failure
     raise failure
+
+
+def _binding_note(bound: BoundArgs | None) -> str:
+    """Where the outputs went, when a scalar sits on a parameter named like a pointer: outputs fill the parameters
+    left without an argument, in order, so a scalar passed by position one place early takes an output's
+    parameter, and the kernel then fails far from the call."""
+    if bound is None:
+        return ""
+    outputs = [(name, node.index) for name, node in zip(bound.names, bound.nodes, strict=True)
+               if isinstance(node, OutputArg)]
+    scalars = [(name, node.value) for name, node in zip(bound.names, bound.nodes, strict=True)
+               if isinstance(node, ScalarArg) and "ptr" in name.lower()]
+    if not outputs or not scalars:
+        return ""
+    landed = ", ".join(f"output {i} filled parameter {name!r}" for name, i in outputs)
+    name, value = scalars[0]
+    return (f"\n(tritonplug: the scalar {value!r} was bound to parameter {name!r}, named like a pointer, and {landed}: "
+            f"outputs fill the parameters that get no argument, in order. If {name!r} is an output, pass the scalars "
+            f"after it by keyword, e.g. {outputs[0][0]}={value!r}.)")
 
 
 def _succeeds(front_end: Any) -> Any:
