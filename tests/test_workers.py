@@ -319,3 +319,19 @@ def test_a_process_pool_worker_is_ready_without_jax():
     finally:
         pool.shutdown()
     assert loaded == ["triton", "tritonplug.compile.backends"]
+
+
+def test_a_worker_stuck_while_starting_is_replaced_and_the_task_retried(tmp_path, monkeypatch):
+    """A worker that hangs while it imports (stopped, or stuck on a busy machine) is killed at the start-up timeout
+    and the task runs on a fresh worker; the start-up timeout is the compile timeout, at least 60 s (lowered here
+    to 3 s)."""
+    from tritonplug.compile import worker_pool
+
+    monkeypatch.setattr(worker_pool, "_MIN_STARTUP_TIMEOUT", 3.0)
+    monkeypatch.setenv("HANG_ONCE_MARKER", str(tmp_path / "hung-once"))
+    stuck = WorkerPool(1, timeout=3, preload=("worker_tasks:hang_once_at_start",))
+    try:
+        assert stuck.run([Task(worker_tasks.square, (7,))]) == [49]
+        assert (tmp_path / "hung-once").exists(), "the first worker did not hang: the test tested nothing"
+    finally:
+        stuck.shutdown()

@@ -46,6 +46,15 @@ def die_once(marker: str) -> str:
     return "survived"
 
 
+def hang_once_at_start() -> None:
+    """A preload entry: the first worker to start while ``HANG_ONCE_MARKER`` names a missing file creates it and
+    hangs (a worker stopped or stuck while importing); the others start at once."""
+    marker = os.environ.get("HANG_ONCE_MARKER")
+    if marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(600)
+
+
 def abort() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.abort()

@@ -231,7 +231,8 @@ COMPILE_WORKERS = integer(
     "more workers than it has jobs; a value above the CPU count warns", lambda: min(os.cpu_count() or 1, 8),
     "`min(cpus, 8)`", expected="a non-negative integer (0 compiles in-process)", host_only=True)
 COMPILE_TIMEOUT = seconds("TRITONPLUG_COMPILE_TIMEOUT", "how long one compile job may run before it is killed "
-                          "with its process group", 600.0, host_only=True)
+                          "with its process group; a worker that does not start in as long (at least 60 s) is "
+                          "replaced and the job retried once", 600.0, host_only=True)
 LOG = choice("TRITONPLUG_LOG", "log compiles and cache events on the `tritonplug` logger at this level",
              ("debug", "info", "warning", "error"), None, host_only=True)
 CUDA_ARCH: Setting[int | None] = Setting(

@@ -39,9 +39,7 @@ from tritonplug.errors import CompileError, WorkerError
 
 log = logging.getLogger("tritonplug.compile.workers")
 
-#: The variable that sets the process-wide pool's timeout (read in :mod:`tritonplug.compile.workers`); a
-#: timed-out task's error names it.
-TIMEOUT_ENV = settings.COMPILE_TIMEOUT.name
+TIMEOUT_ENV = settings.COMPILE_TIMEOUT.name  # sets the process-wide pool's timeout; a timed-out task's error names it
 _MIN_STARTUP_TIMEOUT = 60.0  # importing jax and triton on a busy machine must not fail a short job timeout
 
 
@@ -298,8 +296,9 @@ class WorkerPool:
                         self._put_back(None)
                         raise
                     log.warning("replaced compile worker pid %d (%s) by pid %d", old.pid, fate, worker.pid)
-                if isinstance(exc, Died) and not first_death and worker is not None:
-                    first_death = f"pid {old.pid} {fate}"
+                stuck = isinstance(exc, TimedOut) and not old.ready  # stopped or stuck while it imported
+                if (isinstance(exc, Died) or stuck) and not first_death and worker is not None:
+                    first_death = f"pid {old.pid} {'did not start' if stuck else fate}"
                     log.warning("retrying %s on the fresh worker", label)
                     continue
                 self._put_back(worker)
@@ -320,7 +319,8 @@ class WorkerPool:
     def _failure(self, exc: Exception, label: str, old: WorkerProcess, fate: str, first_death: str, stderr: str,
                  startup_log: str) -> Exception:
         if isinstance(exc, TimedOut) and not old.ready:
-            message = f"compile worker pid {old.pid} for {label} did not start in {self._startup_timeout:g} s"
+            earlier = f"{first_death}, then " if first_death else ""
+            message = f"compile worker for {label}: {earlier}pid {old.pid} did not start in {self._startup_timeout:g} s"
         elif isinstance(exc, TimedOut):
             message = (f"{label} exceeded the compile timeout of {self.timeout:g} s (set {TIMEOUT_ENV} to "
                        f"change it); worker pid {old.pid} and its process group were killed")
