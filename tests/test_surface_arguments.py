@@ -8,6 +8,7 @@ would get lower for CUDA without a GPU. Call options and export: ``test_surface_
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -289,3 +290,28 @@ def test_tensor_descriptor_record():
     with pytest.raises(ValueError, match="same length"):
         tritonplug.TensorDescriptor(base, (4, 6), (6, 1), (2,))
 
+
+
+def test_an_empty_grid_launches_nothing_when_every_output_is_defined_without_the_kernel(device):
+    """As Triton: ``grid=(0,)`` launches no program. Zeroed outputs are zeros, an output updated in place is its
+    input, a ref keeps its value; a fresh output nothing would write is refused (it would be uninitialised)."""
+    (x,) = put(device, normal(16))
+    call = functools.partial(tritonplug.triton_call, grid=(0,), BLOCK=16)
+
+    def zeroed(a):
+        return call(a, a, 0, kernel=add_kernel, out_type=jax.typeof(a), zeroed_outputs=[0])
+
+    def in_place(a):
+        return call(a, jnp.ones_like(a), 0, kernel=accumulate_kernel, out_type=jax.typeof(a),
+                    input_output_aliases={1: 0})
+
+    for fn in (zeroed, jax.jit(zeroed)):
+        np.testing.assert_array_equal(np.asarray(fn(x)), np.zeros(16, np.float32))
+    with pytest.warns(DeprecationWarning):
+        for fn in (in_place, jax.jit(in_place)):
+            np.testing.assert_array_equal(np.asarray(fn(x)), np.ones(16, np.float32))
+    ref = jax.new_ref(x)
+    assert call(x, ref, 0, kernel=accumulate_kernel, out_type=()) == ()
+    np.testing.assert_array_equal(np.asarray(ref[...]), np.asarray(x))
+    with pytest.raises(ValueError, match=r"grid \(0,\) of kernel 'add_kernel' launches no program.*zeroed_outputs"):
+        call(x, x, 0, kernel=add_kernel, out_type=jax.typeof(x))

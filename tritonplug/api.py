@@ -88,6 +88,9 @@ def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         raise ValueError(f"{'out_type' if out_shape is None else 'out_shape'} is empty and no operand is a Ref "
                          f"(jax.new_ref): the call would have no effect")
     frontend.check_heuristic_names(facts)
+    nothing = _results_of_an_empty_grid(options, bound, out_specs, arrays, facts)
+    if nothing is not None:  # as Triton: an empty grid launches nothing (refs keep their values)
+        return jax.tree_util.tree_unflatten(out_tree, nothing)
     if facts.autotuner is not None:
         frontend.compatible_configs(facts, constexpr_kwargs)
     elif not facts.heuristics:
@@ -102,6 +105,24 @@ def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
                                                    out_tree, dispatch))
     early_compile.on_bind(call, arrays)
     return jax.tree_util.tree_unflatten(out_tree, _run(call, arrays, dispatch))
+
+
+def _results_of_an_empty_grid(options: Any, bound: Any, out_specs: tuple[BufferSpec, ...], arrays: list[Any],
+                              facts: KernelFacts) -> list[Any] | None:
+    """The results of a call whose static grid has a zero dimension, when every output is defined without the
+    kernel: zeroed (``zeroed_outputs``), or an input updated in place (its value); such a call with a fresh
+    output is refused here (it would be returned uninitialised). None for a grid with work."""
+    grid, zeroed = options.grid, options.zeroed_outputs
+    if callable(grid) or callable(zeroed):
+        return None
+    dims = grid if isinstance(grid, (tuple, list)) else (grid,)
+    if not any(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d == 0 for d in dims):
+        return None
+    aliased = {out: arg for arg, out in bound.aliases}
+    if not all(i in aliased or i in zeroed for i in range(len(out_specs))):
+        grid_for(grid, {}, facts)  # raises, naming the grid, the kernel and the way out
+    return [arrays[aliased[i]] if i in aliased else jax.numpy.zeros(spec.shape, spec.dtype)
+            for i, spec in enumerate(out_specs)]
 
 
 def _run(call: CallSpec, arrays: list[Any], dispatch: Any) -> Any:

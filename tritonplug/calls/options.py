@@ -75,9 +75,12 @@ class CallOptions:
             if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
                 raise TypeError(f"input_output_aliases: indices must be ints, got {index!r} ({type(index).__name__}) "
                                 f"in {dict(aliases or {})!r}")
+        grid = self.grid if callable(self.grid) else grid_for(self.grid, {}, allow_empty=True)
+        if not callable(grid) and 0 in grid:  # kept as written, for the error that names it (see api)
+            grid = tuple(self.grid) if isinstance(self.grid, (tuple, list)) else self.grid
         return dataclasses.replace(
             self,
-            grid=self.grid if callable(self.grid) else grid_for(self.grid, {}),
+            grid=grid,
             num_warps=_int_option("num_warps", self.num_warps, minimum=1, power_of_two=True),
             num_stages=_int_option("num_stages", self.num_stages, minimum=0),
             num_ctas=_int_option("num_ctas", self.num_ctas, minimum=1, power_of_two=True),
@@ -110,10 +113,12 @@ class CallOptions:
 OPTION_FIELDS = dataclasses.fields(CallOptions)
 
 
-def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: Any = "") -> tuple[int, int, int]:
+def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: Any = "",
+             allow_empty: bool = False) -> tuple[int, int, int]:
     """Normalise an int, a tuple of up to three ints, or a callable of the arguments by name, as Triton passes
     them (``metaparams``: the constexprs and, from a call, every other argument; called guarded:
-    an error inside it names the callable and ``kernel``, its name or its ``KernelFacts``)."""
+    an error inside it names the callable and ``kernel``, its name or its ``KernelFacts``). An empty grid is an
+    error unless ``allow_empty`` (the call's first check: ``api`` runs a call whose outputs need no kernel)."""
     name, runtime = _kernel_names(kernel)
     value = (call_user("grid callable", grid, name, (dict(metaparams),), available=metaparams,
                        expects="with one argument, the dict of metaparameters", unavailable=runtime)
@@ -132,11 +137,12 @@ def grid_for(grid: Any, metaparams: Mapping[str, Any], kernel: Any = "") -> tupl
         if d < 0 or d >= 2**31:
             raise ValueError(f"grid dimensions must be between 0 and 2**31-1, got {d} in grid {value!r}{source}")
         dims.append(int(d))
-    if 0 in dims:
+    if 0 in dims and not allow_empty:
         of = f" of kernel {kernel!r}" if kernel else ""
         raise ValueError(f"grid {tuple(dims)}{of}{source} launches no program. Triton launches nothing for an "
                          f"empty grid, but a triton_call's outputs are new buffers, which would be returned "
-                         f"uninitialised; skip the call when there is no work (e.g. `if n == 0`)")
+                         f"uninitialised; skip the call when there is no work (e.g. `if n == 0`), or make every "
+                         f"output defined without the kernel (zeroed_outputs, or updated in place)")
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
 
