@@ -125,7 +125,7 @@ class Partitioned:
         where = [i for i, (_, leaf) in enumerate(leaves) if _is_array(leaf)]
         arrays = [leaves[i][1] for i in where]
         names = [self._name(leaves[i][0]) for i in where]
-        values = [leaf for _, leaf in leaves]
+        values = [None if i in where else leaf for i, (_, leaf) in enumerate(leaves)]  # the constants alone
         if any(isinstance(a, jax.core.Tracer) for a in arrays):
             return self._traced(arrays, values, where, treedef, names)
         key = self._eager_key(values, where, treedef)
@@ -143,20 +143,14 @@ class Partitioned:
         out: dict[str, Any] = {}  # the first (whole-array) trace's result tree and non-array results
 
         def body(*arrs: Any) -> tuple[Any, ...]:
-            leaves = list(values)
-            for i, a in zip(where, arrs, strict=True):
-                leaves[i] = a
-            args, kwargs = jax.tree.unflatten(treedef, leaves)
+            args, kwargs = _rebuild(treedef, values, where, arrs)
             flat, tree = jax.tree.flatten(self.fn(*args, **kwargs))
             out.setdefault("tree", tree)
             out.setdefault("values", flat)
             return tuple(leaf for leaf in flat if _is_array(leaf))
 
-        leaves = list(values)
-        for i, a in zip(where, arrays, strict=True):
-            leaves[i] = a
-        args, kwargs = jax.tree.unflatten(treedef, leaves)
-        arrays_out = iter(call(self._rule_for(args, kwargs), body, arrays, names, self.__name__))
+        rule = self._rule_for(*_rebuild(treedef, values, where, arrays))
+        arrays_out = iter(call(rule, body, arrays, names, self.__name__))
         return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
 
     def _name(self, path: tuple) -> str:
@@ -240,6 +234,14 @@ def _with_batch_factor(bound: rules.BoundRule, in_batched: Sequence[bool]) -> ru
     results = tuple((factor, *g) for g in bound.results)
     text = ", ".join(" ".join(g) for g in operands) + " -> " + ", ".join(" ".join(g) for g in results)
     return rules.Rule(text, operands, results, bound.need_replication, bound.reduction)
+
+
+def _rebuild(treedef: Any, values: list[Any], where: list[int], arrays: Sequence[Any]) -> tuple[tuple, dict]:
+    """The call's ``(args, kwargs)``: its constants with ``arrays`` put back where the operands were."""
+    leaves = list(values)
+    for i, a in zip(where, arrays, strict=True):
+        leaves[i] = a
+    return jax.tree.unflatten(treedef, leaves)
 
 
 def _is_array(leaf: Any) -> bool:
