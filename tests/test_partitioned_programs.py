@@ -171,3 +171,18 @@ def test_on_xla_cpu_a_callback_in_a_custom_partitioned_body_is_refused_not_a_cra
                and "explicit mesh axes" in line for line in lines), lines
     assert "Explicit right" in lines, lines
     assert any(line.startswith("callback refused:") and "debug_callback" in line for line in lines), lines
+
+
+def test_collectives_are_read_in_the_async_forms_gpu_programs_use():
+    """GPU programs write ``%x = (operand, result) all-gather-start(...)``: a tuple type, with spaces; the
+    result (the last array) is what is counted. A fusion that merely calls a computation named after one is not."""
+    from tritonplug.inspection import collectives
+
+    text = ("  %all-gather-start = (f32[8,12]{1,0}, f32[8,48]{1,0}) all-gather-start(f32[8,12]{1,0} %p), "
+            "channel_id=1\n  %ar = f32[48]{0} all-reduce(f32[48]{0} %x), to_apply=%add\n"
+            "  ROOT %cp = bf16[4]{0} collective-permute-start(bf16[4]{0} %y)\n"
+            "  %f = f32[2]{0} fusion(f32[2]{0} %z), calls=%all-gather.comp\n")
+    assert collectives(text) == [
+        {"op": "all-gather", "shape": (8, 48), "dtype": "f32", "bytes": 8 * 48 * 4},
+        {"op": "all-reduce", "shape": (48,), "dtype": "f32", "bytes": 48 * 4},
+        {"op": "collective-permute", "shape": (4,), "dtype": "bf16", "bytes": 8}]

@@ -57,7 +57,9 @@ def kernel_calls(module_text: str) -> list[dict]:
     return found
 
 
-_COLLECTIVE = re.compile(r"^\s*(?:ROOT\s+)?\S+\s*=\s*(?P<type>[^ ]+)\s+(?P<op>all-gather|all-reduce|reduce-scatter|"
+# ``%x = TYPE op(`` where TYPE may be a tuple with spaces: GPU programs use the async ``-start`` forms, whose
+# result is ``(operand, result)``; the last array of TYPE is the collective's result.
+_COLLECTIVE = re.compile(r"^\s*(?:ROOT\s+)?\S+\s*=\s*(?P<type>.*?)\s(?P<op>all-gather|all-reduce|reduce-scatter|"
                          r"all-to-all|collective-permute)(?:-start)?\(", re.MULTILINE)
 _ARRAY_TYPE = re.compile(r"(?P<dtype>[a-z]+[0-9]*)\[(?P<dims>[0-9,]*)\]")
 _BITS = {"pred": 8, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16, "bf16": 16, "s32": 32, "u32": 32, "f32": 32,
@@ -70,7 +72,7 @@ def collectives(compiled_text: str) -> list[dict]:
     device. What a partitioned launcher's rule costs: a factor it keeps whole shows up here as an all-gather."""
     found = []
     for match in _COLLECTIVE.finditer(compiled_text):
-        for array in _ARRAY_TYPE.finditer(match.group("type")):
+        for array in list(_ARRAY_TYPE.finditer(match.group("type")))[-1:]:
             dims = tuple(int(d) for d in array.group("dims").split(",") if d)
             bits = _BITS.get(array.group("dtype"), 0)
             size = 1
