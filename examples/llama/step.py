@@ -1,0 +1,99 @@
+"""One op choice's training state and its jitted, donating step (optax AdamW), on one device or a mesh."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from . import model
+from .config import Config
+from .ops import Ops
+
+#: Megatron-style tensor parallelism over the mesh's ``model`` axis: attention heads and the MLP's hidden
+#: units are split, their output projections split on the input side; batches split over ``data``.
+PARAM_SPECS = {
+    "embed": P(None, None), "lm_head": P(None, None), "final_norm": P(None),
+    "wq": P(None, None, "model"), "wk": P(None, None, "model"), "wv": P(None, None, "model"),
+    "wo": P(None, "model", None), "w_gate": P(None, None, "model"), "w_up": P(None, None, "model"),
+    "w_down": P(None, "model", None), "attn_norm": P(None, None), "mlp_norm": P(None, None),
+}
+
+
+def optimizer(cfg: Config) -> optax.GradientTransformation:
+    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup_steps=5, decay_steps=10_000)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=0.1))
+
+
+class Trainer:
+    def __init__(self, cfg: Config, ops: Ops, params: dict, mesh: jax.sharding.Mesh | None = None):
+        self.cfg, self.ops, self.mesh = cfg, ops, mesh
+        self.opt = optimizer(cfg)
+        params = jax.tree.map(jnp.copy, params)  # our own buffers: the step donates them
+        if mesh is not None:
+            params = jax.device_put(params, self._param_shardings(params))
+        self.params = params
+        self.opt_state = jax.jit(self.opt.init)(params)
+        self.losses: list[float] = []
+        self.seconds: list[float] = []
+        self.compiled = None
+
+    def _param_shardings(self, params):
+        def spec(path, _):
+            return NamedSharding(self.mesh, PARAM_SPECS[path[-1].key])
+        return jax.tree_util.tree_map_with_path(spec, params)
+
+    def _constrain(self, x):
+        return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P("data", None, None)))
+
+    def _step(self, params, opt_state, tokens, targets):
+        loss_fn = functools.partial(model.loss, cfg=self.cfg, ops=self.ops,
+                                    constrain=self._constrain if self.mesh is not None else None)
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets)
+        updates, opt_state = self.opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    def _compile(self, tokens, targets):
+        kwargs = {}
+        if self.mesh is not None:
+            state = jax.tree.map(lambda a: a.sharding, (self.params, self.opt_state))
+            batch = NamedSharding(self.mesh, P("data", None))
+            kwargs = {"in_shardings": (*state, batch, batch),
+                      "out_shardings": (*state, NamedSharding(self.mesh, P()))}
+        step = jax.jit(self._step, donate_argnums=(0, 1), **kwargs)
+        return step.lower(self.params, self.opt_state, tokens, targets).compile()
+
+    def step(self, tokens: np.ndarray, targets: np.ndarray) -> float:
+        if self.compiled is None:
+            self.compiled = self._compile(tokens, targets)
+        start = time.perf_counter()
+        self.params, self.opt_state, loss = self.compiled(self.params, self.opt_state, tokens, targets)
+        loss = float(loss)  # waits for the step
+        self.seconds.append(time.perf_counter() - start)
+        self.losses.append(loss)
+        return loss
+
+    def summary(self) -> dict:
+        timed = self.seconds[1:] or self.seconds
+        tokens = self.cfg.batch * self.cfg.seq
+        mem = self.compiled.memory_analysis() if self.compiled is not None else None
+        out = {
+            "ops": dict(self.ops.choice),
+            "losses": self.losses,
+            "step_seconds_median": float(np.median(timed)) if timed else None,
+            "tokens_per_s": tokens / float(np.median(timed)) if timed else None,
+        }
+        if mem is not None:
+            out["plan_bytes"] = int(mem.argument_size_in_bytes + mem.output_size_in_bytes
+                                    - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
+            out["temp_bytes"] = int(mem.temp_size_in_bytes)
+        stats = jax.devices()[0].memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            out["device_peak_bytes"] = int(stats["peak_bytes_in_use"])
+        return out

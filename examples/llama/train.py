@@ -1,0 +1,104 @@
+"""Train the Llama-style model of ``examples/llama`` on synthetic text, with either op choice or both.
+
+    python examples/llama/train.py --config tiny --ops compare --steps 20        # a CPU, seconds
+    python examples/llama/train.py --config 1b --ops tritonplug --batch 8        # one GPU
+    python examples/llama/train.py --config 1b --ops jax --mesh data=2,model=2   # four GPUs, one jit
+
+``--ops`` is ``jax``, ``tritonplug``, a per-op mix (``tritonplug,attention=jax``) or ``compare``: both from the
+same init and batches, both losses printed per step. The last line printed is one JSON object: per op choice
+the losses, tokens/s (steps after the first, which compiles) and memory: XLA's plan for the step
+(arguments + outputs - donated + temporaries) and, on a GPU, the device's peak bytes in use (a process-wide
+high-water mark: run one op choice per process to read it for each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    __package__ = "examples.llama"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from .config import CONFIGS, Config  # noqa: E402
+from .data import MarkovText  # noqa: E402
+from .model import init  # noqa: E402
+from .ops import Ops  # noqa: E402
+from .step import Trainer  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="tiny", choices=sorted(CONFIGS))
+    p.add_argument("--ops", default="compare", help="jax | tritonplug | compare | a mix such as 'jax,loss=tritonplug'")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--batch", type=int, help="sequences per step (default: the config's)")
+    p.add_argument("--seq", type=int, help="tokens per sequence (default: the config's)")
+    p.add_argument("--layers", type=int, help="override the config's layer count")
+    p.add_argument("--remat", choices=("full", "dots", "none"), help="override the config's rematerialisation")
+    p.add_argument("--mesh", help="shard over devices as one jit: 'data=2,model=2' (data x tensor parallel)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="also write the final JSON object to this file")
+    return p.parse_args(argv)
+
+
+def configure(args: argparse.Namespace) -> Config:
+    cfg = CONFIGS[args.config]
+    changes = {k: v for k, v in (("batch", args.batch), ("seq", args.seq), ("layers", args.layers),
+                                 ("remat", args.remat)) if v is not None}
+    return cfg.replace(**changes)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    cfg = configure(args)
+    choices = [Ops.of("jax"), Ops.of("tritonplug")] if args.ops == "compare" else [Ops.parse(args.ops)]
+    mesh = _mesh(args.mesh) if args.mesh else None
+    params = init(cfg, jax.random.key(args.seed))
+    trainers = [Trainer(cfg, ops, params, mesh) for ops in choices]
+    data = MarkovText(cfg.vocab, seed=args.seed)
+    print(f"config {args.config}: {cfg.params() / 1e6:.1f}M params, batch {cfg.batch} x seq {cfg.seq}, "
+          f"{cfg.dtype}, on {jax.devices()[0].platform} x {len(jax.devices())}"
+          + (f", mesh {dict(mesh.shape)}" if mesh else ""), flush=True)
+    for step in range(args.steps):
+        tokens, targets = data.batch(cfg.batch, cfg.seq)
+        losses = [t.step(tokens, targets) for t in trainers]
+        print(f"step {step:4d}  " + "  ".join(f"{t.ops.label()} {loss:.4f}" for t, loss in zip(trainers, losses,
+                                                                                              strict=True)), flush=True)
+    report = {
+        "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
+        "machine": {"platform": jax.devices()[0].platform, "device": jax.devices()[0].device_kind,
+                    "devices": len(jax.devices()), "host": platform.node(), "jax": jax.__version__},
+        "config": {"name": args.config, **{k: v for k, v in vars(cfg).items()}, "params": cfg.params()},
+        "mesh": dict(mesh.shape) if mesh else None,
+        "runs": {t.ops.label(): t.summary() for t in trainers},
+    }
+    if len(trainers) == 2:
+        a, b = (np.asarray(t.losses) for t in trainers)
+        report["max_loss_difference"] = float(np.max(np.abs(a - b)))
+    line = json.dumps(report)
+    print(line, flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def _mesh(text: str) -> jax.sharding.Mesh:
+    axes = dict(item.split("=") for item in text.split(","))
+    if set(axes) - {"data", "model"}:
+        raise SystemExit(f"--mesh: axes are 'data' and 'model', got {sorted(axes)}")
+    shape = (int(axes.get("data", 1)), int(axes.get("model", 1)))
+    if shape[0] * shape[1] != len(jax.devices()):
+        raise SystemExit(f"--mesh {text}: {shape[0] * shape[1]} devices, but {len(jax.devices())} are visible")
+    return jax.make_mesh(shape, ("data", "model"))
+
+
+if __name__ == "__main__":
+    main()
