@@ -59,6 +59,10 @@ class Trainer:
         updates, opt_state = self.opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
+    def compile(self, tokens, targets) -> None:
+        """Compile the step for these batch shapes (the first ``step`` does it otherwise)."""
+        self.compiled = self._compile(tokens, targets)
+
     def _compile(self, tokens, targets):
         kwargs = {}
         if self.mesh is not None:
@@ -71,7 +75,7 @@ class Trainer:
 
     def step(self, tokens: np.ndarray, targets: np.ndarray) -> float:
         if self.compiled is None:
-            self.compiled = self._compile(tokens, targets)
+            self.compile(tokens, targets)
         start = time.perf_counter()
         self.params, self.opt_state, loss = self.compiled(self.params, self.opt_state, tokens, targets)
         loss = float(loss)  # waits for the step

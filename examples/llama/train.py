@@ -43,6 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, help="override the config's layer count")
     p.add_argument("--remat", choices=("full", "dots", "none"), help="override the config's rematerialisation")
     p.add_argument("--mesh", help="shard over devices as one jit: 'data=2,model=2' (data x tensor parallel)")
+    p.add_argument("--plan-only", action="store_true", help="compile the step, report XLA's memory plan, run nothing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the final JSON object to this file")
     return p.parse_args(argv)
@@ -66,7 +67,11 @@ def main(argv=None) -> dict:
     print(f"config {args.config}: {cfg.params() / 1e6:.1f}M params, batch {cfg.batch} x seq {cfg.seq}, "
           f"{cfg.dtype}, on {jax.devices()[0].platform} x {len(jax.devices())}"
           + (f", mesh {dict(mesh.shape)}" if mesh else ""), flush=True)
-    for step in range(args.steps):
+    if args.plan_only:
+        tokens, targets = data.batch(cfg.batch, cfg.seq)
+        for t in trainers:
+            t.compile(tokens, targets)
+    for step in range(0 if args.plan_only else args.steps):
         tokens, targets = data.batch(cfg.batch, cfg.seq)
         losses = [t.step(tokens, targets) for t in trainers]
         print(f"step {step:4d}  " + "  ".join(f"{t.ops.label()} {loss:.4f}" for t, loss in zip(trainers, losses,
