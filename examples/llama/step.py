@@ -40,6 +40,11 @@ class Trainer:
             params = jax.device_put(params, self._param_shardings(params))
         self.params = params
         self.opt_state = jax.jit(self.opt.init)(params)
+        if mesh is not None:  # the step counters come back on one device: replicate them
+            replicated = NamedSharding(mesh, P())
+            self.opt_state = jax.tree.map(
+                lambda a: a if isinstance(a.sharding, NamedSharding) else jax.device_put(a, replicated),
+                self.opt_state)
         self.losses: list[float] = []
         self.seconds: list[float] = []
         self.compiled = None

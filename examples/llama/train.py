@@ -102,7 +102,7 @@ def _mesh(text: str) -> jax.sharding.Mesh:
     shape = (int(axes.get("data", 1)), int(axes.get("model", 1)))
     if shape[0] * shape[1] != len(jax.devices()):
         raise SystemExit(f"--mesh {text}: {shape[0] * shape[1]} devices, but {len(jax.devices())} are visible")
-    return jax.make_mesh(shape, ("data", "model"))
+    return jax.make_mesh(shape, ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
 if __name__ == "__main__":
