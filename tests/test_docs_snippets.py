@@ -90,7 +90,7 @@ def test_every_block_says_its_language_and_markers_are_spelt_right() -> None:
     assert not unknown, f"give these blocks one of the languages {sorted(RUN | DATA)}: {unknown}"
     for path in DOCUMENTS:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if re.search(r"<!--\s*(not run|needs)\b", line):
+            if re.match(r"\s*<!--\s*(not run|needs)\b", line):
                 assert MARKER.match(line), f"{path.name}:{number}: write `<!-- not run: why -->` or " \
                                            f"`<!-- needs: module -->`, alone on the line before the fence"
     assert all(b.not_run for b in BLOCKS if b.not_run is not None), "a `not run` marker says why"
