@@ -18,6 +18,7 @@ code at the markdown's own line numbers, so a traceback's line is the document's
 
 from __future__ import annotations
 
+import configparser
 import importlib.util
 import os
 import re
@@ -101,6 +102,31 @@ def test_few_blocks_are_marked_not_run() -> None:
     print("\n".join(["blocks not run:", *marked]))
     assert len(marked) <= MAX_NOT_RUN, f"{len(marked)} blocks are marked not run, more than {MAX_NOT_RUN}: {marked}"
     assert len(RUNNABLE) - len(marked) >= 10, "most blocks run"
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """At most 250 lines, opening on the Quick start: the two commands, the second the one CI runs."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; the rest belongs in docs/"
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings[0] == "## Quick start", headings
+    assert lines.index("## Quick start") <= 8, "a short introduction, then the Quick start"
+    quick = read_blocks(ROOT / "README.md")[0]
+    install_and_run, test = quick.code.splitlines()
+    assert install_and_run.endswith("examples/add.py")
+    assert test in (ROOT / ".ci" / "run").read_text(encoding="utf-8"), "CI runs the README's test command"
+
+
+def test_the_env_list_is_written_once() -> None:
+    """tox.ini's envlist is the only list of the envs: ``tox`` with no -e runs it; nothing repeats it."""
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    envs = [e.strip() for e in tox["tox"]["envlist"].split(",")]
+    assert all(tox.has_section(f"testenv:{env}") for env in envs)
+    for path in [*DOCUMENTS, ROOT / ".ci" / "run", ROOT / "toxfile.py"]:
+        text = path.read_text(encoding="utf-8")
+        assert ",".join(envs[:3]) not in text and " ".join(envs[:3]) not in text, f"{path.name} lists the envs"
+        assert not re.search(r"\btox -e [\w-]+,[\w-]+", text), f"{path.name} runs a list of envs: run `tox`"
 
 
 def _environment(cache: Path) -> dict[str, str]:
