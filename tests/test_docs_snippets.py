@@ -12,7 +12,8 @@ either runs or is marked, visibly, right before its fence in the markdown:
   liger-kernel and fla-core), and is skipped with that reason elsewhere.
 
 Blocks in the languages of ``DATA`` (``text``, ``json``, ``toml``) are output, formats and layouts, not code; a
-fence without a language is refused, so that every block says which it is. A temporary file holds each block's
+fence without a language is refused, so that every block says which it is. A data block opening with ``# path``
+quotes that file of the repository, and is checked against it. A temporary file holds each block's
 code at the markdown's own line numbers, so a traceback's line is the document's.
 """
 
@@ -127,6 +128,18 @@ def test_the_env_list_is_written_once() -> None:
         text = path.read_text(encoding="utf-8")
         assert ",".join(envs[:3]) not in text and " ".join(envs[:3]) not in text, f"{path.name} lists the envs"
         assert not re.search(r"\btox -e [\w-]+,[\w-]+", text), f"{path.name} runs a list of envs: run `tox`"
+
+
+QUOTED = [b for b in BLOCKS if b.lang in DATA and re.match(r"# [\w./-]+\n", b.code)]
+
+
+@pytest.mark.parametrize("block", QUOTED, ids=lambda b: b.name)
+def test_a_quoted_file_says_what_the_file_says(block: Block) -> None:
+    """A data block that opens with ``# path`` quotes that file: its lines are the file's, in the file's order."""
+    first, *quoted = block.code.splitlines()
+    lines = iter((ROOT / first[2:].strip()).read_text(encoding="utf-8").splitlines())
+    for line in filter(str.strip, quoted):
+        assert line in lines, f"{block.name}: {line!r} is not in {first[2:]} (or not in this order)"
 
 
 def _environment(cache: Path) -> dict[str, str]:
