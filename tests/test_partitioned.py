@@ -23,7 +23,7 @@ MODES = ("shardy", "gspmd", "explicit")
 
 
 def _run_suite(mode: str) -> dict:
-    # Checked mode off: its jax.debug.callback crashes XLA:CPU inside a partitioned body (jax 0.10.2; README).
+    # Checked mode off: its debug callback crashes XLA:CPU inside a partitioned body (jax 0.10.2; docs/partitioned.md).
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
            "TRITONPLUG_INTERPRET_CHECK": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}

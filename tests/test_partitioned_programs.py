@@ -1,9 +1,10 @@
-"""Whole partitioned programs: one exported with its shardings and reloaded in a new process; the README example.
+"""Whole partitioned programs: one exported with its shardings and reloaded in a new process;
+examples/partitioned.py, which the README and docs/partitioned.md point to.
 
 Under explicit mesh axes a partitioned launcher is a ``jax.shard_map`` (nothing is left to a Python callback),
 so ``jax.export`` serialises the program with the operands' shardings in their types; a second process
 deserialises it and runs it on its own 8 CPU devices, and its result is compared with NumPy. Under automatic
-axes JAX cannot export a ``custom_partitioning`` op (a Python callback partitions it), which the README says.
+axes JAX cannot export a ``custom_partitioning`` op (a Python callback partitions it), which docs/partitioned.md says.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``tritonplug/settings.py``: every ``TRITONPLUG_*`` variable typed, validated when read, one on/off vocabulary,
-defaults as they were, and the README's configuration table generated from the declarations."""
+defaults as they were, and docs/configuration.md's settings table generated from the declarations."""
 
 from __future__ import annotations
 
@@ -198,19 +198,22 @@ def test_kernel_environment_undeclared_and_in_effect(clean: pytest.MonkeyPatch, 
     assert shown["TRITONPLUG_COMPILE_TIMEOUT"].startswith("invalid (TRITONPLUG_COMPILE_TIMEOUT must be a positive")
 
 
-def readme_table() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+TABLE_DOC = ROOT / "docs" / "configuration.md"
+
+
+def documented_table() -> str:
+    text = TABLE_DOC.read_text(encoding="utf-8")
     found = re.search(r"<!-- settings table:[^\n]*-->\n(.*?)\n<!-- end of settings table -->", text, re.S)
-    assert found, "README.md has no generated settings table"
+    assert found, "docs/configuration.md has no generated settings table"
     return found.group(1)
 
 
-def test_the_readme_table_is_the_generated_one() -> None:
-    assert readme_table() == settings.markdown(), (
-        "README.md's configuration table differs from tritonplug/settings.py: paste the output of "
+def test_the_documented_table_is_the_generated_one() -> None:
+    assert documented_table() == settings.markdown(), (
+        "docs/configuration.md's settings table differs from tritonplug/settings.py: paste the output of "
         "`python -m tritonplug.settings --markdown` between its markers")
     for setting in settings.ALL:
-        assert f"| `{setting.name}` |" in readme_table()
+        assert f"| `{setting.name}` |" in documented_table()
 
 
 def test_the_command_prints_the_table() -> None:

@@ -11,7 +11,7 @@ This is the only module of the host and the bundled plugins that reads a ``TRITO
 (``tests/test_structure.py`` checks it); plugins reach the settings they read through
 :mod:`tritonplug.plugin_kit`. Triton's own variables (``TRITON_DEFAULT_FP_FUSION``, ``TRITON_CACHE_DIR``...)
 are Triton's: Triton reads them, and they are not declared here. ``python -m tritonplug.settings --markdown``
-prints the README's configuration table; ``tritonplug info`` shows each setting in effect. Standard library
+prints the settings table of docs/configuration.md; ``tritonplug info`` shows each setting in effect. Standard library
 only: compile workers and plugins import it without JAX.
 """
 
@@ -52,9 +52,9 @@ class Setting(Generic[T]):
     """One ``TRITONPLUG_*`` variable: ``get()`` reads, parses and validates it now."""
 
     name: str
-    doc: str  #: one line: what it does (the README's "meaning" column)
+    doc: str  #: one line: what it does (the settings table's "meaning" column)
     kind: str  #: on/off, integer, seconds, choice, path, list, url or target
-    values: str  #: the values it takes, in words (the README's "values" column)
+    values: str  #: the values it takes, in words (the settings table's "values" column)
     default_doc: str  #: the default, in words
     parse: Callable[[str], T]  #: the stripped, non-blank value → the setting's value; ValueError when refused
     default: Callable[[], T]  #: the value when unset or blank
@@ -269,7 +269,7 @@ REMOTE_CLAIM_S = seconds("TRITONPLUG_REMOTE_CLAIM_S", "how long a host's claim o
 REMOTE_WAIT_S = seconds("TRITONPLUG_REMOTE_WAIT_S", "how long the other hosts wait for that entry before "
                         "compiling it themselves", 180.0)
 
-#: Every setting, in the README's order.
+#: Every setting, in the order of the settings table (docs/configuration.md).
 ALL: tuple[Setting[Any], ...] = (
     CACHE_DIR, CACHE_MAX_BYTES, CACHE, COMPILE_WORKERS, COMPILE_TIMEOUT, LOG, CUDA_ARCH, ROCM_ARCH,
     DISABLE_PLUGINS, BACKENDS, INTERPRET_CHECK, EARLY_COMPILE, TUNING_FILE, CUDA_MODULE_IMAGE, CPU_PATH,
@@ -293,7 +293,7 @@ def undeclared() -> list[str]:
 
 
 def show(value: Any, none_text: str = "none") -> str:
-    """A setting's value in the words the README uses."""
+    """A setting's value in the words the settings table uses."""
     if isinstance(value, bool):
         return "on" if value else "off"
     if value is None:
@@ -334,7 +334,7 @@ def invalid() -> list[str]:
 
 
 def markdown() -> str:
-    """The README's configuration table."""
+    """The settings table of docs/configuration.md."""
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
@@ -349,7 +349,8 @@ def markdown() -> str:
 
 def _main(argv: list[str]) -> int:
     if argv != ["--markdown"]:
-        print("usage: python -m tritonplug.settings --markdown   (the README's configuration table)", file=sys.stderr)
+        print("usage: python -m tritonplug.settings --markdown   (the settings table of docs/configuration.md)",
+              file=sys.stderr)
         return 2
     print(markdown())
     return 0

@@ -1,7 +1,7 @@
 """tritonplug's version, as jax-triton exposes its own (``__version__``, ``__version_info__``), and the one
 definition of the releases of its moving dependencies that CI tests.
 
-The version policy (README, "Versions"): the lower bounds in ``pyproject.toml`` are the oldest releases CI
+The version policy (docs/versions.md): the lower bounds in ``pyproject.toml`` are the oldest releases CI
 tests, and there are no upper bounds, so pip never refuses a newer jax, jaxlib or Triton. A release newer
 (or older) than the tested range gets a one-line :class:`UntestedVersionWarning` when the host first loads
 its JAX primitive (:func:`warn_if_untested`); only a release listed in :data:`KNOWN_BROKEN` is an error.
@@ -25,7 +25,7 @@ except Exception:  # running from a source tree that pip did not install
 #: The release numbers of ``__version__`` as ints, e.g. ``(0, 1, 0)``.
 __version_info__: tuple[int, ...] = tuple(int(p) for p in re.findall(r"\d+", __version__.split("+")[0])[:3])
 
-#: The releases CI runs, per distribution (tox.ini's envs; the README's matrix table). The tested range of a
+#: The releases CI runs, per distribution (tox.ini's envs; docs/versions.md's matrix table). The tested range of a
 #: distribution runs from its oldest to its newest entry; ``pyproject.toml``'s lower bounds are the oldest.
 TESTED: dict[str, tuple[str, ...]] = {
     "python": ("3.11", "3.12"),
