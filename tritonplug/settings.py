@@ -72,7 +72,7 @@ class Setting(Generic[T]):
     expected: str = ""  #: what an error says was expected ("must be <expected>"); ``values`` when empty
     host_only: bool = False  #: changes nothing a kernel does: left out of a host kernel's identity
     none_text: str = "none"  #: what a value of ``None`` means, in words (``tritonplug info``)
-    owner: str = HOST_OWNER  #: who declares it: the host, or a plugin by its name (``cuda``, ``redis``...)
+    owner: str = HOST_OWNER  #: who declares it: the host, or a plugin by its (backend or cache plugin) name
 
     def raw(self) -> str | None:
         """The variable's value as set, or ``None`` when it is unset or blank."""
@@ -94,18 +94,15 @@ class Setting(Generic[T]):
         except (ValueError, TypeError, OverflowError):
             raise SettingError(f"{self.name} must be {self.expected or self.values}, got {raw!r}") from None
 
-    @contextlib.contextmanager
-    def overridden(self, value: str | None) -> Iterator[None]:
+    def overridden(self, value: str | None) -> contextlib.AbstractContextManager[None]:
         """The variable set to ``value`` (``None``: unset) for the duration, then as it was; the environment
         stays the one source, so compile workers and a host kernel's identity see it too."""
-        with overridden(self.name, value):
-            yield
+        return overridden(self.name, value)
 
 
 @contextlib.contextmanager
 def overridden(name: str, value: str | None) -> Iterator[None]:
-    """Variable ``name`` set to ``value`` (``None``: unset) for the duration, then as it was: for a setting the
-    caller names but does not own (a plugin's, which may not be loaded)."""
+    """Variable ``name`` set to ``value`` (``None``: unset) for the duration, then as it was (a plugin's setting)."""
     saved = os.environ.get(name)
     _put(name, value)
     try:
@@ -196,8 +193,7 @@ def _const(value: Any) -> Callable[[], Any]:
 
 
 # ------------------------------------------------------------------------------------------ settings
-# One constructor per kind, as Triton's ``knobs.py`` has ``env_bool``, ``env_int``...: the kind is what
-# ``tests/test_settings.py`` holds every setting of to one behaviour (the on/off words, the integer checks).
+# One constructor per kind, as Triton's ``knobs.py`` has ``env_bool``...: tests hold each kind to one behaviour.
 
 
 def boolean(name: str, doc: str, default: bool, host_only: bool = False, owner: str = HOST_OWNER) -> Setting[bool]:
@@ -382,6 +378,10 @@ def invalid(owners: Sequence[str] | None = None) -> list[str]:
     return problems
 
 
+def _owner_order(setting: Setting[Any]) -> str:
+    return "" if setting.owner == HOST_OWNER else setting.owner
+
+
 def markdown(table: Sequence[Setting[Any]] | None = None) -> str:
     """The configuration table of ``table`` (default: :func:`declared`): the host's rows, then each plugin's by
     owner name, each row naming the setting's owner."""
@@ -389,7 +389,7 @@ def markdown(table: Sequence[Setting[Any]] | None = None) -> str:
         return text.replace("|", "\\|")
 
     rows = [f"| `{s.name}` | {s.owner} | {cell(s.doc)} | {cell(s.values)} | {cell(s.default_doc)} |"
-            for s in sorted(declared() if table is None else table, key=lambda s: s.owner != HOST_OWNER and s.owner)]
+            for s in sorted(declared() if table is None else table, key=_owner_order)]
     words = ", ".join(f"`{on}`/`{off}`" for on, off in zip(ON_WORDS, OFF_WORDS, strict=True))
     return "\n".join([
         "| variable | owner | meaning | values | default |", "|---|---|---|---|---|", *rows, "",
