@@ -28,8 +28,8 @@ def get_compute_capability(device: int = 0) -> int:
     """
     import jax
 
+    import tritonplug
     from tritonplug import settings
-    from tritonplug.process.state import state
 
     try:
         devices = jax.devices("cuda")
@@ -37,7 +37,7 @@ def get_compute_capability(device: int = 0) -> int:
         devices = []
     if devices:
         return int(float(devices[device].compute_capability) * 10)
-    state.host()  # the backends' settings are declared when they load
+    tritonplug.backends()  # loads the backends, which declare their settings
     arch = settings.lookup(CUDA_ARCH_VARIABLE)
     return (arch.get() if arch is not None else None) or 0
 

@@ -33,11 +33,14 @@ def tritonplug_declare_settings() -> Sequence[plugin_kit.Setting]:
 
 
 def _parse_capability(value: Any, source: str) -> int:
+    text = str(value).strip().lower().removeprefix("sm_").rstrip("a")
     try:
-        return settings.capability(str(value).strip())
+        capability = int(float(text) * 10) if "." in text else int(text)
     except ValueError:
-        raise ValueError(f"{source} must be a compute capability such as 90 or 9.0 (50 to 199, the range Triton "
-                         f"supports), got {value!r}") from None
+        raise ValueError(f"{source} must be a compute capability such as 90 or 9.0, got {value!r}") from None
+    if not 50 <= capability < 200:
+        raise ValueError(f"{source}: compute capability {capability} is outside the range Triton supports")
+    return capability
 
 
 @hookimpl
