@@ -1,4 +1,4 @@
-"""CPU: the XLA path vs Triton's interpreter on the kernel corpus of ``tests/xla_corpus_kernels.py``.
+"""CPU: the XLA path vs Triton's interpreter on the kernel corpus of ``plugins/interpret/tests/xla_corpus_kernels.py``.
 
     python bench/interpret_corpus.py [--reps 5] [--warmup 1] [--only softmax_rows,flash_attention]
                                      [--out bench/results/interpret-corpus-cpu.json] [--no-interpret]
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins" / "interpret" / "tests"))
 from _util import ROOT, Results, format_table, interleaved_seconds, summarize, write_json  # noqa: E402
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -159,7 +159,8 @@ def _specs() -> dict[str, Callable[[], Spec]]:
 
 
 def _attention_bwd() -> Spec:
-    """Causal attention backward (``tests/xla_attention_kernels.py``): 4 heads x 512 x 64 fp16, blocks of 128."""
+    """Causal attention backward (``plugins/interpret/tests/xla_attention_kernels.py``): 4 heads x 512 x 64 fp16,
+    blocks of 128."""
     heads, n, d, scale = 4, 512, 64, 0.125
     q, k, v, do = (_normal(40 + i, (heads, n, d), np.float16) for i in range(4))
     k2 = (k.astype(np.float32) * (scale / np.log(2))).astype(np.float16)    # base-2 logits, as the kernel takes them

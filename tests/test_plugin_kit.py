@@ -1,5 +1,6 @@
 """tritonplug.plugin_kit: the checks' errors, Triton's private cache, compiling TTIR, and that the
-kit stays importable by a plugin (JAX-free, nothing of the host but records and settings)."""
+kit stays importable by a plugin (JAX-free, nothing of the host but records and settings); the one
+Triton-options parser the GPU backends share."""
 
 from __future__ import annotations
 
@@ -99,3 +100,24 @@ def test_importing_the_kit_imports_no_jax():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_triton_options_leaves_a_gpu_backend_only_what_differs(monkeypatch):
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+
+    def one_cta(ctas):
+        if ctas != 1:
+            raise ValueError(f"num_ctas must be 1 here, got {ctas!r}")
+        return ctas
+
+    parsed = plugin_kit.triton_options({"num_warps": None, "debug": False}, CUDAOptions, "CUDA", 16, one_cta)
+    assert parsed.as_dict() == {"num_warps": CUDAOptions.num_warps, "num_stages": CUDAOptions.num_stages,
+                                "debug": False, "enable_fp_fusion": True}
+    for options, error in [({"num_warps": 32}, "num_warps must be a power of two between 1 and 16, got 32"),
+                           ({"num_stages": -1}, "num_stages must be a non-negative int"),
+                           ({"num_ctas": 2}, "num_ctas must be 1 here, got 2"),
+                           ({"debug": 1}, "debug must be a bool"),
+                           ({"maxnreg_typo": 1}, "unknown CUDA backend option(s) ['maxnreg_typo']")]:
+        with pytest.raises((ValueError, TypeError)) as caught:
+            plugin_kit.triton_options(options, CUDAOptions, "CUDA", 16, one_cta)
+        assert error in str(caught.value)

@@ -77,3 +77,28 @@ def test_example_and_interpret_conflict_without_tritonplug_backends(monkeypatch:
     monkeypatch.delenv("TRITONPLUG_BACKENDS", raising=False)
     with pytest.raises(PluginError, match=r"(?=.*'example')(?=.*'interpret').*all serve platform 'cpu'"):
         add(on_cpu(42))
+
+
+@requires_example
+def test_the_example_backends_own_variable_is_declared_not_a_typo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A third-party backend declares ``TRITONPLUG_EXAMPLE_TAG`` through the plugin API: ``tritonplug info`` lists it
+    with its owner, never among the undeclared variables, and a value it refuses under problems."""
+    def info(tag: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "tritonplug", "--json", "info"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=SUBPROCESS_TIMEOUT_S, env=subprocess_environment(
+                                  None, {"TRITONPLUG_BACKENDS": "cpu:example", "TRITONPLUG_EXAMPLE_TAG": tag}))
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return json.loads(proc.stdout)
+
+    report = info("from-env")
+    assert report["settings"]["TRITONPLUG_EXAMPLE_TAG"] == "from-env (set)"
+    assert report["setting owners"]["example"] == "TRITONPLUG_EXAMPLE_TAG"
+    assert "TRITONPLUG_EXAMPLE_TAG" not in report["undeclared variables"]
+    refused = info("two words")
+    assert any(p.startswith("TRITONPLUG_EXAMPLE_TAG must be a word") for p in refused["problems"])
+    from tritonplug_example.plugin import RECORD
+
+    monkeypatch.setenv("TRITONPLUG_BACKENDS", "cpu:example")
+    monkeypatch.setenv("TRITONPLUG_EXAMPLE_TAG", "from-env")
+    np.testing.assert_array_equal(np.asarray(add(on_cpu(43))), 2 * np.arange(43, dtype=np.float32))
+    assert RECORD["run"][-1] == ("add_kernel", "from-env")

@@ -1,8 +1,10 @@
-"""``tritonplug/settings.py``: every ``TRITONPLUG_*`` variable typed, validated when read, one on/off vocabulary,
-defaults as they were, and docs/configuration.md's settings table generated from the declarations."""
+"""``tritonplug/settings.py`` and the bundled plugins' settings modules: every ``TRITONPLUG_*`` variable typed,
+validated when read, one on/off vocabulary, defaults as they were, and docs/configuration.md's settings table
+generated from the declarations. Declaring by owner (the plugin hook, conflicts): ``test_settings_owners.py``."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -10,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from settings_support import by_name, every_setting
 
-from tritonplug import plugin_kit, settings
+import tritonplug
+from tritonplug import settings
 from tritonplug.cache import disk as cache
 from tritonplug.cache import remote as remote_cache
 from tritonplug.cli import tune as tuning_cli
@@ -29,6 +33,9 @@ DEFAULTS = {
     "TRITONPLUG_CPU_PATH": "xla", "TRITONPLUG_REMOTE_CACHE": None, "TRITONPLUG_REMOTE_CLAIM_S": 30.0,
     "TRITONPLUG_REMOTE_WAIT_S": 180.0,
 }
+#: Who declares each setting that is not the host's.
+OWNERS = {"TRITONPLUG_CUDA_ARCH": "cuda", "TRITONPLUG_CUDA_MODULE_IMAGE": "cuda", "TRITONPLUG_ROCM_ARCH": "rocm",
+          "TRITONPLUG_INTERPRET_CHECK": "interpret", "TRITONPLUG_CPU_PATH": "interpret"}
 #: The settings that never change what a kernel does, left out of a host kernel's identity (as before).
 HOST_ONLY = {"TRITONPLUG_CACHE", "TRITONPLUG_CACHE_DIR", "TRITONPLUG_CACHE_MAX_BYTES", "TRITONPLUG_COMPILE_WORKERS",
              "TRITONPLUG_COMPILE_TIMEOUT", "TRITONPLUG_LOG", "TRITONPLUG_TUNING_FILE", "TRITONPLUG_DISABLE_PLUGINS"}
@@ -44,18 +51,19 @@ def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch
 
 
 def test_every_default_is_unchanged(clean: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    assert {s.name for s in settings.ALL} == {*DEFAULTS, "TRITONPLUG_CACHE_DIR"}, "a new setting: pin its default"
-    assert {s.name: s.get() for s in settings.ALL if s.name in DEFAULTS} == DEFAULTS
+    assert {s.name for s in every_setting()} == {*DEFAULTS, "TRITONPLUG_CACHE_DIR"}, "a new setting: pin its default"
+    assert {s.name: s.owner for s in every_setting() if s.owner != settings.HOST_OWNER} == OWNERS
+    assert {s.name: s.get() for s in every_setting() if s.name in DEFAULTS} == DEFAULTS
     assert settings.CACHE_DIR.get() == tmp_path / "home" / ".cache" / "tritonplug"
     clean.setenv("XDG_CACHE_HOME", "relative/ignored")
     assert settings.CACHE_DIR.get() == tmp_path / "home" / ".cache" / "tritonplug"
     clean.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert settings.CACHE_DIR.get() == tmp_path / "xdg" / "tritonplug"
-    for setting in settings.ALL:  # a blank value is the default, never an error
+    for setting in every_setting():  # a blank value is the default, never an error
         clean.setenv(setting.name, "  ")
         assert not setting.is_set()
-    assert {s.name: s.get() for s in settings.ALL if s.name in DEFAULTS} == DEFAULTS
-    assert {s.name for s in settings.ALL if s.host_only} == HOST_ONLY
+    assert {s.name: s.get() for s in every_setting() if s.name in DEFAULTS} == DEFAULTS
+    assert {s.name for s in every_setting() if s.host_only} == HOST_ONLY
 
 
 def test_settings_are_read_when_asked_not_at_import(clean: pytest.MonkeyPatch) -> None:
@@ -72,7 +80,7 @@ BOOLEANS = {"TRITONPLUG_CACHE", "TRITONPLUG_INTERPRET_CHECK", "TRITONPLUG_EARLY_
 
 @pytest.mark.parametrize("name", sorted(BOOLEANS))
 def test_every_on_off_setting_takes_the_same_words(clean: pytest.MonkeyPatch, name: str) -> None:
-    setting = settings.BY_NAME[name]
+    setting = by_name()[name]
     assert setting.kind == "on/off"
     for word in (*ON_WORDS, *(w.upper() for w in ON_WORDS), " On "):
         clean.setenv(name, word)
@@ -88,8 +96,8 @@ def test_every_on_off_setting_takes_the_same_words(clean: pytest.MonkeyPatch, na
 
 
 def test_the_booleans_are_exactly_the_on_off_settings() -> None:
-    assert {s.name for s in settings.ALL if s.kind == "on/off"} == BOOLEANS
-    assert {s.name for s in settings.ALL if s.parse is settings.on_off} == BOOLEANS
+    assert {s.name for s in every_setting() if s.kind == "on/off"} == BOOLEANS
+    assert {s.name for s in every_setting() if s.parse is settings.on_off} == BOOLEANS
 
 
 def test_the_off_words_turn_the_cache_and_the_remote_tier_off(clean: pytest.MonkeyPatch) -> None:
@@ -102,7 +110,7 @@ def test_the_off_words_turn_the_cache_and_the_remote_tier_off(clean: pytest.Monk
         clean.setenv("TRITONPLUG_REMOTE_CACHE", word)
         assert settings.REMOTE_CACHE.get() == settings.OFF and remote_cache.configured_url() is None
     clean.setenv("TRITONPLUG_CUDA_MODULE_IMAGE", "false")
-    assert plugin_kit.CUDA_MODULE_IMAGE.get() is False
+    assert by_name()["TRITONPLUG_CUDA_MODULE_IMAGE"].get() is False
 
 
 @pytest.mark.parametrize(("name", "value", "expected"), [
@@ -126,7 +134,7 @@ def test_a_bad_value_names_the_variable_the_value_and_what_was_expected(clean: p
                                                                          value: str, expected: str) -> None:
     clean.setenv(name, value)
     with pytest.raises(SettingError) as caught:
-        settings.BY_NAME[name].get()
+        by_name()[name].get()
     message = str(caught.value)
     assert message.startswith(f"{name} must be ") and expected in message and message.endswith(f", got {value!r}")
     assert isinstance(caught.value, ValueError)  # what callers caught before
@@ -153,7 +161,7 @@ def test_a_bad_list_entry_is_named(clean: pytest.MonkeyPatch, value: str, messag
 ])
 def test_values_are_parsed_to_their_type(clean: pytest.MonkeyPatch, name: str, value: str, parsed: object) -> None:
     clean.setenv(name, value)
-    assert settings.BY_NAME[name].get() == parsed
+    assert by_name()[name].get() == parsed
 
 
 def test_a_remote_cache_that_is_no_url_warns_once_and_compiles_locally(clean: pytest.MonkeyPatch) -> None:
@@ -171,17 +179,23 @@ def test_a_bad_cache_setting_is_an_error_of_the_tune_command_not_a_traceback(cle
 
 
 def test_overridden_sets_the_variable_for_the_duration(clean: pytest.MonkeyPatch) -> None:
-    with settings.INTERPRET_CHECK.overridden("1"):
-        assert os.environ["TRITONPLUG_INTERPRET_CHECK"] == "1" and settings.INTERPRET_CHECK.get()
-    assert "TRITONPLUG_INTERPRET_CHECK" not in os.environ
-    clean.setenv("TRITONPLUG_CPU_PATH", "interpret")
-    with pytest.raises(RuntimeError), settings.CPU_PATH.overridden(None):
-        assert settings.CPU_PATH.get() == "xla"
+    with settings.CACHE.overridden("0"):
+        assert os.environ["TRITONPLUG_CACHE"] == "0" and settings.CACHE.get() is False
+    assert "TRITONPLUG_CACHE" not in os.environ
+    clean.setenv("TRITONPLUG_LOG", "info")
+    with pytest.raises(RuntimeError), settings.LOG.overridden(None):
+        assert settings.LOG.get() is None
         raise RuntimeError
-    assert os.environ["TRITONPLUG_CPU_PATH"] == "interpret"
+    assert os.environ["TRITONPLUG_LOG"] == "info"
+    with settings.overridden("TRITONPLUG_SOME_PLUGINS_OWN", "1"):  # a variable the caller does not own
+        assert os.environ["TRITONPLUG_SOME_PLUGINS_OWN"] == "1"
+    assert "TRITONPLUG_SOME_PLUGINS_OWN" not in os.environ
 
 
 def test_kernel_environment_undeclared_and_in_effect(clean: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tritonplug.process.state import state
+
+    state.host()  # the interpret backend, loaded, declares TRITONPLUG_INTERPRET_CHECK
     clean.setenv("TRITONPLUG_CACHE_DIR", str(tmp_path))
     clean.setenv("TRITONPLUG_INTERPRET_CHECK", "1")
     clean.setenv("TRITONPLUG_THIRD_PARTY_MODE", "x")  # a third-party plugin's, or a typo
@@ -189,11 +203,11 @@ def test_kernel_environment_undeclared_and_in_effect(clean: pytest.MonkeyPatch, 
     assert settings.kernel_environment() == [("TRITONPLUG_INTERPRET_CHECK", "1"), ("TRITONPLUG_THIRD_PARTY_MODE", "x")]
     assert settings.undeclared() == ["TRITONPLUG_THIRD_PARTY_MODE"]
     shown = settings.in_effect()
-    assert list(shown) == [s.name for s in settings.ALL]
+    assert list(shown) == [s.name for s in settings.declared()]
+    assert settings.lookup("TRITONPLUG_INTERPRET_CHECK").owner == "interpret"
     assert shown["TRITONPLUG_CACHE_DIR"] == f"{tmp_path} (set)"
     assert shown["TRITONPLUG_INTERPRET_CHECK"] == "on (set)" and shown["TRITONPLUG_EARLY_COMPILE"] == "on (default)"
     assert shown["TRITONPLUG_REMOTE_WAIT_S"] == "180 (default)"
-    assert shown["TRITONPLUG_CUDA_ARCH"] == "detected (default)"
     assert shown["TRITONPLUG_LOG"] == "off (default)" and shown["TRITONPLUG_TUNING_FILE"] == "none (default)"
     assert shown["TRITONPLUG_COMPILE_TIMEOUT"].startswith("invalid (TRITONPLUG_COMPILE_TIMEOUT must be a positive")
 
@@ -209,20 +223,33 @@ def documented_table() -> str:
 
 
 def test_the_documented_table_is_the_generated_one() -> None:
-    assert documented_table() == settings.markdown(), (
-        "docs/configuration.md's settings table differs from tritonplug/settings.py: paste the output of "
-        "`python -m tritonplug.settings --markdown` between its markers")
-    for setting in settings.ALL:
-        assert f"| `{setting.name}` |" in documented_table()
+    """docs/configuration.md documents the host and the plugins this repository ships, read from their source."""
+    assert documented_table() == settings.markdown(every_setting()), (
+        "docs/configuration.md's settings table differs from the declarations (tritonplug/settings.py and each "
+        "bundled plugin's settings module): with every bundled plugin installed, paste the output of "
+        "`tritonplug settings --markdown` between its markers")
+    for setting in every_setting():
+        assert f"| `{setting.name}` | {setting.owner} |" in documented_table()
 
 
-def test_the_command_prints_the_table() -> None:
-    done = subprocess.run([sys.executable, "-m", "tritonplug.settings", "--markdown"], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+def test_the_command_prints_the_table_of_the_installed_plugins() -> None:
+    from tritonplug.cli.info import loaded_plugins
+
+    loaded_plugins()
+    environment = {**{k: v for k, v in os.environ.items() if not k.startswith(settings.PREFIX)},
+                   "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-m", "tritonplug", "settings", "--markdown"], capture_output=True,
+                          text=True, timeout=120, env=environment)
     assert done.returncode == 0, done.stderr
     assert done.stdout == settings.markdown() + "\n"
-    wrong = subprocess.run([sys.executable, "-m", "tritonplug.settings"], capture_output=True, text=True, timeout=120)
-    assert wrong.returncode == 2 and "--markdown" in wrong.stderr
+    listed = subprocess.run([sys.executable, "-m", "tritonplug", "--json", "settings"], capture_output=True,
+                            text=True, timeout=120, env={**environment, "TRITONPLUG_CPU_PATH": "interpret"})
+    assert listed.returncode == 0, listed.stderr
+    report = json.loads(listed.stdout)
+    assert report["TRITONPLUG_CACHE"]["owner"] == "tritonplug"
+    if "interpret" in {b.name for b in tritonplug.backends()}:
+        assert report["TRITONPLUG_CPU_PATH"] == {"owner": "interpret", "value": "interpret (set)", "meaning":
+                                                 by_name()["TRITONPLUG_CPU_PATH"].doc}
 
 
 def test_an_invalid_setting_this_run_never_reads_is_still_said_at_first_use(clean: pytest.MonkeyPatch,

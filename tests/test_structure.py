@@ -7,7 +7,10 @@
 * a plugin imports from the host only the plugin API: ``tritonplug.hookspecs``, ``tritonplug.records``,
   ``tritonplug.plugin_kit``, and ``tritonplug.cache_hookspecs`` if it is a cache plugin;
 * no module of the host or of a plugin but ``tritonplug/settings.py`` reads a ``TRITONPLUG_*`` variable from the
-  environment (``tests/test_structure_settings.py``).
+  environment (``tests/test_structure_settings.py``);
+* no import cycle among a plugin's own modules;
+* the interpret plugin owns its translator's tests: no module of ``tests/`` imports ``tritonplug_interpret.xla``
+  (they live in ``plugins/interpret/tests``).
 """
 
 from __future__ import annotations
@@ -308,3 +311,35 @@ def test_the_plugin_check_covers_the_shipped_plugins():
     names = {d.name for d in plugin_directories()}
     assert {"cuda", "rocm", "interpret", "example_backend"} <= names
 
+
+
+def plugin_import_graph(plugin: Path) -> dict[str, set[str]]:
+    """A plugin's modules (its tests left out) → those of its modules each imports, at any depth; ``__init__``
+    files are left out as the host's are (importing a submodule runs its package's ``__init__`` first)."""
+    modules = {".".join(p.relative_to(plugin).with_suffix("").parts): p for p in plugin_sources(plugin)
+               if p.name != "__init__.py"}
+    return {name: {n for n in imported_names(parse(path), name) if n in modules and n != name}
+            for name, path in modules.items()}
+
+
+def test_the_plugin_graph_sees_function_level_imports():
+    graph = plugin_import_graph(ROOT / "plugins" / "interpret")
+    assert "tritonplug_interpret.runner" in graph["tritonplug_interpret.plugin"]  # imported inside make_kernel
+    assert "tritonplug_interpret.xla.ir" in graph["tritonplug_interpret.xla.cfg"]
+
+
+@pytest.mark.parametrize("plugin", [str(d.relative_to(ROOT)) for d in plugin_directories()])
+def test_no_import_cycle_among_a_plugins_modules(plugin):
+    cycles = strongly_connected(plugin_import_graph(ROOT / plugin))
+    assert not cycles, f"import cycles among {plugin}'s modules: {[sorted(c) for c in cycles]}"
+
+
+def test_the_host_tests_leave_the_translator_to_its_plugin():
+    """The translator's tests live with it (``plugins/interpret/tests``): a test of ``tests/`` (its plugin fixture
+    distributions aside) may use the interpret backend through the host, never ``tritonplug_interpret.xla``."""
+    host_tests = [p for p in python_files(ROOT / "tests") if "plugins" not in p.relative_to(ROOT / "tests").parts]
+    offenders = [f"{path.relative_to(ROOT)}: {name}" for path in host_tests
+                 for name in sorted(imported_names(parse(path), "tests." + path.stem))
+                 if name == "tritonplug_interpret.xla" or name.startswith("tritonplug_interpret.xla.")]
+    assert not offenders, f"move these tests to plugins/interpret/tests: {offenders}"
+    assert not list((ROOT / "tests").glob("test_xla_*.py")) and not list((ROOT / "tests").glob("xla_*.py"))

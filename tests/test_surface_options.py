@@ -141,7 +141,7 @@ def test_multi_platform_export_carries_both_kernels_and_runs_here(monkeypatch):
 
 @interpret
 def test_cpu_export_runs_in_this_process_only(tmp_path, monkeypatch):
-    """On the interpreter path (the XLA path's export runs anywhere: tests/test_xla_path.py)."""
+    """On the interpreter path (the XLA path's export runs anywhere: plugins/interpret/tests/test_xla_path.py)."""
     monkeypatch.setenv("TRITONPLUG_CPU_PATH", "interpret")
     restored = export(lambda x, y: add(x, y), ["cpu"], SPEC300, SPEC300,
                       disabled_checks=tritonplug.export_disabled_checks())

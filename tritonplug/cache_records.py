@@ -2,13 +2,23 @@
 
 A remote-cache plugin imports from the host only this module and :mod:`tritonplug.cache_hookspecs`.
 What crosses the boundary is plain: keys are strings, values are bytes (the host's checksummed cache
-entries, never pickles), and descriptions are frozen dataclasses.
+entries, never pickles), and descriptions are frozen dataclasses. A plugin's own settings are
+:class:`~tritonplug.settings.Setting` records, made with the constructors re-exported here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from tritonplug.settings import (  # noqa: F401 - re-exported: a cache plugin declares its settings with them
+    Setting,
+    SettingError,
+    boolean,
+    choice,
+    integer,
+    seconds,
+)
 
 
 @dataclass(frozen=True)

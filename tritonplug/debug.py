@@ -22,7 +22,8 @@ import numpy as np
 
 from tritonplug import settings
 
-CHECK_VARIABLE = settings.INTERPRET_CHECK.name
+#: The CPU backend's (``tritonplug-interpret``'s) checked-mode variable, which it declares.
+CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
 
 
 def replay(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -71,7 +72,7 @@ def _checked_mode() -> Iterator[None]:
     """Checked mode on, and every program and kernel object made without it forgotten, for the duration."""
     from tritonplug.process.state import state
 
-    with settings.INTERPRET_CHECK.overridden("1"):
+    with settings.overridden(CHECK_VARIABLE, "1"):
         jax.clear_caches()
         state.memo.clear()
         try:

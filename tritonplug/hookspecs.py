@@ -1,7 +1,8 @@
 """The hooks a tritonplug backend implements.
 
 A backend is a plugin object (usually a module) registered under the entry-point group
-``tritonplug.backends``. It implements all five hooks below with ``@hookimpl``. The host
+``tritonplug.backends``. It implements the five required hooks below with ``@hookimpl``, and
+``tritonplug_declare_settings`` if it reads ``TRITONPLUG_*`` variables of its own. The host
 calls the hooks of exactly one backend per JAX platform, so each hook is ``firstresult``.
 A plugin imports nothing from the host except this module, :mod:`tritonplug.records` and the
 JAX-free :mod:`tritonplug.plugin_kit`.
@@ -9,12 +10,13 @@ JAX-free :mod:`tritonplug.plugin_kit`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pluggy
 
 from tritonplug.records import BackendInfo, Binary, CompileJob, KernelObject, Launch, Options, Target
+from tritonplug.settings import Setting
 
 PROJECT_NAME = "tritonplug"
 ENTRY_POINT_GROUP = "tritonplug.backends"
@@ -82,4 +84,19 @@ def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> Ke
     kernel-call runtime or a :class:`~tritonplug.records.HostKernel` for a kernel run on host
     buffers. ``ValueError``/``TypeError``/``NotImplementedError`` describe the user's call and
     reach the user as they are; anything else is reported as the plugin's fault.
+    """
+
+
+@hookspec(firstresult=True)
+def tritonplug_declare_settings() -> Sequence[Setting]:
+    """The ``TRITONPLUG_*`` variables this backend reads, as :class:`~tritonplug.settings.Setting` records (made
+    with :mod:`tritonplug.plugin_kit`'s ``boolean``, ``choice``, ``integer``, ``seconds`` or ``Setting`` itself;
+    ``owner`` the backend's name or left to the host). Optional: a backend that reads none leaves it out.
+
+    Called once when the plugin is loaded, right after ``tritonplug_backend_info``; must not read the
+    environment. The host then lists the settings in ``tritonplug info`` and ``tritonplug settings``, leaves them
+    out of the undeclared (typo) variables, and warns once, at first use, of a value one of them refuses; the
+    plugin reads each with ``setting.get()``. A record that is not a ``Setting``, a name outside
+    ``TRITONPLUG_[A-Z0-9_]+``, a host setting's name, or a name another loaded plugin declares makes the plugin
+    fail to load, reported (naming both plugins) like any broken plugin; an exception raised here likewise.
     """

@@ -8,9 +8,10 @@
   class in Triton (:func:`check_known_options`, :func:`check_option_names`), each raising the error
   the user sees; the grid CUDA devices launch (:data:`CUDA_MAX_GRID`);
 * building the kernel object jaxlib's GPU runtime launches (:func:`gpu_kernel`);
-* the settings the bundled backends read (:data:`CUDA_ARCH`, :data:`CUDA_MODULE_IMAGE`, :data:`ROCM_ARCH`,
-  :data:`CPU_PATH`, :data:`INTERPRET_CHECK`: ``setting.get()`` reads, validates and types the variable now),
-  declared in :mod:`tritonplug.settings` with every other ``TRITONPLUG_*`` variable.
+* declaring a backend's own ``TRITONPLUG_*`` settings (:class:`Setting` and its constructors :func:`boolean`,
+  :func:`choice`, :func:`integer`, :func:`seconds`, from :mod:`tritonplug.settings`): the backend returns them from
+  ``tritonplug_declare_settings`` and reads each with ``setting.get()`` (read, validated and typed now);
+* parsing Triton's options for a GPU backend (:func:`triton_options`): all a backend gives is what differs.
 
 A plugin may import this module besides :mod:`tritonplug.hookspecs` and :mod:`tritonplug.records`.
 It is JAX-free — a compile hook runs in a compile worker that never imports JAX — and imports
@@ -26,7 +27,7 @@ import hashlib
 import os
 import tempfile
 import types
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,15 +36,14 @@ from triton._C.libtriton import ir
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from tritonplug.records import Binary, GpuKernel, Launch
-from tritonplug.settings import (  # noqa: F401 - re-exported: the settings plugins read
-    CPU_PATH,
-    CUDA_ARCH,
-    CUDA_MODULE_IMAGE,
-    INTERPRET_CHECK,
-    ROCM_ARCH,
+from tritonplug.records import Binary, GpuKernel, Launch, Options
+from tritonplug.settings import (  # noqa: F401 - re-exported: what a backend declares its settings with
     Setting,
     SettingError,
+    boolean,
+    choice,
+    integer,
+    seconds,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +264,26 @@ def check_option_names(options: Mapping[str, Any], known: Iterable[str], backend
     if unknown:
         raise ValueError(f"unknown {backend} backend option(s) {unknown} in backend_options; "
                          f"{source} has {sorted(known)}")
+
+
+def triton_options(call_options: Mapping[str, Any], options_class: type, backend: str, max_warps: int,
+                   num_ctas: Callable[[Any], Any]) -> Options:
+    """A GPU backend's ``tritonplug_parse_options``, what differs between backends given: the options a call set
+    (``None`` dropped), ``num_warps`` a power of two up to ``max_warps`` and ``num_stages`` a non-negative int (each
+    Triton's ``options_class`` default when unset), ``num_ctas`` as ``num_ctas`` (called with the call's value, 1
+    when unset) accepts or raises, the bools bools, every name a field of ``options_class`` (``backend`` names the
+    backend in the error), and FP fusion resolved as the installed Triton does (so it is part of the cache key)."""
+    options = {k: v for k, v in call_options.items() if v is not None}
+    for name, check in (("num_warps", lambda n, v: power_of_two(n, v, max_warps)),
+                        ("num_stages", lambda n, v: int_in_range(n, v, 0))):
+        options[name] = check(name, options.get(name, triton_default(options_class, name)))
+    ctas = num_ctas(options.get("num_ctas", 1))
+    if "num_ctas" in options:
+        options["num_ctas"] = ctas
+    check_bools(options)
+    check_known_options(options, options_class, backend)
+    options["enable_fp_fusion"] = fp_fusion_enabled(options.get("enable_fp_fusion"))
+    return Options.from_mapping(options)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,18 +1,23 @@
-"""Every ``TRITONPLUG_*`` environment variable, declared once: its type, default, allowed values and meaning.
+"""Every ``TRITONPLUG_*`` environment variable, declared once by its owner: its type, default, allowed values and
+meaning.
 
-A setting is read from the environment each time it is asked for (``settings.CACHE.get()``), never frozen at
-import, so ``os.environ[...] = ...`` before the first call and ``monkeypatch.setenv`` in tests keep working. A
-blank value is the default; a value the setting cannot take is a :class:`SettingError` (a ``ValueError``)
-naming the variable, the value and what was expected. Every on/off setting takes the same words
-(:data:`ON_WORDS`, :data:`OFF_WORDS`, any case); a setting that can be switched off (the remote cache) also
-takes ``none``.
+The host declares its own here (:data:`ALL`); a plugin declares its own through the plugin API (the hook
+``tritonplug_declare_settings`` of :mod:`tritonplug.hookspecs` and :mod:`tritonplug.cache_hookspecs`, returning
+:class:`Setting` records made with this module's constructors, re-exported by :mod:`tritonplug.plugin_kit` and
+:mod:`tritonplug.cache_records`), which the plugin loader enters with :func:`declare`; two owners of one name are
+refused (:class:`DeclarationError`, naming both). This module names no backend. :func:`declared` (the host's and
+the loaded plugins' settings) is what ``tritonplug info``, the typo check (:func:`undeclared`), the first-use check
+(:func:`invalid`) and the table (:func:`markdown`; ``tritonplug settings --markdown``) read.
+
+A setting is read from the environment each time it is asked for (``setting.get()``), never frozen at import, so
+``os.environ[...] = ...`` before the first call and ``monkeypatch.setenv`` in tests keep working. A blank value is
+the default; a value the setting cannot take is a :class:`SettingError` (a ``ValueError``) naming the variable,
+the value and what was expected. Every on/off setting takes the same words (:data:`ON_WORDS`, :data:`OFF_WORDS`,
+any case); a setting that can be switched off (the remote cache) also takes ``none``.
 
 This is the only module of the host and the bundled plugins that reads a ``TRITONPLUG_*`` variable
-(``tests/test_structure.py`` checks it); plugins reach the settings they read through
-:mod:`tritonplug.plugin_kit`. Triton's own variables (``TRITON_DEFAULT_FP_FUSION``, ``TRITON_CACHE_DIR``...)
-are Triton's: Triton reads them, and they are not declared here. ``python -m tritonplug.settings --markdown``
-prints the settings table of docs/configuration.md; ``tritonplug info`` shows each setting in effect. Standard library
-only: compile workers and plugins import it without JAX.
+(``tests/test_structure_settings.py``). Triton's own variables (``TRITON_CACHE_DIR``...) are Triton's. Standard
+library only: compile workers and plugins import it without JAX.
 """
 
 from __future__ import annotations
@@ -21,9 +26,8 @@ import contextlib
 import math
 import os
 import re
-import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -37,10 +41,17 @@ OFF_WORDS = ("0", "false", "no", "off")
 NONE_WORDS = (*OFF_WORDS, "none")
 OFF = "off"
 ON_OFF = "on/off"  # the values column of every on/off setting
+#: The owner of the host's own settings; a plugin's are owned by the plugin (its backend or cache plugin name).
+HOST_OWNER = "tritonplug"
+_NAME = re.compile(r"TRITONPLUG_[A-Z0-9_]+")
 
 
 class SettingError(ValueError):
     """A ``TRITONPLUG_*`` variable set to a value its setting cannot take."""
+
+
+class DeclarationError(ValueError):
+    """A plugin's setting declarations refused: a malformed record, or a name another owner declares."""
 
 
 class _Refused(ValueError):
@@ -61,6 +72,7 @@ class Setting(Generic[T]):
     expected: str = ""  #: what an error says was expected ("must be <expected>"); ``values`` when empty
     host_only: bool = False  #: changes nothing a kernel does: left out of a host kernel's identity
     none_text: str = "none"  #: what a value of ``None`` means, in words (``tritonplug info``)
+    owner: str = HOST_OWNER  #: who declares it: the host, or a plugin by its (backend or cache plugin) name
 
     def raw(self) -> str | None:
         """The variable's value as set, or ``None`` when it is unset or blank."""
@@ -82,16 +94,21 @@ class Setting(Generic[T]):
         except (ValueError, TypeError, OverflowError):
             raise SettingError(f"{self.name} must be {self.expected or self.values}, got {raw!r}") from None
 
-    @contextlib.contextmanager
-    def overridden(self, value: str | None) -> Iterator[None]:
+    def overridden(self, value: str | None) -> contextlib.AbstractContextManager[None]:
         """The variable set to ``value`` (``None``: unset) for the duration, then as it was; the environment
         stays the one source, so compile workers and a host kernel's identity see it too."""
-        saved = os.environ.get(self.name)
-        _put(self.name, value)
-        try:
-            yield
-        finally:
-            _put(self.name, saved)
+        return overridden(self.name, value)
+
+
+@contextlib.contextmanager
+def overridden(name: str, value: str | None) -> Iterator[None]:
+    """Variable ``name`` set to ``value`` (``None``: unset) for the duration, then as it was (a plugin's setting)."""
+    saved = os.environ.get(name)
+    _put(name, value)
+    try:
+        yield
+    finally:
+        _put(name, saved)
 
 
 def _put(name: str, value: str | None) -> None:
@@ -162,21 +179,6 @@ def _url_or_off(text: str) -> str:
     return text
 
 
-def _capability(text: str) -> int:
-    """``90``, ``9.0``, ``sm_90``, ``sm_90a`` → 90, within the range Triton supports."""
-    digits = text.lower().removeprefix("sm_").rstrip("a")
-    capability = int(float(digits) * 10) if "." in digits else int(digits)
-    if not 50 <= capability < 200:
-        raise ValueError(text)
-    return capability
-
-
-def _gfx(text: str) -> str:
-    """``gfx942``, ``GFX942:sramecc+:xnack-`` (ROCm tools' feature suffix) → ``gfx942``."""
-    arch = text.split(":")[0].strip().lower()
-    if not re.fullmatch(r"gfx[0-9a-f]{3,4}", arch):
-        raise ValueError(text)
-    return arch
 
 
 def _cache_directory() -> Path:
@@ -191,31 +193,33 @@ def _const(value: Any) -> Callable[[], Any]:
 
 
 # ------------------------------------------------------------------------------------------ settings
-# One constructor per kind, as Triton's ``knobs.py`` has ``env_bool``, ``env_int``...: the kind is what
-# ``tests/test_settings.py`` holds every setting of to one behaviour (the on/off words, the integer checks).
+# One constructor per kind, as Triton's ``knobs.py`` has ``env_bool``...: tests hold each kind to one behaviour.
 
 
-def boolean(name: str, doc: str, default: bool, host_only: bool = False) -> Setting[bool]:
+def boolean(name: str, doc: str, default: bool, host_only: bool = False, owner: str = HOST_OWNER) -> Setting[bool]:
     return Setting(name, doc, "on/off", ON_OFF, "on" if default else "off", on_off, _const(default),
-                   f"on or off: one of {', '.join(ON_WORDS + OFF_WORDS)} (any case)", host_only)
+                   f"on or off: one of {', '.join(ON_WORDS + OFF_WORDS)} (any case)", host_only, owner=owner)
 
 
 def integer(name: str, doc: str, default: int | Callable[[], int], default_doc: str, minimum: int = 0,
-            expected: str = "", host_only: bool = False) -> Setting[int]:
+            expected: str = "", host_only: bool = False, owner: str = HOST_OWNER) -> Setting[int]:
     values = "a non-negative integer" if minimum == 0 else f"an integer, at least {minimum}"
     return Setting(name, doc, "integer", values, default_doc, _integer(minimum),
-                   default if callable(default) else _const(default), expected, host_only)
+                   default if callable(default) else _const(default), expected, host_only, owner=owner)
 
 
-def seconds(name: str, doc: str, default: float, host_only: bool = False) -> Setting[float]:
+def seconds(name: str, doc: str, default: float, host_only: bool = False, owner: str = HOST_OWNER
+            ) -> Setting[float]:
     return Setting(name, doc, "seconds", "a positive number of seconds", f"{default:g}", _seconds, _const(default),
-                   host_only=host_only)
+                   host_only=host_only, owner=owner)
 
 
-def choice(name: str, doc: str, choices: tuple[str, ...], default: str | None, host_only: bool = False
-           ) -> Setting[Any]:
+def choice(name: str, doc: str, choices: tuple[str, ...], default: str | None, host_only: bool = False,
+           owner: str = HOST_OWNER) -> Setting[Any]:
     return Setting(name, doc, "choice", ", ".join(f"`{c}`" for c in choices), f"`{default}`" if default else "off",
-                   _choice(*choices), _const(default), f"one of {', '.join(choices)}", host_only, none_text="off")
+                   _choice(*choices), _const(default), f"one of {', '.join(choices)}", host_only, none_text="off",
+                   owner=owner)
+
 
 
 CACHE_DIR: Setting[Path] = Setting(
@@ -235,29 +239,17 @@ COMPILE_TIMEOUT = seconds("TRITONPLUG_COMPILE_TIMEOUT", "how long one compile jo
                           "replaced and the job retried once", 600.0, host_only=True)
 LOG = choice("TRITONPLUG_LOG", "log compiles and cache events on the `tritonplug` logger at this level",
              ("debug", "info", "warning", "error"), None, host_only=True)
-CUDA_ARCH: Setting[int | None] = Setting(
-    "TRITONPLUG_CUDA_ARCH", "CUDA target to lower for when no device is visible (a call's `compute_capability` "
-    "wins)", "target", "`90`, `9.0`, `sm_90a`...", "detected", _capability, _const(None),
-    "a compute capability such as 90 or 9.0 (50 to 199, the range Triton supports)", none_text="detected")
-ROCM_ARCH: Setting[str | None] = Setting(
-    "TRITONPLUG_ROCM_ARCH", "ROCm target to lower for when no device is visible", "target", "`gfx942`, `gfx90a`...",
-    "detected", _gfx, _const(None), "an AMD GPU architecture such as gfx942", none_text="detected")
 DISABLE_PLUGINS: Setting[frozenset[str]] = Setting(
     "TRITONPLUG_DISABLE_PLUGINS", "skip these plugins (backends and remote caches) by entry-point name", "list",
     "`name,name...`", "none", _names, _const(frozenset()), host_only=True)
 BACKENDS: Setting[dict[str, str]] = Setting(
     "TRITONPLUG_BACKENDS", "choose a backend where several claim a platform", "list", "`platform:name,...`", "none",
     _pairs, dict)  # a new dict each time: callers may change theirs
-INTERPRET_CHECK = boolean("TRITONPLUG_INTERPRET_CHECK", "out-of-bounds checks on the CPU backend (both paths)", False)
 EARLY_COMPILE = boolean("TRITONPLUG_EARLY_COMPILE", "compile already when a call is traced (off: when it is "
                         "lowered)", True)
 TUNING_FILE: Setting[str | None] = Setting(
     "TRITONPLUG_TUNING_FILE", "a tuning file whose records take precedence over those tuned here (read-only)",
     "path", "a file", "none", str, _const(None), host_only=True)
-CUDA_MODULE_IMAGE = boolean("TRITONPLUG_CUDA_MODULE_IMAGE", "send Triton's cubin beside the PTX (proto field "
-                            "`module_image`, read by jaxlib 0.11+); off: PTX only", True)
-CPU_PATH = choice("TRITONPLUG_CPU_PATH", "how the CPU backend runs kernels: compiled by XLA (the interpreter as "
-                  "fallback), or in Triton's interpreter", ("xla", "interpret"), "xla")
 REMOTE_CACHE: Setting[str | None] = Setting(
     "TRITONPLUG_REMOTE_CACHE", "remote kernel cache: `redis://[user:pw@]host:port/db[?mode=read&max_entry_bytes=N"
     "&ttl_s=S&timeout_s=S]`, `rediss://` (TLS) or `jax://` (the job's coordination service)", "url",
@@ -269,12 +261,62 @@ REMOTE_CLAIM_S = seconds("TRITONPLUG_REMOTE_CLAIM_S", "how long a host's claim o
 REMOTE_WAIT_S = seconds("TRITONPLUG_REMOTE_WAIT_S", "how long the other hosts wait for that entry before "
                         "compiling it themselves", 180.0)
 
-#: Every setting, in the order of the settings table (docs/configuration.md).
+#: The host's own settings, in the table's order (docs/configuration.md).
 ALL: tuple[Setting[Any], ...] = (
-    CACHE_DIR, CACHE_MAX_BYTES, CACHE, COMPILE_WORKERS, COMPILE_TIMEOUT, LOG, CUDA_ARCH, ROCM_ARCH,
-    DISABLE_PLUGINS, BACKENDS, INTERPRET_CHECK, EARLY_COMPILE, TUNING_FILE, CUDA_MODULE_IMAGE, CPU_PATH,
-    REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S)
+    CACHE_DIR, CACHE_MAX_BYTES, CACHE, COMPILE_WORKERS, COMPILE_TIMEOUT, LOG, DISABLE_PLUGINS, BACKENDS,
+    EARLY_COMPILE, TUNING_FILE, REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S)
 BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in ALL}
+
+
+# --------------------------------------------------------------------------- the plugins' declarations
+
+_PLUGINS: dict[str, tuple[Setting[Any], ...]] = {}  # owner → its settings, in loading order
+
+
+def declare(owner: str, specs: Iterable[Any]) -> tuple[Setting[Any], ...]:
+    """Enter the settings plugin ``owner`` declares (replacing what ``owner`` declared before: a reload); returns
+    them owned by ``owner``. :class:`DeclarationError` for a record that is no :class:`Setting`, a name outside
+    ``TRITONPLUG_[A-Z0-9_]+``, a record owned by someone else, a name declared twice, a host setting, or a name
+    another plugin declares (the message names both owners)."""
+    if isinstance(specs, (str, bytes, Setting)) or not isinstance(specs, Iterable):
+        raise DeclarationError(f"declares {specs!r:.200}, not a sequence of tritonplug.settings.Setting records")
+    owned: list[Setting[Any]] = []
+    for spec in specs:
+        if not isinstance(spec, Setting):
+            raise DeclarationError(f"declares {spec!r:.200}, not a tritonplug.settings.Setting record")
+        if not isinstance(spec.name, str) or not _NAME.fullmatch(spec.name):
+            raise DeclarationError(f"declares a setting named {spec.name!r}; a name is TRITONPLUG_ followed by "
+                                   f"capital letters, digits and underscores")
+        if spec.owner not in (HOST_OWNER, owner):
+            raise DeclarationError(f"declares {spec.name} as owned by {spec.owner!r}, not by itself ({owner!r})")
+        if spec.name in BY_NAME:
+            raise DeclarationError(f"declares {spec.name}, a setting of the host ({HOST_OWNER}); a plugin declares "
+                                   f"only its own variables")
+        if any(spec.name == o.name for o in owned):
+            raise DeclarationError(f"declares {spec.name} twice")
+        for other, theirs in _PLUGINS.items():
+            if other != owner and any(spec.name == t.name for t in theirs):
+                raise DeclarationError(f"declares {spec.name}, which plugin {other!r} declares already; "
+                                       f"one variable has one owner")
+        owned.append(replace(spec, owner=owner))
+    _PLUGINS[owner] = tuple(owned)
+    return _PLUGINS[owner]
+
+
+def withdraw(owner: str) -> None:
+    """Forget the settings of plugin ``owner`` (unloaded, or refused after it declared them)."""
+    _PLUGINS.pop(owner, None)
+
+
+def declared(owners: Sequence[str] | None = None) -> tuple[Setting[Any], ...]:
+    """The host's settings, then each loaded plugin's in loading order; with ``owners``, only theirs."""
+    every = (*ALL, *(s for specs in _PLUGINS.values() for s in specs))
+    return every if owners is None else tuple(s for s in every if s.owner in owners)
+
+
+def lookup(name: str) -> Setting[Any] | None:
+    """The setting named ``name``, the host's or a loaded plugin's; ``None`` when none declares it (not loaded)."""
+    return next((s for s in declared() if s.name == name), None)
 
 
 # ---------------------------------------------------------------------------------- the whole set
@@ -282,14 +324,16 @@ BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in ALL}
 
 def kernel_environment() -> list[tuple[str, str]]:
     """The ``TRITONPLUG_*`` variables set now that may change what a kernel does: all but the host-only
-    settings (a third-party plugin's own variables included), for a host kernel's identity."""
-    return sorted((k, v) for k, v in os.environ.items()
-                  if k.startswith(PREFIX) and not (k in BY_NAME and BY_NAME[k].host_only))
+    settings (the loaded plugins' included; an undeclared variable counts), for a host kernel's identity."""
+    host_only = {s.name for s in declared() if s.host_only}
+    return sorted((k, v) for k, v in os.environ.items() if k.startswith(PREFIX) and k not in host_only)
 
 
 def undeclared() -> list[str]:
-    """``TRITONPLUG_*`` variables set now that no setting declares (a typo, or a third-party plugin's)."""
-    return sorted(k for k in os.environ if k.startswith(PREFIX) and k not in BY_NAME)
+    """``TRITONPLUG_*`` variables set now that neither the host nor a loaded plugin declares (a typo, or the variable
+    of a plugin that is not loaded)."""
+    names = {s.name for s in declared()}
+    return sorted(k for k in os.environ if k.startswith(PREFIX) and k not in names)
 
 
 def show(value: Any, none_text: str = "none") -> str:
@@ -310,10 +354,10 @@ def show(value: Any, none_text: str = "none") -> str:
 
 
 def in_effect() -> dict[str, str]:
-    """Each setting's value now and where it comes from (``set`` or ``default``), for ``tritonplug info``;
+    """Each declared setting's value now and where it comes from (``set`` or ``default``), for ``tritonplug info``;
     a value the setting refuses is reported, not raised."""
     report = {}
-    for setting in ALL:
+    for setting in declared():
         source = "set" if setting.is_set() else "default"
         try:
             report[setting.name] = f"{show(setting.get(), setting.none_text)} ({source})"
@@ -322,10 +366,11 @@ def in_effect() -> dict[str, str]:
     return report
 
 
-def invalid() -> list[str]:
-    """Every set variable whose value its setting refuses, as ``NAME: why`` (``tritonplug info``'s problems)."""
+def invalid(owners: Sequence[str] | None = None) -> list[str]:
+    """Every set variable whose value its setting refuses, as ``NAME: why`` (``tritonplug info``'s problems); with
+    ``owners``, only those of these owners' settings."""
     problems = []
-    for setting in ALL:
+    for setting in declared(owners):
         try:
             setting.get()
         except SettingError as exc:
@@ -333,28 +378,23 @@ def invalid() -> list[str]:
     return problems
 
 
-def markdown() -> str:
-    """The settings table of docs/configuration.md."""
+def _owner_order(setting: Setting[Any]) -> str:
+    return "" if setting.owner == HOST_OWNER else setting.owner
+
+
+def markdown(table: Sequence[Setting[Any]] | None = None) -> str:
+    """The configuration table of ``table`` (default: :func:`declared`): the host's rows, then each plugin's by
+    owner name, each row naming the setting's owner."""
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
-    rows = [f"| `{s.name}` | {cell(s.doc)} | {cell(s.values)} | {cell(s.default_doc)} |" for s in ALL]
+    rows = [f"| `{s.name}` | {s.owner} | {cell(s.doc)} | {cell(s.values)} | {cell(s.default_doc)} |"
+            for s in sorted(declared() if table is None else table, key=_owner_order)]
     words = ", ".join(f"`{on}`/`{off}`" for on, off in zip(ON_WORDS, OFF_WORDS, strict=True))
     return "\n".join([
-        "| variable | meaning | values | default |", "|---|---|---|---|", *rows, "",
+        "| variable | owner | meaning | values | default |", "|---|---|---|---|---|", *rows, "",
         f"Every on/off setting takes {words} (any case); a blank value is the default; a value a setting cannot "
-        f"take is an error naming the variable, the value and what was expected.",
+        f"take is an error naming the variable, the value and what was expected. The owner is the host "
+        f"(`{HOST_OWNER}`) or the plugin that declares the variable; `tritonplug settings --markdown` prints this "
+        f"table for the plugins installed.",
     ])
-
-
-def _main(argv: list[str]) -> int:
-    if argv != ["--markdown"]:
-        print("usage: python -m tritonplug.settings --markdown   (the settings table of docs/configuration.md)",
-              file=sys.stderr)
-        return 2
-    print(markdown())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

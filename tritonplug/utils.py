@@ -22,12 +22,13 @@ def strides_from_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 def get_compute_capability(device: int = 0) -> int:
     """The compute capability kernels are compiled for on CUDA device ``device`` (e.g. 90).
 
-    Without a CUDA device this is what lowering for ``cuda`` would use:
-    ``TRITONPLUG_CUDA_ARCH`` if set, else 0 (so ``get_compute_capability(0) < 70`` style
-    guards skip GPU-only work).
+    Without a CUDA device this is what lowering for ``cuda`` would use: the CUDA backend's
+    ``TRITONPLUG_CUDA_ARCH`` if set (and that backend installed), else 0 (so
+    ``get_compute_capability(0) < 70`` style guards skip GPU-only work).
     """
     import jax
 
+    import tritonplug
     from tritonplug import settings
 
     try:
@@ -36,4 +37,10 @@ def get_compute_capability(device: int = 0) -> int:
         devices = []
     if devices:
         return int(float(devices[device].compute_capability) * 10)
-    return settings.CUDA_ARCH.get() or 0
+    tritonplug.backends()  # loads the backends, which declare their settings
+    arch = settings.lookup(CUDA_ARCH_VARIABLE)
+    return (arch.get() if arch is not None else None) or 0
+
+
+#: The CUDA backend's (``tritonplug-cuda``'s) variable for the target to lower for without a device.
+CUDA_ARCH_VARIABLE = "TRITONPLUG_CUDA_ARCH"

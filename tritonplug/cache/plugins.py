@@ -10,7 +10,6 @@ The built-in plugin for JAX's coordination service is registered like any other,
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import re
 from urllib.parse import urlsplit
 
@@ -65,28 +64,24 @@ class CachePlugins:
         disabled = settings.DISABLE_PLUGINS.get()
         if "jax" not in disabled:
             self.register(importlib.import_module(BUILTIN), "jax", "built in")
-        for ep in importlib.metadata.entry_points(group=cache_hookspecs.ENTRY_POINT_GROUP):
-            if ep.name in disabled:
-                continue
-            try:
-                plugin = ep.load()
-            except (Exception, SystemExit) as exc:  # a plugin's import must never take the user's process down
-                self._report(f"cache plugin {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc}")
-                continue
-            self.register(plugin, ep.name, f"entry point {ep.name} = {ep.value}")
+        plugin_hooks.load_entry_points(cache_hookspecs.ENTRY_POINT_GROUP, disabled, "cache plugin", self.register,
+                                       self._report)
+        refused = settings.invalid([p.info.name for p in self.plugins.values()])
+        if refused:  # their settings are read from now on: a typo is said once, as the backends' are
+            user_warnings.warn(f"tritonplug: invalid settings (each is an error where it is read): "
+                               f"{'; '.join(refused)}", UserWarning)
 
     def register(self, plugin: object, label: str, source: str) -> CachePlugin | None:
         """Register one plugin object; a broken one is reported and skipped."""
         try:
-            self.manager.register(plugin, name=f"{label}@{id(plugin)}")
-        except (pluggy.PluginValidationError, ValueError) as exc:
-            detail = re.sub(r"@\d+'", "'", " ".join(str(exc).split()))
-            self._report(f"cache plugin {label!r} does not match the tritonplug cache hook specs: {detail}")
-            return None
-        try:
-            info = self._describe(plugin, label)
+            plugin_hooks.register(self.manager, plugin, label, f"cache plugin {label!r}", "tritonplug cache")
+            try:
+                info = self._describe(plugin, label)
+                plugin_hooks.declare_settings(self.manager, plugin, info.name, f"cache plugin {label!r}")
+            except PluginError:
+                self.manager.unregister(plugin)
+                raise
         except PluginError as exc:
-            self.manager.unregister(plugin)
             self._report(str(exc))
             return None
         loaded = CachePlugin(self.manager, plugin, info, source)

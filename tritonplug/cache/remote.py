@@ -114,6 +114,13 @@ class RemoteCaches:
             return f"not opened: {self._errors.get(url, '?')}"
         return tier.status()
 
+    def load_plugins(self) -> None:
+        """Load the cache plugins now if no store was asked for yet: ``tritonplug info`` lists their settings."""
+        with self._lock:
+            if self._plugins is None:
+                self._plugins = CachePlugins()
+                self._plugins.load()
+
     def problems(self) -> list[str]:
         """Cache plugins that failed to load; empty until a store was first asked for."""
         with self._lock:

@@ -19,7 +19,7 @@ def collect_info() -> dict[str, Any]:
     from tritonplug.process.state import state
     from tritonplug.version import tested_report
 
-    host = state.host()
+    host = loaded_plugins()
     backends: dict[str, Any] = {}
     for backend in host.backends.values():
         info = backend.info
@@ -49,10 +49,37 @@ def collect_info() -> dict[str, Any]:
         "remote cache": state.compiler.remote.status(),
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),
-        # every declared setting: its value now and whether it was set or is the default
+        # every setting the host and the loaded plugins declare: its value now and whether it was set or is the default
         "settings": {name: redact(text) for name, text in settings.in_effect().items()},
-        "undeclared variables": ", ".join(settings.undeclared()) or "none",  # a typo, or a third-party plugin's
+        "setting owners": _owners(),
+        "undeclared variables": ", ".join(settings.undeclared()) or "none",  # a typo, or an unloaded plugin's
     }
+
+
+def loaded_plugins() -> Any:
+    """Every backend and cache plugin loaded (their settings declared); the backends' host."""
+    from tritonplug.process.state import state
+
+    host = state.host()
+    state.compiler.remote.load_plugins()
+    return host
+
+
+def collect_settings() -> dict[str, Any]:
+    """``tritonplug settings``: each declared setting's owner, value now and meaning."""
+    from tritonplug.cache.plugins import redact
+
+    loaded_plugins()
+    shown = settings.in_effect()
+    return {s.name: {"owner": s.owner, "value": redact(shown[s.name]), "meaning": s.doc} for s in settings.declared()}
+
+
+def _owners() -> dict[str, str]:
+    """Owner → the names of its settings."""
+    owners: dict[str, list[str]] = {}
+    for setting in settings.declared():
+        owners.setdefault(setting.owner, []).append(setting.name)
+    return {owner: ", ".join(names) for owner, names in owners.items()}
 
 
 def _setting(read: Any) -> Any:

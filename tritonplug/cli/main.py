@@ -1,6 +1,7 @@
 """The tritonplug command: what is installed, the compiled-kernel cache and tuning records.
 
   tritonplug info                                      versions, backends, targets, cache, workers
+  tritonplug settings [--markdown]                     every TRITONPLUG_* setting: owner, value, meaning
   tritonplug cache stats|clear|prune [--max-bytes N]   inspect or shrink the cache
   tritonplug tune list|export FILE|import FILE|clear   persisted autotuning records
 
@@ -24,6 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     commands = parser.add_subparsers(dest="command", required=True)
     _command(commands, "info", "versions, plugins, platforms, targets, cache and workers", json_flag)
+    table = _command(commands, "settings", "every TRITONPLUG_* setting the host and the installed plugins declare: "
+                                           "its owner, its value now and its meaning", json_flag)
+    table.add_argument("--markdown", action="store_true", help="print the configuration table (README.md's)")
     cache = _command(commands, "cache", "inspect or shrink the compiled-kernel cache")
     actions = cache.add_subparsers(dest="action", required=True)
     _command(actions, "stats", "directory, entries and bytes", json_flag)
@@ -63,6 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         from tritonplug.cli.info import collect_info
 
         report, status = collect_info(), 0
+    elif args.command == "settings":
+        from tritonplug import settings
+        from tritonplug.cli.info import collect_settings, loaded_plugins
+
+        if args.markdown:
+            loaded_plugins()
+            print(settings.markdown())
+            return 0
+        report, status = collect_settings(), 0
     elif args.command == "tune":
         from tritonplug.cli.tune import run
 

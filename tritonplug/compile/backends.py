@@ -10,8 +10,6 @@ and is an error when that platform is lowered, until ``TRITONPLUG_BACKENDS`` pic
 
 from __future__ import annotations
 
-import importlib.metadata
-import re
 import threading
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -119,16 +117,12 @@ class Host:
     def load_entry_points(self) -> None:
         """Load every plugin of the entry-point group but those ``TRITONPLUG_DISABLE_PLUGINS`` names."""
         disabled = settings.DISABLE_PLUGINS.get()
-        for ep in importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
-            if ep.name in disabled or ep.name in self.backends:
-                continue
-            try:
-                plugin = ep.load()
-            except (Exception, SystemExit) as exc:  # a plugin's import must never take the user's process down
-                self._report(f"plugin {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc}")
-                continue
-            self.register(plugin, name=ep.name, source=f"entry point {ep.name} = {ep.value}", strict=False,
-                          disabled=disabled, from_entry_point=True)
+
+        def register(plugin: object, name: str, source: str) -> None:
+            self.register(plugin, name=name, source=source, strict=False, disabled=disabled, from_entry_point=True)
+
+        plugin_hooks.load_entry_points(hookspecs.ENTRY_POINT_GROUP, {*disabled, *self.backends}, "plugin", register,
+                                       self._report)
         for message in self.conflicts():
             self.problems.append(message)
 
@@ -159,6 +153,7 @@ class Host:
             if backend.name in disabled:
                 self.manager.unregister(plugin)
                 del self.backends[backend.name]
+                settings.withdraw(backend.name)
                 return None
             return backend
 
@@ -166,16 +161,13 @@ class Host:
         label = name or getattr(plugin, "__name__", type(plugin).__name__)
         if self.manager.is_registered(plugin):
             raise PluginError(f"plugin {label!r} is already registered")
-        try:
-            self.manager.register(plugin, name=f"{label}@{id(plugin)}")
-        except (pluggy.PluginValidationError, ValueError) as exc:
-            detail = re.sub(r"@\d+'", "'", " ".join(str(exc).split()))  # one line, without our registration id
-            raise PluginError(f"plugin {label!r} does not match the tritonplug hook specs: {detail}") from exc
+        plugin_hooks.register(self.manager, plugin, label, f"plugin {label!r}", "tritonplug")
         try:
             info = self._describe(plugin, label)
             if info.name in self.backends:
                 raise PluginError(f"plugin {label!r}: a backend named {info.name!r} is already loaded "
                                   f"({self.backends[info.name].source})")
+            plugin_hooks.declare_settings(self.manager, plugin, info.name, f"plugin {label!r}")
         except PluginError:
             self.manager.unregister(plugin)
             raise

@@ -124,6 +124,10 @@ def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) ->
     return tuple(op(*arrays))
 
 
+#: The CPU backend's (``tritonplug-interpret``'s) checked-mode variable.
+CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
+
+
 def check_no_host_callbacks(body: Body, arg_shapes: Any, mesh: Any, call: CallInfo) -> None:
     """Refuse, on XLA:CPU, a per-shard body that would call back into Python: JAX lowers a custom-partitioned
     body as a module of its own and drops its host callbacks, and XLA:CPU then crashes when the program runs
@@ -139,9 +143,10 @@ def check_no_host_callbacks(body: Body, arg_shapes: Any, mesh: Any, call: CallIn
         raise NotImplementedError(
             f"partitioned {call.function}: the function calls back into Python ({', '.join(found)}), which XLA:CPU "
             f"cannot run inside a custom-partitioned op (it crashes); move the callback out of the function, {fix}")
-    if settings.INTERPRET_CHECK.get():
+    checked = settings.lookup(CHECK_VARIABLE)  # the CPU backend's setting, declared when it loaded
+    if checked is not None and checked.get():
         raise NotImplementedError(
-            f"partitioned {call.function}: the CPU backend's checked mode ({settings.INTERPRET_CHECK.name}=1) "
+            f"partitioned {call.function}: the CPU backend's checked mode ({CHECK_VARIABLE}=1) "
             f"reports through jax.debug.callback, which XLA:CPU cannot run inside a custom-partitioned op (it "
             f"crashes); turn checked mode off for this sharded program, {fix}")
 

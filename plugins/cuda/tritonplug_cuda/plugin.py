@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
-from tritonplug_cuda import __version__, compat, descriptors
+from tritonplug_cuda import __version__, compat, descriptors, settings
 
-ARCH_VARIABLE = plugin_kit.CUDA_ARCH.name
-MODULE_IMAGE_VARIABLE = plugin_kit.CUDA_MODULE_IMAGE.name
+ARCH_VARIABLE = settings.ARCH.name
+MODULE_IMAGE_VARIABLE = settings.MODULE_IMAGE.name
 #: ``num_ctas`` values a GPU with thread-block clusters (sm_90+) launches: a portable cluster's sizes.
 CLUSTER_SIZES = (1, 2, 4, 8)
 
@@ -25,6 +25,11 @@ def tritonplug_backend_info() -> BackendInfo:
                        option_names=tuple(sorted(plugin_kit.option_names(compat.OPTIONS_CLASS))),
                        max_grid=plugin_kit.CUDA_MAX_GRID, ir_stages=("ttir", "ttgir"), tensor_descriptors="jaxlib",
                        buffer_order="operands_first")
+
+
+@hookimpl
+def tritonplug_declare_settings() -> Sequence[plugin_kit.Setting]:
+    return settings.ALL
 
 
 def _parse_capability(value: Any, source: str) -> int:
@@ -44,8 +49,8 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
         return None
     if requested.get("compute_capability") is not None:
         capability = _parse_capability(requested["compute_capability"], "compute_capability")
-    elif plugin_kit.CUDA_ARCH.is_set():  # read, validated and parsed by the setting
-        capability = int(plugin_kit.CUDA_ARCH.get() or 0)
+    elif settings.ARCH.is_set():  # read, validated and parsed by the setting
+        capability = int(settings.ARCH.get() or 0)
     elif device is not None and getattr(device, "compute_capability", None):
         capability = _parse_capability(device.compute_capability, f"device {device}")
     else:
@@ -56,22 +61,16 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
 
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
-    options = {k: v for k, v in call_options.items() if v is not None}
-    defaults = {k: plugin_kit.triton_default(compat.OPTIONS_CLASS, k) for k in ("num_warps", "num_stages")}
-    options["num_warps"] = plugin_kit.power_of_two("num_warps", options.get("num_warps", defaults["num_warps"]), 32)
-    options["num_stages"] = plugin_kit.int_in_range("num_stages", options.get("num_stages", defaults["num_stages"]), 0)
-    ctas = options.get("num_ctas", 1)
-    if ctas != 1 and int(target.arch) < 90:
-        raise ValueError(f"num_ctas={ctas!r} needs thread-block clusters (compute capability 90+); "
-                         f"the target is sm_{target.arch}, where num_ctas must be 1")
-    if ctas not in CLUSTER_SIZES:
-        raise ValueError(f"num_ctas must be one of {CLUSTER_SIZES} on sm_{target.arch} (the thread blocks of a "
-                         f"portable cluster), got {ctas!r}")
-    plugin_kit.check_bools(options)
-    plugin_kit.check_known_options(options, compat.OPTIONS_CLASS, "CUDA")
-    # Triton's own default where the call leaves it unset, resolved here so it is part of the cache key
-    options["enable_fp_fusion"] = plugin_kit.fp_fusion_enabled(options.get("enable_fp_fusion"))
-    return Options.from_mapping(options)
+    def num_ctas(ctas: Any) -> Any:
+        if ctas != 1 and int(target.arch) < 90:
+            raise ValueError(f"num_ctas={ctas!r} needs thread-block clusters (compute capability 90+); "
+                             f"the target is sm_{target.arch}, where num_ctas must be 1")
+        if ctas not in CLUSTER_SIZES:
+            raise ValueError(f"num_ctas must be one of {CLUSTER_SIZES} on sm_{target.arch} (the thread blocks of a "
+                             f"portable cluster), got {ctas!r}")
+        return ctas
+
+    return plugin_kit.triton_options(call_options, compat.OPTIONS_CLASS, "CUDA", max_warps=32, num_ctas=num_ctas)
 
 
 @hookimpl
@@ -83,7 +82,7 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> GpuKernel:
-    use_cubin = plugin_kit.CUDA_MODULE_IMAGE.get()
+    use_cubin = settings.MODULE_IMAGE.get()
     if descriptors.count(launch.params):
         params = descriptors.expand(launch.params, binary.metadata.get("tensordesc_meta") or (), launch.kernel_name)
         launch = dataclasses.replace(launch, params=params)

@@ -1,11 +1,27 @@
-"""Session setup for the interpret plugin's tests, from the conformance kit (``tritonplug.testing``)."""
+"""Session setup for the interpret plugin's tests, from the conformance kit (``tritonplug.testing``).
 
+The plugin owns its tests: its hooks, the interpreter path, and the TTIR → XLA translator (``test_xla_*.py`` with
+their kernels, ``xla_*kernels.py``). The host's ``tests/`` use the plugin only through the host
+(``tests/test_structure.py`` holds them to it). This repository's ``tests/`` (shared helpers such as
+``helpers.py``, ``plugin_test_support.py``) and ``examples/`` (kernels some tests reuse) are on ``sys.path``.
+"""
+
+import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))  # plugin_test_support (this repo's)
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from hypothesis import settings  # noqa: E402
 
 from tritonplug.testing import configure_environment, private_cache_fixture  # noqa: E402
 
 configure_environment()
 _private_cache = private_cache_fixture()
+
+# As tests/conftest.py: the same examples on every run; HYPOTHESIS_PROFILE=explore draws new ones.
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, max_examples=200)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))

@@ -65,7 +65,7 @@ def test_parse_options_errors_say_what_was_expected(bad, message):
 
 
 def test_plugin_imports_only_what_it_may():
-    assert_plugin_imports(PLUGIN_ROOT / "tritonplug_interpret", third_party={"triton", "numpy", "jax"})
+    assert_plugin_imports(PLUGIN_ROOT / "tritonplug_interpret", third_party={"triton", "numpy", "ml_dtypes", "jax"})
 
 
 @pytest.mark.skipif(_tomllib is None, reason="needs tomllib (Python 3.11+)")
@@ -73,7 +73,7 @@ def test_distribution_metadata():
     meta = distribution_metadata(PLUGIN_ROOT)
     project = meta["project"]
     assert project["name"] == "tritonplug-interpret"
-    assert set(project["dependencies"]) == {"tritonplug", "triton>=3.6.0", "numpy", "jax>=0.10.2"}
+    assert set(project["dependencies"]) == {"tritonplug", "triton>=3.6.0", "numpy", "ml_dtypes", "jax>=0.10.2"}
     assert project["entry-points"]["tritonplug.backends"] == {"interpret": "tritonplug_interpret.plugin"}
     assert meta["build-system"]["build-backend"] == "setuptools.build_meta"
     assert meta["tool"]["setuptools"]["packages"] == ["tritonplug_interpret", "tritonplug_interpret.xla"]

@@ -11,11 +11,11 @@ import logging
 import struct
 from collections.abc import Hashable
 
-from tritonplug import plugin_kit
 from tritonplug.records import Binary, JaxKernel, Launch, ScalarParam, param_leaves
+from tritonplug_interpret import settings
 from tritonplug_interpret.recent import Recent
 
-PATH_VARIABLE = plugin_kit.CPU_PATH.name
+PATH_VARIABLE = settings.PATH.name
 PATHS = ("xla", "interpret")
 log = logging.getLogger("tritonplug.interpret")
 
@@ -26,7 +26,7 @@ _KERNELS: Recent[JaxKernel] = Recent(64)
 
 def chosen_path() -> str:
     """``xla`` or ``interpret``: ``TRITONPLUG_CPU_PATH``, validated by the setting."""
-    return plugin_kit.CPU_PATH.get()
+    return settings.PATH.get()
 
 
 def kernel_ttir(binary: Binary) -> str | None:

@@ -3,18 +3,18 @@ compiled by XLA from it (or run in Triton's interpreter)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, HostKernel, JaxKernel, Launch, Options, Target
-from tritonplug_interpret import __version__, compat, paths
+from tritonplug_interpret import __version__, compat, paths, settings
 from tritonplug_interpret.checked import OutOfBoundsAccess
 
 __all__ = ["CHECK_VARIABLE", "OutOfBoundsAccess"]
 
-CHECK_VARIABLE = plugin_kit.INTERPRET_CHECK.name
+CHECK_VARIABLE = settings.CHECK.name
 #: Triton's front end runs as for an sm_90 GPU, so a kernel's source errors, and arguments it cannot
 #: use, are refused on the CPU as on a GPU; its TTIR is the most generic (every fp8 type is legal), and
 #: neither CPU path uses the GPU specifics.
@@ -29,6 +29,11 @@ def tritonplug_backend_info() -> BackendInfo:
                        ir_stages=("ttir",), cache_binaries=True, compile_in_worker=False, autotune="first",
                        option_names=compat.GPU_OPTION_NAMES, max_grid=plugin_kit.CUDA_MAX_GRID,
                        tensor_descriptors="kernel")
+
+
+@hookimpl
+def tritonplug_declare_settings() -> Sequence[plugin_kit.Setting]:
+    return settings.ALL
 
 
 @hookimpl
@@ -71,7 +76,7 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel | JaxKernel:
-    check = plugin_kit.INTERPRET_CHECK.get()
+    check = settings.CHECK.get()
     compiled = paths.xla_kernel(binary, launch, check)
     if compiled is not None:
         return compiled

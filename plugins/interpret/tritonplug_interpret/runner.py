@@ -4,7 +4,7 @@ How it drives the interpreter (no torch): the kernel's Python function gets the
 interpreter's AST rewrite once (:func:`compat.interpreted`); each run patches
 ``triton.language`` onto the interpreter's global builder (:func:`compat.patch_language`),
 redirects calls of other ``@triton.jit`` functions (helpers, ``tl.standard``'s ``sum``/``max``
-…, functions passed as constexprs) to their rewritten versions, installs the bf16 layer
+…, functions passed as constexprs) to their rewritten versions, installs the bf16 and fp8 layers
 (and in checked mode the bounds checks), then calls the rewritten kernel once per program
 id. Pointer arguments are ``tl.tensor`` scalars holding buffer addresses; the interpreter
 loads and stores through them directly, so results are written in place, and only operands
@@ -26,7 +26,7 @@ import numpy as np
 import triton.language as tl
 
 from tritonplug.records import ArrayParam, ConstexprParam, Launch, ScalarParam, TensorDescriptorParam
-from tritonplug_interpret import bf16, checked, compat
+from tritonplug_interpret import bf16, checked, compat, fp8
 from tritonplug_interpret.checked import OutOfBoundsAccess
 from tritonplug_interpret.recent import Recent
 
@@ -38,6 +38,7 @@ _ELEMENT_TYPES = {
     "bool": tl.int1, "int8": tl.int8, "int16": tl.int16, "int32": tl.int32, "int64": tl.int64,
     "uint8": tl.uint8, "uint16": tl.uint16, "uint32": tl.uint32, "uint64": tl.uint64,
     "float16": tl.float16, "bfloat16": tl.bfloat16, "float32": tl.float32, "float64": tl.float64,
+    **fp8.ELEMENT_TYPES,  # float8_e4m3fn, float8_e5m2 ...: handed over as their bytes
 }
 _POINTER_TYPES = {name: tl.pointer_type(ty) for name, ty in _ELEMENT_TYPES.items()}
 _SCALAR_TYPES = {
@@ -137,7 +138,7 @@ class Prepared:
                                  f"has {len(self.buffer_dtypes)} buffers")
             spec = (list(self.launch.operands) + list(self.launch.results))[buffer]
             pointer_type = _element_type(self.buffer_dtypes[buffer], f"argument {name!r}")
-            nbytes = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(_np_name(spec.dtype)).itemsize
+            nbytes = int(np.prod(spec.shape, dtype=np.int64)) * _itemsize(spec.dtype)
             region = checked.Region(name, nbytes, str(spec.dtype), tuple(spec.shape))
             self.slots.append((buffer, pointer_type, region))
             return _Pointer(len(self.slots) - 1)
@@ -223,6 +224,7 @@ class Prepared:
                 for cls in compat.JIT_CALLABLE_TYPES:
                     scope.set_attr(cls, "__call__", _call_interpreted)
                 bf16.install(scope)
+                fp8.install(scope)
                 if amap is not None:
                     checked.install(scope, amap)
                 args = self._arguments(addresses)
@@ -239,8 +241,9 @@ class Prepared:
             array[...] = scratch
 
 
-def _np_name(dtype: str) -> str:
-    return "uint16" if str(dtype) == "bfloat16" else str(dtype)
+def _itemsize(dtype: Any) -> int:
+    name = str(dtype)
+    return 2 if name == "bfloat16" else 1 if name in fp8.ELEMENT_TYPES else np.dtype(name).itemsize
 
 
 _CACHE: Recent[tuple[Launch, Prepared]] = Recent(256)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tritonplug import plugin_kit
 from tritonplug.hookspecs import hookimpl
 from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launch, Options, Target
-from tritonplug_rocm import __version__, compat, hsaco_files
+from tritonplug_rocm import __version__, compat, hsaco_files, settings
 
-ARCH_VARIABLE = plugin_kit.ROCM_ARCH.name
+ARCH_VARIABLE = settings.ARCH.name
 
 
 @hookimpl
@@ -22,19 +21,24 @@ def tritonplug_backend_info() -> BackendInfo:
                        buffer_order="operands_first")
 
 
+@hookimpl
+def tritonplug_declare_settings() -> Sequence[plugin_kit.Setting]:
+    return settings.ALL
+
+
 def _parse_arch(value: Any, source: str) -> str:
-    arch = str(value).split(":")[0].strip().lower()
-    if not re.fullmatch(r"gfx[0-9a-f]{3,4}", arch):
-        raise ValueError(f"{source} must be an AMD GPU architecture such as gfx942, got {value!r}")
-    return arch
+    try:
+        return settings.gfx(str(value))
+    except ValueError:
+        raise ValueError(f"{source} must be an AMD GPU architecture such as gfx942, got {value!r}") from None
 
 
 @hookimpl
 def tritonplug_detect_target(platform: str, device: Any | None, requested: Mapping[str, Any]) -> Target | None:
     if platform != "rocm":
         return None
-    if plugin_kit.ROCM_ARCH.is_set():  # read, validated and parsed by the setting
-        arch = str(plugin_kit.ROCM_ARCH.get())
+    if settings.ARCH.is_set():  # read, validated and parsed by the setting
+        arch = str(settings.ARCH.get())
     elif device is not None and str(getattr(device, "compute_capability", "")).startswith("gfx"):
         arch = _parse_arch(device.compute_capability, f"device {device}")
     else:
@@ -45,17 +49,12 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
 
 @hookimpl
 def tritonplug_parse_options(target: Target, call_options: Mapping[str, Any]) -> Options:
-    options = {k: v for k, v in call_options.items() if v is not None}
-    defaults = {k: plugin_kit.triton_default(compat.OPTIONS_CLASS, k) for k in ("num_warps", "num_stages")}
-    options["num_warps"] = plugin_kit.power_of_two("num_warps", options.get("num_warps", defaults["num_warps"]), 16)
-    options["num_stages"] = plugin_kit.int_in_range("num_stages", options.get("num_stages", defaults["num_stages"]), 0)
-    if options.get("num_ctas", 1) != 1:
-        raise ValueError(f"num_ctas must be 1 on ROCm, got {options['num_ctas']!r}")
-    plugin_kit.check_bools(options)
-    plugin_kit.check_known_options(options, compat.OPTIONS_CLASS, "ROCm")
-    # Triton's own default where the call leaves it unset, resolved here so it is part of the cache key
-    options["enable_fp_fusion"] = plugin_kit.fp_fusion_enabled(options.get("enable_fp_fusion"))
-    return Options.from_mapping(options)
+    def num_ctas(ctas: Any) -> Any:
+        if ctas != 1:
+            raise ValueError(f"num_ctas must be 1 on ROCm, got {ctas!r}")
+        return ctas
+
+    return plugin_kit.triton_options(call_options, compat.OPTIONS_CLASS, "ROCm", max_warps=16, num_ctas=num_ctas)
 
 
 @hookimpl

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 
-from tritonplug_interpret.xla.ttir import Block, Op, TtirSyntaxError
+from tritonplug_interpret.xla.ir import Block, Op
+from tritonplug_interpret.xla.syntax import TtirSyntaxError
 
 #: How many times its size a function's blocks may grow when merged blocks are copied into each branch.
 MAX_COPIES = 4

@@ -1,5 +1,5 @@
 """A corpus of kernels as Triton users write them (tutorial-style ideas, our own code), for the
-CPU backend's XLA path: ``tests/test_xla_corpus_rows.py`` and ``tests/test_xla_corpus_tiles.py`` run
+CPU backend's XLA path: ``test_xla_corpus_rows.py`` and ``test_xla_corpus_tiles.py`` (beside it) run
 each and ``bench/interpret_corpus.py`` times each against Triton's interpreter.
 
 The kernels live in two modules, by what they work on: ``xla_corpus_row_kernels.py`` (rows and

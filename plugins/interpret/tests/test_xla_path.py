@@ -42,7 +42,7 @@ from xla_kernels import (
 import tritonplug
 
 pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 RNG = np.random.default_rng(7)
 HOST_CALL = "tritonplug_host_kernel"  # the interpreter path's FFI target
 

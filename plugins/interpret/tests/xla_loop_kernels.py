@@ -5,7 +5,7 @@ import triton.language as tl
 from matmul import matmul_kernel as _example_matmul
 
 #: The tutorial matmul of examples/matmul.py without its autotuner: grouped program order, pointers advanced
-#: in the k-loop, masks at every edge (examples/ is on sys.path in tests).
+#: in the k-loop, masks at every edge (examples/ is on sys.path: conftest.py).
 grouped_matmul_kernel = _example_matmul.fn
 
 

@@ -153,7 +153,7 @@ def casts_kernel(x_ptr, n, f16_ptr, bf16_ptr, e4_ptr, e5_ptr, back_ptr, i_ptr, B
     e5 = x.to(FP8_E5M2)
     tl.store(f16_ptr + offs, h, mask=mask)
     tl.store(bf16_ptr + offs, b, mask=mask)
-    tl.store(e4_ptr + offs, e4.to(tl.uint8, bitcast=True), mask=mask)  # bytes: the interpreter takes no fp8 arrays
+    tl.store(e4_ptr + offs, e4.to(tl.uint8, bitcast=True), mask=mask)  # bytes, through a bitcast
     tl.store(e5_ptr + offs, e5.to(tl.uint8, bitcast=True), mask=mask)
     back = h.to(tl.float32) + b.to(tl.float32) + e4.to(tl.float32) + e5.to(tl.float32)
     tl.store(back_ptr + offs, back, mask=mask)
