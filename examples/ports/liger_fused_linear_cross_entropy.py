@@ -32,8 +32,10 @@ contract ``h``); each shard's ``grad_W`` is a partial sum over its rows, added o
 returns per-row losses and the op reduces them; the backward's scaling is elementwise.
 
 Differing lines (``tests/test_ports.py`` counts them, comments and blank lines aside): the forward launcher
-changes or adds 55 of Liger's 237 lines and drops 197 (the dropped options above); the backward changes or adds
-3 of 39 and drops 12 (``torch.equal``, ``grad_bias``); each adds its ``@tritonplug.partitioned`` rule.
+changes or adds 48 of Liger's 266 lines and drops 241 (the options left out above, the loop's slicing and
+buffer reuse; what it keeps is the chunk-size rule, the matmuls and the kernel launch); the backward changes or
+adds 3 of 38 and drops 13 (``torch.equal``, the ``grad_bias`` branch); each adds its ``@tritonplug.partitioned``
+rule.
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ element_mul_kernel = tritonplug.launch(tritonplug.kernels_of("liger_kernel.ops.u
 MAX_FUSED_SIZE = 65536 // 2
 _CHUNK_MEM_CONST = 1
 ROCM = jax.default_backend() == "gpu" and "rocm" in jax.devices()[0].client.platform_version.lower()
+
+
+def is_hip() -> bool:
+    """Liger's ``is_hip`` asks torch (``torch.version.hip``); JAX's backend says the same."""
+    return ROCM
 
 
 def _forward_rule(_input, weight, target, ignore_index, chunk_size, compute_gradients, chunk_mem_const):
@@ -129,7 +136,7 @@ def fused_linear_cross_entropy_forward(
             HAS_SOFTCAPPING=False,
             HAS_GRADIENTS=input_requires_grad,
             BLOCK_SIZE=block_size,
-            num_warps=32 if not ROCM else 16,
+            num_warps=32 if not is_hip() else 16,
         )
         if not input_requires_grad:
             return grad_weight, (loss_1d_slice[...], None)
@@ -164,7 +171,7 @@ def fused_linear_cross_entropy_backward(grad_output, grad_input, grad_weight, gr
         H,
         BLOCK_SIZE=BLOCK_SIZE,
         X_col_stride=grad_input.stride(-1),
-        num_warps=32 if not ROCM else 16,
+        num_warps=32 if not is_hip() else 16,
     )
 
     # handle grad_weight
@@ -179,7 +186,7 @@ def fused_linear_cross_entropy_backward(grad_output, grad_input, grad_weight, gr
             H,
             BLOCK_SIZE=BLOCK_SIZE,
             X_col_stride=grad_weight.stride(-1),
-            num_warps=32 if not ROCM else 16,
+            num_warps=32 if not is_hip() else 16,
         )
 
     return grad_input, grad_weight
@@ -189,8 +196,9 @@ def fused_linear_cross_entropy(x: jax.Array, weight: jax.Array, target: jax.Arra
                                reduction: str = "mean", chunk_size: int | None = None) -> jax.Array:
     """``LigerFusedLinearCrossEntropyFunction.apply(x, weight, target, None, None, ignore_index)``: the cross
     entropy of the logits ``x @ weight.T`` (x ``(BT, H)``, weight ``(V, H)``, integer target ``(BT,)``), averaged
-    over the targets that are not ``ignore_index`` (``reduction="mean"``) or summed (``"sum"``); differentiable
-    in ``x`` and ``weight``. The logits exist ``chunk_size`` rows at a time (default: Liger's choice)."""
+    over the targets that are not ``ignore_index`` (``reduction="mean"``) or summed (``"sum"``), in fp32 (as
+    Liger's); differentiable in ``x`` and ``weight``. The logits exist ``chunk_size`` rows at a time (default:
+    Liger's choice)."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"fused_linear_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r} "
                          "(Liger's 'none' recomputes the chunks in its backward; this port does not)")
@@ -211,14 +219,14 @@ def _divisor(target, ignore_index, reduction):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _flce(x, weight, target, ignore_index, reduction, chunk_size):
     loss_1d = fused_linear_cross_entropy_forward(x, weight, target, ignore_index, chunk_size, False)
-    return (jnp.sum(loss_1d) / _divisor(target, ignore_index, reduction)).astype(x.dtype)
+    return jnp.sum(loss_1d) / _divisor(target, ignore_index, reduction)
 
 
 def _fwd(x, weight, target, ignore_index, reduction, chunk_size):
     loss_1d, grad_input, grad_weight = fused_linear_cross_entropy_forward(x, weight, target, ignore_index,
                                                                           chunk_size, True)
     divisor = _divisor(target, ignore_index, reduction)
-    return (jnp.sum(loss_1d) / divisor).astype(x.dtype), (grad_input, grad_weight, divisor)
+    return jnp.sum(loss_1d) / divisor, (grad_input, grad_weight, divisor)
 
 
 def _bwd(ignore_index, reduction, chunk_size, res, grad_output):
@@ -237,8 +245,7 @@ def fused_linear_cross_entropy_reference(x, weight, target, ignore_index=-100, r
     logp = jax.nn.log_softmax(logits, axis=-1)
     valid = target != ignore_index
     nll = -jnp.take_along_axis(logp, jnp.where(valid, target, 0)[:, None], axis=-1)[:, 0]
-    loss = jnp.sum(jnp.where(valid, nll, 0.0)) / (jnp.sum(valid) if reduction == "mean" else 1)
-    return loss.astype(x.dtype)
+    return jnp.sum(jnp.where(valid, nll, 0.0)) / (jnp.sum(valid) if reduction == "mean" else 1)
 
 
 def main(rows: int = 50, hidden: int = 16, vocab: int = 300) -> None:
