@@ -122,6 +122,16 @@ def test_fused_linear_cross_entropy_sum_and_a_sum_of_losses_under_jit(jnp_module
     np.testing.assert_allclose(eager, nll_reference(x, w, target), rtol=1e-5)
 
 
+def test_fused_linear_cross_entropy_gradients_keep_each_input_dtype(jnp_modules):
+    jax, jnp, np, flce, _ = jnp_modules
+    x, w, target = _flce_inputs(jax, jnp, jnp.bfloat16, BT=24, seed=4)
+    gx, gw = jax.jit(jax.grad(lambda x, w: flce.fused_linear_cross_entropy(x, w, target), argnums=(0, 1)))(
+        x, w.astype(jnp.float32))
+    assert (gx.dtype, gw.dtype) == (jnp.bfloat16, jnp.float32)
+    want = jax.grad(nll_reference, argnums=(0, 1))(x, w.astype(jnp.float32), target)
+    _close(np, [gx, gw], want, FLCE_TOL["bfloat16"][1], "bf16 x, fp32 W")
+
+
 def test_fused_linear_cross_entropy_never_holds_the_logits(jnp_modules):
     """BT * V logits are 16 MiB in fp32; the chunked op's temporaries are a fraction (grad W, one chunk's logits),
     while the plain jnp loss holds them (and their gradient) whole."""

@@ -141,7 +141,7 @@ def fused_linear_cross_entropy_forward(
         if not input_requires_grad:
             return grad_weight, (loss_1d_slice[...], None)
         grad_logits_chunk = logits_chunk[...]
-        grad_input_chunk = grad_logits_chunk @ weight
+        grad_input_chunk = (grad_logits_chunk @ weight).astype(_input.dtype)  # grad_input is _input's dtype
         grad_weight = grad_weight + jnp.dot(grad_logits_chunk.T, _input_chunk, preferred_element_type=jnp.float32)
         return grad_weight, (loss_1d_slice[...], grad_input_chunk)
 
