@@ -5,7 +5,8 @@ port's ``jnp`` reference; where the rule keeps the sharded factors split, the co
 Eight CPU devices exist only if XLA_FLAGS is set before JAX initialises, so the cases run in a child process
 (``SCRIPT``) that prints one JSON report; each test asserts on its case. Rows and batch are split over ``x``,
 heads (or SwiGLU's columns) over ``y``. A few cases split a factor the rule keeps whole (RMSNorm's hidden dim,
-the vocabulary, the recurrent scan's time): XLA gathers it first, and the results are still right.
+the vocabulary, the recurrent scan's time, the heads of grouped-query attention): XLA gathers it first, and the
+results are still right.
 The launchers that update an argument in place (``torch_launcher(writes=...)``: SwiGLU's backward, RoPE, cross
 entropy) make ``jax.new_ref`` s inside the partitioned function; they run per shard too.
 """
@@ -40,6 +41,7 @@ SCRIPT = textwrap.dedent('''
     from tritonplug import inspection
     from tritonplug.process.state import state
     from ports import fla_fused_recurrent, liger_cross_entropy, liger_rms_norm, liger_rope, liger_swiglu
+    from ports import fla_parallel_attention, liger_fused_linear_cross_entropy
 
     mesh = jax.make_mesh((len(jax.devices()) // 2, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     rng = np.random.default_rng(0)
@@ -142,6 +144,24 @@ SCRIPT = textwrap.dedent('''
          (qf, kf, vf, gf, h0), (bth, bth, bth, bth, P("x", "y")))
     case("fla/time_gathered", lambda q, k, v: fla.fused_recurrent_fwd(q, k, v, scale=0.25)[0],
          lambda q, k, v: fla.fused_recurrent_reference(q, k, v, scale=0.25)[0], (qf, kf, vf), (P(None, "x"),) * 3)
+
+    # fused linear cross entropy: tokens split (each shard scans its own chunks), vocabulary and hidden whole;
+    # grad W's row-shard partial sums and the loss's sum and count are added
+    flce = liger_fused_linear_cross_entropy
+    xl, wl = rand(64, 32), rand(200, 32) / 6
+    tl_ = rng.integers(0, 200, 64).astype(np.int32)
+    tl_[::5] = -100
+    with_grad("flce/rows", lambda x, w, t: flce.fused_linear_cross_entropy(x, w, t, chunk_size=4),
+              flce.fused_linear_cross_entropy_reference, (xl, wl, tl_), (P("x"), P(), P("x")), (0, 1))
+
+    # FLA's parallel attention: batch and heads split (each query head with its key/value head); under GQA a
+    # split of the heads would break the groups, so the rule keeps them whole (gathered)
+    attn = fla_parallel_attention
+    qa, ka, kg = rand(8, 24, 4, 16), rand(8, 24, 4, 16), rand(8, 24, 2, 16)
+    with_grad("attention/batch_and_heads", attn.attention, attn.attention_reference, (qa, ka, ka), (bth,) * 3,
+              (0, 1, 2))
+    with_grad("attention/gqa_heads_gathered", attn.attention, attn.attention_reference, (qa, kg, kg), (bth,) * 3,
+              (0, 1, 2))
     print("REPORT " + json.dumps(REPORT))
 ''')
 
@@ -167,6 +187,15 @@ CASES = {
     "fla/gates_and_states": ({"fused_recurrent_fwd:b:x", "fused_recurrent_fwd:h:y"}, set()),
     "fla/time_gathered": (set(), {"all-gather"}),
 }
+CASES.update({
+    "flce/rows": ({"fused_linear_cross_entropy_forward:r:x"}, {"all-reduce"}),
+    "flce/rows/grad": ({"fused_linear_cross_entropy_forward:r:x", "fused_linear_cross_entropy_backward:r:x"},
+                       {"all-reduce"}),
+    "attention/batch_and_heads": ({"parallel_attn_fwd:b:x", "parallel_attn_fwd:h:y"}, set()),
+    "attention/batch_and_heads/grad": ({"parallel_attn_bwd:b:x", "parallel_attn_bwd:h:y"}, set()),
+    "attention/gqa_heads_gathered": ({"parallel_attn_fwd:b:x"}, {"all-gather"}),
+    "attention/gqa_heads_gathered/grad": ({"parallel_attn_bwd:b:x"}, {"all-gather"}),
+})
 for _case in ("mean_0.0", "mean_0.1", "sum_0.0", "none_0.0"):  # the backward's rows are its '...' factor
     CASES[f"cross_entropy/rows_{_case}"] = ({"cross_entropy_forward:r:x"}, {"all-reduce"})
     CASES[f"cross_entropy/rows_{_case}/grad"] = ({"cross_entropy_forward:r:x", "cross_entropy_backward:dots0_1:x"},

@@ -32,6 +32,11 @@ PORTS = [
     ("liger_cross_entropy", "liger_kernel.ops.cross_entropy", {"cross_entropy_forward": (21, 30, 102),
                                                                "cross_entropy_backward": (5, 5, 18)}),
     ("fla_fused_recurrent", "fla.ops.common.fused_recurrent", {"fused_recurrent_fwd": (15, 13, 58)}),
+    ("liger_fused_linear_cross_entropy", "liger_kernel.ops.fused_linear_cross_entropy",
+     {"fused_linear_cross_entropy_forward": (48, 241, 266), "fused_linear_cross_entropy_backward": (3, 13, 38)}),
+    ("fla_parallel_attention", "fla.ops.attn.parallel", {"parallel_attn_fwd": (11, 10, 66),
+                                                         "parallel_attn_bwd_preprocess": (4, 3, 14),
+                                                         "parallel_attn_bwd": (21, 20, 114)}),
 ]
 
 
@@ -97,6 +102,11 @@ LOWERED = {  # port: (function of small arrays, arguments, the kernels its lower
     "liger_cross_entropy": ("grad", ((8, 96), None), {"liger_cross_entropy_kernel", "element_mul_kernel"}),
     "liger_rope": ("grad", ((1, 2, 8, 16), (1, 2, 8, 16)), {"_triton_rope"}),
     "fla_fused_recurrent": ("fwd", ((1, 8, 2, 16),) * 3, {"fused_recurrent_fwd_kernel"}),
+    "liger_fused_linear_cross_entropy": ("grad", ((8, 16), (64, 16), None),
+                                         {"liger_cross_entropy_kernel", "element_mul_kernel"}),
+    "fla_parallel_attention": ("grad", ((1, 8, 4, 16), (1, 8, 2, 16), (1, 8, 2, 16)),
+                               {"parallel_attn_fwd_kernel", "parallel_attn_bwd_kernel_preprocess",
+                                "parallel_attn_bwd_kernel_dq", "parallel_attn_bwd_kernel_dkv"}),
 }
 
 
@@ -109,6 +119,10 @@ def _lowered_function(port):
     args = [jnp.ones(s, jnp.float32) if s else jnp.zeros(8, jnp.int32) for s in shapes]
     if port == "fla_fused_recurrent":
         return (lambda q, k, v: module.fused_recurrent_fwd(q, k, v, scale=0.25, output_final_state=True)), args
+    if port == "liger_fused_linear_cross_entropy":
+        return jax.grad(module.fused_linear_cross_entropy, argnums=(0, 1)), args
+    if port == "fla_parallel_attention":
+        return jax.grad(lambda q, k, v: jnp.sum(module.attention(q, k, v)), argnums=(0, 1, 2)), args
     fn = getattr(module, port)  # each Liger port's op is named like its module
     if port == "liger_rope":
         cos = jnp.ones((1, 8, 16), jnp.float32)

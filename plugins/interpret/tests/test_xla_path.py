@@ -28,6 +28,7 @@ from xla_kernels import (
     cas_vector_kernel,
     descriptor_kernel,
     dot_kernel,
+    dot_trans_kernel,
     int_kernel,
     loop_store_kernel,
     math_kernel,
@@ -211,6 +212,19 @@ def test_dot_accumulates_in_fp32(dtype):
     b = RNG.standard_normal((16, 16)).astype(dtype)
     out = run_xla(lambda p, q: call(dot_kernel, p, q, out=sds((16, 16), jnp.float32), grid=(1,), B=16), a, b)
     ref = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("programs", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float32, jnp.float16, jnp.bfloat16])
+def test_transposed_dot_of_narrow_floats_runs(dtype, programs):
+    """``tl.trans(tl.dot(a, b))``: with bf16 operands XLA:CPU's DotThunk refused the dot it folds the transpose
+    into (BF16 x BF16 = F32); the translator widens bf16 operands (exactly) first."""
+    a = RNG.standard_normal((programs, 16, 16)).astype(dtype)
+    b = RNG.standard_normal((programs, 16, 16)).astype(dtype)
+    out = run_xla(lambda p, q: call(dot_trans_kernel, p, q, out=sds(p.shape, jnp.float32), grid=(programs,), B=16),
+                  a, b)
+    ref = np.swapaxes(a.astype(np.float32) @ b.astype(np.float32), 1, 2)
     np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-5, atol=1e-5)
 
 

@@ -145,6 +145,16 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr):
 
 
 @triton.jit
+def dot_trans_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr):
+    """``(a @ b).T`` per program: XLA folds the transpose into the dot (the form FLA's attention gives)."""
+    r = tl.arange(0, B)
+    base = tl.program_id(0) * B * B
+    a = tl.load(a_ptr + base + r[:, None] * B + r[None, :])
+    b = tl.load(b_ptr + base + r[:, None] * B + r[None, :])
+    tl.store(c_ptr + base + r[:, None] * B + r[None, :], tl.trans(tl.dot(a, b)))
+
+
+@triton.jit
 def shape_kernel(x_ptr, out_ptr, B: tl.constexpr):
     r = tl.arange(0, B)
     x = tl.load(x_ptr + r[:, None] * B + r[None, :])

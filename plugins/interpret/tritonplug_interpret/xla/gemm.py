@@ -44,11 +44,21 @@ def plan(a_labels: np.ndarray, b_labels: np.ndarray) -> SharedDot | None:
     return SharedDot(a_labels, b_labels, first_a, first_b)
 
 
+def _matmul(a: Any, b: Any, acc: Any) -> Any:
+    """``a @ b`` accumulated in ``acc``'s dtype. bf16 operands of an fp32 accumulator are widened first (exact:
+    a product of two bf16 values fits fp32's mantissa): XLA:CPU (jaxlib 0.10.2) fails at run time with
+    ``Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32`` when it folds a transpose of such a
+    dot's result into the dot (``(A @ B).T``, as FLA's attention kernels' TTIR gives it)."""
+    if acc.dtype == jnp.float32:
+        a, b = (x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x for x in (a, b))
+    return jnp.matmul(a, b, preferred_element_type=acc.dtype, precision=lax.Precision.HIGHEST)
+
+
 def plain_dot(a_parts: list, b_parts: list, c: Any) -> Any:
     """``c + A @ B`` with ``A``, ``B`` the parts concatenated along the contraction dimension."""
     a = a_parts[0] if len(a_parts) == 1 else jnp.concatenate(a_parts, axis=-1)
     b = b_parts[0] if len(b_parts) == 1 else jnp.concatenate(b_parts, axis=-2)
-    return c + jnp.matmul(a, b, preferred_element_type=c.dtype, precision=lax.Precision.HIGHEST)
+    return c + _matmul(a, b, c)
 
 
 def _rows(x: Any, index: np.ndarray) -> Any:
@@ -86,7 +96,7 @@ def dot(shared: SharedDot, a_parts: list, b_parts: list, c: Any) -> Any:
         n_b, _, n = tiles_b.shape
         lhs = tiles_a.reshape(n_a * m, k)
         rhs = jnp.transpose(tiles_b, (1, 0, 2)).reshape(k, n_b * n)
-        full = jnp.matmul(lhs, rhs, preferred_element_type=c.dtype, precision=lax.Precision.HIGHEST)
+        full = _matmul(lhs, rhs, c)
         blocks = jnp.transpose(full.reshape(n_a, m, n_b, n), (0, 2, 1, 3))[shared.a_class, shared.b_class]
         return c + blocks, True
 
