@@ -9,8 +9,9 @@ Three parts, one JSON file:
   ``tritonplug - dispatch``: the host's Python work per repeat call.
 * **profile**: cProfile of repeat calls, the top functions by own time, in microseconds per call.
 * **first call**: the path of one unmemoised call (binding, checks, lowering, the custom call), traced with
-  ``sys.setprofile``: its calls into the host's functions (``tritonplug/``, not the plugins'), the hops between modules, the *returns* (a call
-  into a module that the path had entered before and left), and how often each derivation ran.
+  ``sys.setprofile``: its calls into the host's functions (``tritonplug/``, not the plugins'), the hops between
+  modules, the *returns* (a call into a module that the path had entered before and left), and how often each
+  derivation ran.
 
 Usage: python bench/profile_eager.py [--rounds N] [--out FILE] [--top N]
 """
@@ -40,7 +41,7 @@ SYNC_CALLS = 200
 DERIVATIONS = ("named_args", "named_args_for_heuristics", "grid_for", "zeroed_for", "require_constexprs",
                "compatible_configs", "expand_configs", "check_heuristic_names", "check_kernel",
                "constexpr_value", "check_option_names", "environment_key", "kernel_environment",
-               "fingerprint", "resolve")
+               "fingerprint", "_resolve")
 
 
 def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, Any]]:
@@ -78,7 +79,8 @@ def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, A
                             "min_round_us": min(values) * 1e6, "vs_xla": round(statistics.median(ratios), 4),
                             "rounds": rounds})
         ours = statistics.median(samples["tritonplug"]) - statistics.median(samples["dispatch"])
-        records.append({"bench": bench, "impl": "python_us", "median_us": ours * 1e6})
+        fastest = min(samples["tritonplug"]) - min(samples["dispatch"])  # less exposed to a shared machine's load
+        records.append({"bench": bench, "impl": "python_us", "median_us": ours * 1e6, "min_round_us": fastest * 1e6})
     return records
 
 
@@ -113,7 +115,7 @@ def first_call_path(call: Callable[[], Any]) -> dict[str, Any]:
 
     def module_of(code: Any) -> str | None:
         filename = code.co_filename
-        if not filename.startswith(roots) or code.co_name.startswith("<"):
+        if not filename.startswith(roots) or code.co_name.startswith(("<", "__")):  # JAX's hashing, dataclasses
             return None
         return str(Path(filename).relative_to(ROOT).with_suffix("")).replace("/", ".")
 
