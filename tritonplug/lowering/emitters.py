@@ -25,7 +25,7 @@ from tritonplug.records import ArrayParam, GpuKernel, HostKernel, JaxKernel, Lau
 
 
 def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, platform: str,
-         environment: Sequence[tuple[str, str]] | None = None) -> Sequence[Any]:
+         environment: Sequence[tuple[str, str]]) -> Sequence[Any]:
     """The kernels' call in the program; ``environment``, the ``TRITONPLUG_*`` variables the lowering read
     (``pipeline.fingerprint``), enters a host kernel's identity."""
     if all(isinstance(k, GpuKernel) for k in kernels):
@@ -123,7 +123,7 @@ def _annotate(results: Sequence[Any], cost_estimate: Any) -> None:
 
 
 def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec,
-               environment: Sequence[tuple[str, str]] | None) -> Sequence[Any]:
+               environment: Sequence[tuple[str, str]]) -> Sequence[Any]:
     """An XLA FFI call on the CPU whose handler runs the kernel on the buffers in place, so
     aliasing and donation behave as on a GPU (a ``pure_callback`` would copy every result)."""
     launch = kernel.launch

@@ -21,7 +21,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tritonplug import settings
 from tritonplug.adapters import jaxlib_compat, triton_compat
 from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, HostKernel, ScalarParam
 
@@ -57,14 +56,12 @@ def _param(p: Any) -> Any:
 
 
 def host_kernel_key(kernel: HostKernel, zeroed_buffers: Sequence[int],
-                    environment: Sequence[tuple[str, str]] | None = None) -> str:
+                    environment: Sequence[tuple[str, str]]) -> str:
     """A string that determines what ``kernel`` does when run: the source key of the Triton kernel (its
     source and everything it uses), the launch (grid, parameters, buffers, aliases, configuration), the
-    buffers zeroed first, and the TRITONPLUG_* variables a backend may read (``environment``, as the lowering
-    read them; read now if not given)."""
+    buffers zeroed first, and the TRITONPLUG_* variables a backend may read (``environment``: all but the
+    host-only settings, e.g. a backend's checking mode, as the lowering read them, ``pipeline.fingerprint``)."""
     launch = kernel.launch
-    if environment is None:  # all but the host-only settings (e.g. a backend's checking mode)
-        environment = settings.kernel_environment()
     environment = [list(pair) for pair in environment]
     return json.dumps({
         "kernel": [launch.kernel_name, kernel.kernel_name, triton_compat.source_key(launch.kernel)],
