@@ -44,7 +44,9 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     scalars counted, to an output index; deprecated as in jax-triton 0.4: prefer ``jax.new_ref``
     operands), ``zeroed_outputs`` (deprecated likewise), ``name``, ``debug``,
     ``serialized_metadata``, ``cost_estimate``, ``has_side_effect``, ``custom_call_target_name``
-    (jax-triton 0.3: jaxlib's ``triton_kernel_call_ffi`` or the legacy ``triton_kernel_call``)).
+    (jax-triton 0.3: jaxlib's ``triton_kernel_call_ffi`` or the legacy ``triton_kernel_call``), ``vmap_method``
+    (how ``jax.vmap`` batches the call, in ``jax.ffi.ffi_call``'s words: ``"sequential"``, the default,
+    ``"sequential_unrolled"``, ``"expand_dims"``, ``"broadcast_all"``; docs/vmap.md)).
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
