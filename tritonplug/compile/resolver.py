@@ -93,7 +93,7 @@ def _resolve(call: CallSpec, operands: tuple[BufferSpec, ...]) -> Resolution:
         launch = {k: values.pop(k) for k in list(values) if k in LAUNCH_OPTIONS and k not in kernel.param_names}
         meta = {**named, **values}  # as Triton's launcher: the grid sees every argument, defaults included
         grid = options.grid
-        if callable(grid) or len(grid) != 3 or 0 in grid:  # a static grid is normalised by CallOptions already
+        if not isinstance(grid, tuple) or len(grid) != 3 or 0 in grid:  # a static grid is normalised by CallOptions
             grid = grid_for(grid, meta, kernel)
         zeroed = options.zeroed_outputs
         zeroed = (zeroed_for(zeroed, meta, len(call.out_specs), kernel) if callable(zeroed) else frozenset(zeroed))
