@@ -6,7 +6,9 @@ Three parts, one JSON file:
   as the call's own jitted program called directly (``dispatch``: JAX's C++ dispatch of the memoised
   program, the floor under our Python), and as JAX's own op (``xla``: ``x + y``); synchronised after each call
   (``sync``) and 500 back to back (``async``), in interleaved rounds, medians over rounds. ``python_us`` is
-  ``tritonplug - dispatch``: the host's Python work per repeat call.
+  ``tritonplug - dispatch``: the host's Python work per repeat call. On the CPU backend read it from ``async``:
+  a synchronised call there mostly measures whether the executor thread had finished before the wait (about 17
+  or about 45 µs on a 2-core EPYC, whoever dispatched), not the Python in front of it.
 * **profile**: cProfile of repeat calls, the top functions by own time, in microseconds per call.
 * **first call**: the path of one unmemoised call (binding, checks, lowering, the custom call), traced with
   ``sys.setprofile``: its calls into the host's functions (``tritonplug/``, not the plugins'), the hops between
