@@ -1,77 +1,195 @@
-"""Where one eager ``triton_call`` spends its time: the API side and JAX's dispatch, profiled.
+"""Where one eager ``triton_call`` spends its time, on whatever backend is present (CPU interpret or a GPU).
 
-Run on a GPU machine: ``python bench/profile_eager.py``. Prints per-call times and the top
-functions by cumulative time; compare with ``jax_triton`` when it imports.
+Three parts, one JSON file:
+
+* **per call**: the same work (``x + y`` on 1,024 floats) as an eager ``triton_call`` of ``examples/add.py``,
+  as the call's own jitted program called directly (``dispatch``: JAX's C++ dispatch of the memoised
+  program, the floor under our Python), and as JAX's own op (``xla``: ``x + y``); synchronised after each call
+  (``sync``) and 500 back to back (``async``), in interleaved rounds, medians over rounds. ``python_us`` is
+  ``tritonplug - dispatch``: the host's Python work per repeat call. On the CPU backend read it from ``async``:
+  a synchronised call there mostly measures whether the executor thread had finished before the wait (about 17
+  or about 45 µs on a 2-core EPYC, whoever dispatched), not the Python in front of it.
+* **profile**: cProfile of repeat calls, the top functions by own time, in microseconds per call.
+* **first call**: the path of one unmemoised call (binding, checks, lowering, the custom call), traced with
+  ``sys.setprofile``: its calls into the host's functions (``tritonplug/``, not the plugins'), the hops between
+  modules, the *returns* (a call into a module that the path had entered before and left), and how often each
+  derivation ran.
+
+Usage: python bench/profile_eager.py [--rounds N] [--out FILE] [--top N]
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
 import cProfile
-import importlib.util
 import pstats
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import jax
-import jax.numpy as jnp
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-import tritonplug
-import tritonplug.api
-
-spec = importlib.util.spec_from_file_location("add_example", Path(__file__).parent.parent / "examples" / "add.py")
-example = importlib.util.module_from_spec(spec)
-sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
-spec.loader.exec_module(example)
+from _util import ROOT, format_table, load_example, write_json  # noqa: E402
 
 N = 1024
-x = jax.random.normal(jax.random.key(0), (N,), jnp.float32)
-y = jax.random.normal(jax.random.key(1), (N,), jnp.float32)
-out_shape = jax.ShapeDtypeStruct((N,), jnp.float32)
+ASYNC_CALLS = 500
+SYNC_CALLS = 200
+#: Functions that derive something from a call; the first-call trace counts how often each ran.
+DERIVATIONS = ("named_args", "named_args_for_heuristics", "grid_for", "zeroed_for", "require_constexprs",
+               "compatible_configs", "expand_configs", "check_heuristic_names", "check_kernel",
+               "constexpr_value", "check_option_names", "environment_key", "kernel_environment",
+               "fingerprint", "_resolve")
 
 
-def ours():
-    return tritonplug.triton_call(x, y, N, kernel=example.add_kernel, out_shape=out_shape, grid=(1,), BLOCK=N)
+def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, Any]]:
+    import jax
+
+    def sync_sample(fn: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(SYNC_CALLS):
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    def async_sample(fn: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        out = None
+        for _ in range(ASYNC_CALLS):
+            out = fn()
+        jax.block_until_ready(out)
+        return (time.perf_counter() - start) / ASYNC_CALLS
+
+    records = []
+    for bench, sample in (("sync", sync_sample), ("async", async_sample)):
+        names = list(fns)
+        for name in names:  # warm-up
+            sample(fns[name])
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                samples[name].append(sample(fns[name]))
+        xla = samples["xla"]
+        for name, values in samples.items():
+            ratios = [v / b for v, b in zip(values, xla, strict=True)]
+            records.append({"bench": bench, "impl": name, "median_us": statistics.median(values) * 1e6,
+                            "min_round_us": min(values) * 1e6, "vs_xla": round(statistics.median(ratios), 4),
+                            "rounds": rounds})
+        ours = statistics.median(samples["tritonplug"]) - statistics.median(samples["dispatch"])
+        fastest = min(samples["tritonplug"]) - min(samples["dispatch"])  # less exposed to a shared machine's load
+        records.append({"bench": bench, "impl": "python_us", "median_us": ours * 1e6, "min_round_us": fastest * 1e6})
+    return records
 
 
-def per_call_us(fn, n=2000):
-    for _ in range(20):
-        jax.block_until_ready(fn())
-    start = time.perf_counter()
-    for _ in range(n):
-        out = fn()
-    jax.block_until_ready(out)
-    return (time.perf_counter() - start) / n * 1e6
+def profile(fn: Callable[[], Any], calls: int, top: int) -> list[dict[str, Any]]:
+    """The ``top`` functions by own time over ``calls`` repeat calls, per call."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    stats = pstats.Stats(prof)
+    rows = []
+    for (filename, line, name), (_, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = Path(filename)
+        short = str(where.relative_to(ROOT)) if where.is_relative_to(ROOT) else where.name
+        rows.append({"function": f"{short}:{line}({name})", "calls_per_call": round(ncalls / calls, 2),
+                     "own_us": round(tottime / calls * 1e6, 3), "cumulative_us": round(cumtime / calls * 1e6, 3)})
+    rows.sort(key=lambda r: -r["own_us"])
+    return rows[:top]
+
+
+def first_call_path(call: Callable[[], Any]) -> dict[str, Any]:
+    """Trace one unmemoised call: tritonplug's function calls, module hops, returns, derivations."""
+    import jax
+
+    roots = (str(ROOT / "tritonplug"),)  # the host's modules; a plugin's work (compiling, translating) is its own
+    stack: list[str | None] = []
+    calls: list[tuple[str, str]] = []
+    hops = returns = 0
+    entered: set[str] = set()
+    derivations: collections.Counter[str] = collections.Counter()
+
+    def module_of(code: Any) -> str | None:
+        filename = code.co_filename
+        if not filename.startswith(roots) or code.co_name.startswith(("<", "__")):  # JAX's hashing, dataclasses
+            return None
+        return str(Path(filename).relative_to(ROOT).with_suffix("")).replace("/", ".")
+
+    def tracer(frame: Any, event: str, arg: Any) -> None:
+        nonlocal hops, returns
+        if event == "call":
+            module = module_of(frame.f_code)
+            if module is not None:
+                name = frame.f_code.co_name
+                calls.append((module, name))
+                if name in DERIVATIONS:
+                    derivations[name] += 1
+                caller = next((m for m in reversed(stack) if m is not None), None)
+                if caller is not None and caller != module:
+                    hops += 1
+                    if module in entered and module not in stack:
+                        returns += 1
+                entered.add(module)
+            stack.append(module)
+        elif event == "return" and stack:
+            stack.pop()
+
+    sys.setprofile(tracer)
+    try:
+        jax.block_until_ready(call())
+    finally:
+        sys.setprofile(None)
+    return {"function_calls": len(calls), "modules": len({m for m, _ in calls}), "hops": hops, "returns": returns,
+            "derivations": dict(sorted(derivations.items())),
+            "modules_in_order": list(dict.fromkeys(m for m, _ in calls))}
 
 
 def main() -> None:
-    if "--no-device-lowering" in sys.argv:  # experiment: lower without JAX's device assignment
-        from tritonplug.adapters.jax_compat import require_devices_during_lowering
-        from tritonplug.lowering.primitive import triton_call_p
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--out", default=str(HERE / "results" / "profile-eager.json"))
+    args = parser.parse_args()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
 
-        require_devices_during_lowering(triton_call_p, required=False)
-    impls = {"tritonplug": ours, "xla": lambda: x + y}
-    try:
-        import jax_triton
+    import tritonplug
+    from tritonplug.process.state import state
 
-        impls["jax_triton"] = lambda: jax_triton.triton_call(x, y, N, kernel=example.add_kernel, out_shape=out_shape,
-                                                             grid=(1,), BLOCK=N)
-    except Exception as exc:  # noqa: BLE001 - report and go on
-        print("jax_triton unavailable:", exc)
-    for name, fn in impls.items():
-        print(f"{name:12s} async per call: {per_call_us(fn):8.1f} us")
-    bind = tritonplug.api.triton_call_p.bind
-    tritonplug.api.triton_call_p.bind = lambda *a, **k: [x]
-    print(f"{'api only':12s} per call:       {per_call_us(ours):8.1f} us")
-    tritonplug.api.triton_call_p.bind = bind
-    for name in [n for n in ("tritonplug", "jax_triton") if n in impls]:
-        profile = cProfile.Profile()
-        profile.enable()
-        for _ in range(1000):
-            impls[name]()
-        profile.disable()
-        print(f"--- {name}")
-        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    kernel = load_example("add").add_kernel
+    x = jax.device_put(np.random.default_rng(0).standard_normal(N, dtype=np.float32))
+    y = jax.device_put(np.random.default_rng(1).standard_normal(N, dtype=np.float32))
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+
+    # The first call's path, on a shape no other call uses (nothing memoised or lowered for it yet), after a call
+    # of another shape (so that imports and loading the plugins are not part of it).
+    jax.block_until_ready(tritonplug.triton_call(x, y, N, kernel=kernel, out_type=spec, grid=(1,), BLOCK=N))
+    m = 3 * N
+    xm, ym = jnp.ones(m, jnp.float32), jnp.ones(m, jnp.float32)
+    path = first_call_path(lambda: tritonplug.triton_call(
+        xm, ym, m, kernel=kernel, out_type=jax.ShapeDtypeStruct((m,), jnp.float32), grid=(3,), BLOCK=N))
+
+    def ours() -> Any:
+        return tritonplug.triton_call(x, y, N, kernel=kernel, out_type=spec, grid=(1,), BLOCK=N)
+
+    np.testing.assert_allclose(np.asarray(ours()), np.asarray(x + y), rtol=1e-6)
+    entries = [e for e in state.memo.entries.values() if e.call.kernel.kernel is kernel and e.call.out_specs[0].shape
+               == (N,)]
+    dispatch = entries[0].dispatch
+    fns = {"tritonplug": ours, "dispatch": lambda: dispatch(x, y), "xla": lambda: x + y}
+    records = per_call(fns, args.rounds)
+    print(format_table(records, ["bench", "impl", "median_us", "min_round_us", "vs_xla", "rounds"]))
+    top = profile(ours, 5000, args.top)
+    print(format_table(top, ["function", "calls_per_call", "own_us", "cumulative_us"]))
+    print({k: v for k, v in path.items() if k != "modules_in_order"})
+    print(f"wrote {write_json(args.out, records, profile=top, first_call=path, n=N, backend=jax.default_backend())}")
 
 
 if __name__ == "__main__":

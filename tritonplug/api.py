@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -20,9 +19,8 @@ from tritonplug.calls.options import (
     check_option_names,
     grid_for,
     signature_parameters,
-    zeroed_for,
 )
-from tritonplug.compile import frontend
+from tritonplug.compile import resolver
 from tritonplug.debug import OutOfBoundsError
 from tritonplug.lowering import early_compile
 from tritonplug.lowering.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
@@ -46,65 +44,89 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     scalars counted, to an output index; deprecated as in jax-triton 0.4: prefer ``jax.new_ref``
     operands), ``zeroed_outputs`` (deprecated likewise), ``name``, ``debug``,
     ``serialized_metadata``, ``cost_estimate``, ``has_side_effect``, ``custom_call_target_name``
-    (jax-triton 0.3: jaxlib's ``triton_kernel_call_ffi`` or the legacy ``triton_kernel_call``)).
+    (jax-triton 0.3: jaxlib's ``triton_kernel_call_ffi`` or the legacy ``triton_kernel_call``), ``vmap_method``
+    (how ``jax.vmap`` batches the call, in ``jax.ffi.ffi_call``'s words: ``"sequential"``, the default,
+    ``"sequential_unrolled"``, ``"expand_dims"``, ``"broadcast_all"``; docs/vmap.md)).
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
     _warn_deprecated(out_shape, kwargs)
-    return call_kernel(*args, kernel=kernel, out_shape=out_shape, out_type=out_type, **kwargs)
+    return _call(args, kernel, out_shape, out_type, kwargs)
 
 
 def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
     """:func:`triton_call` without its deprecation warnings, for the host's own layers (``launcher``), whose
     use of ``zeroed_outputs`` or ``input_output_aliases`` is no user's choice to warn about."""
+    return _call(args, kernel, out_shape, out_type, kwargs)
+
+
+def _call(args: tuple[Any, ...], kernel: Any, out_shape: Any, out_type: Any, kwargs: dict[str, Any]) -> Any:
+    """The story of a call: a repeat of a call already made runs its program at once (``calls.memo``). A new one:
+    the kernel's facts and its kernel-only checks (once per kernel); the outputs and options; the arguments bound
+    to the parameters (``calls.binding``); the configurations resolved — named arguments, constexprs, grid,
+    zeroed outputs, compile options (``compile.resolver``: the call's checks, which the lowering reads back);
+    then the call is memoised and run."""
     out_value = _pick_out_shape(out_shape, out_type)
-    memo_key = call_memo.signature(kernel, args, kwargs, out_value)
-    if memo_key is not None:  # out_shape= (0.3) and out_type= (0.4) count input_output_aliases differently
-        memo_key = (memo_key, out_shape is None)
-    memo = state.memo.lookup(memo_key)
-    if memo is not None and memo.call.kernel.kernel is kernel:  # the key holds id(kernel), which may be reused
-        results = _run(memo.call, call_memo.arrays_of(memo, args, kwargs), memo.dispatch)
-        return jax.tree_util.tree_unflatten(memo.out_tree, results)
+    repeat = call_memo.find(state.memo, kernel, args, kwargs, out_value, out_shape is None)
+    if repeat is not None:
+        return _run_memoised(*repeat, args, kwargs)
 
     facts = state.kernels.get(kernel)
-    frontend.check_dependencies(facts)
+    resolver.check_dependencies(facts)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_value)
     spelled = "out_type" if out_shape is None else "out_shape"  # errors name the keyword the caller used
     out_specs = tuple(_buffer_spec(leaf, i, spelled) for i, leaf in enumerate(out_leaves))
-    rest = dict(kwargs)
-    # As in Triton's launcher, a keyword naming both a kernel parameter and a compile option sets both.
-    shared = {k: rest[k] for k in TRITON_COMPILE_OPTIONS if k in rest and k in facts.param_names}
-    options = CallOptions.take(rest, len(out_specs))
-    rest.update(shared)
-    check_option_names(options, (b.info for b in state.host().backends.values()))
-    operand_kwargs = {k: v for k, v in rest.items() if k in facts.param_names and k not in facts.constexpr_names}
-    constexpr_kwargs = {k: v for k, v in rest.items() if k not in operand_kwargs}
-    _check_metaparams(facts, constexpr_kwargs)
+    options, operand_kwargs, constexprs = _options_and_keywords(facts, kwargs, len(out_specs))
     sources: list[tuple[str, tuple[int, ...]]] = []
     bound, arrays = binding.bind(facts, args, operand_kwargs, out_specs, dict(options.input_output_aliases),
-                                 constexpr_kwargs, sources, aliases_count_scalars=out_shape is None)
+                                 constexprs, sources, aliases_count_scalars=out_shape is None)
     annotation_checks.check(facts, bound)
     if not out_specs and not bound.refs:
-        raise ValueError(f"{'out_type' if out_shape is None else 'out_shape'} is empty and no operand is a Ref "
-                         f"(jax.new_ref): the call would have no effect")
-    frontend.check_heuristic_names(facts)
+        raise ValueError(f"{spelled} is empty and no operand is a Ref (jax.new_ref): the call would have no effect")
+    resolver.check_kernel(facts)
     nothing = _results_of_an_empty_grid(options, bound, out_specs, arrays, facts)
     if nothing is not None:  # as Triton: an empty grid launches nothing (refs keep their values)
         return jax.tree_util.tree_unflatten(out_tree, nothing)
-    if facts.autotuner is not None:
-        frontend.compatible_configs(facts, constexpr_kwargs)
-    elif not facts.heuristics:
-        _check_complete(facts, bound, constexpr_kwargs, options, out_specs, arrays)
-    call = CallSpec(kernel=facts, bound=bound, metaparams=tuple(sorted(constexpr_kwargs.items())),
+    call = CallSpec(kernel=facts, bound=bound, metaparams=tuple(sorted(constexprs.items())),
                     out_specs=out_specs, options=options)
+    resolver.resolve(call, binding.operand_specs(arrays))  # the call's checks; its lowering reads the result
     ensure_lowering_rules(state.host().platforms())
     dispatch = None
     if not bound.refs:
         dispatch = eager_dispatcher(call)
-        state.memo.store(memo_key, call_memo.Entry(call, bound.names, frozenset(operand_kwargs), tuple(sources),
-                                                   out_tree, dispatch))
+        call_memo.remember(state.memo, kernel, args, kwargs, out_value, out_shape is None,
+                           call_memo.Entry(call, bound.names, frozenset(operand_kwargs), tuple(sources), out_tree,
+                                           dispatch))
     early_compile.on_bind(call, arrays)
     return jax.tree_util.tree_unflatten(out_tree, _run(call, arrays, dispatch))
+
+
+def _options_and_keywords(facts: KernelFacts, kwargs: dict[str, Any],
+                          n_outputs: int) -> tuple[CallOptions, dict[str, Any], dict[str, Any]]:
+    """The call's options, checked, and its other keywords: (options, operands by keyword, constexprs)."""
+    rest = dict(kwargs)
+    # As in Triton's launcher, a keyword naming both a kernel parameter and a compile option sets both.
+    shared = {k: rest[k] for k in TRITON_COMPILE_OPTIONS if k in rest and k in facts.param_names}
+    options = CallOptions.take(rest, n_outputs)
+    rest.update(shared)
+    check_option_names(options, (b.info for b in state.host().backends.values()))
+    operand_kwargs, constexprs = binding.split_keywords(facts, rest)
+    return options, operand_kwargs, constexprs
+
+
+def _run_memoised(entry: call_memo.Entry, concrete: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A repeat call: its arrays gathered as the memoised binding placed them, its program run (at once when the
+    quick signature found it: its arrays are concrete)."""
+    arrays = entry.gather(args, kwargs)
+    if concrete and active_session.get() is None:
+        try:
+            results = entry.dispatch(*arrays)
+        except jax.errors.JaxRuntimeError as exc:
+            _reraise_out_of_bounds(exc)
+            raise
+    else:
+        results = _run(entry.call, arrays, entry.dispatch)
+    return results[0] if entry.single else jax.tree_util.tree_unflatten(entry.out_tree, results)
 
 
 def _results_of_an_empty_grid(options: Any, bound: Any, out_specs: tuple[BufferSpec, ...], arrays: list[Any],
@@ -134,9 +156,14 @@ def _run(call: CallSpec, arrays: list[Any], dispatch: Any) -> Any:
             return dispatch(*arrays)
         return triton_call_p.bind(*arrays, call=call)
     except jax.errors.JaxRuntimeError as exc:
-        fault = _out_of_bounds_report(str(exc))
-        if fault is None:
-            raise
+        _reraise_out_of_bounds(exc)
+        raise
+
+
+def _reraise_out_of_bounds(exc: jax.errors.JaxRuntimeError) -> None:
+    """Checked mode's one-line report, raised as ``OutOfBoundsError``, when ``exc`` carries one."""
+    fault = _out_of_bounds_report(str(exc))
+    if fault is not None:
         raise OutOfBoundsError(fault) from None
 
 
@@ -223,38 +250,3 @@ def _buffer_spec(leaf: Any, index: int, spelled: str = "out_type") -> BufferSpec
                         f"{dtype.name} values into it); enable them with jax.config.update('jax_enable_x64', True) "
                         f"or use {narrow}")
     return BufferSpec(tuple(int(d) for d in shape), dtype.name)
-
-
-def _check_complete(facts: KernelFacts, bound: Any, constexprs: Mapping[str, Any], options: CallOptions,
-                    out_specs: tuple[BufferSpec, ...], arrays: list[Any]) -> None:
-    """Without autotune or heuristics every metaparameter is known here: check what depends on them now."""
-    frontend.require_constexprs(facts.name, bound, constexprs)
-    # as Triton's launcher: the grid sees every argument by name, constexpr defaults included
-    meta = frontend.named_args_for_heuristics(bound, arrays, out_specs, constexprs)
-    if callable(options.grid):
-        grid_for(options.grid, meta, facts)
-    if callable(options.zeroed_outputs):
-        zeroed_for(options.zeroed_outputs, meta, len(out_specs), facts)
-
-
-def _check_metaparams(facts: KernelFacts, constexprs: Mapping[str, Any]) -> None:
-    """Keywords that are neither operands nor options must be the kernel's constexprs, as hashable values.
-
-    (An array passed positionally to a constexpr is refused by ``binding.bind``.)
-    """
-    for key, value in constexprs.items():
-        value = constexprs[key] = binding.constexpr_value(value)
-        if key not in facts.param_names:
-            raise TypeError(f"triton_call() got an unexpected keyword argument {key!r}: it is neither a "
-                            f"parameter of kernel {facts.name!r} nor an option of triton_call")
-        if binding.is_ref(value):
-            raise TypeError(f"argument {key!r} of kernel {facts.name!r} is a tl.constexpr, but a Ref (jax.new_ref) "
-                            f"was passed; constexprs must be hashable Python values")
-        if binding.is_array(value):
-            raise TypeError(f"argument {key!r} of kernel {facts.name!r} is a tl.constexpr, but an array was passed; "
-                            f"constexprs must be hashable Python values")
-        try:
-            hash(value)
-        except TypeError:
-            raise TypeError(f"metaparameter {key!r} of kernel {facts.name!r} must be hashable, got "
-                            f"{type(value).__name__}") from None

@@ -35,7 +35,7 @@ import jax
 
 from tritonplug.adapters import jax_compat, triton_compat
 from tritonplug.calls.call import CallSpec, OutputArg
-from tritonplug.compile import frontend
+from tritonplug.compile import frontend, resolver
 from tritonplug.lowering.primitive import triton_call_p
 from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
@@ -135,9 +135,7 @@ class Tuner:
         identity = call_identity(call, operands, backend.name, target)
         if identity in self._tuned:
             return
-        named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
-        configs = frontend.expand_configs(call.kernel, call.bound, dict(call.metaparams),
-                                          call.options.compiler_options(), named)
+        configs = resolver.resolve(call, operands).configs
         timed_call = _with_resets(call)
         with jax.disable_jit(False):
             timings = tuple(self._time(dataclasses.replace(timed_call, pinned_config=c.autotune_config), args,

@@ -27,6 +27,7 @@ from tritonplug.calls.call import (
     pointer_type,
 )
 from tritonplug.calls.tensor_descriptor import TensorDescriptor
+from tritonplug.records import BufferSpec
 
 _F32 = np.finfo(np.float32)
 #: NumPy scalar dtypes jaxlib's runtime passes as they are; narrower NumPy ints widen to i32 (exactly).
@@ -100,89 +101,144 @@ def python_scalar(value: Any) -> bool | int | float:
     return float(value)
 
 
+def split_keywords(facts: KernelFacts, keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``triton_call``'s keywords that are not options: (operands by keyword, constexprs). The constexprs are
+    normalised here, once (:func:`constexpr_value`), and must be the kernel's parameters, as hashable Python values.
+
+    (An array passed positionally to a constexpr is refused by :func:`bind`.)
+    """
+    operands = {k: v for k, v in keywords.items() if k in facts.param_names and k not in facts.constexpr_names}
+    constexprs = {}
+    for key, value in keywords.items():
+        if key in operands:
+            continue
+        value = constexprs[key] = constexpr_value(value)
+        if key not in facts.param_names:
+            raise TypeError(f"triton_call() got an unexpected keyword argument {key!r}: it is neither a "
+                            f"parameter of kernel {facts.name!r} nor an option of triton_call")
+        if is_ref(value):
+            raise TypeError(f"argument {key!r} of kernel {facts.name!r} is a tl.constexpr, but a Ref (jax.new_ref) "
+                            f"was passed; constexprs must be hashable Python values")
+        if is_array(value):
+            raise TypeError(f"argument {key!r} of kernel {facts.name!r} is a tl.constexpr, but an array was passed; "
+                            f"constexprs must be hashable Python values")
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"metaparameter {key!r} of kernel {facts.name!r} must be hashable, got "
+                            f"{type(value).__name__}") from None
+    return operands, constexprs
+
+
 def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out_specs: Sequence[Any],
          input_output_aliases: Mapping[int, int], metaparams: Mapping[str, Any],
          sources: list[tuple[str, tuple[int, ...]]] | None = None,
          aliases_count_scalars: bool = True) -> tuple[BoundArgs, list[Any]]:
     """Bind operands; returns the bound arguments and the array operands in order.
 
-    ``sources``, if given, receives where each array came from: (parameter name, tuple path).
+    The steps: arguments to parameters as a Python call binds them; each constexpr its value (``metaparams``, from
+    :func:`split_keywords`, are normalised already); each operand its node; the Refs; the aliases; the outputs to
+    the parameters left. ``sources``, if given, receives where each array came from: (parameter name, tuple path).
     ``input_output_aliases`` input indices count every operand (jax-triton 0.4, ``out_type=``) or, with
     ``aliases_count_scalars=False``, the array operands only (jax-triton 0.3, ``out_shape=``).
     """
-    params = facts.params
-    kernel = facts.name
-    annotations = {p.name: p.annotation for p in params if p.annotation}
-    bound = bind_like_a_call(tuple(p.name for p in params), args, kwargs, kernel)
+    given = bind_like_a_call(tuple(p.name for p in facts.params), args, kwargs, facts.name)
+    operands = _Operands(facts, sources)
+    nodes: dict[str, Any] = {}
+    for p in facts.params:
+        if p.is_constexpr:
+            nodes[p.name] = _constexpr_node(facts, p, given, kwargs, metaparams)
+        elif p.name in given:
+            nodes[p.name] = operands.node(given[p.name], p.name)
+        elif p.has_default:  # as Triton's launcher: a parameter left out takes its default, never an output
+            nodes[p.name] = operands.node(p.default, p.name)
+    refs = operands.refs(input_output_aliases)
+    alias_inputs = operands.flat if aliases_count_scalars else [n for n in operands.flat
+                                                                if isinstance(n, (ArrayArg, DescriptorArg))]
+    aliases = _check_aliases(input_output_aliases, alias_inputs, operands.arrays, out_specs, facts.name,
+                             aliases_count_scalars)
+    aliased_params = _bind_outputs(facts, nodes, out_specs, aliases, len(operands.flat))
+    dns = frozenset(p.name for p in facts.params if p.do_not_specialize)
+    return BoundArgs(tuple(p.name for p in facts.params), tuple(nodes[p.name] for p in facts.params), dns,
+                     aliases, aliased_params, refs), operands.arrays
 
-    arrays: list[Any] = []
-    flat_inputs: list[Any] = []  # every leaf operand, scalars included (input_output_aliases counts them)
 
-    def operand_node(value: Any, name: str, path: str = "", indices: tuple[int, ...] = ()) -> Any:
+def _constexpr_node(facts: KernelFacts, p: Any, given: Mapping[str, Any], kwargs: Mapping[str, Any],
+                    metaparams: Mapping[str, Any]) -> Any:
+    """A constexpr parameter's node: its value from the call (by position or keyword), the metaparameters or its
+    default; ``UnsetConst`` for one an autotune config or a heuristic must set."""
+    if p.name in given:
+        value = constexpr_value(given[p.name])
+    elif p.name in metaparams:
+        return ConstArg(metaparams[p.name])  # normalised by split_keywords
+    elif p.has_default:
+        value = constexpr_value(p.default)
+    else:
+        return UnsetConst()
+    if is_array(value):
+        how = (f" as positional argument {list(given).index(p.name) + 1} (too many positional "
+               f"arguments?)" if p.name in given and p.name not in kwargs else "")
+        raise TypeError(f"argument {p.name!r} of kernel {facts.name!r} is a tl.constexpr, but an array was "
+                        f"passed{how}; constexprs must be Python values")
+    return ConstArg(value)
+
+
+class _Operands:
+    """The operand nodes of one binding, with what they collect: the array operands in order, every leaf
+    operand (``flat``: ``input_output_aliases`` counts them) and, if asked, where each array came from."""
+
+    def __init__(self, facts: KernelFacts, sources: list[tuple[str, tuple[int, ...]]] | None) -> None:
+        self.facts, self.sources = facts, sources
+        self.annotations = {p.name: p.annotation for p in facts.params if p.annotation}
+        self.arrays: list[Any] = []
+        self.flat: list[Any] = []
+
+    def node(self, value: Any, name: str, path: str = "", indices: tuple[int, ...] = ()) -> Any:
         if isinstance(value, tuple):
-            return tuple(operand_node(v, name, f"{path}[{i}]", indices + (i,)) for i, v in enumerate(value))
-        where = f"argument {name!r}{path} of kernel {kernel!r}"
+            return tuple(self.node(v, name, f"{path}[{i}]", indices + (i,)) for i, v in enumerate(value))
+        where = f"argument {name!r}{path} of kernel {self.facts.name!r}"
         if value is None:  # Triton's launcher specialises a None argument as the constexpr None
             node: Any = ConstArg(None)
-            flat_inputs.append(node)
-            return node
-        if isinstance(value, TensorDescriptor):
-            node = _descriptor_node(facts, value, len(arrays), where)
-            arrays.append(value.base)
-            if sources is not None:
-                sources.append((name, indices))
-            flat_inputs.append(node)
-            return node
-        if is_array(value):
+        elif isinstance(value, TensorDescriptor):
+            node = _descriptor_node(self.facts, value, len(self.arrays), where)
+            self._array(value.base, name, indices)
+        elif is_array(value):
             pointer_type(value.dtype, where)
-            arrays.append(value)
-            if sources is not None:
-                sources.append((name, indices))
-            node = ArrayArg(len(arrays) - 1)
+            node = ArrayArg(len(self.arrays))
+            self._array(value, name, indices)
         else:
             dtype = scalar_type(value, where)  # first: it names the argument when the value is no scalar
             if not indices:  # Triton compiles an annotated parameter (eps: tl.float64) with its annotation
-                dtype = _ANNOTATED_SCALARS.get(annotations.get(name, ""), dtype)
+                dtype = _ANNOTATED_SCALARS.get(self.annotations.get(name, ""), dtype)
             if isinstance(value, np.float32):
                 user_warnings.warn("Passing np.float32 scalars to triton_call is deprecated (as in jax-triton 0.4): "
-                              "pass a Python float, which is fp32 whenever float32 can hold it", DeprecationWarning)
+                                   "pass a Python float, which is fp32 whenever float32 can hold it",
+                                   DeprecationWarning)
             node = ScalarArg.of(python_scalar(value), dtype)
-        flat_inputs.append(node)
+        self.flat.append(node)
         return node
 
-    nodes: dict[str, Any] = {}
-    for p in params:
-        if p.is_constexpr:
-            if p.name in bound:
-                value = bound[p.name]
-            elif p.name in metaparams:
-                value = metaparams[p.name]
-            elif p.has_default:
-                value = p.default
-            else:
-                nodes[p.name] = UnsetConst()
-                continue
-            value = constexpr_value(value)
-            if is_array(value):
-                how = (f" as positional argument {list(bound).index(p.name) + 1} (too many positional "
-                       f"arguments?)" if p.name in bound and p.name not in kwargs else "")
-                raise TypeError(f"argument {p.name!r} of kernel {kernel!r} is a tl.constexpr, but an array was "
-                                f"passed{how}; constexprs must be Python values")
-            nodes[p.name] = ConstArg(value)
-        elif p.name in bound:
-            nodes[p.name] = operand_node(bound[p.name], p.name)
-        elif p.has_default:  # as Triton's launcher: a parameter left out takes its default, never an output
-            nodes[p.name] = operand_node(p.default, p.name)
+    def _array(self, value: Any, name: str, indices: tuple[int, ...]) -> None:
+        self.arrays.append(value)
+        if self.sources is not None:
+            self.sources.append((name, indices))
 
-    refs = tuple(i for i, a in enumerate(arrays) if is_ref(a))
-    _check_refs_once(arrays, refs, sources, kernel)
-    if refs and input_output_aliases:
-        raise ValueError("input_output_aliases cannot be combined with Ref arguments (jax.new_ref): a Ref is "
-                         "already updated in place")
-    alias_inputs = flat_inputs if aliases_count_scalars else [n for n in flat_inputs
-                                                              if isinstance(n, (ArrayArg, DescriptorArg))]
-    aliases = _check_aliases(input_output_aliases, alias_inputs, arrays, out_specs, kernel, aliases_count_scalars)
-    missing = [p.name for p in params if not p.is_constexpr and p.name not in nodes]
+    def refs(self, input_output_aliases: Mapping[int, int]) -> tuple[int, ...]:
+        """The array operands that are Refs, each passed once, and never with ``input_output_aliases``."""
+        refs = tuple(i for i, a in enumerate(self.arrays) if is_ref(a))
+        _check_refs_once(self.arrays, refs, self.sources, self.facts.name)
+        if refs and input_output_aliases:
+            raise ValueError("input_output_aliases cannot be combined with Ref arguments (jax.new_ref): a Ref is "
+                             "already updated in place")
+        return refs
+
+
+def _bind_outputs(facts: KernelFacts, nodes: dict[str, Any], out_specs: Sequence[Any],
+                  aliases: tuple[tuple[int, int], ...], n_inputs: int) -> tuple[tuple[int, int], ...]:
+    """The outputs fill the non-constexpr parameters left without an argument, in order; returns the
+    (output, operand) pairs of outputs that reuse their aliased input's parameter (jax-triton 0.4 style)."""
+    kernel = facts.name
+    missing = [p.name for p in facts.params if not p.is_constexpr and p.name not in nodes]
     aliased_outputs = {o for _, o in aliases}
     if len(missing) == len(out_specs):  # every output has its own parameter (jax-triton 0.3 style)
         free_outputs = list(range(len(out_specs)))
@@ -191,7 +247,7 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
         free_outputs = [o for o in range(len(out_specs)) if o not in aliased_outputs]
         aliased_params = tuple((o, i) for i, o in aliases)
     elif len(missing) < len(out_specs) - len(aliased_outputs):
-        raise TypeError(f"triton_call of kernel {kernel!r} got too many operands: {len(flat_inputs)} operands "
+        raise TypeError(f"triton_call of kernel {kernel!r} got too many operands: {n_inputs} operands "
                         f"leave {len(missing)} parameters {missing} for the {len(out_specs)} outputs of out_shape "
                         f"({len(aliased_outputs)} aliased to inputs); each output needs a parameter of its own")
     else:
@@ -200,9 +256,14 @@ def bind(facts: KernelFacts, args: Sequence[Any], kwargs: Mapping[str, Any], out
                         f"aliased to inputs) to fill them; pass the missing operands")
     for name, out in zip(missing, free_outputs, strict=True):
         nodes[name] = OutputArg(out)
-    dns = frozenset(p.name for p in params if p.do_not_specialize)
-    return BoundArgs(tuple(p.name for p in params), tuple(nodes[p.name] for p in params), dns,
-                     aliases, aliased_params, refs), arrays
+    return aliased_params
+
+
+def operand_specs(arrays: Sequence[Any]) -> tuple[BufferSpec, ...]:
+    """The shape and dtype of each array operand as the lowering will see them (JAX's canonical dtype: a NumPy
+    float64 array is float32 without ``jax_enable_x64``)."""
+    return tuple(BufferSpec(tuple(int(d) for d in a.shape), jax.dtypes.canonicalize_dtype(a.dtype).name)
+                 for a in arrays)
 
 
 def _check_refs_once(arrays: list[Any], refs: tuple[int, ...], sources: list[tuple[str, tuple[int, ...]]] | None,

@@ -152,4 +152,7 @@ def refs_as_outputs(call: CallSpec, ref_specs: Sequence[BufferSpec]) -> CallSpec
     new_aliases = tuple((i, first + k) for k, i in enumerate(refs))
     bound = dataclasses.replace(call.bound, refs=(), aliases=call.bound.aliases + new_aliases,
                                 aliased_params=call.bound.aliased_params + tuple((o, i) for i, o in new_aliases))
-    return dataclasses.replace(call, bound=bound, out_specs=call.out_specs + tuple(ref_specs))
+    discharged = dataclasses.replace(call, bound=bound, out_specs=call.out_specs + tuple(ref_specs))
+    if "_resolutions" in call.__dict__:  # the same configurations (``compile.resolver``): the refs' new outputs
+        discharged.__dict__["_resolutions"] = dict(call.__dict__["_resolutions"])  # have no parameter of their own
+    return discharged

@@ -6,10 +6,17 @@ import without JAX; this module makes its keys and entries.
 The signature is everything binding looks at — the kernel, the operands' shapes and dtypes, the
 scalars' types and values, the outputs, the grid and the options — so an identical later call
 (the common case in eager loops) reuses the ``CallSpec`` and only gathers its arrays.
+
+Two signatures name an entry. The *quick* one covers the eager loop's common call — concrete arrays, Python
+scalars, int/str/bool/None/int-tuple keywords, ``ShapeDtypeStruct`` outputs — in one flat pass, keywords in the
+caller's order (another order is another entry); its hits are concrete by construction and go straight to the
+memoised program. The general one (:func:`signature`) covers every memoisable call, tracers included.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +45,119 @@ class Entry:
     out_tree: Any
     #: ``primitive.eager_dispatcher(call)``: how an eager repeat runs the call.
     dispatch: Callable[..., Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "single", self.out_tree.num_leaves == 1 and self.out_tree.num_nodes == 1)
+        positions = self._positions()
+        gather: Callable[[Sequence[Any], Mapping[str, Any]], Any]
+        if positions is None:
+            gather = functools.partial(arrays_of, self)
+        elif len(positions) == 1:
+            (index,) = positions
+            gather = lambda args, kwargs: (args[index],)  # noqa: E731
+        else:
+            pick = operator.itemgetter(*positions)
+            gather = lambda args, kwargs: pick(args)  # noqa: E731
+        object.__setattr__(self, "gather", gather)
+
+    def _positions(self) -> tuple[int, ...] | None:
+        """Where each array sits among the positional arguments, when every one was passed by position at the top
+        level (the common case); None otherwise (``arrays_of`` then binds the arguments again)."""
+        if self.operand_keywords or not self.sources or any(path for _, path in self.sources):
+            return None
+        return tuple(self.names.index(name) for name, _ in self.sources)
+
+
+def find(memo: Any, kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any,
+         out_type_spelling: bool) -> tuple[Entry, bool] | None:
+    """The entry ``memo`` (``state.memo``) holds for a call made before, and whether its arrays are all concrete;
+    None for a new call. ``out_type_spelling``: the call said ``out_type=`` (0.4), not ``out_shape=`` (0.3):
+    they count ``input_output_aliases`` differently."""
+    entries = memo.entries
+    key = quick_signature(kernel, args, kwargs, out_value, out_type_spelling)
+    if key is not None:
+        entry = entries.get(key)
+        if entry is not None and entry.call.kernel.kernel is kernel:  # the key holds id(kernel), which may be reused
+            return entry, True
+    general = _general_key(kernel, args, kwargs, out_value, out_type_spelling)
+    entry = memo.lookup(general)
+    if entry is None or entry.call.kernel.kernel is not kernel:
+        return None
+    if key is not None:
+        memo.store(key, entry)
+    return entry, False
+
+
+def remember(memo: Any, kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any,
+             out_type_spelling: bool, entry: Entry) -> None:
+    """Memoise a new call's entry in ``memo`` under its signatures."""
+    memo.store(_general_key(kernel, args, kwargs, out_value, out_type_spelling), entry)
+    memo.store(quick_signature(kernel, args, kwargs, out_value, out_type_spelling), entry)
+
+
+def _general_key(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any,
+                 out_type_spelling: bool) -> Hashable | None:
+    key = signature(kernel, args, kwargs, out_value)
+    return None if key is None else (key, out_type_spelling)
+
+
+_CONCRETE = frozenset(jax_compat.CONCRETE_ARRAY_TYPES)
+_SDS = jax.ShapeDtypeStruct
+
+
+def quick_signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any,
+                    out_type_spelling: bool) -> tuple | None:
+    """The quick signature of a call of concrete arrays, Python scalars and simple keywords (see the module's
+    docstring); None for any other call. Every value's type is part of it: ``grid=(True,)`` equals ``(1,)`` but is
+    refused, a float ``4.0`` equals ``4`` but binds as fp32. One flat pass, written for speed: it runs on every
+    eager call."""
+    key: list[Any] = [id(kernel), out_type_spelling, jax.config.jax_enable_x64]
+    append = key.append
+    for value in args:
+        kind = type(value)
+        if kind in _CONCRETE:
+            aval = value if kind is np.ndarray else value.aval  # a jax.Array's aval: cheaper than .shape, .dtype
+            append(kind)
+            append(aval.shape)
+            append(aval.dtype)
+        elif kind is int or kind is bool:
+            append(kind)
+            append(value)
+        elif kind is float:
+            append(kind)
+            append(value.hex())
+        else:
+            return None
+    for name, value in kwargs.items():
+        kind = type(value)
+        if kind is tuple:
+            for item in value:
+                if type(item) is not int:
+                    return None
+            append(name)
+            append(value)
+        elif kind is int or kind is bool or kind is str or value is None:
+            append(name)
+            append(kind)
+            append(value)
+        elif kind is float:
+            append(name)
+            append(kind)
+            append(value.hex())
+        else:
+            return None
+    leaves = out_value if type(out_value) is tuple else (out_value,)
+    for leaf in leaves:
+        if type(leaf) is not _SDS:
+            return None
+        shape = leaf.shape
+        for size in shape:
+            if type(size) is not int:
+                return None
+        append(shape)
+        append(leaf.dtype)
+    append(type(out_value) is tuple)
+    return tuple(key)
 
 
 def _tuple_key(value: tuple) -> Hashable:

@@ -27,6 +27,8 @@ _REQUIRED = object()
 #: Options that are Triton's own compile options: Triton's launcher also binds them to a kernel parameter
 #: of the same name (the fused-softmax tutorial's ``num_stages: tl.constexpr``).
 TRITON_COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
+#: How a call transforms under ``jax.vmap``, in the words of ``jax.ffi.ffi_call(vmap_method=...)`` (docs/vmap.md).
+VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class CallOptions:
     cost_estimate: tuple[tuple[str, Any], ...] | None = None
     has_side_effect: bool = False
     custom_call_target_name: str | None = None
+    #: One of :data:`VMAP_METHODS`: a loop of launches (``sequential``, the default, or ``sequential_unrolled``), or
+    #: one launch over a leading batch dimension (``broadcast_all``, ``expand_dims``: see ``lowering/batching.py``).
+    vmap_method: str = "sequential"
 
     @classmethod
     def take(cls, kwargs: dict[str, Any], n_outputs: int) -> CallOptions:
@@ -64,6 +69,10 @@ class CallOptions:
     def checked(self, n_outputs: int) -> CallOptions:
         """The same options, each checked and normalised; errors name the option and what was expected."""
         _check_misc(self)
+        vmap_method = "sequential" if self.vmap_method is None else self.vmap_method  # None: as jax.ffi.ffi_call
+        if not isinstance(vmap_method, str) or vmap_method not in VMAP_METHODS:
+            raise ValueError(f"vmap_method must be one of {list(VMAP_METHODS)} (the names of jax.ffi.ffi_call's "
+                             f"vmap_method), got {self.vmap_method!r}")
         if self.custom_call_target_name not in (None, *GPU_TARGETS):
             raise ValueError(f"custom_call_target_name must be one of {GPU_TARGETS}, "
                              f"got {self.custom_call_target_name!r}")
@@ -92,7 +101,8 @@ class CallOptions:
             serialized_metadata=bytes(self.serialized_metadata),
             cost_estimate=tuple(sorted(dict(self.cost_estimate).items())) if self.cost_estimate else None,
             has_side_effect=bool(self.has_side_effect),
-            enable_fp_fusion=None if self.enable_fp_fusion is None else bool(self.enable_fp_fusion))
+            enable_fp_fusion=None if self.enable_fp_fusion is None else bool(self.enable_fp_fusion),
+            vmap_method=vmap_method)
 
     def compiler_options(self) -> dict[str, Any]:
         """What every backend's ``parse_options`` receives: the shared options (``None`` where unset) and

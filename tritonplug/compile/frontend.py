@@ -1,16 +1,15 @@
-"""From a bound call to compile requests: configurations, specialisation, TTIR and cache keys.
+"""From a resolved configuration to compile requests: specialisation, TTIR and cache keys.
 
-``expand_configs`` turns autotune/heuristics wrappers into concrete configurations;
+``compile.resolver`` turns autotune/heuristics wrappers into concrete configurations;
 ``specialize`` computes Triton's signature, constexprs and attributes for one of them and
 the runtime parameters of its launch; ``make_ir`` runs Triton's front end.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,6 @@ from tritonplug.calls.call import (
     buffer_nbytes,
     pointer_type,
 )
-from tritonplug.calls.user_code import call_user, describe
 from tritonplug.compile import fd_capture, ir_rules
 from tritonplug.errors import KernelSourceError
 from tritonplug.records import (
@@ -47,145 +45,11 @@ TRITONPLUG_VERSION = __version__
 
 
 @dataclass(frozen=True)
-class Configuration:
-    """One concrete configuration: every constexpr value and the options for it."""
-
-    metaparams: tuple[tuple[str, Any], ...]
-    call_options: tuple[tuple[str, Any], ...]
-    description: str
-    #: The autotune config it came from, as (name, value) pairs of its kwargs and options (tuning records
-    #: name configurations by it); empty for a kernel without ``triton.autotune``.
-    autotune_config: tuple[tuple[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
 class Specialization:
     signature: dict
     constexprs: dict
     attrs: dict
     params: tuple[Any, ...]
-
-
-def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> list[triton_compat.ConfigFields]:
-    """The fields of the autotune configs that agree with the call's metaparameters (read once; ``triton_call``
-    checks them early).
-
-    A config with a ``pre_hook`` is refused: the hook runs Python between launches, which cannot
-    happen inside an XLA program.
-    """
-    name = kernel.name
-    fields = [triton_compat.config_fields(c) for c in triton_compat.autotune_configs(kernel.autotuner)]
-    for field in fields:
-        _check_config_names(kernel, field)
-    compatible = [f for f in fields if all(f.kwargs.get(k, v) == v for k, v in metaparams.items())]
-    if not compatible:
-        raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
-                         f"{dict(metaparams)}")
-    hooks = triton_compat.autotuner_hooks(kernel.autotuner)
-    if hooks:
-        raise NotImplementedError(f"kernel {name!r}: triton.autotune was given {' and '.join(hooks)}; autotune hooks "
-                                  f"run Python between launches and cannot run inside an XLA program (jaxlib's "
-                                  f"runtime restores aliased inputs between timed configurations itself)")
-    for field in compatible:
-        if field.pre_hook is not None:
-            raise NotImplementedError(f"kernel {name!r}: autotune config {field.config} has a pre_hook; pre_hook "
-                                      f"runs Python between launches and cannot run inside an XLA program")
-    return compatible
-
-
-def _check_config_names(kernel: KernelFacts, fields: triton_compat.ConfigFields) -> None:
-    """A config may set only the kernel's ``tl.constexpr`` parameters: a runtime argument it sets is refused
-    as Triton refuses it (``Conflicting meta-parameters``), a name the kernel lacks is named (misspelt)."""
-    for key in fields.kwargs:
-        _check_set_name(kernel, key, f"autotune config {fields.config}")
-
-
-def check_dependencies(kernel: KernelFacts) -> None:
-    """Refuse, at the call, a kernel that uses a global which could not be loaded (``kernels_of`` without one of
-    its library's dependencies): the ``KernelImportError`` names the package and the import line, where Triton
-    would only say "Unsupported function referenced"."""
-    if kernel.missing is not None:
-        raise kernel.missing.kernel_import_error(f" (kernel {kernel.name!r} uses it)")
-
-
-def check_heuristic_names(kernel: KernelFacts) -> None:
-    """``triton.heuristics`` may set only the kernel's ``tl.constexpr`` parameters (Triton passes what it sets
-    as keyword arguments of the kernel, which refuses any other name)."""
-    for heuristics in kernel.heuristics:
-        for key in triton_compat.heuristic_rules(heuristics):
-            _check_set_name(kernel, key, f"triton.heuristics({{{key!r}: ...}})")
-
-
-#: Launch options a heuristic or a config's kwargs may set besides the kernel's constexprs.
-LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"})
-
-
-def _check_set_name(kernel: KernelFacts, key: str, setter: str) -> None:
-    if key in kernel.constexpr_names or (key in LAUNCH_OPTIONS and key not in kernel.param_names):
-        return
-    if key in kernel.param_names:
-        raise ValueError(f"kernel {kernel.name!r}: {setter} sets {key!r}, a runtime argument of the kernel, not a "
-                         f"tl.constexpr (Triton refuses it too: \"Conflicting meta-parameters: {key}\"); only "
-                         f"{sorted(kernel.constexpr_names)} may be set")
-    close = difflib.get_close_matches(key, sorted(kernel.constexpr_names), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"kernel {kernel.name!r}: {setter} sets {key!r}, which is not a parameter of the kernel{hint} "
-                     f"(its tl.constexprs: {sorted(kernel.constexpr_names)})")
-
-
-def expand_configs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[str, Any],
-                   call_options: Mapping[str, Any], named_args: Mapping[str, Any]) -> list[Configuration]:
-    """The configurations to compile: one per surviving autotune config, heuristics applied."""
-    name = kernel.name
-    if kernel.autotuner is None:
-        raw = [({}, {})]
-    else:
-        fields = compatible_configs(kernel, metaparams)
-        prune = triton_compat.early_prune_function(kernel.autotuner)
-        if prune is not None:
-            configs = [f.config for f in fields]
-            pruned = call_user("early_config_prune", prune, name, (configs, dict(named_args)), available=named_args,
-                               expects="as early_config_prune(configs, named_args)")
-            if not isinstance(pruned, (str, bytes)) and isinstance(pruned, Iterable):
-                pruned = list(pruned)
-            if not isinstance(pruned, list) or not all(map(triton_compat.is_config, pruned)):
-                raise TypeError(f"early_config_prune {describe(prune)} of kernel {name!r} must return a list of "
-                                f"triton.Config, got {type(pruned).__name__}: {pruned!r:.200}")
-            fields = [triton_compat.config_fields(config) for config in pruned]
-            for field in fields:
-                _check_config_names(kernel, field)
-        if not fields:
-            raise ValueError(f"kernel {name!r}: early_config_prune left no autotune configuration for the "
-                             f"metaparameters {dict(metaparams)}")
-        raw = [(f.kwargs, f.options) for f in fields]
-    result = []
-    for kwargs, options in raw:
-        # Triton's autotuner passes a config's options as keywords too: a constexpr named like one takes it.
-        values = {**metaparams, **kwargs,
-                  **{k: v for k, v in options.items() if k in kernel.constexpr_names and v is not None}}
-        for heuristics in kernel.heuristics:
-            for key, rule in triton_compat.heuristic_rules(heuristics).items():
-                given = {**named_args, **values}
-                values[key] = call_user(f"heuristic for {key!r}", rule, name, (given,), available=given,
-                                        expects="with one argument, the dict of the call's named arguments")
-        require_constexprs(name, bound, values)
-        # A heuristic may set a launch option (``{"num_warps": ...}``): Triton passes it to the launch.
-        launch = {k: values.pop(k) for k in list(values) if k in LAUNCH_OPTIONS and k not in kernel.param_names}
-        merged = {**call_options, **{k: v for k, v in options.items() if v is not None}, **launch}
-        if not merged.get("debug") and triton_compat.launcher_debug(kernel.fn):
-            merged["debug"] = True  # as Triton's launcher: @triton.jit(debug=True) or TRITON_DEBUG=1
-        description = ", ".join(f"{k}={v}" for k, v in {**kwargs, **options}.items()) or "default"
-        result.append(Configuration(tuple(values.items()), tuple(merged.items()), description,
-                                    tuple({**kwargs, **options}.items()) if kernel.autotuner is not None else ()))
-    return result
-
-
-def require_constexprs(kernel_name: str, bound: BoundArgs, values: Mapping[str, Any]) -> None:
-    """Every tl.constexpr parameter needs a value: from the call, a default, a config or a heuristic."""
-    for param_name, node in zip(bound.names, bound.nodes, strict=True):
-        if isinstance(node, UnsetConst) and param_name not in values:
-            raise TypeError(f"kernel {kernel_name!r} is missing a value for its tl.constexpr parameter "
-                            f"{param_name!r}: pass {param_name}=... to triton_call")
 
 
 def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequence[BufferSpec],
@@ -251,8 +115,9 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
 
 
 def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec: Specialization,
-              argument_order: tuple[int, ...] | None = None) -> str:
-    """Everything that changes the binary, hashed: versions, target, options, source, specialisation, and
+              environment: Sequence[tuple[str, str]], argument_order: tuple[int, ...] | None = None) -> str:
+    """Everything that changes the binary, hashed: versions, target, options, source, specialisation, the
+    ``TRITON_*`` variables (``environment``: ``triton_compat.environment_key()``, read once per lowering) and
     the order of the compiled entry point's arguments where the host changes it (``kernel_abi``)."""
     payload = {
         "tritonplug": TRITONPLUG_VERSION,
@@ -264,7 +129,7 @@ def cache_key(info: BackendInfo, target: Target, options: Options, fn: Any, spec
         "signature": repr(sorted(spec.signature.items())),
         "constexprs": [[list(k), triton_compat.source_key(v)] for k, v in sorted(spec.constexprs.items())],
         "attrs": repr(sorted(spec.attrs.items())),
-        "env": triton_compat.environment_key(),
+        "env": [list(pair) for pair in environment],
     }
     if argument_order is not None:
         payload["argument_order"] = list(argument_order)
@@ -354,25 +219,3 @@ def _source_location(fn: Any, exc: Exception) -> str:
         return f' (File "{filename}")' if filename else ""
     def_offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
     return f' (File "{filename}", line {first + def_offset + line - 1})'
-
-
-def named_args_for_heuristics(bound: BoundArgs, operands: Sequence[Any], results: Sequence[Any],
-                              metaparams: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``triton.heuristics`` rules and ``early_config_prune`` see: arrays as shape/dtype records."""
-    def value(node: Any) -> Any:
-        if isinstance(node, tuple):
-            return tuple(value(n) for n in node)
-        if isinstance(node, ArrayArg):
-            return operands[node.index]
-        if isinstance(node, OutputArg):
-            return results[node.index]
-        if isinstance(node, (ScalarArg, ConstArg)):
-            return node.value
-        if isinstance(node, DescriptorArg):
-            return node
-        return None
-    named = {n: value(node) for n, node in zip(bound.names, bound.nodes, strict=True)
-             if not isinstance(node, UnsetConst)}
-    named.update(metaparams)
-    return named
-

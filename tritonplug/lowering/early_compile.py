@@ -31,7 +31,7 @@ from tritonplug import settings
 from tritonplug.adapters import jax_compat
 from tritonplug.calls.call import CallSpec
 from tritonplug.compile.backends import Backend
-from tritonplug.lowering.pipeline import plan_call, plan_key
+from tritonplug.lowering.pipeline import fingerprint, plan_call, plan_key
 from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
 
@@ -75,8 +75,9 @@ def _compile(backend: Backend, platform: str, call: CallSpec, operands: tuple[Bu
         target = backend.detect_target(platform, device, call.options.target_hints())
         if target is None:
             return
-        plan = plan_call(backend, target, call, operands)
-        state.plans.store(plan_key(backend, target, call, operands), plan)  # its lowering plans no more
+        environment = fingerprint()
+        plan = plan_call(backend, target, call, operands, environment)
+        state.plans.store(plan_key(backend, target, call, operands, environment), plan)  # its lowering plans no more
         state.compiler.compile(backend, target, plan.requests)
     except Exception as exc:
         log.info("early compile of kernel %r did not finish (its lowering reports any error): %s: %s",

@@ -24,11 +24,14 @@ from tritonplug.lowering.kernel_call import encode_kernel_call
 from tritonplug.records import ArrayParam, GpuKernel, HostKernel, JaxKernel, Launch, TmaDescriptorParam, param_leaves
 
 
-def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
+def emit(ctx: Any, args: Sequence[Any], kernels: Sequence[Any], call: CallSpec, platform: str,
+         environment: Sequence[tuple[str, str]]) -> Sequence[Any]:
+    """The kernels' call in the program; ``environment``, the ``TRITONPLUG_*`` variables the lowering read
+    (``pipeline.fingerprint``), enters a host kernel's identity."""
     if all(isinstance(k, GpuKernel) for k in kernels):
         return _emit_gpu(ctx, args, kernels, call)
     if len(kernels) == 1 and isinstance(kernels[0], HostKernel):
-        return _emit_host(ctx, args, kernels[0], call)
+        return _emit_host(ctx, args, kernels[0], call, environment)
     if len(kernels) == 1 and isinstance(kernels[0], JaxKernel):
         results = _emit_jax(ctx, args, kernels[0])
         if call.options.cost_estimate:  # no custom call to carry it: the op producing the results does
@@ -119,7 +122,8 @@ def _annotate(results: Sequence[Any], cost_estimate: Any) -> None:
     jax_compat.set_frontend_attributes(results, {f"tritonplug_{k}": v for k, v in cost_estimate})
 
 
-def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec) -> Sequence[Any]:
+def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec,
+               environment: Sequence[tuple[str, str]]) -> Sequence[Any]:
     """An XLA FFI call on the CPU whose handler runs the kernel on the buffers in place, so
     aliasing and donation behave as on a GPU (a ``pure_callback`` would copy every result)."""
     launch = kernel.launch
@@ -131,7 +135,8 @@ def _emit_host(ctx: Any, args: Sequence[Any], kernel: HostKernel, call: CallSpec
         kernel.run(operands, results)
 
     extra = {"cost_estimate_json": json.dumps(dict(call.options.cost_estimate))} if call.options.cost_estimate else None
-    function_id = host_ffi.register_function(run_on_host, launch_payload.host_kernel_key(kernel, zero_buffers))
+    function_id = host_ffi.register_function(run_on_host, launch_payload.host_kernel_key(kernel, zero_buffers,
+                                                                                         environment))
     return host_ffi.lower_host_call(ctx, args, function_id=function_id,
                                     operand_output_aliases=dict(launch.aliases),
                                     has_side_effect=call.options.has_side_effect, extra_attributes=extra)

@@ -21,7 +21,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tritonplug import settings
 from tritonplug.adapters import jaxlib_compat, triton_compat
 from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, HostKernel, ScalarParam
 
@@ -56,12 +55,14 @@ def _param(p: Any) -> Any:
     return ["other", repr(p)]
 
 
-def host_kernel_key(kernel: HostKernel, zeroed_buffers: Sequence[int]) -> str:
+def host_kernel_key(kernel: HostKernel, zeroed_buffers: Sequence[int],
+                    environment: Sequence[tuple[str, str]]) -> str:
     """A string that determines what ``kernel`` does when run: the source key of the Triton kernel (its
     source and everything it uses), the launch (grid, parameters, buffers, aliases, configuration), the
-    buffers zeroed first, and the TRITONPLUG_* variables a backend may read."""
+    buffers zeroed first, and the TRITONPLUG_* variables a backend may read (``environment``: all but the
+    host-only settings, e.g. a backend's checking mode, as the lowering read them, ``pipeline.fingerprint``)."""
     launch = kernel.launch
-    environment = settings.kernel_environment()  # all but the host-only settings (e.g. a backend's checking mode)
+    environment = [list(pair) for pair in environment]
     return json.dumps({
         "kernel": [launch.kernel_name, kernel.kernel_name, triton_compat.source_key(launch.kernel)],
         "configuration": launch.description, "grid": list(launch.grid), "params": _param(launch.params),

@@ -1,7 +1,8 @@
 """The lowering pipeline for one platform: backend → target → configurations → kernels.
 
-Data path: host picks the backend for the platform → detect target → per configuration:
-parse options, specialise, cache lookup, compile on a miss → kernel objects → emitter.
+Data path: host picks the backend for the platform → detect target → the environment's fingerprint (once) →
+the call's resolved configurations (``compile.resolver``, derived at the call) → per configuration: parse options,
+check the grid against the backend's limits, specialise, cache lookup, compile on a miss → kernel objects → emitter.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from tritonplug.adapters import jax_compat, jaxlib_compat, triton_compat
 from tritonplug.adapters.triton_compat import KernelFacts
 from tritonplug.calls import sharding_rules as rules
 from tritonplug.calls.call import BoundArgs, CallSpec, DescriptorArg
-from tritonplug.calls.options import check_grid_limits, grid_for, zeroed_for
-from tritonplug.compile import frontend, kernel_abi
+from tritonplug.calls.options import check_grid_limits
+from tritonplug.compile import frontend, kernel_abi, resolver
 from tritonplug.compile.backends import Backend
 from tritonplug.compile.compiler import CompileRequest
 from tritonplug.errors import PluginError
@@ -46,14 +47,33 @@ def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> 
     if target is None:
         raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
     operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
-    kernels = kernel_objects(backend, target, call, operands)
-    return emitters.emit(ctx, args, kernels, call, platform)
+    environment = fingerprint()
+    kernels = kernel_objects(backend, target, call, operands, environment)
+    return emitters.emit(ctx, args, kernels, call, platform, environment.tritonplug)
 
 
-def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> list[Any]:
+@dataclass(frozen=True)
+class Environment:
+    """The variables that change what a lowering makes, read once per lowering: ``TRITON_*`` (options, generated
+    code: part of every cache key) and the ``TRITONPLUG_*`` a backend may read (part of a host kernel's identity)."""
+
+    triton: tuple[tuple[str, str], ...]
+    tritonplug: tuple[tuple[str, str], ...]
+
+
+def fingerprint() -> Environment:
+    """The environment's fingerprint now (counted in ``resolver.DERIVATIONS["environment"]``)."""
+    resolver.DERIVATIONS["environment"] += 1
+    return Environment(triton_compat.environment_key(), tuple(settings.kernel_environment()))
+
+
+def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
+                   environment: Environment | None = None) -> list[Any]:
     """The backend's kernel objects for every configuration of ``call`` on ``target``, compiled (or read
     from the cache) on the way: everything a lowering does but emitting the custom call."""
-    plan = state.plans.take(plan_key(backend, target, call, operands)) or plan_call(backend, target, call, operands)
+    environment = environment or fingerprint()
+    plan = state.plans.take(plan_key(backend, target, call, operands, environment)) \
+        or plan_call(backend, target, call, operands, environment)
     if plan.tuned:
         state.tuning.note_hit()
     binaries = state.compiler.compile(backend, target, plan.requests)
@@ -62,34 +82,32 @@ def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: t
     return [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
 
 
-def plan_key(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> tuple:
+def plan_key(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
+             environment: Environment) -> tuple:
     """What a plan depends on: an early compile's plan serves the one lowering of the same key
     (``state.plans``). The environment is part of it: ``TRITON_*`` and ``TRITONPLUG_*`` variables change
     options and cache keys, and a plan made before one changed must not serve a lowering after."""
-    return (backend.name, target, call, operands, triton_compat.environment_key(),
-            tuple(settings.kernel_environment()))
+    return (backend.name, target, call, operands, environment)
 
 
-def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...]) -> LoweringPlan:
+def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
+              environment: Environment | None = None) -> LoweringPlan:
     """The configurations to compile for ``target`` (a tuning record's winner when there is one), each with
-    its launch and its compile request; nothing is compiled yet."""
+    its launch and its compile request; nothing is compiled yet. The configurations are the call's resolution
+    (``compile.resolver``), made at the call and read here."""
     kernel = call.kernel
-    named = frontend.named_args_for_heuristics(call.bound, operands, call.out_specs, dict(call.metaparams))
-    configs = frontend.expand_configs(kernel, call.bound, dict(call.metaparams), call.options.compiler_options(),
-                                      named)
+    environment = environment or fingerprint()
+    configs = list(resolver.resolve(call, operands).configs)
     configs, tuned = tuning_select.select(state.tuning, backend.name, target, call, operands, configs)
     if backend.info.autotune == "first":
         configs = configs[:1]
 
     launches, requests = [], []
     for config in configs:
-        metaparams = dict(config.metaparams)
         options = backend.parse_options(target, dict(config.call_options))
-        meta = {**named, **metaparams}  # as Triton's launcher: the grid sees every argument, defaults included
-        grid = grid_for(call.options.grid, meta, kernel)
-        check_grid_limits(grid, backend.info)
-        zeroed = zeroed_for(call.options.zeroed_outputs, meta, len(call.out_specs), kernel)
-        spec = frontend.specialize(call.bound, metaparams, operands, call.out_specs, zeroed, backend.info)
+        check_grid_limits(config.grid, backend.info)
+        spec = frontend.specialize(call.bound, dict(config.metaparams), operands, call.out_specs, config.zeroed,
+                                   backend.info)
         description = f"kernel {kernel.name!r} [{config.description}]"
         params, names = spec.params, call.bound.names
         order = None
@@ -97,9 +115,9 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
             order = kernel_abi.argument_order(params, names, len(operands))
             if order is not None:
                 params, names = kernel_abi.ordered_params(params, names, order)
-        launches.append(Launch(kernel.name, grid, params, names, operands, call.out_specs,
+        launches.append(Launch(kernel.name, config.grid, params, names, operands, call.out_specs,
                                call.bound.aliases, kernel.fn, config.description))
-        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec, order)
+        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec, environment.triton, order)
         make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound, order)
         requests.append(CompileRequest(key, make_job, description))
     return LoweringPlan(backend, target, tuple(launches), tuple(requests), tuned)

@@ -15,7 +15,7 @@ from typing import Any
 
 from tritonplug.adapters import triton_compat
 from tritonplug.calls.call import ArrayArg, CallSpec, ConstArg, OutputArg, ScalarArg
-from tritonplug.compile.frontend import Configuration
+from tritonplug.compile.resolver import Configuration
 from tritonplug.records import BufferSpec, Target
 from tritonplug.tuning.records import identity, normalized, target_fields
 from tritonplug.tuning.store import TuningStore
