@@ -18,6 +18,7 @@ efficiency is tokens/s on N GPUs / (N x tokens/s on one).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -52,12 +53,12 @@ def run_choice(args, ops: str, results: Results, tmp: Path, mesh: str | None = N
                label: str = "") -> dict | None:
     batch = batch or args.batch
     extra = ("--mesh", mesh) if mesh else ()
-    report = train(args.config, ops, batch, args.steps, *extra, out=tmp / f"{ops}-{batch}-{mesh}.json")
+    report = train(args.config, ops, batch, args.steps, *extra, out=tmp / _file_name(f"{ops}-{batch}-{mesh}.json"))
     bench = f"train {args.config} batch {batch}" + (f" mesh {mesh}" if mesh else "") + label
     if report is None:
         results.add(bench, ops, median_us=None, error="did not run (out of memory or failed: see stderr)")
         return None
-    run = report["runs"][ops]
+    (run,) = report["runs"].values()
     results.add(bench, ops, median_us=run["step_seconds_median"] * 1e6, tokens_per_s=run["tokens_per_s"],
                 device_peak_gb=run.get("device_peak_bytes", 0) / 1e9, plan_gb=run["plan_bytes"] / 1e9,
                 first_loss=run["losses"][0], last_loss=run["losses"][-1], devices=report["machine"]["devices"],
@@ -65,9 +66,14 @@ def run_choice(args, ops: str, results: Results, tmp: Path, mesh: str | None = N
     return report
 
 
+def _file_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
 def plan_bytes(args, ops: str, batch: int, tmp: Path) -> int:
-    report = train(args.config, ops, batch, 0, "--plan-only", out=tmp / f"plan-{ops}-{batch}.json")
-    return report["runs"][ops]["plan_bytes"]
+    report = train(args.config, ops, batch, 0, "--plan-only", out=tmp / _file_name(f"plan-{ops}-{batch}.json"))
+    (run,) = report["runs"].values()
+    return run["plan_bytes"]
 
 
 def max_batch(args, ops: str, results: Results, tmp: Path) -> None:
@@ -83,7 +89,7 @@ def max_batch(args, ops: str, results: Results, tmp: Path) -> None:
     guess = max(1, int((limit - (p2 - per_seq * b2)) // per_seq))
     fitted = None
     for batch in range(guess, max(0, guess - 4), -1):
-        if train(args.config, ops, batch, 2, out=tmp / f"fit-{ops}-{batch}.json") is not None:
+        if train(args.config, ops, batch, 2, out=tmp / _file_name(f"fit-{ops}-{batch}.json")) is not None:
             fitted = batch
             break
     results.add(f"largest batch {args.config}", ops, median_us=None, batch=fitted, predicted=guess,
@@ -118,9 +124,11 @@ def breakdown(args, results: Results) -> None:
                       cfg.layers),
         "loss": ((rnd(b * t, d), rnd(cfg.vocab, d, scale=0.02)), {"targets": targets}, 1),
     }
+    impls = {op: dict(IMPLEMENTATIONS[op]) for op in shapes}
+    impls["loss"]["tritonplug (Liger's chunks)"] = functools.partial(IMPLEMENTATIONS["loss"]["tritonplug"],
+                                                                     chunk_size=None)
     for op, (arrays, kwargs, per_step) in shapes.items():
-        for choice in CHOICES:
-            fn = IMPLEMENTATIONS[op][choice]
+        for choice, fn in impls[op].items():
 
             def scalar(*a, fn=fn, kwargs=kwargs):
                 return sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(fn(*a, **kwargs)))
@@ -138,7 +146,8 @@ def main() -> None:
     p.add_argument("--config", default="1b")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--ops", default=",".join(CHOICES), help="op choices to train, comma-separated")
+    p.add_argument("--ops", default=";".join(CHOICES),
+                   help="op choices to train, ';'-separated (each as train.py takes it: 'jax,loss=tritonplug')")
     p.add_argument("--mesh", help="also train on every GPU as one jit, e.g. data=2,model=2 (global batch scaled)")
     p.add_argument("--max-batch", action="store_true")
     p.add_argument("--breakdown", action="store_true")
@@ -148,7 +157,7 @@ def main() -> None:
     tmp = args.out.parent / (args.out.stem + "-runs")
     tmp.mkdir(parents=True, exist_ok=True)
     results = Results()
-    for ops in args.ops.split(","):
+    for ops in args.ops.split(";"):
         one = run_choice(args, ops, results, tmp)
         if args.mesh:
             axes = dict(item.split("=") for item in args.mesh.split(","))
@@ -156,11 +165,12 @@ def main() -> None:
             many = run_choice(args, ops, results, tmp, mesh=args.mesh, batch=args.batch * data * model)
             if one and many:
                 n = many["machine"]["devices"]
-                eff = many["runs"][ops]["tokens_per_s"] / (n * one["runs"][ops]["tokens_per_s"])
+                (one_run,), (many_run,) = one["runs"].values(), many["runs"].values()
+                eff = many_run["tokens_per_s"] / (n * one_run["tokens_per_s"])
                 results.add(f"scaling {args.config} mesh {args.mesh}", ops, median_us=None, efficiency=eff, devices=n)
         if args.max_batch:
             max_batch(args, ops, results, tmp)
-    if len(args.ops.split(",")) == 2:
+    if "jax" in args.ops.split(";"):
         results.add_ratios("jax", "vs_jax")
         results.add_ratios("jax", "tokens_vs_jax", of="tokens_per_s")
         results.add_ratios("jax", "peak_vs_jax", of="device_peak_gb")

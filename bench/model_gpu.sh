@@ -10,8 +10,8 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for step in "$@"; do
   case $step in
     compare) python3 examples/llama/train.py --config small --ops compare --steps 50 --json "$out/model-compare-small.json" 2>&1 | tail -60 ;;
-    bench) python3 bench/model.py --config 1b --batch "${BATCH:-4}" --steps 6 --breakdown --out "$out/model-1b.json" ;;
-    maxbatch) python3 bench/model.py --config 1b --batch "${BATCH:-4}" --steps 3 --max-batch --out "$out/model-1b-maxbatch.json" ;;
+    bench) python3 bench/model.py --config 1b --batch "${BATCH:-8}" --steps 6 --ops "jax;tritonplug;jax,loss=tritonplug" --breakdown --out "$out/model-1b.json" ;;
+    maxbatch) python3 bench/model.py --config 1b --batch "${BATCH:-8}" --steps 3 --ops "jax;tritonplug" --max-batch --out "$out/model-1b-maxbatch.json" ;;
     mesh) python3 bench/model.py --config 1b --batch "${BATCH:-2}" --steps 6 --mesh "${MESH:-data=2,model=2}" --out "$out/model-1b-mesh.json" ;;
   esac
 done

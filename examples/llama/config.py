@@ -24,6 +24,7 @@ class Config:
     eps: float = 1e-5
     dtype: str = "bfloat16"
     lr: float = 3e-3
+    warmup: int = 10
     #: ``full``: each layer recomputed in the backward (``jax.checkpoint``); ``dots``: its matmuls kept; ``none``
     remat: str = "full"
 
@@ -50,7 +51,7 @@ CONFIGS = {
     "tiny": Config(vocab=256, hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, seq=32, batch=2, dtype="float32"),
     "tiny-bf16": Config(vocab=256, hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, seq=32, batch=2),
     # a GPU: a few hundred million parameters
-    "small": Config(vocab=32768, hidden=1024, layers=8, heads=8, kv_heads=4, ffn=2816, seq=2048, batch=8, lr=1e-3),
+    "small": Config(vocab=32768, hidden=1024, layers=8, heads=8, kv_heads=4, ffn=2816, seq=2048, batch=8, lr=5e-4),
     # issue 29's shape: hidden 2048, 16 layers, seq 4096, vocab 128k (Llama 3's tokenizer)
     "1b": Config(vocab=128256, hidden=2048, layers=16, heads=16, kv_heads=8, ffn=5632, seq=4096, batch=4, lr=3e-4),
 }

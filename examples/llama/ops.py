@@ -93,9 +93,20 @@ def attention_tritonplug(q, k, v):
     return _port("fla_parallel_attention").attention(q, k, v, causal=True)
 
 
-def loss_tritonplug(h, w, targets):
-    """Liger's fused linear cross entropy: the logits exist one chunk of tokens at a time."""
-    return _port("liger_fused_linear_cross_entropy").fused_linear_cross_entropy(h, w, targets)
+#: The fused loss holds at most this many bytes of logits at a time. Liger's own default chunk bounds them at
+#: ``tokens x hidden`` elements: at a 128k vocabulary that is chunks of a few hundred tokens, each re-reading and
+#: re-writing the fp32 ``(vocab, hidden)`` gradient accumulator (1 GiB at 128k x 2048), which costs more than the
+#: memory it saves. ``bench/model.py --breakdown`` times both.
+LOSS_CHUNK_BYTES = 1 << 30
+
+
+def loss_tritonplug(h, w, targets, chunk_size="budget"):
+    """Liger's fused linear cross entropy: the logits exist one chunk of tokens at a time (``chunk_size``: rows,
+    ``"budget"`` for :data:`LOSS_CHUNK_BYTES` of logits, None for Liger's default)."""
+    if chunk_size == "budget":
+        rows = max(1, LOSS_CHUNK_BYTES // (w.shape[0] * h.dtype.itemsize))
+        chunk_size = min(h.shape[0], 1 << (rows.bit_length() - 1))
+    return _port("liger_fused_linear_cross_entropy").fused_linear_cross_entropy(h, w, targets, chunk_size=chunk_size)
 
 
 IMPLEMENTATIONS: dict[str, dict[str, Callable]] = {

@@ -27,7 +27,7 @@ PARAM_SPECS = {
 
 
 def optimizer(cfg: Config) -> optax.GradientTransformation:
-    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup_steps=5, decay_steps=10_000)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup_steps=cfg.warmup, decay_steps=10_000)
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=0.1))
 
 
