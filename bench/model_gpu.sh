@@ -12,6 +12,6 @@ for step in "$@"; do
     compare) python3 examples/llama/train.py --config small --ops compare --steps 50 --json "$out/model-compare-small.json" 2>&1 | tail -60 ;;
     bench) python3 bench/model.py --config 1b --batch "${BATCH:-8}" --steps 6 --ops "jax;tritonplug;jax,loss=tritonplug" --breakdown --out "$out/model-1b.json" ;;
     maxbatch) python3 bench/model.py --config 1b --batch "${BATCH:-8}" --steps 3 --ops "jax;tritonplug" --max-batch --out "$out/model-1b-maxbatch.json" ;;
-    mesh) python3 bench/model.py --config 1b --batch "${BATCH:-2}" --steps 6 --mesh "${MESH:-data=2,model=2}" --out "$out/model-1b-mesh.json" ;;
+    mesh) python3 bench/model.py --config 1b --batch "${BATCH:-4}" --steps 6 --ops "${OPS:-jax;jax,loss=tritonplug;tritonplug}" --mesh "${MESH:-data=2,model=2}" --out "$out/model-1b-mesh.json" ;;
   esac
 done
