@@ -142,7 +142,7 @@ def quick_signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
             return None
     for name, value in kwargs.items():
         kind = type(value)
-        if kind is int or kind is str or kind is bool or value is None:
+        if kind is int:  # the common kinds first: constexprs, then the grid
             key += (name, kind, value)
         elif kind is tuple:
             if name in _WARNING_OPTIONS:
@@ -151,6 +151,8 @@ def quick_signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
                 if type(item) is not int:
                     return None
             key += (name, value)
+        elif kind is str or kind is bool or value is None:
+            key += (name, kind, value)
         elif kind is float:
             key += (name, kind, value.hex())
         else:
