@@ -9,6 +9,8 @@ Three parts, one JSON file:
   ``tritonplug - dispatch``: the host's Python work per repeat call. On the CPU backend read it from ``async``:
   a synchronised call there mostly measures whether the executor thread had finished before the wait (about 17
   or about 45 µs on a 2-core EPYC, whoever dispatched), not the Python in front of it.
+* **python only**: the same repeat call with the memoised program swapped for a no-op (``python_only_us``): the
+  host's Python alone, fastest round; steady where a loaded machine scatters ``python_us``.
 * **profile**: cProfile of repeat calls, the top functions by own time, in microseconds per call.
 * **first call**: the path of one unmemoised call (binding, checks, lowering, the custom call), traced with
   ``sys.setprofile``: its calls into the host's functions (``tritonplug/``, not the plugins'), the hops between
@@ -84,6 +86,34 @@ def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, A
         fastest = min(samples["tritonplug"]) - min(samples["dispatch"])  # less exposed to a shared machine's load
         records.append({"bench": bench, "impl": "python_us", "median_us": ours * 1e6, "min_round_us": fastest * 1e6})
     return records
+
+
+def python_only(fn: Callable[[], Any], entries: list[Any], rounds: int) -> dict[str, Any]:
+    """The host's Python per repeat call without the program: each memoised entry's ``dispatch`` swapped for a
+    no-op, the call timed against the no-op called alone; the fastest of ``rounds`` rounds. No executor thread
+    and no device queue in it, so it holds still on a loaded machine where ``python_us`` does not."""
+    def noop(*arrays: Any) -> Any:
+        return arrays
+
+    def best(call: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(ASYNC_CALLS * 4):
+                call()
+            times.append((time.perf_counter() - start) / (ASYNC_CALLS * 4))
+        return min(times)
+
+    real = [entry.dispatch for entry in entries]
+    for entry in entries:
+        object.__setattr__(entry, "dispatch", noop)
+    try:
+        ours, alone = best(fn), best(lambda: noop(1, 2))
+    finally:
+        for entry, dispatch in zip(entries, real, strict=True):
+            object.__setattr__(entry, "dispatch", dispatch)
+    return {"bench": "no-op dispatch", "impl": "python_only_us", "median_us": (ours - alone) * 1e6,
+            "min_round_us": (ours - alone) * 1e6, "rounds": rounds}
 
 
 def profile(fn: Callable[[], Any], calls: int, top: int) -> list[dict[str, Any]]:
@@ -185,6 +215,7 @@ def main() -> None:
     dispatch = entries[0].dispatch
     fns = {"tritonplug": ours, "dispatch": lambda: dispatch(x, y), "xla": lambda: x + y}
     records = per_call(fns, args.rounds)
+    records.append(python_only(ours, entries, args.rounds))
     print(format_table(records, ["bench", "impl", "median_us", "min_round_us", "vs_xla", "rounds"]))
     top = profile(ours, 5000, args.top)
     print(format_table(top, ["function", "calls_per_call", "own_us", "cumulative_us"]))

@@ -86,3 +86,11 @@ def tuple_add_kernel(x_ptr, yz, n, out_ptr, BLOCK: tl.constexpr):
 def oob_store_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(out_ptr + offs + BLOCK, tl.load(x_ptr + offs))
+
+
+@triton.jit
+def gapped_add_kernel(x_ptr, n, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    """``add_kernel`` with a scalar between its arrays (their positions are not contiguous)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)

@@ -35,7 +35,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import array, core, dispatch, distributed
+from jax._src import array, config, core, dispatch, distributed
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lib.mlir import ir
@@ -50,6 +50,9 @@ apply_primitive = dispatch.apply_primitive
 Primitive = core.Primitive
 #: The concrete (committed or not, never traced) array types an eager call receives.
 CONCRETE_ARRAY_TYPES: tuple[type, ...] = (array.ArrayImpl, np.ndarray)
+#: ``jax_enable_x64``'s state: ``ENABLE_X64.value`` is ``jax.config.jax_enable_x64`` (a context's value first) at a
+#: third of its cost, for the eager memo's quick key, read on every call.
+ENABLE_X64 = config.enable_x64
 
 _DISCHARGE_TAKES_CONTEXT = hasattr(discharge, "DischargeContext")  # jax >= 0.11
 

@@ -48,16 +48,21 @@ class Entry:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "single", self.out_tree.num_leaves == 1 and self.out_tree.num_nodes == 1)
+        object.__setattr__(self, "kernel", self.call.kernel.kernel)  # the quick path's check, one attribute away
         positions = self._positions()
+        #: ``pick(args)``: the arrays as a tuple, when all came by position (a C-level itemgetter); else None.
+        pick: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
         gather: Callable[[Sequence[Any], Mapping[str, Any]], Any]
         if positions is None:
             gather = functools.partial(arrays_of, self)
-        elif len(positions) == 1:
-            (index,) = positions
-            gather = lambda args, kwargs: (args[index],)  # noqa: E731
         else:
-            pick = operator.itemgetter(*positions)
+            first = positions[0]
+            if positions == tuple(range(first, first + len(positions))):
+                pick = operator.itemgetter(slice(first, first + len(positions)))  # args[a:b], a tuple
+            else:
+                pick = operator.itemgetter(*positions)  # two or more: a tuple
             gather = lambda args, kwargs: pick(args)  # noqa: E731
+        object.__setattr__(self, "pick", pick)
         object.__setattr__(self, "gather", gather)
 
     def _positions(self) -> tuple[int, ...] | None:
@@ -101,62 +106,75 @@ def _general_key(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], ou
     return None if key is None else (key, out_type_spelling)
 
 
-_CONCRETE = frozenset(jax_compat.CONCRETE_ARRAY_TYPES)
+_ARRAY = jax_compat.CONCRETE_ARRAY_TYPES[0]  # jax.Array's concrete type
 _SDS = jax.ShapeDtypeStruct
+_X64 = jax_compat.ENABLE_X64
+#: Deprecated options (``calls.options``): a call naming them warns, so it never takes the quick path.
+_WARNING_OPTIONS = frozenset(("zeroed_outputs", "input_output_aliases"))
 
 
 def quick_signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any,
                     out_type_spelling: bool) -> tuple | None:
     """The quick signature of a call of concrete arrays, Python scalars and simple keywords (see the module's
     docstring); None for any other call. Every value's type is part of it: ``grid=(True,)`` equals ``(1,)`` but is
-    refused, a float ``4.0`` equals ``4`` but binds as fp32. One flat pass, written for speed: it runs on every
-    eager call."""
-    key: list[Any] = [id(kernel), out_type_spelling, jax.config.jax_enable_x64]
+    refused, a float ``4.0`` equals ``4`` but binds as fp32, ``-0.0`` equals ``0.0`` (so floats go in as
+    ``float.hex``). One flat pass, written for speed: it runs on every eager call. The flat key reads back one
+    way only: an aval is an array; ``int``/``bool``/``float`` a scalar's type, its value next; ``np.ndarray`` then
+    shape and dtype; a ``str`` a keyword's name, then its type and value or an int tuple; a tuple after the
+    keywords an output's shape, then its dtype.
+
+    A ``jax.Array`` goes in as its aval: JAX interns avals (one object per shape, dtype, weak type and sharding),
+    so it hashes and compares by identity, cheaper than its shape and dtype; where a JAX version does not intern
+    them they compare by value, as exactly."""
+    key: list[Any] = [id(kernel), out_type_spelling, _X64.value]
     append = key.append
     for value in args:
         kind = type(value)
-        if kind in _CONCRETE:
-            aval = value if kind is np.ndarray else value.aval  # a jax.Array's aval: cheaper than .shape, .dtype
-            append(kind)
-            append(aval.shape)
-            append(aval.dtype)
+        if kind is _ARRAY:
+            append(value.aval)
         elif kind is int or kind is bool:
-            append(kind)
-            append(value)
+            key += (kind, value)
         elif kind is float:
-            append(kind)
-            append(value.hex())
+            key += (kind, value.hex())
+        elif kind is np.ndarray:
+            key += (kind, value.shape, value.dtype)
         else:
             return None
     for name, value in kwargs.items():
         kind = type(value)
-        if kind is tuple:
+        if kind is int:  # the common kinds first: constexprs, then the grid
+            key += (name, kind, value)
+        elif kind is tuple:
+            if name in _WARNING_OPTIONS:
+                return None
             for item in value:
                 if type(item) is not int:
                     return None
-            append(name)
-            append(value)
-        elif kind is int or kind is bool or kind is str or value is None:
-            append(name)
-            append(kind)
-            append(value)
+            key += (name, value)
+        elif kind is str or kind is bool or value is None:
+            key += (name, kind, value)
         elif kind is float:
-            append(name)
-            append(kind)
-            append(value.hex())
+            key += (name, kind, value.hex())
         else:
             return None
-    leaves = out_value if type(out_value) is tuple else (out_value,)
-    for leaf in leaves:
+    if type(out_value) is _SDS:
+        shape = out_value.shape
+        for size in shape:
+            if type(size) is not int:  # an SDS keeps what it is given: (4.0,) equals (4,) but is refused
+                return None
+        key += (shape, out_value.dtype, False)
+        return tuple(key)
+    if type(out_value) is not tuple:
+        return None
+    for leaf in out_value:
         if type(leaf) is not _SDS:
             return None
         shape = leaf.shape
         for size in shape:
             if type(size) is not int:
                 return None
-        append(shape)
-        append(leaf.dtype)
-    append(type(out_value) is tuple)
+        key += (shape, leaf.dtype)
+    append(True)
     return tuple(key)
 
 
