@@ -68,7 +68,7 @@ def test_drawn_signatures_and_spellings_sharded(report):
 @given(cases())
 def test_drawn_signatures_and_spellings(case):
     """On one device: a rule in signature order fits every spelling, and a rule function is handed the bound
-    arguments, defaults filled in (the same objects the function gets)."""
+    arguments, defaults filled in."""
     fn, _ = case.function()
     want = case.reference(case.values)
     np.testing.assert_allclose(case.call(fn, case.values), want, rtol=1e-6)
@@ -85,22 +85,22 @@ def test_drawn_signatures_and_spellings(case):
     arguments = seen[0]
     assert list(arguments) == [n for n in inspect.signature(fn).parameters
                                if n in arguments], "a rule function gets the arguments in signature order"
-    for p in case.params:
-        expected = case.values.get(p.name, p.default)
-        assert arguments[p.name] is expected or np.array_equal(arguments[p.name], expected), p.name
+    for p in case.params:  # arrays arrive as the tracers of the call's jit
+        expected, got = case.values.get(p.name, p.default), arguments[p.name]
+        assert jax.typeof(got).shape == expected.shape if p.role != "number" else got == expected, p.name
 
 
 def test_an_operand_is_named_by_its_parameter_whatever_the_spelling():
     @tritonplug.partitioned("r c, r c -> r c")
-    def add(x, /, y, *, z=None):
-        return x + y
+    def first(x, /, y, *, z=None):
+        return x * 1
 
     x, y = np.ones((4, 8), np.float32), np.ones((4, 6), np.float32)
     with pytest.raises(ValueError, match=r"8 in operand 0 \(x\) dimension 1 and 6 in operand 1 \(y\)"):
-        add(x, y=y)
+        first(x, y=y)
     with pytest.raises(ValueError, match=r"has 2 operand group\(s\), but the function has 3 array operand\(s\) "
                                          r"\(x, y, z\)"):
-        add(x, z=x, y=x)
+        first(x, z=x, y=x)
 
 
 def test_a_method_and_varargs_bind_like_python():
