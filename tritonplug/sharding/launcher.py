@@ -8,10 +8,13 @@
         return tritonplug.triton_call(x, y, n, kernel=add_kernel, out_type=jax.typeof(x),
                                       grid=(x.shape[0], tritonplug.cdiv(n, 256)), BLOCK=256)
 
-The function's array arguments (``jax.Array``/NumPy arrays, at any depth of its arguments' pytrees, in order)
-are the rule's operands; its other arguments (Python numbers, strings, ``None``, ...) are constants of the
-call. Its array results (at any depth of the pytree it returns) are the rule's results; a result that is not
-an array (a block size a launcher returns) is passed through as the function computed it on the whole arrays.
+The function's array arguments (``jax.Array``/NumPy arrays, at any depth of its arguments' pytrees) are the
+rule's operands, in the order of the function's parameters however a call spells them (by position or by
+keyword, in any order): a call is bound to the signature first, its omitted parameters taking their defaults
+(an array default is an operand); the arrays of a ``*args`` come in their order, those of a ``**kwargs`` in
+sorted keyword order. Its other arguments (Python numbers, strings, ``None``, ...) are constants of the call.
+Its array results (at any depth of the pytree it returns) are the rule's results; a result that is not an
+array (a block size a launcher returns) is passed through as the function computed it on the whole arrays.
 On one device the function runs as it is.
 In a jit partitioned over several devices the function is traced again on each shard's shapes
 (``tritonplug.sharding.paths``). Under ``jax.vmap`` the batched function is partitioned under the rule with
