@@ -341,7 +341,7 @@ def _attention(q, k, v, scale):
 
 
 def _fwd(q, k, v, scale):
-    o, lse = parallel_attn_fwd(q, k, v, None, None, scale)  # positional: the rules' operand order
+    o, lse = parallel_attn_fwd(q=q, k=k, v=v, g_cumsum=None, sink_bias=None, scale=scale)  # as FLA calls it
     return o.astype(q.dtype), (q, k, v, o, lse)
 
 

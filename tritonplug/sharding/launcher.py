@@ -8,10 +8,13 @@
         return tritonplug.triton_call(x, y, n, kernel=add_kernel, out_type=jax.typeof(x),
                                       grid=(x.shape[0], tritonplug.cdiv(n, 256)), BLOCK=256)
 
-The function's array arguments (``jax.Array``/NumPy arrays, at any depth of its arguments' pytrees, in order)
-are the rule's operands; its other arguments (Python numbers, strings, ``None``, ...) are constants of the
-call. Its array results (at any depth of the pytree it returns) are the rule's results; a result that is not
-an array (a block size a launcher returns) is passed through as the function computed it on the whole arrays.
+The function's array arguments (``jax.Array``/NumPy arrays, at any depth of its arguments' pytrees) are the
+rule's operands, in the order of the function's parameters however a call spells them (by position or by
+keyword, in any order): a call is bound to the signature first, its omitted parameters taking their defaults
+(an array default is an operand); the arrays of a ``*args`` come in their order, those of a ``**kwargs`` in
+sorted keyword order. Its other arguments (Python numbers, strings, ``None``, ...) are constants of the call.
+Its array results (at any depth of the pytree it returns) are the rule's results; a result that is not an
+array (a block size a launcher returns) is passed through as the function computed it on the whole arrays.
 On one device the function runs as it is.
 In a jit partitioned over several devices the function is traced again on each shard's shapes
 (``tritonplug.sharding.paths``). Under ``jax.vmap`` the batched function is partitioned under the rule with
@@ -32,6 +35,7 @@ from tritonplug.calls import sharding_rules as rules
 from tritonplug.sharding import paths
 
 _EAGER_JITS = 64
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def sharding_rule(rule: str, *, need_replication: Sequence[str] = (), need_replication_factors: Sequence[str] = (),
@@ -96,6 +100,10 @@ class Partitioned:
             self._signature: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):
             self._signature = None
+        params = list(self._signature.parameters.values()) if self._signature is not None else []
+        self._params = params
+        # a call that gives every parameter by position binds as it is (the common case, no inspect.bind)
+        self._plain = self._signature is not None and all(p.kind in _POSITIONAL for p in params)
         self._eager: dict[Any, Callable[..., Any]] = {}
 
     def __repr__(self) -> str:
@@ -103,12 +111,9 @@ class Partitioned:
         return f"partitioned({rule!r})({self.__name__})"
 
     def _rule_for(self, args: tuple, kwargs: dict) -> rules.Rule:
+        """The call's rule; a rule function gets the bound arguments (``args``, ``kwargs``), defaults filled in."""
         if isinstance(self.rule, rules.Rule):
             return self.rule
-        if self._signature is not None:  # the function's arguments with its defaults, as the function sees them
-            bound = self._signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            args, kwargs = bound.args, bound.kwargs
         chosen = self.rule(*args, **kwargs)
         if isinstance(chosen, str):
             return _parse(chosen, (), ())
@@ -120,8 +125,44 @@ class Partitioned:
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else functools.partial(self, instance)
 
+    def _bind(self, args: tuple, kwargs: dict) -> tuple:
+        """The call's arguments in the signature's order, one entry per parameter, defaults filled in: the
+        operands' order is the signature's however the call spells them (by position or keyword, in any order).
+        A ``*args`` entry is the tuple given, a ``**kwargs`` entry the dict (flattened by sorted keyword)."""
+        if self._plain and not kwargs and len(args) == len(self._params):
+            return args
+        if self._signature is None:  # no signature to order keywords by: positional arrays only
+            if any(_is_array(leaf) for leaf in jax.tree.leaves(kwargs)):
+                raise TypeError(f"partitioned {self.__name__}: its signature cannot be read, so the order of "
+                                f"array arguments given by keyword ({sorted(kwargs)}) is unknown; pass them "
+                                f"by position")
+            return (args, kwargs)
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:  # Python's own message for the call ("missing a required argument: 'x'")
+            raise TypeError(f"{self.__name__}(): {exc}") from None
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())
+
+    def _unbind(self, arguments: tuple) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` that call the function with ``arguments`` (``_bind``'s order)."""
+        if self._signature is None:
+            return arguments
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for p, value in zip(self._params, arguments, strict=True):
+            if p.kind in _POSITIONAL:
+                args.append(value)
+            elif p.kind == inspect.Parameter.VAR_POSITIONAL:
+                args.extend(value)
+            elif p.kind == inspect.Parameter.KEYWORD_ONLY:
+                kwargs[p.name] = value
+            else:
+                kwargs.update(value)
+        return tuple(args), kwargs
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
+        leaves, treedef = jax.tree_util.tree_flatten_with_path(self._bind(args, kwargs))
         where = [i for i, (_, leaf) in enumerate(leaves) if _is_array(leaf)]
         arrays = [leaves[i][1] for i in where]
         names = [self._name(leaves[i][0]) for i in where]
@@ -143,27 +184,27 @@ class Partitioned:
         out: dict[str, Any] = {}  # the first (whole-array) trace's result tree and non-array results
 
         def body(*arrs: Any) -> tuple[Any, ...]:
-            args, kwargs = _rebuild(treedef, values, where, arrs)
+            args, kwargs = self._unbind(_rebuild(treedef, values, where, arrs))
             flat, tree = jax.tree.flatten(self.fn(*args, **kwargs))
             out.setdefault("tree", tree)
             out.setdefault("values", flat)
             return tuple(leaf for leaf in flat if _is_array(leaf))
 
-        rule = self._rule_for(*_rebuild(treedef, values, where, arrays))
+        rule = self._rule_for(*self._unbind(_rebuild(treedef, values, where, arrays)))
         arrays_out = iter(call(rule, body, arrays, names, self.__name__))
         return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
 
     def _name(self, path: tuple) -> str:
-        """``x``, ``params['w']``: the argument an operand came in, for messages and records."""
-        side, position, *rest = path  # side: args (0) or kwargs (1); position: an index or a keyword
-        if side.idx == 1:
-            label = str(position.key)
-        else:
-            kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-            params = [p.name for p in (self._signature.parameters.values() if self._signature else ())
-                      if p.kind in kinds]
-            label = params[position.idx] if position.idx < len(params) else f"args[{position.idx}]"
-        return label + jax.tree_util.keystr(tuple(rest))
+        """``x``, ``params['w']``, ``rest[0]``, ``w`` (a ``**kwargs`` keyword): the argument an operand came in."""
+        if self._signature is None:  # (args, kwargs): only args hold arrays
+            _, position, *rest = path
+            return f"args[{position.idx}]" + jax.tree_util.keystr(tuple(rest))
+        position, *rest = path
+        param = self._params[position.idx]
+        if param.kind == inspect.Parameter.VAR_KEYWORD:
+            key, *rest = rest
+            return str(key.key) + jax.tree_util.keystr(tuple(rest))
+        return param.name + jax.tree_util.keystr(tuple(rest))
 
     @staticmethod
     def _eager_key(values: list[Any], where: list[int], treedef: Any) -> Any:
@@ -236,8 +277,9 @@ def _with_batch_factor(bound: rules.BoundRule, in_batched: Sequence[bool]) -> ru
     return rules.Rule(text, operands, results, bound.need_replication, bound.reduction)
 
 
-def _rebuild(treedef: Any, values: list[Any], where: list[int], arrays: Sequence[Any]) -> tuple[tuple, dict]:
-    """The call's ``(args, kwargs)``: its constants with ``arrays`` put back where the operands were."""
+def _rebuild(treedef: Any, values: list[Any], where: list[int], arrays: Sequence[Any]) -> tuple:
+    """The call's bound arguments (``Partitioned._bind``): its constants with ``arrays`` put back where the
+    operands were."""
     leaves = list(values)
     for i, a in zip(where, arrays, strict=True):
         leaves[i] = a
