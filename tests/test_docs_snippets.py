@@ -8,8 +8,8 @@ either runs or is marked, visibly, right before its fence in the markdown:
 
 * ``<!-- not run: why -->``: never run here (a GPU, the network, an install, an hour of CI); listed by
   ``test_few_blocks_are_marked_not_run``, which allows at most ``MAX_NOT_RUN`` of them;
-* ``<!-- needs: module[, module] -->``: runs where those modules are found (``tox -e corpus`` installs
-  liger-kernel and fla-core), and is skipped with that reason elsewhere.
+* ``<!-- needs: module[, module] -->``: runs where those modules are found (``tox -e cpu`` installs
+  liger-kernel, fla-core and optax), and is skipped with that reason elsewhere.
 
 Blocks in the languages of ``DATA`` (``text``, ``json``, ``toml``) are output, formats and layouts, not code; a
 fence without a language is refused, so that every block says which it is. A data block opening with ``# path``
@@ -153,7 +153,7 @@ def _environment(cache: Path) -> dict[str, str]:
 def test_the_block_runs(block: Block, tmp_path: Path) -> None:
     missing = [m for m in block.needs if importlib.util.find_spec(m) is None]
     if missing:
-        pytest.skip(f"{block.name} needs {', '.join(missing)}, not installed here (tox -e corpus installs it)")
+        pytest.skip(f"{block.name} needs {', '.join(missing)}, not installed here (tox -e cpu installs it)")
     source = tmp_path / f"{block.path.name}-block{block.index}"
     source.write_text("\n" * block.line + block.code + "\n", encoding="utf-8")
     if block.lang == "python":
