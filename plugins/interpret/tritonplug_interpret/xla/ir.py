@@ -16,7 +16,7 @@ from tritonplug_interpret.xla.syntax import matching, split_top
 
 __all__ = ["Block", "Function", "Loop", "Op", "prefixed", "program_axis", "walk"]
 
-_CALLEE = re.compile(r"@([\w.$-]+)")
+_CALLEE = re.compile(r'@("[^"]*"|[\w.$-]+)')  # Triton 3.6 quotes a helper's mangled name: @"mod.f__(0,)c..."
 _ARRAY = re.compile(r"array<i32:?(.*)>")
 _FOR = re.compile(r"^(%[\w.$-]+)\s*=\s*(%[\w.$#-]+)\s+to\s+(%[\w.$#-]+)\s+step\s+(%[\w.$#-]+)"
                   r"(?:\s+iter_args\((.*)\))?")
@@ -71,7 +71,7 @@ class Op:
         self.result_types = tuple(_result_types(self.name, self.header, self.type_text))
         self.int_value = _int_constant(header) if self.name == "arith.constant" else None
         target = _CALLEE.match(header) if self.name == "tt.call" else None
-        self.callee_name = target.group(1) if target else None
+        self.callee_name = target.group(1).strip('"') if target else None
         self.successors = tuple(_successor(w) for w in self.words if w.startswith("^"))
 
     def int_attr(self, name: str) -> int | None:

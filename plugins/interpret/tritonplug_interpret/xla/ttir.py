@@ -112,8 +112,8 @@ def _drop_loc(line: str) -> str:
     return line[:idx].rstrip() if idx >= 0 and line.endswith(")") else line
 
 
-_FUNC = re.compile(r"^tt\.func\s+(public\s+|private\s+)?@([\w.$-]+)\((.*?)\)(\s*->\s*.*?)?"
-                   r"\s*(attributes\s*\{.*\})?\s*\{$")
+_FUNC = re.compile(r'^tt\.func\s+(public\s+|private\s+)?@("[^"]*"|[\w.$-]+)\((.*?)\)(\s*->\s*.*?)?'
+                   r"\s*(attributes\s*\{.*\})?\s*\{$")  # Triton 3.6 quotes a helper's mangled name
 _LOC = re.compile(r"\s+loc\([^()]*(?:\([^()]*\))?[^()]*\)")
 
 
@@ -129,6 +129,7 @@ def parse_module(text: str) -> dict[str, Function]:
         m = _FUNC.match(_LOC.sub("", line))
         if not m:
             raise TtirSyntaxError(f"cannot read the function header {line!r}")
+        func_name = m.group(2).strip('"')
         args = []
         for item in split_top(m.group(3), ","):
             if item.strip():
@@ -140,8 +141,8 @@ def parse_module(text: str) -> dict[str, Function]:
         if len(blocks) == 1:
             body = blocks[0]
         else:
-            body = structured(m.group(2), blocks, n_results)
-        functions[m.group(2)] = Function(m.group(2), args, body, (m.group(1) or "").strip() != "private", n_results)
+            body = structured(func_name, blocks, n_results)
+        functions[func_name] = Function(func_name, args, body, (m.group(1) or "").strip() != "private", n_results)
     if not functions:
         raise TtirSyntaxError("no tt.func in the module")
     for fn in functions.values():
