@@ -100,11 +100,11 @@ def _train(tmp_path: Path, *args: str) -> dict:
     return report
 
 
-@pytest.mark.parametrize(("config", "tolerance"), [("tiny", 2e-3), ("tiny-bf16", 5e-2)])
-def test_train_compare_agrees_and_learns(tmp_path, config, tolerance):
-    """Both curves from the same init and batches: within fp32 (or bf16) rounding of each other, and falling."""
-    steps = 8
-    report = _train(tmp_path, "--config", config, "--ops", "compare", "--steps", str(steps))
+def test_train_compare_agrees_and_learns(tmp_path):
+    """Both curves from the same init and batches, in bf16: within bf16 rounding of each other, and falling. (Each
+    op's fp32 values and gradients are compared above, tightly.)"""
+    steps, tolerance = 8, 5e-2
+    report = _train(tmp_path, "--config", "tiny-bf16", "--ops", "compare", "--steps", str(steps))
     runs = report["runs"]
     assert set(runs) == {"jax", "tritonplug"}
     assert all(set(r["ops"].values()) == {name} for name, r in runs.items())
