@@ -36,9 +36,7 @@ def _run_suite(mode: str) -> dict:
     return report
 
 
-# Each mode's child process runs once: its tests go to one pytest-xdist worker (``--dist loadgroup`` in tox.ini).
-@pytest.fixture(scope="module",
-                params=[pytest.param(m, marks=pytest.mark.xdist_group(f"partitioned-{m}")) for m in MODES])
+@pytest.fixture(scope="module", params=MODES)
 def report(request):
     return _run_suite(request.param)
 

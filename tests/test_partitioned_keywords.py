@@ -34,9 +34,7 @@ FIXED = [f"{launcher}/{s}" for launcher in ("string_rule", "torch_launcher") for
     "vmap/keywords_other_order", "vmap/keyword_only"]
 
 
-# Each mode's child process runs once: its tests go to one pytest-xdist worker (``--dist loadgroup`` in tox.ini).
-@pytest.fixture(scope="module",
-                params=[pytest.param(m, marks=pytest.mark.xdist_group(f"partitioned-keywords-{m}")) for m in MODES])
+@pytest.fixture(scope="module", params=MODES)
 def report(request):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
            "TRITONPLUG_INTERPRET_CHECK": "0",

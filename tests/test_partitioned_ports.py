@@ -30,7 +30,6 @@ def _installed(package: str) -> bool:
 
 pytestmark = [
     requires_backend("interpret"),
-    pytest.mark.xdist_group("partitioned-ports"),  # the child process runs once (``--dist loadgroup`` in tox.ini)
     pytest.mark.skipif(not (_installed("liger_kernel") and _installed("fla")),
                        reason="liger_kernel or fla is not installed (tox -e corpus installs them)"),
 ]
