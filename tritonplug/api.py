@@ -52,13 +52,10 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     """
     if out_shape is None:  # the eager loop's repeat call: its memoised program at once (``calls.memo``)
         entry = state.memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
-        if entry is not None and entry.kernel is kernel and entry.pick is not None and active_session.get() is None:
-            try:  # the key holds id(kernel), which may be reused: hence ``entry.kernel is kernel``
-                results = entry.dispatch(*entry.pick(args))
-            except jax.errors.JaxRuntimeError as exc:
-                _reraise_out_of_bounds(exc)
-                raise
-            return results[0] if entry.single else jax.tree_util.tree_unflatten(entry.out_tree, results)
+        # the key holds id(kernel), which may be reused: hence ``entry.kernel is kernel``
+        if entry is not None and entry.kernel is kernel and active_session.get() is None:
+            pick = entry.pick
+            return _dispatch(entry, pick(args) if pick is not None else entry.gather(args, kwargs))
     _warn_deprecated(out_shape, kwargs)
     return _call(args, kernel, out_shape, out_type, kwargs)
 
@@ -128,13 +125,20 @@ def _run_memoised(entry: call_memo.Entry, concrete: bool, args: tuple[Any, ...],
     quick signature found it: its arrays are concrete)."""
     arrays = entry.gather(args, kwargs)
     if concrete and active_session.get() is None:
-        try:
-            results = entry.dispatch(*arrays)
-        except jax.errors.JaxRuntimeError as exc:
-            _reraise_out_of_bounds(exc)
-            raise
-    else:
-        results = _run(entry.call, arrays, entry.dispatch)
+        return _dispatch(entry, arrays)
+    return _results(entry, _run(entry.call, arrays, entry.dispatch))
+
+
+def _dispatch(entry: call_memo.Entry, arrays: Any) -> Any:
+    """A memoised call's jitted program run on concrete arrays (JAX's C++ dispatch), its results as the call's."""
+    try:
+        return _results(entry, entry.dispatch(*arrays))
+    except jax.errors.JaxRuntimeError as exc:
+        _reraise_out_of_bounds(exc)
+        raise
+
+
+def _results(entry: call_memo.Entry, results: Any) -> Any:
     return results[0] if entry.single else jax.tree_util.tree_unflatten(entry.out_tree, results)
 
 
