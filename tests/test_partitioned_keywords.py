@@ -54,6 +54,8 @@ def test_any_spelling_gives_the_unsharded_result(report, case):
     assert entry["ok"], f"{report['mode']} {case}: {entry.get('error')}\n{entry.get('trace', '')}"
     assert entry["correct"], f"{report['mode']} {case}: differs from the jnp reference"
     assert entry["same_as_one_device"], f"{report['mode']} {case}: differs from the same call on one device"
+    # the compiled program's only collective is w's gather: no operand is moved (all-to-all) or summed (all-reduce)
+    assert entry["collectives"] == ["all-gather"], f"{report['mode']} {case}: {entry['collectives']}"
     if case.startswith(("string_rule", "torch_launcher", "keyword_only")):
         assert entry["transfers"] == [["w", ["k"], 32 * 16 * 4]], entry["transfers"]  # w, and only w, gathered
 
