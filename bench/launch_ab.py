@@ -4,7 +4,9 @@ The same tiny kernel (examples/add.py, 1024 floats, one program) is called
 
 * ``jit``: 1,000 chained calls unrolled in one jitted program (what each launch costs inside XLA's
   executable: jaxlib's kernel call, its payload lookup, the launch);
-* ``eager``: one un-jitted call at a time, synchronised after each (the latency a user sees);
+* ``eager``: one un-jitted call at a time, synchronised after each (the latency a user sees); the
+  implementations alternate call by call (``_util.interleaved_seconds``), so a drift of the machine within
+  a round reaches them all alike, and each round's value is an implementation's median call;
 * ``eager_async``: 500 back-to-back un-jitted calls, one synchronisation (the host's dispatch rate).
 
 Single runs of such tiny timings drift by tens of percent with the machine's state (clocks, other
@@ -22,6 +24,7 @@ Usage: python bench/launch_ab.py [--rounds N] [--out FILE]   (needs a GPU and ja
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -33,13 +36,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _util import format_table, load_example, write_json  # noqa: E402
+from _util import format_table, interleaved_seconds, load_example, write_json  # noqa: E402
 
 N = 1024
 STEPS = 1000
 ASYNC_CALLS = 500
 EAGER_CALLS = 100
-COLUMNS = ["bench", "impl", "median_us", "min_round_us", "max_round_us", "vs_jax_triton", "rounds_won",
+COLUMNS = ["bench", "impl", "median_us", "min_round_us", "max_round_us", "vs_jax_triton", "rounds_won", "vs_xla",
            "rounds"]
 
 
@@ -75,62 +78,53 @@ def chained(impls: dict[str, Callable], x: Any, y: Any) -> dict[str, Callable]:
     return {name: jax.jit(chain(call)).trace(x, y).lower().compile() for name, call in impls.items()}
 
 
-def programs(impls: dict[str, Callable], jitted: dict[str, Callable], x: Any,
-             y: Any) -> dict[str, dict[str, Callable[[], float]]]:
-    """For each bench, a no-argument function per implementation that runs one sample and returns its
-    per-call seconds."""
+Sampler = Callable[[list[str]], dict[str, float]]
+
+
+def programs(impls: dict[str, Callable], jitted: dict[str, Callable], x: Any, y: Any) -> dict[str, Sampler]:
+    """For each bench, a sampler: given the round's order of implementations, one sample of each (its per-call
+    seconds)."""
     import jax
 
-    def jit_sample(fn: Callable) -> Callable[[], float]:
-        def sample() -> float:
-            start = time.perf_counter()
-            jax.block_until_ready(fn(x, y))
-            return (time.perf_counter() - start) / STEPS
-        return sample
+    def jit_sample(fn: Callable) -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(fn(x, y))
+        return (time.perf_counter() - start) / STEPS
 
-    def eager_sample(call: Callable) -> Callable[[], float]:
-        def sample() -> float:
-            times = []
-            for _ in range(EAGER_CALLS):
-                start = time.perf_counter()
-                jax.block_until_ready(call(x, y))
-                times.append(time.perf_counter() - start)
-            return statistics.median(times)
-        return sample
+    def async_sample(call: Callable) -> float:
+        start = time.perf_counter()
+        out = None
+        for _ in range(ASYNC_CALLS):
+            out = call(x, y)
+        jax.block_until_ready(out)
+        return (time.perf_counter() - start) / ASYNC_CALLS
 
-    def async_sample(call: Callable) -> Callable[[], float]:
-        def sample() -> float:
-            start = time.perf_counter()
-            out = None
-            for _ in range(ASYNC_CALLS):
-                out = call(x, y)
-            jax.block_until_ready(out)
-            return (time.perf_counter() - start) / ASYNC_CALLS
-        return sample
+    def one_by_one(sample: Callable[[Callable], float], fns: dict[str, Callable]) -> Sampler:
+        return lambda order: {name: sample(fns[name]) for name in order}
+
+    def eager_sampler(order: list[str]) -> dict[str, float]:  # call by call, alternating
+        times = interleaved_seconds({name: functools.partial(eager[name], x, y) for name in order}, EAGER_CALLS,
+                                    warmup=0, sync=jax.block_until_ready)
+        return {name: statistics.median(values) for name, values in times.items()}
 
     eager = {**impls, "xla": lambda a, b: a + b}
-    return {
-        "jit": {name: jit_sample(fn) for name, fn in jitted.items()},
-        "eager": {name: eager_sample(call) for name, call in eager.items()},
-        "eager_async": {name: async_sample(call) for name, call in eager.items()},
-    }
+    return {"jit": one_by_one(jit_sample, jitted), "eager": eager_sampler,
+            "eager_async": one_by_one(async_sample, eager)}
 
 
-def measure(samplers: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+def measure(sampler: Sampler, names: list[str], rounds: int) -> dict[str, list[float]]:
     """``rounds`` samples per implementation; round r starts at implementation r (mod count)."""
-    names = list(samplers)
-    for name in names:  # warm-up: compiles, caches, clocks
-        samplers[name]()
-        samplers[name]()
+    sampler(names)  # warm-up: compiles, caches, clocks
+    sampler(names)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(samplers[name]())
+        for name, value in sampler(names[r % len(names):] + names[:r % len(names)]).items():
+            samples[name].append(value)
     return samples
 
 
 def records_of(bench: str, samples: dict[str, list[float]]) -> list[dict]:
-    base = samples.get("jax_triton")
+    base, xla = samples.get("jax_triton"), samples.get("xla")
     out = []
     for name, values in samples.items():
         record = {"bench": bench, "impl": name, "median_us": statistics.median(values) * 1e6,
@@ -140,6 +134,8 @@ def records_of(bench: str, samples: dict[str, list[float]]) -> list[dict]:
             ratios = [v / b for v, b in zip(values, base, strict=True)]
             record["vs_jax_triton"] = round(statistics.median(ratios), 4)
             record["rounds_won"] = sum(v < b for v, b in zip(values, base, strict=True))
+        if xla is not None:  # JAX's own op of the same work: the eager goal's measure
+            record["vs_xla"] = round(statistics.median([v / b for v, b in zip(values, xla, strict=True)]), 4)
         out.append(record)
     return out
 
@@ -169,8 +165,9 @@ def main() -> None:
         if not np.allclose(got, want, rtol=1e-4, atol=1e-2):
             raise SystemExit(f"{name}: wrong result, max abs diff {np.abs(got - want).max()}")
     records = []
-    for bench, samplers in programs(impls, jitted, x, y).items():
-        records += records_of(bench, measure(samplers, args.rounds))
+    names = {"jit": list(jitted), "eager": [*impls, "xla"], "eager_async": [*impls, "xla"]}
+    for bench, sampler in programs(impls, jitted, x, y).items():
+        records += records_of(bench, measure(sampler, names[bench], args.rounds))
     print(format_table(records, COLUMNS))
     print(f"wrote {write_json(args.out, records, rounds=args.rounds, steps=STEPS, n=N)}")
 

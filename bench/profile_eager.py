@@ -5,12 +5,15 @@ Three parts, one JSON file:
 * **per call**: the same work (``x + y`` on 1,024 floats) as an eager ``triton_call`` of ``examples/add.py``,
   as the call's own jitted program called directly (``dispatch``: JAX's C++ dispatch of the memoised
   program, the floor under our Python), and as JAX's own op (``xla``: ``x + y``); synchronised after each call
-  (``sync``) and 500 back to back (``async``), in interleaved rounds, medians over rounds. ``python_us`` is
-  ``tritonplug - dispatch``: the host's Python work per repeat call. On the CPU backend read it from ``async``:
+  (``sync``, the implementations alternating call by call) and 500 back to back (``async``), in interleaved
+  rounds, medians over rounds. ``python_us`` is ``tritonplug - dispatch``: the host's Python work per repeat
+  call. On the CPU backend read it from ``async``:
   a synchronised call there mostly measures whether the executor thread had finished before the wait (about 17
   or about 45 µs on a 2-core EPYC, whoever dispatched), not the Python in front of it.
 * **python only**: the same repeat call with the memoised program swapped for a no-op (``python_only_us``): the
   host's Python alone, fastest round; steady where a loaded machine scatters ``python_us``.
+* **python in the loop**: the same Python timed where it runs, between programs (``python_in_loop_us``): each
+  call up to its return less its program's dispatch, synchronised and back to back.
 * **profile**: cProfile of repeat calls, the top functions by own time, in microseconds per call.
 * **first call**: the path of one unmemoised call (binding, checks, lowering, the custom call), traced with
   ``sys.setprofile``: its calls into the host's functions (``tritonplug/``, not the plugins'), the hops between
@@ -36,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _util import ROOT, format_table, load_example, write_json  # noqa: E402
+from _util import ROOT, format_table, interleaved_seconds, load_example, write_json  # noqa: E402
 
 N = 1024
 ASYNC_CALLS = 500
@@ -51,15 +54,12 @@ DERIVATIONS = ("named_args", "named_args_for_heuristics", "grid_for", "zeroed_fo
 def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, Any]]:
     import jax
 
-    def sync_sample(fn: Callable[[], Any]) -> float:
-        times = []
-        for _ in range(SYNC_CALLS):
-            start = time.perf_counter()
-            jax.block_until_ready(fn())
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+    def sync_sample(order: list[str]) -> dict[str, float]:  # call by call, alternating: drift reaches all alike
+        times = interleaved_seconds({name: fns[name] for name in order}, SYNC_CALLS, warmup=0,
+                                    sync=jax.block_until_ready)
+        return {name: statistics.median(values) for name, values in times.items()}
 
-    def async_sample(fn: Callable[[], Any]) -> float:
+    def async_one(fn: Callable[[], Any]) -> float:
         start = time.perf_counter()
         out = None
         for _ in range(ASYNC_CALLS):
@@ -67,15 +67,17 @@ def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, A
         jax.block_until_ready(out)
         return (time.perf_counter() - start) / ASYNC_CALLS
 
+    def async_sample(order: list[str]) -> dict[str, float]:  # 500 back to back, one implementation at a time
+        return {name: async_one(fns[name]) for name in order}
+
     records = []
+    names = list(fns)
     for bench, sample in (("sync", sync_sample), ("async", async_sample)):
-        names = list(fns)
-        for name in names:  # warm-up
-            sample(fns[name])
+        sample(names)  # warm-up
         samples: dict[str, list[float]] = {name: [] for name in names}
         for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                samples[name].append(sample(fns[name]))
+            for name, value in sample(names[r % len(names):] + names[:r % len(names)]).items():
+                samples[name].append(value)
         xla = samples["xla"]
         for name, values in samples.items():
             ratios = [v / b for v, b in zip(values, xla, strict=True)]
@@ -114,6 +116,51 @@ def python_only(fn: Callable[[], Any], entries: list[Any], rounds: int) -> dict[
             object.__setattr__(entry, "dispatch", dispatch)
     return {"bench": "no-op dispatch", "impl": "python_only_us", "median_us": (ours - alone) * 1e6,
             "min_round_us": (ours - alone) * 1e6, "rounds": rounds}
+
+
+def python_in_loop(fn: Callable[[], Any], entries: list[Any], rounds: int) -> list[dict[str, Any]]:
+    """The host's Python per repeat call where it really runs, between programs: each call's time up to its return,
+    less the memoised program's own dispatch (timed around it), in a synchronised loop (the host waits for the device
+    between calls) and a back-to-back one; medians over calls, then over rounds. Set beside ``python_only_us``
+    (the same Python, hot, with nothing in between), it shows what running after a wait or after JAX's dispatch
+    costs the same Python."""
+    import jax
+
+    inner: list[float] = []
+    real = [entry.dispatch for entry in entries]
+
+    def timed(dispatch: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*arrays: Any) -> Any:
+            start = time.perf_counter()
+            out = dispatch(*arrays)
+            inner.append(time.perf_counter() - start)
+            return out
+        return run
+
+    def sample(sync: bool) -> float:
+        inner.clear()
+        outer = []
+        for _ in range(SYNC_CALLS):
+            start = time.perf_counter()
+            out = fn()
+            outer.append(time.perf_counter() - start)
+            if sync:
+                jax.block_until_ready(out)
+        jax.block_until_ready(out)
+        return statistics.median(o - i for o, i in zip(outer, inner, strict=True))
+
+    for entry in entries:
+        object.__setattr__(entry, "dispatch", timed(entry.dispatch))
+    try:
+        records = []
+        for bench, sync in (("sync", True), ("async", False)):
+            values = [sample(sync) for _ in range(rounds)]
+            records.append({"bench": bench, "impl": "python_in_loop_us", "median_us": statistics.median(values) * 1e6,
+                            "min_round_us": min(values) * 1e6, "rounds": rounds})
+        return records
+    finally:
+        for entry, dispatch in zip(entries, real, strict=True):
+            object.__setattr__(entry, "dispatch", dispatch)
 
 
 def profile(fn: Callable[[], Any], calls: int, top: int) -> list[dict[str, Any]]:
@@ -210,12 +257,13 @@ def main() -> None:
         return tritonplug.triton_call(x, y, N, kernel=kernel, out_type=spec, grid=(1,), BLOCK=N)
 
     np.testing.assert_allclose(np.asarray(ours()), np.asarray(x + y), rtol=1e-6)
-    entries = [e for e in state.memo.entries.values() if e.call.kernel.kernel is kernel and e.call.out_specs[0].shape
-               == (N,)]
+    entries = list({id(e): e for e in state.memo.entries.values()  # an entry is there under each of its keys
+                    if e.call.kernel.kernel is kernel and e.call.out_specs[0].shape == (N,)}.values())
     dispatch = entries[0].dispatch
     fns = {"tritonplug": ours, "dispatch": lambda: dispatch(x, y), "xla": lambda: x + y}
     records = per_call(fns, args.rounds)
     records.append(python_only(ours, entries, args.rounds))
+    records += python_in_loop(ours, entries, args.rounds)
     print(format_table(records, ["bench", "impl", "median_us", "min_round_us", "vs_xla", "rounds"]))
     top = profile(ours, 5000, args.top)
     print(format_table(top, ["function", "calls_per_call", "own_us", "cumulative_us"]))
