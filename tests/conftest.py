@@ -62,3 +62,13 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_state):
     fresh_state.reset()
     yield directory
     monkeypatch.undo()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``-n N``'s default distribution, with each child suite's tests on one worker (``suite_scheduling``)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from suite_scheduling import SuiteScheduling
+
+    return SuiteScheduling(config, log)
