@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The eager-call benchmarks and the GPU checks of the argument path and of partitioned calls, on a lent GPU machine
+# (jax with its CUDA plugin, Triton, torch there; jax-triton, liger-kernel and fla-core carried as wheels in .whl/).
+# Usage: OUT=dir bash bench/gpu_checks.sh STEP...   STEP: eager | args | partitioned (several GPUs)
+set -uo pipefail
+python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda -e plugins/interpret >/dev/null 2>&1 || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+nvidia-smi --query-gpu=name --format=csv,noheader
+for step in "$@"; do
+  case $step in
+    eager)
+      python3 bench/launch_ab.py --rounds 21 --out "$OUT/launch-ab.json" 2>&1 | tail -16
+      python3 bench/profile_eager.py --rounds 15 --top 12 --out "$OUT/profile-eager.json" 2>&1 | head -16 ;;
+    args)  # the argument path against Triton's own launcher on torch tensors, vmap methods and repeats on the GPU
+      timeout 400 python3 -m pytest -q -rA -p no:cacheprovider tests/test_binding_properties.py \
+        tests/test_vmap_method.py tests/test_eager_quick_path.py 2>&1 | grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" \
+        | tee "$OUT/args-pytest.txt" | tail -40 ;;
+    partitioned)
+      python3 bench/partitioned_vs_triton.py --out "$OUT/partitioned-vs-triton.json" 2>&1 | tail -12
+      for mode in shardy gspmd explicit; do
+        PYTHONPATH=/tmp/site:tests python3 tests/sharding_suite.py $mode > "$OUT/suite-$mode.txt" 2>&1
+        PYTHONPATH=/tmp/site:tests python3 tests/keyword_suite.py $mode 25 > "$OUT/keywords-$mode.txt" 2>&1
+        python3 - "$OUT" $mode <<'PY'
+import json, sys
+out, mode = sys.argv[1], sys.argv[2]
+for name in ("suite", "keywords"):
+    lines = [l for l in open(f"{out}/{name}-{mode}.txt") if l.startswith("REPORT ")]
+    if not lines:
+        print(f"{name} {mode}: no report"); continue
+    report = json.loads(lines[-1][7:])
+    cases = {k: v for k, v in report.items() if isinstance(v, dict) and "ok" in v}
+    bad = [k for k, v in cases.items() if not (v["ok"] and v.get("correct", True) and v.get("same_as_one_device", True))]
+    print(f"{name} {mode} on {report['devices']} devices: {len(cases) - len(bad)}/{len(cases)} cases right; wrong: {bad}")
+PY
+      done
+      SHARDING_TESTS_ON_GPUS=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_partitioned_ports.py 2>&1 \
+        | tail -8 | tee "$OUT/ports-pytest.txt" ;;
+  esac
+done
