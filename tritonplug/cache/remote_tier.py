@@ -100,22 +100,34 @@ class RemoteTier:
             mine.append(r)
         theirs = [r for r in pending if r not in mine]
         if mine:
-            found.update(self._compile_claimed(mine, compile_here))
+            found.update(self._compile_claimed(mine, compile_here, disk))
         if theirs:
             found.update(self._wait(theirs, compile_here, disk))
         return found
 
-    def _compile_claimed(self, requests: list[Any], compile_here: Compile) -> dict[str, Binary]:
-        """Compile keys this process claimed, renewing the claims meanwhile; publish, then release them."""
+    def _compile_claimed(self, requests: list[Any], compile_here: Compile, disk: Any) -> dict[str, Binary]:
+        """Compile keys this process claimed, renewing the claims meanwhile; publish, then release them. A claim can
+        be won just after its holder published and released the key (between this process's miss and its claim):
+        each key is looked up once more first, and fetched rather than compiled a second time."""
+        found: dict[str, Binary] = {}
         try:
-            with self._renewing([r.key for r in requests]):
-                compiled = compile_here(requests)
+            missing = []
             for r in requests:
-                self._publish(r.key, compiled[r.key])
+                binary = self._fetch(r.key, disk, warn_corrupt=False)
+                if binary is None:
+                    missing.append(r)
+                else:
+                    found[r.key] = binary
+            if missing:
+                with self._renewing([r.key for r in missing]):
+                    compiled = compile_here(missing)
+                for r in missing:
+                    self._publish(r.key, compiled[r.key])
+                found.update(compiled)
         finally:
             for r in requests:
                 self._call("release", self.store.release, self._name(r.key), failed=None)
-        return compiled
+        return found
 
     def _wait(self, requests: list[Any], compile_here: Compile, disk: Any) -> dict[str, Binary]:
         """Wait for other hosts' entries; take over expired claims; compile the rest after ``wait_s``."""
@@ -149,7 +161,7 @@ class RemoteTier:
                 self._warn_once("takeover", f"a claim on {len(taken)} kernel(s) in the remote kernel cache "
                                 f"{self.location} expired or was released before its holder published them (a host "
                                 f"that died?); compiling them here")
-                found.update(self._compile_claimed(taken, compile_here))
+                found.update(self._compile_claimed(taken, compile_here, disk))
         if pending:
             if not self.off:
                 self._warn_once("timeout", f"gave up waiting {self.wait_s:.0f} s ({WAIT_ENV}) for {len(pending)} "
