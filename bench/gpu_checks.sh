@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The eager-call benchmarks and the GPU checks of the argument path and of partitioned calls, on a lent GPU machine
 # (jax with its CUDA plugin, Triton, torch there; jax-triton, liger-kernel and fla-core carried as wheels in .whl/).
-# Usage: OUT=dir bash bench/gpu_checks.sh STEP...   STEP: eager | args | partitioned (several GPUs)
+# Usage: OUT=dir bash bench/gpu_checks.sh STEP...   STEP: eager | args | partitioned | ports (several GPUs)
 set -uo pipefail
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda -e plugins/interpret >/dev/null 2>&1 || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null || exit 1
@@ -30,11 +30,15 @@ for name in ("suite", "keywords"):
         print(f"{name} {mode}: no report"); continue
     report = json.loads(lines[-1][7:])
     cases = {k: v for k, v in report.items() if isinstance(v, dict) and "ok" in v}
-    bad = [k for k, v in cases.items() if not (v["ok"] and v.get("correct", True) and v.get("same_as_one_device", True))]
-    print(f"{name} {mode} on {report['devices']} devices: {len(cases) - len(bad)}/{len(cases)} cases right; wrong: {bad}")
+    refused = [k for k in cases if k.startswith("refuse/") and not cases[k]["ok"] and cases[k].get("error")]
+    bad = [k for k, v in cases.items() if k not in refused
+           and not (v["ok"] and v.get("correct", True) and v.get("same_as_one_device", True))]
+    print(f"{name} {mode} on {report['devices']} devices: {len(cases) - len(bad) - len(refused)} cases right, "
+          f"{len(refused)} refused at the call as they should be (errors in {name}-{mode}.txt); wrong: {bad}")
 PY
-      done
-      SHARDING_TESTS_ON_GPUS=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_partitioned_ports.py 2>&1 \
-        | tail -8 | tee "$OUT/ports-pytest.txt" ;;
+      done ;;
+    ports)  # the ports' partitioned cases on the GPUs: the full output (each failure's entry) in ports-pytest.txt
+      SHARDING_TESTS_ON_GPUS=1 timeout 300 python3 -m pytest -q -p no:cacheprovider --tb=line tests/test_partitioned_ports.py \
+        > "$OUT/ports-pytest.txt" 2>&1; grep -E "^(E |/.*Error)|passed|failed" "$OUT/ports-pytest.txt" | cut -c1-400 | tail -14 ;;
   esac
 done

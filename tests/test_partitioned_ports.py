@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent('''
 
     mesh = jax.make_mesh((len(jax.devices()) // 2, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     rng = np.random.default_rng(0)
-    REPORT = {"devices": len(jax.devices())}
+    REPORT = {"devices": len(jax.devices()), "platform": jax.devices()[0].platform}
 
     def rand(*shape):
         return rng.standard_normal(shape).astype(np.float32)
@@ -95,9 +95,9 @@ SCRIPT = textwrap.dedent('''
     x, w = rand(8, 16, 96), 1.0 + 0.1 * rand(96)
     rms = liger_rms_norm.liger_rms_norm
     with_grad("rms_norm/batch", rms, liger_rms_norm.rms_norm_reference, (x, w), (P("x"), P()), (0, 1))
-    # one batch row per x shard, so that merging (batch, sequence) into the launcher's rows keeps both splits
-    with_grad("rms_norm/batch_and_sequence", rms, liger_rms_norm.rms_norm_reference, (x[:4], w), (P("x", "y"), P()),
-              (0, 1))
+    # one batch row per x shard (any mesh), so that merging (batch, sequence) into the launcher's rows keeps both splits
+    with_grad("rms_norm/batch_and_sequence", rms, liger_rms_norm.rms_norm_reference, (x[:mesh.shape["x"]], w),
+              (P("x", "y"), P()), (0, 1))
     case("rms_norm/hidden_gathered", rms, liger_rms_norm.rms_norm_reference, (x, w), (P("x", None, "y"), P("y")))
 
     # SwiGLU: elementwise, so rows and columns both split
@@ -229,14 +229,21 @@ def report(tmp_path_factory):
 
 
 def test_every_case_ran(report):
-    assert set(report) - {"devices"} == set(CASES)
+    assert set(report) - {"devices", "platform"} == set(CASES)
+
+
+def _reference_tolerance(report: dict, name: str) -> float:
+    """FLA's attention multiplies fp32 blocks with ``tl.dot``, which Triton runs in TF32 on an NVIDIA GPU (its
+    default ``input_precision``), as XLA does the reference's fp32 matmuls: both are near the exact values, not each
+    other (4 × H100: 3e-3 to 7e-3, while every shard equals one GPU's result exactly)."""
+    return 1e-2 if report["platform"] == "gpu" and name.startswith("attention/") else 2e-4
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_sharded_port_matches_one_device_and_the_reference(report, name):
     entry = _ran(report, name)
     assert entry["vs_one_device"] <= 1e-4, entry
-    assert entry["vs_reference"] <= 2e-4, entry
+    assert entry["vs_reference"] <= _reference_tolerance(report, name), entry
 
 
 @pytest.mark.parametrize("name", list(CASES))
