@@ -48,3 +48,12 @@ def test_the_tutorial_attention_backward_times_are_the_recorded_ones() -> None:
     first, warmed = by_impl["median first"]["total_s"], by_impl["median warmed"]["total_s"]
     quoted = f"now takes {warmed:.2f} s from call to result in a process that has run a kernel before and {first:.2f} s"
     assert quoted in " ".join(ARCHITECTURE.split()), quoted
+
+
+def test_the_eager_ratios_to_xla_are_the_recorded_ones() -> None:
+    launch = {(r["bench"], r["impl"]): r for r in _records("eager-h100-paired/run2/launch-ab.json")}
+    profile = {(r["bench"], r["impl"]): r for r in _records("eager-h100-paired/run2/profile-eager.json")}
+    text = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+    for ours, theirs in (("eager", "sync"), ("eager_async", "async")):
+        quoted = f"{launch[ours, 'tritonplug']['vs_xla']:.3f}× / {profile[theirs, 'tritonplug']['vs_xla']:.3f}×"
+        assert quoted in text, quoted
