@@ -12,6 +12,7 @@ spellings (``keyword_cases.py``) with hypothesis.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
@@ -116,7 +117,9 @@ def random_cases(line, n: int, examples: int) -> None:
     """Drawn signatures and spellings; arrays of one shape, all arriving row-split."""
     done: list[str] = []
 
-    @settings(max_examples=examples, derandomize=True, deadline=None, database=None, print_blob=True,
+    # the same examples each run, as the parent's profile (tests/conftest.py), unless HYPOTHESIS_PROFILE=explore
+    @settings(max_examples=examples, derandomize=os.environ.get("HYPOTHESIS_PROFILE") != "explore", deadline=None,
+              database=None, print_blob=True,
               suppress_health_check=list(HealthCheck))
     @given(keyword_cases.cases(rows=2 * n, whole_rows=2 * n, cols=8))
     def check(case):
