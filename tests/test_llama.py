@@ -77,13 +77,14 @@ def test_each_swapped_op_matches_the_jax_op_in_value_and_gradient(op, dtype):
     args, kwargs = _inputs(op, jnp.dtype(dtype))
     ours, theirs = IMPLEMENTATIONS[op]["tritonplug"], IMPLEMENTATIONS[op]["jax"]
     tol = {"float32": 2e-4, "bfloat16": 3e-2}[dtype]
-    got, want = jax.jit(lambda *a: ours(*a, **kwargs))(*args), theirs(*args, **kwargs)
+    # both sides jitted: one compile each, where the jax op run eagerly would compile every jnp primitive alone
+    got, want = jax.jit(lambda *a: ours(*a, **kwargs))(*args), jax.jit(lambda *a: theirs(*a, **kwargs))(*args)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(np.float32(g), np.float32(w), rtol=tol, atol=tol, err_msg=f"{op} value")
     argnums = tuple(range(len(args)))
     got = jax.jit(jax.grad(_scalar(ours, kwargs), argnums=argnums))(*args)
-    want = jax.grad(_scalar(theirs, kwargs), argnums=argnums)(*args)
+    want = jax.jit(jax.grad(_scalar(theirs, kwargs), argnums=argnums))(*args)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         scale = float(np.max(np.abs(np.float32(w)))) or 1.0
         np.testing.assert_allclose(np.float32(g), np.float32(w), rtol=tol, atol=tol * scale,

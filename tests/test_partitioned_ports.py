@@ -64,7 +64,7 @@ SCRIPT = textwrap.dedent('''
             got = jitted(*placed)
             text = jitted.lower(*placed).compile().as_text()
             REPORT[name] = {
-                "ok": True, "vs_one_device": worst(got, one), "vs_reference": worst(got, reference(*args)),
+                "ok": True, "vs_one_device": worst(got, one), "vs_reference": worst(got, jax.jit(reference)(*args)),
                 "collectives": sorted({c["op"] for c in inspection.collectives(text)}),
                 "split": sorted({f"{r.function}:{f}:{','.join(axes)}" for r in inspection.partitions()
                                  for f, axes in r.factors}),
