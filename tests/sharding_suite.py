@@ -109,7 +109,7 @@ def main(mode: str) -> None:
         out_shardings=NamedSharding(line, P(None, "x")))
     # row-wise norms: rows split, the normalised axis whole
     w = rand(48)
-    norm_ref = lambda a, b: (sk.rms_norm_reference(a, b), 1 / np.sqrt(np.mean(a * a, -1) + 1e-6))  # noqa: E731
+    norm_ref = lambda a, b: (sk.rms_norm_reference(a, b), 1 / jnp.sqrt(jnp.mean(a * a, -1) + 1e-6))  # noqa: E731
     run("rms_norm/rows", sk.rms_norm, (x, w), norm_ref, (P("x"), None), line)
     run("rms_norm/normalised_axis_gathered", sk.rms_norm, (x, w), norm_ref, (P(None, "x"), P("x")), line)
     x3 = rand(n, 4, 48)
@@ -144,7 +144,7 @@ def main(mode: str) -> None:
         run("vmap/add_rows_batch_split", jax.vmap(sk.add_rows), (xb, yb), add, (P("x"), P("x")), line)
     run("vmap/add_rows_rows_split", jax.vmap(sk.add_rows), (xb, yb), add, (P(None, "x"), P(None, "x")), line)
     run("vmap/one_operand_batched", jax.vmap(sk.rms_norm, in_axes=(0, None)), (xb, w[:16]),
-        lambda a, b: (sk.rms_norm_reference(a, b), 1 / np.sqrt(np.mean(a * a, -1) + 1e-6)),
+        lambda a, b: (sk.rms_norm_reference(a, b), 1 / jnp.sqrt(jnp.mean(a * a, -1) + 1e-6)),
         (P(None, "x"), None), line)
     ws = rand(3, 48)
 
