@@ -54,13 +54,8 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         entry = state.memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
         # the key holds id(kernel), which may be reused: hence ``entry.kernel is kernel``
         if entry is not None and entry.kernel is kernel and active_session.get() is None:
-            pick = entry.pick  # ``_dispatch``, written out: this line runs on every eager call
-            try:
-                results = entry.dispatch(*(pick(args) if pick is not None else entry.gather(args, kwargs)))
-            except jax.errors.JaxRuntimeError as exc:
-                _reraise_out_of_bounds(exc)
-                raise
-            return results[0] if entry.single else jax.tree_util.tree_unflatten(entry.out_tree, results)
+            pick = entry.pick
+            return _dispatch(entry, pick(args) if pick is not None else entry.gather(args, kwargs))
     _warn_deprecated(out_shape, kwargs)
     return _call(args, kernel, out_shape, out_type, kwargs)
 
