@@ -79,15 +79,7 @@ class RemoteTier:
     def resolve(self, requests: Sequence[_Request], compile_here: Compile, disk: Any) -> dict[str, Binary]:
         """Binaries for ``requests`` (all missing from memory and disk): fetched, waited for, or compiled by
         ``compile_here`` (which also writes the local disk); remote hits go to ``disk`` (may be ``None``)."""
-        found = {}
-        pending = []
-        for r in requests:
-            binary = self._fetch(r.key, disk, warn_corrupt=True)
-            if binary is not None:
-                log.info("remote cache hit for %s (key %s)", r.description, r.key[:12])
-                found[r.key] = binary
-            else:
-                pending.append(r)
+        found, pending = self._fetch_each(requests, disk, warn_corrupt=True)
         if not pending:
             return found
         if not self.writable:
@@ -109,15 +101,8 @@ class RemoteTier:
         """Compile keys this process claimed, renewing the claims meanwhile; publish, then release them. A claim can
         be won just after its holder published and released the key (between this process's miss and its claim):
         each key is looked up once more first, and fetched rather than compiled a second time."""
-        found: dict[str, Binary] = {}
         try:
-            missing = []
-            for r in requests:
-                binary = self._fetch(r.key, disk, warn_corrupt=False)
-                if binary is None:
-                    missing.append(r)
-                else:
-                    found[r.key] = binary
+            found, missing = self._fetch_each(requests, disk, warn_corrupt=False)
             if missing:
                 with self._renewing([r.key for r in missing]):
                     compiled = compile_here(missing)
@@ -172,6 +157,19 @@ class RemoteTier:
                 self._publish(r.key, compiled[r.key])
             found.update(compiled)
         return found
+
+    def _fetch_each(self, requests: Sequence[_Request], disk: Any,
+                    warn_corrupt: bool) -> tuple[dict[str, Binary], list[Any]]:
+        """The entries the store holds for ``requests``, by key, and the requests it holds none for."""
+        found, missing = {}, []
+        for r in requests:
+            binary = self._fetch(r.key, disk, warn_corrupt)
+            if binary is None:
+                missing.append(r)
+            else:
+                log.info("remote cache hit for %s (key %s)", r.description, r.key[:12])
+                found[r.key] = binary
+        return found, missing
 
     def _fetch(self, key: str, disk: Any, warn_corrupt: bool) -> Binary | None:
         data = self._call("get", self.store.get, self._name(key), failed=None)
