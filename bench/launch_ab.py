@@ -36,7 +36,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _util import format_table, interleaved_seconds, load_example, write_json  # noqa: E402
+from _util import batched_seconds, format_table, interleaved_seconds, load_example, write_json  # noqa: E402
 
 N = 1024
 STEPS = 1000
@@ -92,12 +92,7 @@ def programs(impls: dict[str, Callable], jitted: dict[str, Callable], x: Any, y:
         return (time.perf_counter() - start) / STEPS
 
     def async_sample(call: Callable) -> float:
-        start = time.perf_counter()
-        out = None
-        for _ in range(ASYNC_CALLS):
-            out = call(x, y)
-        jax.block_until_ready(out)
-        return (time.perf_counter() - start) / ASYNC_CALLS
+        return batched_seconds(lambda i: call(x, y), ASYNC_CALLS, 1, 0, jax.block_until_ready)[0]
 
     def one_by_one(sample: Callable[[Callable], float], fns: dict[str, Callable]) -> Sampler:
         return lambda order: {name: sample(fns[name]) for name in order}

@@ -27,19 +27,20 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
 import pstats
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _util import ROOT, format_table, interleaved_seconds, load_example, write_json  # noqa: E402
+from _util import ROOT, batched_seconds, format_table, interleaved_seconds, load_example, write_json  # noqa: E402
 
 N = 1024
 ASYNC_CALLS = 500
@@ -59,16 +60,9 @@ def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, A
                                     sync=jax.block_until_ready)
         return {name: statistics.median(values) for name, values in times.items()}
 
-    def async_one(fn: Callable[[], Any]) -> float:
-        start = time.perf_counter()
-        out = None
-        for _ in range(ASYNC_CALLS):
-            out = fn()
-        jax.block_until_ready(out)
-        return (time.perf_counter() - start) / ASYNC_CALLS
-
     def async_sample(order: list[str]) -> dict[str, float]:  # 500 back to back, one implementation at a time
-        return {name: async_one(fns[name]) for name in order}
+        return {name: batched_seconds(lambda i, fn=fns[name]: fn(), ASYNC_CALLS, 1, 0, jax.block_until_ready)[0]
+                for name in order}
 
     records = []
     names = list(fns)
@@ -90,6 +84,20 @@ def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, A
     return records
 
 
+@contextlib.contextmanager
+def dispatch_replaced(entries: list[Any],
+                      replace: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """Each memoised entry's ``dispatch`` replaced by ``replace(dispatch)`` for the block; the real one after it."""
+    real = [entry.dispatch for entry in entries]
+    for entry in entries:
+        object.__setattr__(entry, "dispatch", replace(entry.dispatch))
+    try:
+        yield
+    finally:
+        for entry, dispatch in zip(entries, real, strict=True):
+            object.__setattr__(entry, "dispatch", dispatch)
+
+
 def python_only(fn: Callable[[], Any], entries: list[Any], rounds: int) -> dict[str, Any]:
     """The host's Python per repeat call without the program: each memoised entry's ``dispatch`` swapped for a
     no-op, the call timed against the no-op called alone; the fastest of ``rounds`` rounds. No executor thread
@@ -106,14 +114,8 @@ def python_only(fn: Callable[[], Any], entries: list[Any], rounds: int) -> dict[
             times.append((time.perf_counter() - start) / (ASYNC_CALLS * 4))
         return min(times)
 
-    real = [entry.dispatch for entry in entries]
-    for entry in entries:
-        object.__setattr__(entry, "dispatch", noop)
-    try:
+    with dispatch_replaced(entries, lambda dispatch: noop):
         ours, alone = best(fn), best(lambda: noop(1, 2))
-    finally:
-        for entry, dispatch in zip(entries, real, strict=True):
-            object.__setattr__(entry, "dispatch", dispatch)
     return {"bench": "no-op dispatch", "impl": "python_only_us", "median_us": (ours - alone) * 1e6,
             "min_round_us": (ours - alone) * 1e6, "rounds": rounds}
 
@@ -127,7 +129,6 @@ def python_in_loop(fn: Callable[[], Any], entries: list[Any], rounds: int) -> li
     import jax
 
     inner: list[float] = []
-    real = [entry.dispatch for entry in entries]
 
     def timed(dispatch: Callable[..., Any]) -> Callable[..., Any]:
         def run(*arrays: Any) -> Any:
@@ -149,18 +150,13 @@ def python_in_loop(fn: Callable[[], Any], entries: list[Any], rounds: int) -> li
         jax.block_until_ready(out)
         return statistics.median(o - i for o, i in zip(outer, inner, strict=True))
 
-    for entry in entries:
-        object.__setattr__(entry, "dispatch", timed(entry.dispatch))
-    try:
-        records = []
+    records = []
+    with dispatch_replaced(entries, timed):
         for bench, sync in (("sync", True), ("async", False)):
             values = [sample(sync) for _ in range(rounds)]
             records.append({"bench": bench, "impl": "python_in_loop_us", "median_us": statistics.median(values) * 1e6,
                             "min_round_us": min(values) * 1e6, "rounds": rounds})
-        return records
-    finally:
-        for entry, dispatch in zip(entries, real, strict=True):
-            object.__setattr__(entry, "dispatch", dispatch)
+    return records
 
 
 def profile(fn: Callable[[], Any], calls: int, top: int) -> list[dict[str, Any]]:
