@@ -57,6 +57,22 @@ def execution_platforms() -> list:
     return params
 
 
+def cpu_devices_env(count: int | None, **variables: str) -> dict[str, str]:
+    """This process's environment for a child Python on ``count`` CPU devices (``None``: JAX's default, one),
+    with ``tests/`` importable and ``variables`` set. XLA reads the device count from ``XLA_FLAGS`` only when
+    it starts, hence the child; the other XLA flags of this run (tox.ini's) are kept."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_COUNT_FLAG)]
+    if count is not None:
+        flags.append(f"{DEVICE_COUNT_FLAG}={count}")
+    env = {**os.environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env.update(variables)
+    return env
+
+
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
 def run_exported(script: str, exported_path: Path) -> list[str]:
     """Run ``script`` (which deserialises and calls ``sys.argv[1]``) in a fresh CPU-only Python that cannot
     import this checkout (no PYTHONPATH, another working directory); its printed words."""

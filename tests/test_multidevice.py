@@ -9,13 +9,12 @@ interpreter and records the device each lowering's target was detected for.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from helpers import ROOT, requires_backend
+from helpers import cpu_devices_env, requires_backend
 
 pytestmark = requires_backend("interpret")
 
@@ -116,9 +115,7 @@ SCRIPT = textwrap.dedent('''
 def report(tmp_path_factory):
     script = tmp_path_factory.mktemp("multidevice") / "four_devices.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
-           "TRITONPLUG_BACKENDS": "cpu:recorder", "PYTHONPATH": os.pathsep.join(
-               [str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = cpu_devices_env(4, TRITONPLUG_BACKENDS="cpu:recorder")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert done.returncode == 0 and lines, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"

@@ -10,12 +10,11 @@ reduction factor is split) and the results' shardings. The same suite runs on GP
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, requires_backend
+from helpers import ROOT, cpu_devices_env, requires_backend
 
 pytestmark = requires_backend("interpret")
 
@@ -24,9 +23,7 @@ MODES = ("shardy", "gspmd", "explicit")
 
 def _run_suite(mode: str) -> dict:
     # Checked mode off: its debug callback crashes XLA:CPU inside a partitioned body (jax 0.10.2; docs/partitioned.md).
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
-           "TRITONPLUG_INTERPRET_CHECK": "0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0")
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "sharding_suite.py"), mode], capture_output=True,
                           text=True, timeout=900, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]

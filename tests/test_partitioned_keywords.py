@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import subprocess
 import sys
 
 import jax
 import numpy as np
 import pytest
-from helpers import ROOT, requires_backend
+from helpers import ROOT, cpu_devices_env, requires_backend
 from hypothesis import given, settings
 from keyword_cases import cases
 
@@ -36,9 +35,7 @@ FIXED = [f"{launcher}/{s}" for launcher in ("string_rule", "torch_launcher") for
 
 @pytest.fixture(scope="module", params=MODES)
 def report(request):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
-           "TRITONPLUG_INTERPRET_CHECK": "0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0")
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "keyword_suite.py"), request.param, "25"],
                           capture_output=True, text=True, timeout=900, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]

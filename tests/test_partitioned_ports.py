@@ -21,7 +21,7 @@ import sys
 import textwrap
 
 import pytest
-from helpers import ROOT, requires_backend
+from helpers import ROOT, cpu_devices_env, requires_backend
 
 
 def _installed(package: str) -> bool:
@@ -215,11 +215,9 @@ def report(tmp_path_factory):
     script.write_text(SCRIPT)
     on_gpus = os.environ.get("SHARDING_TESTS_ON_GPUS") == "1"
     # Checked mode off: its jax.debug.callback crashes XLA:CPU inside a partitioned body (as in test_partitioned)
-    env = {**os.environ, "TRITONPLUG_INTERPRET_CHECK": "0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT), str(ROOT / "examples"),
-                                          os.environ.get("PYTHONPATH", "")])}
-    if not on_gpus:
-        env.update({"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"})
+    variables = {"TRITONPLUG_INTERPRET_CHECK": "0", "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "tests"), str(ROOT), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, **variables} if on_gpus else cpu_devices_env(8, **variables)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert done.returncode == 0 and lines, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"

@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 import pytest
-from helpers import ROOT, requires_backend
+from helpers import ROOT, cpu_devices_env, requires_backend
 
 pytestmark = requires_backend("interpret")
 
@@ -55,9 +55,7 @@ RELOAD = textwrap.dedent('''
 def _child(source: str, *args: str, tmp_path) -> str:
     script = tmp_path / f"child_{abs(hash(source))}.py"
     script.write_text(source)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
-           "TRITONPLUG_INTERPRET_CHECK": "0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0")
     done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-4000:]}"
     return done.stdout
@@ -162,9 +160,7 @@ def test_on_xla_cpu_a_callback_in_a_custom_partitioned_body_is_refused_not_a_cra
     ``jax.debug.callback`` in the function are refused, naming the fix; under explicit axes (shard_map) it runs."""
     script = tmp_path / "checked.py"
     script.write_text(CHECKED)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
-           "TRITONPLUG_INTERPRET_CHECK": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="1")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-4000:]  # a crash would be a negative return code
     lines = done.stdout.splitlines()
