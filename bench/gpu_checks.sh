@@ -11,10 +11,11 @@ for step in "$@"; do
   case $step in
     eager)
       python3 bench/launch_ab.py --rounds 21 --out "$OUT/launch-ab.json" 2>&1 | tail -16
-      python3 bench/profile_eager.py --rounds 15 --top 12 --out "$OUT/profile-eager.json" 2>&1 | head -16 ;;
+      python3 bench/profile_eager.py --rounds 15 --top 12 --out "$OUT/profile-eager.json" 2>&1 | head -16
+      python3 bench/eager_floor.py --rounds 21 --out "$OUT/eager-floor.json" 2>&1 | tail -13 ;;
     args)  # the argument path against Triton's own launcher on torch tensors, vmap methods and repeats on the GPU
       timeout 400 python3 -m pytest -q -rA -p no:cacheprovider tests/test_binding_properties.py \
-        tests/test_vmap_method.py tests/test_eager_quick_path.py 2>&1 | grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" \
+        tests/test_vmap_method.py tests/test_eager_quick_path.py tests/test_call_repeats.py 2>&1 | grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" \
         | tee "$OUT/args-pytest.txt" | tail -40 ;;
     partitioned)
       python3 bench/partitioned_vs_triton.py --out "$OUT/partitioned-vs-triton.json" 2>&1 | tail -12

@@ -16,10 +16,17 @@ from kernels import add_kernel, gapped_add_kernel, two_outputs_kernel
 
 import tritonplug
 from tritonplug import api
+from tritonplug.process.state import state
 
 pytestmark = requires_backend("interpret")
 
 N = 64
+
+
+@pytest.fixture(autouse=True)
+def _no_memoised_calls():
+    """Each test starts with no memoised call (another module's, on this worker): what it counts is its own doing."""
+    state.memo.clear()
 
 
 @pytest.fixture

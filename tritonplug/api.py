@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from tritonplug.adapters.triton_compat import KernelFacts
-from tritonplug.calls import annotation_checks, binding, user_warnings
+from tritonplug.calls import annotation_checks, binding, repeats, user_warnings
 from tritonplug.calls import memo as call_memo
 from tritonplug.calls.call import CallSpec, pointer_type
 from tritonplug.calls.options import (
@@ -50,10 +50,16 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
-    if out_shape is None:  # the eager loop's repeat call: its memoised program at once (``calls.memo``)
-        entry = state.memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
-        # the key holds id(kernel), which may be reused: hence ``entry.kernel is kernel``
-        if entry is not None and entry.kernel is kernel and active_session.get() is None:
+    if out_shape is None:  # the eager loop's repeat call: its memoised program at once (``calls.repeats``)
+        memo = state.memo
+        entry = repeats.recent_entry(memo.recent, kernel, args, kwargs, out_type)
+        if entry is None:
+            entry = memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
+            if entry is not None and entry.kernel is kernel:  # the key holds id(kernel), which may be reused
+                repeats.remember(memo.recent, entry, kernel, args, kwargs, out_type)
+            else:
+                entry = None
+        if entry is not None and active_session.get() is None:
             pick = entry.pick
             return _dispatch(entry, pick(args) if pick is not None else entry.gather(args, kwargs))
     _warn_deprecated(out_shape, kwargs)

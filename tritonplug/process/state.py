@@ -34,6 +34,8 @@ class BoundedMemo:
 
     def __init__(self) -> None:
         self.entries: dict[Hashable, Any] = {}
+        #: the recent eager calls of each kernel (``calls.repeats.Repeat`` by the kernel's id), newest first
+        self.recent: dict[int, tuple[Any, ...]] = {}
 
     def lookup(self, key: Hashable | None) -> Any:
         return None if key is None else self.entries.get(key)
@@ -46,11 +48,12 @@ class BoundedMemo:
         if key is None:
             return
         if len(self.entries) >= _MEMO_LIMIT:
-            self.entries.clear()
+            self.clear()
         self.entries[key] = entry
 
     def clear(self) -> None:
         self.entries.clear()
+        self.recent.clear()
 
 
 class ProcessState:
