@@ -201,6 +201,16 @@ def _check_pair(pair):
         return
     repeats.remember(recent, entry, kernel, *first)
     if recent:
-        assert repeats.recent_entry(recent, kernel, *first) is entry  # a call repeats itself
-    if repeats.recent_entry(recent, kernel, *second) is entry:
-        assert call_memo.quick_signature(kernel, *second, True) == key
+        assert _recorded(recent, kernel, *first) is entry  # a call repeats itself
+    if _recorded(recent, kernel, *second) is entry:
+        args, kwargs, out = second
+        in_first_order = {name: kwargs[name] for name in first[1]}  # order names another entry, not another call
+        assert call_memo.quick_signature(kernel, args, in_first_order, out, True) == key
+
+
+def _recorded(recent, kernel, args, kwargs, out):
+    """The entry of the record whose guard holds for this call, as ``triton_call`` looks it up."""
+    for repeat in recent.get(id(kernel), ()):
+        if repeat.guard(kernel, args, kwargs, out):
+            return repeat.entry
+    return None

@@ -50,10 +50,13 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
-    if out_shape is None:  # the eager loop's repeat call: its memoised program at once (``calls.repeats``)
+    if out_shape is None:  # the eager loop's repeat call: its memoised program at once
         memo = state.memo
-        entry = repeats.recent_entry(memo.recent, kernel, args, kwargs, out_type)
-        if entry is None:
+        for repeat in memo.recent.get(id(kernel), ()):  # a recent call's guard (``calls.repeats``)
+            if repeat.guard(kernel, args, kwargs, out_type):
+                entry = repeat.entry
+                break
+        else:  # its quick signature (``calls.memo``)
             entry = memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
             if entry is not None and entry.kernel is kernel:  # the key holds id(kernel), which may be reused
                 repeats.remember(memo.recent, entry, kernel, args, kwargs, out_type)
