@@ -23,8 +23,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _util import format_table, load_example, write_json  # noqa: E402
-from profile_eager import N, per_call  # noqa: E402
+from _util import format_table, write_json  # noqa: E402
+from profile_eager import N, add_operands, per_call  # noqa: E402
 
 
 def main() -> None:
@@ -33,16 +33,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results" / "eager-floor.json"))
     args = parser.parse_args()
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     import tritonplug
     from tritonplug.process.state import state
 
-    kernel = load_example("add").add_kernel
-    x = jax.device_put(np.random.default_rng(0).standard_normal(N, dtype=np.float32))
-    y = jax.device_put(np.random.default_rng(1).standard_normal(N, dtype=np.float32))
-    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    kernel, x, y, spec = add_operands()
     np.testing.assert_allclose(np.asarray(tritonplug.triton_call(x, y, N, kernel=kernel, out_type=spec, grid=(1,),
                                                                  BLOCK=N)), np.asarray(x + y), rtol=1e-6)
     (entry,) = {id(e): e for e in state.memo.entries.values() if e.call.kernel.kernel is kernel}.values()

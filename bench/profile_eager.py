@@ -223,6 +223,17 @@ def first_call_path(call: Callable[[], Any]) -> dict[str, Any]:
             "modules_in_order": list(dict.fromkeys(m for m, _ in calls))}
 
 
+def add_operands() -> tuple[Any, Any, Any, Any]:
+    """``examples/add.py``'s kernel, two arrays of ``N`` floats on the default device and the output's spec."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    x = jax.device_put(np.random.default_rng(0).standard_normal(N, dtype=np.float32))
+    y = jax.device_put(np.random.default_rng(1).standard_normal(N, dtype=np.float32))
+    return load_example("add").add_kernel, x, y, jax.ShapeDtypeStruct((N,), jnp.float32)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
@@ -236,10 +247,7 @@ def main() -> None:
     import tritonplug
     from tritonplug.process.state import state
 
-    kernel = load_example("add").add_kernel
-    x = jax.device_put(np.random.default_rng(0).standard_normal(N, dtype=np.float32))
-    y = jax.device_put(np.random.default_rng(1).standard_normal(N, dtype=np.float32))
-    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    kernel, x, y, spec = add_operands()
 
     # The first call's path, on a shape no other call uses (nothing memoised or lowered for it yet), after a call
     # of another shape (so that imports and loading the plugins are not part of it).
