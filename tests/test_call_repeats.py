@@ -77,6 +77,19 @@ def test_kernels_and_shapes_called_in_turn_each_repeat(keys_built):
     assert keys_built[0] == 0
 
 
+def test_a_loop_over_more_forms_than_are_recorded_writes_no_guard_after_the_first_ones(monkeypatch):
+    written = []
+    real = repeats._guard
+    monkeypatch.setattr(repeats, "_guard", lambda *a: written.append(1) or real(*a))
+    forms = [(jnp.arange(n, dtype=jnp.float32), jax.ShapeDtypeStruct((n,), jnp.float32), n)
+             for n in (8, 16, 24, 32, 40, 48)]  # more than repeats.RECENT_PER_KERNEL
+    for _ in range(4):
+        for x, spec, n in forms:
+            np.testing.assert_array_equal(add(x, x, n, spec), x + x)
+    assert len(written) == repeats.RECENT_PER_KERNEL
+    assert len(state.memo.recent[id(add_kernel)]) == repeats.RECENT_PER_KERNEL
+
+
 def test_an_equal_int_repeats_and_another_int_does_not(keys_built):
     x = jnp.arange(N, dtype=jnp.float32)
     add(x, x, 10), add(x, x, 10)

@@ -42,7 +42,8 @@ _X64 = jax_compat.ENABLE_X64
 _SDS = jax.ShapeDtypeStruct
 _IMMUTABLE = (int, float, bool, str, type(None))
 _MISSING = object()
-#: Records kept per kernel, newest first: a loop that calls one kernel in more forms than this takes the key path.
+#: Records kept per kernel: the forms of a call past the first four take the key path. A record is never replaced:
+#: a loop over more forms than this would write (``exec``) a guard on every call, about 200 µs each.
 RECENT_PER_KERNEL = 4
 
 
@@ -113,9 +114,11 @@ def _guard(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_valu
 def remember(recent: dict[int, tuple[Repeat, ...]], entry: Entry, kernel: Any, args: Sequence[Any],
              kwargs: Mapping[str, Any], out_value: Any) -> None:
     """Keep a call that its quick signature just found (which checked its parts' types) as its kernel's newest
-    record, unless some part of it is mutable or it has a record already."""
+    record, unless some part of it is mutable, it has a record already or its kernel has all it may keep."""
     key = id(kernel)
     known = recent.get(key, ())
+    if len(known) >= RECENT_PER_KERNEL:
+        return
     for repeat in known:
         if repeat.entry is entry:
             return
@@ -126,4 +129,4 @@ def remember(recent: dict[int, tuple[Repeat, ...]], entry: Entry, kernel: Any, a
         if type(value) not in _IMMUTABLE and type(value) is not tuple:  # the quick signature took ints only
             return
     guard, source = _guard(kernel, args, kwargs, out_value)
-    recent[key] = (Repeat(entry, guard, source), *known)[:RECENT_PER_KERNEL]
+    recent[key] = (Repeat(entry, guard, source), *known)
