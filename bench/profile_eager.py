@@ -87,15 +87,21 @@ def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, A
 @contextlib.contextmanager
 def dispatch_replaced(entries: list[Any],
                       replace: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
-    """Each memoised entry's ``dispatch`` replaced by ``replace(dispatch)`` for the block; the real one after it."""
+    """Each memoised entry's ``dispatch`` replaced by ``replace(dispatch)`` for the block; the real one after it.
+    The kernels' runners (``calls.repeats``), which hold the programs they run, are dropped on both sides: the
+    block's first repeat writes them again with what it should run."""
+    from tritonplug.process.state import state
+
     real = [entry.dispatch for entry in entries]
     for entry in entries:
         object.__setattr__(entry, "dispatch", replace(entry.dispatch))
+    state.memo.recent.clear()
     try:
         yield
     finally:
         for entry, dispatch in zip(entries, real, strict=True):
             object.__setattr__(entry, "dispatch", dispatch)
+        state.memo.recent.clear()
 
 
 def python_only(fn: Callable[[], Any], entries: list[Any], rounds: int) -> dict[str, Any]:

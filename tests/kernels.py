@@ -94,3 +94,11 @@ def gapped_add_kernel(x_ptr, n, y_ptr, out_ptr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def gapped_sub_kernel(x_ptr, n, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    """``x - y`` with a scalar between its arrays: an operand order mixed up shows in the result."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) - tl.load(y_ptr + offs, mask=mask), mask=mask)

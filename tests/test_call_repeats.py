@@ -11,11 +11,13 @@ import pytest
 from helpers import requires_backend
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernels import add_kernel, gapped_add_kernel, two_outputs_kernel
+from kernels import add_kernel, gapped_sub_kernel, two_outputs_kernel
+from test_debug_replay import unmasked_copy
 
 import tritonplug
 from tritonplug.calls import memo as call_memo
 from tritonplug.calls import repeats
+from tritonplug.debug import OutOfBoundsError
 from tritonplug.process.state import state
 
 pytestmark = requires_backend("interpret")
@@ -64,7 +66,7 @@ def test_kernels_and_shapes_called_in_turn_each_repeat(keys_built):
 
     def step():
         a = add(x, y)
-        b = tritonplug.triton_call(x, N, y, kernel=gapped_add_kernel, out_type=SPEC, grid=(1,), BLOCK=N)
+        b = tritonplug.triton_call(x, N, y, kernel=gapped_sub_kernel, out_type=SPEC, grid=(1,), BLOCK=N)
         c = add(x[:N // 2], y[:N // 2], N // 2, half)
         return a, b, c
 
@@ -72,22 +74,66 @@ def test_kernels_and_shapes_called_in_turn_each_repeat(keys_built):
     keys_built[0] = 0
     a, b, c = step()
     np.testing.assert_array_equal(a, x + y)
-    np.testing.assert_array_equal(b, x + y)
+    np.testing.assert_array_equal(b, x - y)
     np.testing.assert_array_equal(c, (x + y)[:N // 2])
     assert keys_built[0] == 0
 
 
 def test_a_loop_over_more_forms_than_are_recorded_writes_no_guard_after_the_first_ones(monkeypatch):
     written = []
-    real = repeats._guard
-    monkeypatch.setattr(repeats, "_guard", lambda *a: written.append(1) or real(*a))
+    real = repeats._write
+    monkeypatch.setattr(repeats, "_write", lambda *a: written.append(1) or real(*a))
     forms = [(jnp.arange(n, dtype=jnp.float32), jax.ShapeDtypeStruct((n,), jnp.float32), n)
              for n in (8, 16, 24, 32, 40, 48)]  # more than repeats.RECENT_PER_KERNEL
     for _ in range(4):
         for x, spec, n in forms:
             np.testing.assert_array_equal(add(x, x, n, spec), x + x)
-    assert len(written) == repeats.RECENT_PER_KERNEL
-    assert len(state.memo.recent[id(add_kernel)]) == repeats.RECENT_PER_KERNEL
+    assert len(written) == 2 * repeats.RECENT_PER_KERNEL  # each record: the runner and its match written again
+    assert len(state.memo.recent[id(add_kernel)].repeats) == repeats.RECENT_PER_KERNEL
+
+
+def test_an_operand_by_keyword_repeats_and_each_call_computes_with_its_own_arrays(keys_built):
+    """``n`` by keyword: the record gathers its arrays by binding the call again, not by position."""
+    x, y = jnp.arange(N, dtype=jnp.float32), jnp.ones(N, jnp.float32)
+
+    def by_keyword(a, b):
+        return tritonplug.triton_call(a, b, kernel=add_kernel, out_type=SPEC, grid=(1,), n=N, BLOCK=N)
+
+    by_keyword(x, y), by_keyword(x, y)
+    assert state.memo.recent[id(add_kernel)].repeats[0].entry.positions is None
+    keys_built[0] = 0
+    for scale in (2, 3):
+        np.testing.assert_array_equal(by_keyword(x * scale, y - scale), x * scale + y - scale)
+    assert keys_built[0] == 0
+
+
+def test_several_outputs_repeat_as_their_tree(keys_built):
+    x = jnp.arange(8, dtype=jnp.float32)
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    outs = {"sum": spec, "prod": spec}  # a dict is not recorded: the key path; a tuple is
+    for out_value in (outs, (spec, spec)):
+        for scale in (2, 2, 2):
+            got = tritonplug.triton_call(x, scale, 8, kernel=two_outputs_kernel, out_type=out_value, grid=(1,),
+                                         BLOCK=8)
+            want = (x + scale, x * scale)
+            if isinstance(out_value, dict):
+                assert set(got) == {"prod", "sum"}  # leaves in the tree's (sorted) order
+                got = (got["prod"], got["sum"])
+            assert type(got) is type(out_value) or isinstance(out_value, dict)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_an_out_of_bounds_access_is_reported_on_every_repeat(monkeypatch):
+    """Checked mode's report comes from the program; a repeat run by its kernel's runner raises it as the first
+    call does."""
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "1")
+    x = jnp.arange(100, dtype=jnp.float32)
+    for _ in range(4):  # the full path, the quick signature, then the runner
+        with pytest.raises(OutOfBoundsError, match=r"unmasked_copy.*x_ptr"):
+            tritonplug.triton_call(x, kernel=unmasked_copy, out_type=jax.ShapeDtypeStruct((128,), x.dtype),
+                                   grid=(2,), BLOCK=64)
+    assert id(unmasked_copy) in state.memo.recent
 
 
 def test_an_equal_int_repeats_and_another_int_does_not(keys_built):
@@ -137,7 +183,7 @@ def test_numpy_operands_are_never_recorded():
     x = np.arange(N, dtype=np.float32)
     for _ in range(3):
         np.testing.assert_array_equal(add(x, x), x + x)
-    assert not any(value is x for r in state.memo.recent.get(id(add_kernel), ()) for _, value in r.args)
+    assert id(add_kernel) not in state.memo.recent
     x.shape = (2, N // 2)
     np.testing.assert_array_equal(add(x, x), (x + x).ravel())
 
@@ -208,7 +254,7 @@ def test_near_misses_match_only_where_their_quick_signature_is_the_records(pair)
 
 def _check_pair(pair):
     first, second = pair
-    kernel, entry, recent = object(), object(), {}
+    kernel, entry, recent = object(), _FakeEntry(), {}
     key = call_memo.quick_signature(kernel, *first, True)
     if key is None:
         return
@@ -222,8 +268,17 @@ def _check_pair(pair):
 
 
 def _recorded(recent, kernel, args, kwargs, out):
-    """The entry of the record whose guard holds for this call, as ``triton_call`` looks it up."""
-    for repeat in recent.get(id(kernel), ()):
-        if repeat.guard(kernel, args, kwargs, out):
-            return repeat.entry
-    return None
+    """The entry of the record whose guard holds for this call, as ``triton_call``'s runner picks it."""
+    known = recent.get(id(kernel))
+    found = repeats.MISS if known is None else known.match(kernel, args, kwargs, out)
+    return None if found is repeats.MISS else found
+
+
+class _FakeEntry:
+    """What a record reads of its entry; the drawn calls are never run, only matched."""
+
+    positions, single, out_tree = (0,), True, None
+
+    @staticmethod
+    def dispatch(*arrays):
+        raise AssertionError("a drawn call is matched, never run")

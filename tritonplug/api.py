@@ -20,6 +20,7 @@ from tritonplug.calls.options import (
     grid_for,
     signature_parameters,
 )
+from tritonplug.calls.repeats import MISS
 from tritonplug.compile import resolver
 from tritonplug.debug import OutOfBoundsError
 from tritonplug.lowering import early_compile
@@ -50,21 +51,21 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
-    if out_shape is None:  # the eager loop's repeat call: its memoised program at once
+    if out_shape is None and active_session.get() is None:  # the eager loop's repeat: its memoised program at once
         memo = state.memo
-        for repeat in memo.recent.get(id(kernel), ()):  # a recent call's guard (``calls.repeats``)
-            if repeat.guard(kernel, args, kwargs, out_type):
-                entry = repeat.entry
-                break
-        else:  # its quick signature (``calls.memo``)
-            entry = memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
-            if entry is not None and entry.kernel is kernel:  # the key holds id(kernel), which may be reused
-                repeats.remember(memo.recent, entry, kernel, args, kwargs, out_type)
-            else:
-                entry = None
-        if entry is not None and active_session.get() is None:
-            pick = entry.pick
-            return _dispatch(entry, pick(args) if pick is not None else entry.gather(args, kwargs))
+        recent = memo.recent.get(id(kernel))
+        if recent is not None:  # the kernel's recent calls, each behind its guard (``calls.repeats``)
+            try:
+                result = recent.run(kernel, args, kwargs, out_type)
+            except jax.errors.JaxRuntimeError as exc:
+                _reraise_out_of_bounds(exc)
+                raise
+            if result is not MISS:
+                return result
+        entry = memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
+        if entry is not None and entry.kernel is kernel:  # the key holds id(kernel), which may be reused
+            repeats.remember(memo.recent, entry, kernel, args, kwargs, out_type)
+            return _dispatch(entry, entry.gather(args, kwargs))
     _warn_deprecated(out_shape, kwargs)
     return _call(args, kernel, out_shape, out_type, kwargs)
 

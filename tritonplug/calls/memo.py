@@ -50,19 +50,16 @@ class Entry:
         object.__setattr__(self, "single", self.out_tree.num_leaves == 1 and self.out_tree.num_nodes == 1)
         object.__setattr__(self, "kernel", self.call.kernel.kernel)  # the quick path's check, one attribute away
         positions = self._positions()
-        #: ``pick(args)``: the arrays as a tuple, when all came by position (a C-level itemgetter); else None.
-        pick: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
+        #: where each array sits among the positional arguments, when all came by position; else None
+        object.__setattr__(self, "positions", positions)
+        #: ``gather(args, kwargs)``: the call's arrays, in the order the program takes them
         gather: Callable[[Sequence[Any], Mapping[str, Any]], Any]
         if positions is None:
             gather = functools.partial(arrays_of, self)
-        else:
-            first = positions[0]
-            if positions == tuple(range(first, first + len(positions))):
-                pick = operator.itemgetter(slice(first, first + len(positions)))  # args[a:b], a tuple
-            else:
-                pick = operator.itemgetter(*positions)  # two or more: a tuple
+        else:  # a C-level itemgetter; of one position, a slice, so that it too gives a tuple
+            pick = operator.itemgetter(*positions) if len(positions) > 1 else operator.itemgetter(
+                slice(positions[0], positions[0] + 1))
             gather = lambda args, kwargs: pick(args)  # noqa: E731
-        object.__setattr__(self, "pick", pick)
         object.__setattr__(self, "gather", gather)
 
     def _positions(self) -> tuple[int, ...] | None:

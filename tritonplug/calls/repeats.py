@@ -1,16 +1,20 @@
-"""The eager loop's repeat of a recent call, recognised by a guard written for it instead of by a key.
+"""The eager loop's repeat of a recent call, recognised by a guard written for it and run in the same breath.
 
 An eager loop calls the same kernel the same way again and again. The quick signature (``calls.memo``) finds such a
 call's entry by building a flat key and looking it up. On an H100 (``bench/eager_floor.py``) that costs several
 microseconds where it really runs, right after each wait for the device, with the interpreter's caches cold: a
-synchronised call took 1.07× XLA's ``x + y``, where the same call checked by a single comparison took 0.95×. A
-generic comparison loop was no faster than the key: what costs there is the amount of Python run, not the hashing.
+synchronised call took 1.07× XLA's ``x + y``, where the same call checked by a single comparison took 0.95×. What
+costs there is the amount of Python run: a generic comparison loop was no faster than the key, and a guard of its
+own still left 1.03–1.08×, spent in the frames between it and JAX's dispatch (the record loop, the pick, the
+result).
 
-So, as ``torch.compile`` guards its graphs, each call that its quick signature found gets a *guard*: a function
-written for that call's shape, one boolean expression with no loop and no call on the common path. It holds for a
-new call when:
+So, as ``torch.compile`` guards its graphs, each call that its quick signature found gets a *guard*: one boolean
+expression written for that call's shape, with no loop and no call on the common path. A kernel's guards are
+written into one function, its *runner*: the first guard that holds runs its record's program on the call's arrays
+and returns its result, in that one frame; none holding, it returns :data:`MISS` and the call takes the quick
+signature. A guard holds for a new call when:
 
-* the kernel is the same object and ``jax_enable_x64`` has the same value;
+* the kernel is the same object and ``jax_enable_x64`` has the same value (checked once, for all the records);
 * each array argument is a ``jax.Array`` with the same aval (JAX interns avals);
 * every other argument and keyword is the same object, or an equal ``int`` or tuple of ``int``s (the loop's ``n`` and
   grid, computed again on each call); the same keyword names (in any order: order only names another memo entry);
@@ -21,9 +25,10 @@ new call when:
 Guards are made only for calls whose every part is immutable (``jax.Array``, ``int``, ``float``, ``bool``, ``str``,
 ``None``, tuples of ints): where a guard holds, both calls' quick signatures are equal up to keyword order, so they
 share the entry and its program (``tests/test_call_repeats.py`` checks this on drawn pairs and on each near miss).
-Anything else (a NumPy array, a float equal to the recorded one but another object) fails the guard, and the call
-takes the quick signature. The guard's text is kept on its record (``Repeat.source``); no text of the caller's goes
-into it (keyword names and values are bound as constants).
+Anything else (a NumPy array, a float equal to the recorded one but another object) fails the guard. The runner's
+text is kept (``KernelRepeats.source``), and a twin that returns the matching entry instead of running it
+(``KernelRepeats.match``, written from the same guards) lets tests ask which record a call matches. No text of the
+caller's goes into either (keyword names and values are bound as constants).
 """
 
 from __future__ import annotations
@@ -42,18 +47,35 @@ _X64 = jax_compat.ENABLE_X64
 _SDS = jax.ShapeDtypeStruct
 _IMMUTABLE = (int, float, bool, str, type(None))
 _MISSING = object()
+#: What a runner returns when none of its guards holds (no result of a call is this object).
+MISS = object()
 #: Records kept per kernel: the forms of a call past the first four take the key path. A record is never replaced:
-#: a loop over more forms than this would write (``exec``) a guard on every call, about 200 µs each.
+#: a loop over more forms than this would write (``exec``) a runner on every call, about 200 µs each.
 RECENT_PER_KERNEL = 4
 
 
 @dataclass(frozen=True, eq=False)
 class Repeat:
-    """A concrete call that its quick signature found, and the guard that recognises its repeats."""
+    """A concrete call that its quick signature found: its entry; its guard, an expression over ``kernel``,
+    ``args``, ``kwargs`` and ``out_value``; the statement that runs its program on the call's arrays and returns the
+    result; and the names both read, each prefixed with ``tag`` (one per record of a kernel)."""
 
     entry: Entry
-    #: ``guard(kernel, args, kwargs, out_value) -> bool``
-    guard: Callable[[Any, Sequence[Any], Mapping[str, Any], Any], bool]
+    tag: str
+    guard: str
+    run: str
+    constants: Mapping[str, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class KernelRepeats:
+    """A kernel's records, newest first, and the functions written from their guards."""
+
+    repeats: tuple[Repeat, ...]
+    #: ``run(kernel, args, kwargs, out_value)``: the first matching record's program run, its result; else MISS
+    run: Callable[[Any, Sequence[Any], Mapping[str, Any], Any], Any]
+    #: ``match(kernel, args, kwargs, out_value)``: the first matching record's entry; else MISS
+    match: Callable[[Any, Sequence[Any], Mapping[str, Any], Any], Any]
     source: str
 
 
@@ -84,42 +106,75 @@ def _same_outputs(value: Any, outs: tuple[tuple[tuple[int, ...], Any], ...]) -> 
     return True
 
 
-def _guard(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any) -> tuple[Callable, str]:
-    """The guard of a call (see the module's docstring), and its source."""
-    constants: dict[str, Any] = {"K": kernel, "X64": _X64, "X": _X64.value, "ARRAY": _ARRAY, "MISSING": _MISSING,
-                                 "equal": _equal, "same_output": _same_output, "same_outputs": _same_outputs,
-                                 "OUT": out_value}
-    terms = ["kernel is K", f"len(args) == {len(args)}", f"len(kwargs) == {len(kwargs)}", "X64.value is X"]
+_SHARED = {"X64": _X64, "ARRAY": _ARRAY, "MISSING": _MISSING, "MISS": MISS, "equal": _equal,
+           "same_output": _same_output, "same_outputs": _same_outputs}
+
+
+def _record(entry: Entry, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any, tag: str) -> Repeat:
+    """The record of a call (see the module's docstring)."""
+    constants: dict[str, Any] = {f"{tag}E": entry, f"{tag}OUT": out_value}
+    terms = [f"len(args) == {len(args)}", f"len(kwargs) == {len(kwargs)}"]
     for i, value in enumerate(args):
         if type(value) is _ARRAY:
-            constants[f"a{i}"] = value.aval
-            terms.append(f"type(args[{i}]) is ARRAY and args[{i}].aval is a{i}")
+            constants[f"{tag}a{i}"] = value.aval
+            terms.append(f"type(args[{i}]) is ARRAY and args[{i}].aval is {tag}a{i}")
         else:
-            constants[f"v{i}"] = value
-            terms.append(f"(args[{i}] is v{i} or equal(args[{i}], v{i}))")
+            constants[f"{tag}v{i}"] = value
+            terms.append(f"(args[{i}] is {tag}v{i} or equal(args[{i}], {tag}v{i}))")
     for j, (name, value) in enumerate(kwargs.items()):
-        constants[f"n{j}"], constants[f"w{j}"] = name, value
-        terms.append(f"((k{j} := kwargs.get(n{j}, MISSING)) is w{j} or equal(k{j}, w{j}))")
+        constants[f"{tag}n{j}"], constants[f"{tag}w{j}"] = name, value
+        terms.append(f"((k := kwargs.get({tag}n{j}, MISSING)) is {tag}w{j} or equal(k, {tag}w{j}))")
     if type(out_value) is _SDS:
-        constants["S"], constants["D"] = out_value.shape, out_value.dtype
-        terms.append("(out_value is OUT or same_output(out_value, S, D))")
+        constants[f"{tag}S"], constants[f"{tag}D"] = out_value.shape, out_value.dtype
+        terms.append(f"(out_value is {tag}OUT or same_output(out_value, {tag}S, {tag}D))")
     else:
-        constants["OUTS"] = tuple((leaf.shape, leaf.dtype) for leaf in out_value)
-        terms.append("(out_value is OUT or same_outputs(out_value, OUTS))")
-    source = ("def guard(kernel, args, kwargs, out_value):\n    return (" + "\n            and ".join(terms) + ")\n")
-    exec(compile(source, "<tritonplug repeat guard>", "exec"), constants)  # noqa: S102 (our text; values bound)
-    return constants["guard"], source
+        constants[f"{tag}OUTS"] = tuple((leaf.shape, leaf.dtype) for leaf in out_value)
+        terms.append(f"(out_value is {tag}OUT or same_outputs(out_value, {tag}OUTS))")
+    guard = "(" + "\n            and ".join(terms) + ")"
+    return Repeat(entry, tag, guard, _run_statement(entry, tag, constants), constants)
 
 
-def remember(recent: dict[int, tuple[Repeat, ...]], entry: Entry, kernel: Any, args: Sequence[Any],
+def _run_statement(entry: Entry, tag: str, constants: dict[str, Any]) -> str:
+    """The statement that runs a matching record's program (JAX's C++ dispatch) on the call's arrays and returns
+    the call's result; the names it reads are added to ``constants``."""
+    constants[f"{tag}P"] = entry.dispatch
+    if entry.positions is not None:  # every array came by position, at the top level: picked by index
+        arrays = ", ".join(f"args[{p}]" for p in entry.positions)
+    else:
+        constants[f"{tag}G"] = entry.gather
+        arrays = f"*{tag}G(args, kwargs)"
+    if entry.single:
+        return f"return {tag}P({arrays})[0]"
+    constants[f"{tag}T"], constants[f"{tag}U"] = entry.out_tree, jax.tree_util.tree_unflatten
+    return f"return {tag}U({tag}T, {tag}P({arrays}))"
+
+
+def _write(kernel: Any, repeats: tuple[Repeat, ...], statement: Callable[[Repeat], str]) -> tuple[Callable, str]:
+    """One function of the records' guards, each followed by its ``statement``; MISS after the last."""
+    lines = ["def runner(kernel, args, kwargs, out_value):",
+             "    if kernel is not K or X64.value is not X:",
+             "        return MISS"]
+    constants: dict[str, Any] = {**_SHARED, "K": kernel, "X": _X64.value}
+    for repeat in repeats:
+        constants.update(repeat.constants)
+        lines += [f"    if {repeat.guard}:", f"        {statement(repeat)}"]
+    lines.append("    return MISS")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<tritonplug repeat runner>", "exec"), constants)  # noqa: S102 (our text; values bound)
+    return constants["runner"], source
+
+
+def remember(recent: dict[int, KernelRepeats], entry: Entry, kernel: Any, args: Sequence[Any],
              kwargs: Mapping[str, Any], out_value: Any) -> None:
     """Keep a call that its quick signature just found (which checked its parts' types) as its kernel's newest
-    record, unless some part of it is mutable, it has a record already or its kernel has all it may keep."""
+    record, unless some part of it is mutable, it has a record already or its kernel has all it may keep; the
+    kernel's runner is written again with it."""
     key = id(kernel)
-    known = recent.get(key, ())
-    if len(known) >= RECENT_PER_KERNEL:
+    known = recent.get(key)
+    records = () if known is None else known.repeats
+    if len(records) >= RECENT_PER_KERNEL:
         return
-    for repeat in known:
+    for repeat in records:
         if repeat.entry is entry:
             return
     for value in args:
@@ -128,5 +183,7 @@ def remember(recent: dict[int, tuple[Repeat, ...]], entry: Entry, kernel: Any, a
     for value in kwargs.values():
         if type(value) not in _IMMUTABLE and type(value) is not tuple:  # the quick signature took ints only
             return
-    guard, source = _guard(kernel, args, kwargs, out_value)
-    recent[key] = (Repeat(entry, guard, source), *known)
+    records = (_record(entry, args, kwargs, out_value, f"r{len(records)}_"), *records)
+    run, source = _write(kernel, records, lambda repeat: repeat.run)
+    match, _ = _write(kernel, records, lambda repeat: f"return {repeat.tag}E")
+    recent[key] = KernelRepeats(records, run, match, source)
