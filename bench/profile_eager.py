@@ -95,13 +95,13 @@ def dispatch_replaced(entries: list[Any],
     real = [entry.dispatch for entry in entries]
     for entry in entries:
         object.__setattr__(entry, "dispatch", replace(entry.dispatch))
-    state.memo.recent.clear()
+    state.memo.clear_repeats()
     try:
         yield
     finally:
         for entry, dispatch in zip(entries, real, strict=True):
             object.__setattr__(entry, "dispatch", dispatch)
-        state.memo.recent.clear()
+        state.memo.clear_repeats()
 
 
 def python_only(fn: Callable[[], Any], entries: list[Any], rounds: int) -> dict[str, Any]:

@@ -13,12 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernels import add_kernel, gapped_sub_kernel, two_outputs_kernel
 from test_debug_replay import unmasked_copy
+from tuning_kernels import BLOCKS, tagged_copy_kernel
 
 import tritonplug
 from tritonplug.calls import memo as call_memo
 from tritonplug.calls import repeats
 from tritonplug.debug import OutOfBoundsError
-from tritonplug.process.state import state
+from tritonplug.process.state import BoundedMemo, state
 
 pytestmark = requires_backend("interpret")
 
@@ -134,6 +135,40 @@ def test_an_out_of_bounds_access_is_reported_on_every_repeat(monkeypatch):
             tritonplug.triton_call(x, kernel=unmasked_copy, out_type=jax.ShapeDtypeStruct((128,), x.dtype),
                                    grid=(2,), BLOCK=64)
     assert id(unmasked_copy) in state.memo.recent
+
+
+def test_a_tuning_session_sees_an_autotuned_call_that_the_eager_loop_repeats(private_cache):
+    """The session must see the call (to time every configuration), recorded or not."""
+    x = jnp.arange(200, dtype=jnp.float32)
+    outs = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((1,), jnp.int32))
+
+    def copy(v):
+        return tritonplug.triton_call(v, 200, kernel=tagged_copy_kernel, out_type=outs, grid=(7,))  # 7 × 32 ≥ 200
+
+    for _ in range(3):
+        np.testing.assert_array_equal(copy(x)[0], x)
+    assert id(tagged_copy_kernel) in state.memo.runners
+    (tuned,) = tritonplug.tune(copy, x).calls
+    assert sorted(t.config["BLOCK"] for t in tuned.timings) == list(BLOCKS)
+
+
+def test_a_plain_kernel_repeats_inside_a_tuning_session_with_its_result(keys_built):
+    x, y = jnp.arange(N, dtype=jnp.float32), jnp.ones(N, jnp.float32)
+    add(x, y), add(x, y)
+    keys_built[0] = 0
+    seen = []
+    report = tritonplug.tune(lambda a: seen.append(add(a, y)), x * 3)
+    assert report.calls == () and keys_built[0] == 0  # nothing autotuned: the session has nothing to see
+    np.testing.assert_array_equal(seen[0], x * 3 + y)
+
+
+def test_clearing_the_memo_forgets_the_runners(keys_built):
+    x = jnp.arange(N, dtype=jnp.float32)
+    add(x, x), add(x, x)
+    state.memo.clear()
+    keys_built[0] = 0
+    np.testing.assert_array_equal(add(x, x), x + x)
+    assert keys_built[0] >= 1 and id(add_kernel) not in state.memo.runners  # the full path, which records nothing
 
 
 def test_an_equal_int_repeats_and_another_int_does_not(keys_built):
@@ -254,14 +289,14 @@ def test_near_misses_match_only_where_their_quick_signature_is_the_records(pair)
 
 def _check_pair(pair):
     first, second = pair
-    kernel, entry, recent = object(), _FakeEntry(), {}
+    kernel, entry, memo = object(), _FakeEntry(), BoundedMemo()
     key = call_memo.quick_signature(kernel, *first, True)
     if key is None:
         return
-    repeats.remember(recent, entry, kernel, *first)
-    if recent:
-        assert _recorded(recent, kernel, *first) is entry  # a call repeats itself
-    if _recorded(recent, kernel, *second) is entry:
+    repeats.remember(memo, entry, kernel, *first)
+    if memo.recent:
+        assert _recorded(memo.recent, kernel, *first) is entry  # a call repeats itself
+    if _recorded(memo.recent, kernel, *second) is entry:
         args, kwargs, out = second
         in_first_order = {name: kwargs[name] for name in first[1]}  # order names another entry, not another call
         assert call_memo.quick_signature(kernel, args, in_first_order, out, True) == key
@@ -270,8 +305,7 @@ def _check_pair(pair):
 def _recorded(recent, kernel, args, kwargs, out):
     """The entry of the record whose guard holds for this call, as ``triton_call``'s runner picks it."""
     known = recent.get(id(kernel))
-    found = repeats.MISS if known is None else known.match(kernel, args, kwargs, out)
-    return None if found is repeats.MISS else found
+    return None if known is None else known.match(kernel, args, kwargs, out)
 
 
 class _FakeEntry:

@@ -20,7 +20,6 @@ from tritonplug.calls.options import (
     grid_for,
     signature_parameters,
 )
-from tritonplug.calls.repeats import MISS
 from tritonplug.compile import resolver
 from tritonplug.debug import OutOfBoundsError
 from tritonplug.lowering import early_compile
@@ -28,6 +27,10 @@ from tritonplug.lowering.primitive import eager_dispatcher, ensure_lowering_rule
 from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
 from tritonplug.tuning.select import active_session
+
+#: ``state.memo.runners``, read on every eager call: one global instead of three lookups through the process state
+#: (the memo clears it in place, never replaces it).
+_RUNNERS = state.memo.runners
 
 
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
@@ -51,21 +54,22 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
-    if out_shape is None and active_session.get() is None:  # the eager loop's repeat: its memoised program at once
-        memo = state.memo
-        recent = memo.recent.get(id(kernel))
-        if recent is not None:  # the kernel's recent calls, each behind its guard (``calls.repeats``)
+    if out_shape is None:  # the eager loop's repeat: its memoised program at once
+        run = _RUNNERS.get(id(kernel))
+        if run is not None:  # the kernel's recent calls, each behind its guard (``calls.repeats``)
             try:
-                result = recent.run(kernel, args, kwargs, out_type)
+                result = run(kernel, args, kwargs, out_type)
             except jax.errors.JaxRuntimeError as exc:
                 _reraise_out_of_bounds(exc)
                 raise
-            if result is not MISS:
+            if result is not None:
                 return result
-        entry = memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
-        if entry is not None and entry.kernel is kernel:  # the key holds id(kernel), which may be reused
-            repeats.remember(memo.recent, entry, kernel, args, kwargs, out_type)
-            return _dispatch(entry, entry.gather(args, kwargs))
+        if active_session.get() is None:  # else its quick signature (``calls.memo``)
+            memo = state.memo
+            entry = memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
+            if entry is not None and entry.kernel is kernel:  # the key holds id(kernel), which may be reused
+                repeats.remember(memo, entry, kernel, args, kwargs, out_type)
+                return _dispatch(entry, entry.gather(args, kwargs))
     _warn_deprecated(out_shape, kwargs)
     return _call(args, kernel, out_shape, out_type, kwargs)
 

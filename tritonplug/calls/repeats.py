@@ -10,17 +10,22 @@ result).
 
 So, as ``torch.compile`` guards its graphs, each call that its quick signature found gets a *guard*: one boolean
 expression written for that call's shape, with no loop and no call on the common path. A kernel's guards are
-written into one function, its *runner*: the first guard that holds runs its record's program on the call's arrays
-and returns its result, in that one frame; none holding, it returns :data:`MISS` and the call takes the quick
-signature. A guard holds for a new call when:
+written into one function, its *runner* (``memo.runners``, by the kernel's id): the first guard that holds runs its
+record's program on the call's arrays and returns its result, in that one frame; none holding, it returns None (no
+call's result) and the call takes the quick signature. A guard holds for a new call when:
 
-* the kernel is the same object and ``jax_enable_x64`` has the same value (checked once, for all the records);
+* ``jax_enable_x64`` has the same value (checked once, for all the records; the kernel is the same object, as the
+  runner holds it and is found by its id);
 * each array argument is a ``jax.Array`` with the same aval (JAX interns avals);
 * every other argument and keyword is the same object, or an equal ``int`` or tuple of ``int``s (the loop's ``n`` and
   grid, computed again on each call); the same keyword names (in any order: order only names another memo entry);
 * ``out_type`` is the same object, or a ``ShapeDtypeStruct`` (or tuple of them) with the same dtype objects and
   shapes that are the same tuple or an equal tuple of ints (one made again from ``x.shape`` and ``x.dtype`` on each
   call holds the same objects; JAX refuses to change a ``ShapeDtypeStruct``).
+
+A runner runs in a ``tritonplug.tune`` session too: the session runs its function under ``jax.disable_jit()``,
+where the program's ``jit`` calls the primitive itself, whose eager rule hands an autotuned call to the session
+(``tests/test_call_repeats.py`` checks that a session sees a call its kernel's runner has recorded).
 
 Guards are made only for calls whose every part is immutable (``jax.Array``, ``int``, ``float``, ``bool``, ``str``,
 ``None``, tuples of ints): where a guard holds, both calls' quick signatures are equal up to keyword order, so they
@@ -47,8 +52,6 @@ _X64 = jax_compat.ENABLE_X64
 _SDS = jax.ShapeDtypeStruct
 _IMMUTABLE = (int, float, bool, str, type(None))
 _MISSING = object()
-#: What a runner returns when none of its guards holds (no result of a call is this object).
-MISS = object()
 #: Records kept per kernel: the forms of a call past the first four take the key path. A record is never replaced:
 #: a loop over more forms than this would write (``exec``) a runner on every call, about 200 µs each.
 RECENT_PER_KERNEL = 4
@@ -72,9 +75,9 @@ class KernelRepeats:
     """A kernel's records, newest first, and the functions written from their guards."""
 
     repeats: tuple[Repeat, ...]
-    #: ``run(kernel, args, kwargs, out_value)``: the first matching record's program run, its result; else MISS
+    #: ``run(kernel, args, kwargs, out_value)``: the first matching record's program run, its result; else None
     run: Callable[[Any, Sequence[Any], Mapping[str, Any], Any], Any]
-    #: ``match(kernel, args, kwargs, out_value)``: the first matching record's entry; else MISS
+    #: ``match(kernel, args, kwargs, out_value)``: the first matching record's entry; else None
     match: Callable[[Any, Sequence[Any], Mapping[str, Any], Any], Any]
     source: str
 
@@ -106,7 +109,7 @@ def _same_outputs(value: Any, outs: tuple[tuple[tuple[int, ...], Any], ...]) -> 
     return True
 
 
-_SHARED = {"X64": _X64, "ARRAY": _ARRAY, "MISSING": _MISSING, "MISS": MISS, "equal": _equal,
+_SHARED = {"X64": _X64, "ARRAY": _ARRAY, "MISSING": _MISSING, "equal": _equal,
            "same_output": _same_output, "same_outputs": _same_outputs}
 
 
@@ -150,27 +153,27 @@ def _run_statement(entry: Entry, tag: str, constants: dict[str, Any]) -> str:
 
 
 def _write(kernel: Any, repeats: tuple[Repeat, ...], statement: Callable[[Repeat], str]) -> tuple[Callable, str]:
-    """One function of the records' guards, each followed by its ``statement``; MISS after the last."""
+    """One function of the records' guards, each followed by its ``statement``; None after the last."""
     lines = ["def runner(kernel, args, kwargs, out_value):",
-             "    if kernel is not K or X64.value is not X:",
-             "        return MISS"]
-    constants: dict[str, Any] = {**_SHARED, "K": kernel, "X": _X64.value}
+             "    if X64.value is not X:",
+             "        return None"]
+    constants: dict[str, Any] = {**_SHARED, "K": kernel, "X": _X64.value}  # K: the runner keeps its kernel alive
     for repeat in repeats:
         constants.update(repeat.constants)
         lines += [f"    if {repeat.guard}:", f"        {statement(repeat)}"]
-    lines.append("    return MISS")
+    lines.append("    return None")
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<tritonplug repeat runner>", "exec"), constants)  # noqa: S102 (our text; values bound)
     return constants["runner"], source
 
 
-def remember(recent: dict[int, KernelRepeats], entry: Entry, kernel: Any, args: Sequence[Any],
-             kwargs: Mapping[str, Any], out_value: Any) -> None:
+def remember(memo: Any, entry: Entry, kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+             out_value: Any) -> None:
     """Keep a call that its quick signature just found (which checked its parts' types) as its kernel's newest
-    record, unless some part of it is mutable, it has a record already or its kernel has all it may keep; the
-    kernel's runner is written again with it."""
+    record in ``memo`` (``state.memo``), unless some part of it is mutable, it has a record already or its kernel
+    has all it may keep; the kernel's runner is written again with it."""
     key = id(kernel)
-    known = recent.get(key)
+    known = memo.recent.get(key)
     records = () if known is None else known.repeats
     if len(records) >= RECENT_PER_KERNEL:
         return
@@ -186,4 +189,5 @@ def remember(recent: dict[int, KernelRepeats], entry: Entry, kernel: Any, args: 
     records = (_record(entry, args, kwargs, out_value, f"r{len(records)}_"), *records)
     run, source = _write(kernel, records, lambda repeat: repeat.run)
     match, _ = _write(kernel, records, lambda repeat: f"return {repeat.tag}E")
-    recent[key] = KernelRepeats(records, run, match, source)
+    memo.recent[key] = KernelRepeats(records, run, match, source)
+    memo.runners[key] = run  # holds the kernel: its id names no other object while the runner is kept

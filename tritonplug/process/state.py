@@ -34,8 +34,10 @@ class BoundedMemo:
 
     def __init__(self) -> None:
         self.entries: dict[Hashable, Any] = {}
-        #: the recent eager calls of each kernel (``calls.repeats.Repeat`` by the kernel's id), newest first
-        self.recent: dict[int, tuple[Any, ...]] = {}
+        #: the recent eager calls of each kernel (``calls.repeats.KernelRepeats`` by the kernel's id)
+        self.recent: dict[int, Any] = {}
+        #: each of those kernels' runner (``KernelRepeats.run``), what an eager call looks up first
+        self.runners: dict[int, Any] = {}
 
     def lookup(self, key: Hashable | None) -> Any:
         return None if key is None else self.entries.get(key)
@@ -53,7 +55,12 @@ class BoundedMemo:
 
     def clear(self) -> None:
         self.entries.clear()
+        self.clear_repeats()
+
+    def clear_repeats(self) -> None:
+        """Forget the recent calls and their runners (cleared in place, never replaced: ``api`` holds ``runners``)."""
         self.recent.clear()
+        self.runners.clear()
 
 
 class ProcessState:
