@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 for step in "$@"; do
   case $step in
     eager)
-      python3 bench/launch_ab.py --rounds 21 --out "$OUT/launch-ab.json" 2>&1 | tail -16
+      python3 bench/launch_ab.py --rounds 9 --processes 5 --out "$OUT/launch-ab.json" 2>&1 | tail -17
       python3 bench/profile_eager.py --rounds 15 --top 12 --out "$OUT/profile-eager.json" 2>&1 | head -16
       python3 bench/eager_floor.py --rounds 21 --out "$OUT/eager-floor.json" 2>&1 | tail -13 ;;
     args)  # the argument path against Triton's own launcher on torch tensors, vmap methods and repeats on the GPU

@@ -18,15 +18,24 @@ tritonplug is measured with ``out_type=`` (jax-triton 0.4's spelling) and with `
 which warns as 0.4 does); the installed jax-triton takes ``out_shape=``. ``xla`` (``x + y``) shows
 JAX's own floor for an eager op.
 
-Usage: python bench/launch_ab.py [--rounds N] [--out FILE]   (needs a GPU and jax_triton)
+A process's ratios also move with the process itself: on one H100 the synchronised ratio of the same code read
+1.01× to 1.09× from one process to the next, each with tightly grouped rounds (where the interpreter's and JAX's
+objects happen to lie in memory shapes how a call runs right after a wait). ``--processes P`` measures everything
+in P fresh processes one after another and reports each implementation's median over them, with every process's
+value beside it (``process_vs_xla``, ``each_process`` in the JSON).
+
+Usage: python bench/launch_ab.py [--rounds N] [--processes P] [--out FILE]   (needs a GPU and jax_triton)
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -135,12 +144,8 @@ def records_of(bench: str, samples: dict[str, list[float]]) -> list[dict]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--out", default=str(HERE / "results" / "launch-ab.json"))
-    args = parser.parse_args()
-    warnings.simplefilter("ignore", DeprecationWarning)  # out_shape= warns once per line; keep the table clean
+def measure_all(rounds: int) -> list[dict]:
+    """Every bench's records, measured in this process."""
     import jax
     import numpy as np
 
@@ -162,9 +167,60 @@ def main() -> None:
     records = []
     names = {"jit": list(jitted), "eager": [*impls, "xla"], "eager_async": [*impls, "xla"]}
     for bench, sampler in programs(impls, jitted, x, y).items():
-        records += records_of(bench, measure(sampler, names[bench], args.rounds))
-    print(format_table(records, COLUMNS))
-    print(f"wrote {write_json(args.out, records, rounds=args.rounds, steps=STEPS, n=N)}")
+        records += records_of(bench, measure(sampler, names[bench], rounds))
+    return records
+
+
+def in_processes(processes: int, rounds: int) -> tuple[list[dict], list[list[dict]]]:
+    """The benches measured in ``processes`` fresh processes one after another, and their records combined: for
+    each implementation the median over processes of its median and of each ratio, the extremes of its rounds,
+    the rounds counted together; each process's own records beside them."""
+    each = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(processes):
+            out = Path(tmp) / f"process-{i}.json"
+            subprocess.run([sys.executable, __file__, "--rounds", str(rounds), "--out", str(out)], check=True,
+                           stdout=subprocess.DEVNULL)
+            each.append(json.loads(out.read_text())["records"])
+    combined = []
+    for first in each[0]:
+        same = [next(r for r in records if (r["bench"], r["impl"]) == (first["bench"], first["impl"]))
+                for records in each]
+        record = {"bench": first["bench"], "impl": first["impl"],
+                  "median_us": statistics.median(r["median_us"] for r in same),
+                  "min_round_us": min(r["min_round_us"] for r in same),
+                  "max_round_us": max(r["max_round_us"] for r in same),
+                  "rounds": sum(r["rounds"] for r in same),
+                  "process_median_us": [round(r["median_us"], 3) for r in same]}
+        for ratio in ("vs_jax_triton", "vs_xla"):
+            if ratio in first:
+                record[ratio] = round(statistics.median(r[ratio] for r in same), 4)
+                record[f"process_{ratio}"] = [r[ratio] for r in same]
+        if "rounds_won" in first:
+            record["rounds_won"] = sum(r["rounds_won"] for r in same)
+        combined.append(record)
+    return combined, each
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15, help="rounds per process")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="fresh processes measured one after another (see the module's docstring)")
+    parser.add_argument("--out", default=str(HERE / "results" / "launch-ab.json"))
+    args = parser.parse_args()
+    warnings.simplefilter("ignore", DeprecationWarning)  # out_shape= warns once per line; keep the table clean
+    meta: dict[str, Any] = {"rounds": args.rounds, "steps": STEPS, "n": N}
+    if args.processes > 1:
+        records, each = in_processes(args.processes, args.rounds)
+        meta.update(processes=args.processes, each_process=each)
+        print(format_table(records, COLUMNS))
+        print("vs_xla per process: " + "; ".join(
+            f"{r['bench']} {r['impl']} {r['process_vs_xla']}" for r in records if r["impl"] == "tritonplug" and "process_vs_xla" in r))
+    else:
+        records = measure_all(args.rounds)
+        print(format_table(records, COLUMNS))
+    print(f"wrote {write_json(args.out, records, **meta)}")
 
 
 if __name__ == "__main__":

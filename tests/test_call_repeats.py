@@ -127,9 +127,9 @@ def test_several_outputs_repeat_as_their_tree(keys_built):
 
 def test_an_out_of_bounds_access_is_reported_on_every_repeat(monkeypatch):
     """Checked mode's report comes from the program; a repeat run by its kernel's runner raises it as the first
-    call does."""
+    call does. (On the CPU, where checked mode runs, whatever JAX's default device is.)"""
     monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "1")
-    x = jnp.arange(100, dtype=jnp.float32)
+    x = jax.device_put(jnp.arange(100, dtype=jnp.float32), jax.devices("cpu")[0])
     for _ in range(4):  # the full path, the quick signature, then the runner
         with pytest.raises(OutOfBoundsError, match=r"unmasked_copy.*x_ptr"):
             tritonplug.triton_call(x, kernel=unmasked_copy, out_type=jax.ShapeDtypeStruct((128,), x.dtype),
