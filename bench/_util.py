@@ -74,9 +74,11 @@ def sample_seconds(fn: Callable[[], Any], reps: int, warmup: int = 1,
 
 
 def interleaved_seconds(fns: dict[str, Callable[[], Any]], reps: int, warmup: int = 1,
-                        sync: Callable[[Any], Any] | None = None) -> dict[str, list[float]]:
+                        sync: Callable[[Any], Any] | None = None, settle: int = 0) -> dict[str, list[float]]:
     """Like :func:`sample_seconds` for several implementations, alternating call by call so
-    that drift (thermal, other load) hits them all alike."""
+    that drift (thermal, other load) hits them all alike. ``settle``: untimed calls of the same implementation
+    before each timed one, so that the timed call follows its own kind, as in an eager loop, not another
+    implementation's program and Python."""
     for _ in range(warmup):
         for fn in fns.values():
             out = fn()
@@ -85,6 +87,10 @@ def interleaved_seconds(fns: dict[str, Callable[[], Any]], reps: int, warmup: in
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
+            for _ in range(settle):
+                out = fn()
+                if sync is not None:
+                    sync(out)
             start = time.perf_counter()
             out = fn()
             if sync is not None:

@@ -1,6 +1,6 @@
 """How close to XLA's own op can an eager ``triton_call`` get in Python? Side by side, synchronised and back to back:
 
-* ``tritonplug``: ``triton_call`` as shipped (its quick signature, the memo lookup, the memoised program);
+* ``tritonplug``: ``triton_call`` as shipped (its kernel's runner: the recorded call's guard, its program run);
 * ``matcher``: the same repeat call recognised by comparing its arguments with the last call's, one by one, with
   no key built (written for this one call shape: what any signature check could at best cost here);
 * ``floor``: a function with ``triton_call``'s calling convention that only runs the memoised program (no check
@@ -11,6 +11,10 @@ Between ``tritonplug`` and ``matcher``, what ``triton_call``'s repeat does, one 
 function with ``triton_call``'s calling convention): ``looked_up`` (the kernel's runner looked up by its id and
 called: ``triton_call``'s repeat without its ``try`` and result check), ``runner`` (the runner, bound beforehand,
 called).
+
+Each timed synchronised call follows an untimed call of the same function (``settle``): alternated call by call,
+each rung would always follow the same other one, and the rung after XLA's op would carry the cost of switching
+from XLA's program to ours, the others not.
 
 Each is the same work (``x + y`` on 1,024 floats, examples/add.py). ``floor`` and ``matcher`` are measurements,
 not products: they answer whether the goal (≤ 1.05× XLA synchronised) is reachable by a cheaper check in Python.
@@ -82,7 +86,7 @@ def main() -> None:
     for name, fn in fns.items():
         got = fn()
         np.testing.assert_allclose(np.asarray(got[0] if name == "dispatch" else got), np.asarray(x + y), rtol=1e-6)
-    records = per_call(fns, args.rounds)
+    records = per_call(fns, args.rounds, settle=1)
     print(format_table(records, ["bench", "impl", "median_us", "min_round_us", "vs_xla", "rounds"]))
     print(f"wrote {write_json(args.out, records, n=N, backend=jax.default_backend())}")
 

@@ -7,6 +7,10 @@ The same tiny kernel (examples/add.py, 1024 floats, one program) is called
 * ``eager``: one un-jitted call at a time, synchronised after each (the latency a user sees); the
   implementations alternate call by call (``_util.interleaved_seconds``), so a drift of the machine within
   a round reaches them all alike, and each round's value is an implementation's median call;
+* ``eager_loop``: as ``eager``, but each timed call follows an untimed call of the same implementation, as in an
+  eager loop that repeats one call: in ``eager`` each implementation always follows the same other one (the order
+  rotates by whole rounds), whose program and Python ran just before (XLA's ``x + y`` always follows
+  jax-triton, tritonplug always follows XLA's op);
 * ``eager_async``: 500 back-to-back un-jitted calls, one synchronisation (the host's dispatch rate).
 
 Single runs of such tiny timings drift by tens of percent with the machine's state (clocks, other
@@ -106,14 +110,14 @@ def programs(impls: dict[str, Callable], jitted: dict[str, Callable], x: Any, y:
     def one_by_one(sample: Callable[[Callable], float], fns: dict[str, Callable]) -> Sampler:
         return lambda order: {name: sample(fns[name]) for name in order}
 
-    def eager_sampler(order: list[str]) -> dict[str, float]:  # call by call, alternating
+    def eager_sampler(order: list[str], settle: int = 0) -> dict[str, float]:  # call by call, alternating
         times = interleaved_seconds({name: functools.partial(eager[name], x, y) for name in order}, EAGER_CALLS,
-                                    warmup=0, sync=jax.block_until_ready)
+                                    warmup=0, sync=jax.block_until_ready, settle=settle)
         return {name: statistics.median(values) for name, values in times.items()}
 
     eager = {**impls, "xla": lambda a, b: a + b}
     return {"jit": one_by_one(jit_sample, jitted), "eager": eager_sampler,
-            "eager_async": one_by_one(async_sample, eager)}
+            "eager_loop": functools.partial(eager_sampler, settle=1), "eager_async": one_by_one(async_sample, eager)}
 
 
 def measure(sampler: Sampler, names: list[str], rounds: int) -> dict[str, list[float]]:
@@ -165,7 +169,8 @@ def measure_all(rounds: int) -> list[dict]:
         if not np.allclose(got, want, rtol=1e-4, atol=1e-2):
             raise SystemExit(f"{name}: wrong result, max abs diff {np.abs(got - want).max()}")
     records = []
-    names = {"jit": list(jitted), "eager": [*impls, "xla"], "eager_async": [*impls, "xla"]}
+    names = {"jit": list(jitted), "eager": [*impls, "xla"], "eager_loop": [*impls, "xla"],
+             "eager_async": [*impls, "xla"]}
     for bench, sampler in programs(impls, jitted, x, y).items():
         records += records_of(bench, measure(sampler, names[bench], rounds))
     return records
@@ -215,8 +220,9 @@ def main() -> None:
         records, each = in_processes(args.processes, args.rounds)
         meta.update(processes=args.processes, each_process=each)
         print(format_table(records, COLUMNS))
-        print("vs_xla per process: " + "; ".join(
-            f"{r['bench']} {r['impl']} {r['process_vs_xla']}" for r in records if r["impl"] == "tritonplug" and "process_vs_xla" in r))
+        for r in records:
+            if r["impl"] == "tritonplug" and "process_vs_xla" in r:
+                print(f"vs_xla per process, {r['bench']}: {r['process_vs_xla']}")
     else:
         records = measure_all(args.rounds)
         print(format_table(records, COLUMNS))

@@ -52,12 +52,14 @@ DERIVATIONS = ("named_args", "named_args_for_heuristics", "grid_for", "zeroed_fo
                "fingerprint", "_resolve")
 
 
-def per_call(fns: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, Any]]:
+def per_call(fns: dict[str, Callable[[], Any]], rounds: int, settle: int = 0) -> list[dict[str, Any]]:
+    """Synchronised and back-to-back per-call times of each of ``fns``, and their ratios to ``xla``; ``settle``:
+    untimed calls of the same implementation before each timed synchronised one (``_util.interleaved_seconds``)."""
     import jax
 
     def sync_sample(order: list[str]) -> dict[str, float]:  # call by call, alternating: drift reaches all alike
         times = interleaved_seconds({name: fns[name] for name in order}, SYNC_CALLS, warmup=0,
-                                    sync=jax.block_until_ready)
+                                    sync=jax.block_until_ready, settle=settle)
         return {name: statistics.median(values) for name, values in times.items()}
 
     def async_sample(order: list[str]) -> dict[str, float]:  # 500 back to back, one implementation at a time
