@@ -19,7 +19,7 @@ import tritonplug
 from tritonplug.calls import memo as call_memo
 from tritonplug.calls import repeats
 from tritonplug.debug import OutOfBoundsError
-from tritonplug.process.state import BoundedMemo, state
+from tritonplug.process.state import CallMemo, state
 
 pytestmark = requires_backend("interpret")
 
@@ -289,7 +289,7 @@ def test_near_misses_match_only_where_their_quick_signature_is_the_records(pair)
 
 def _check_pair(pair):
     first, second = pair
-    kernel, entry, memo = object(), _FakeEntry(), BoundedMemo()
+    kernel, entry, memo = object(), _FakeEntry(), CallMemo()
     key = call_memo.quick_signature(kernel, *first, True)
     if key is None:
         return

@@ -28,16 +28,12 @@ _MEMO_LIMIT = 4096
 
 
 class BoundedMemo:
-    """A dict bounded by clearing it when full, for what repeats in few forms: memoised call specs
-    (``call_memo.Entry`` by ``call_memo.signature``) and lowering plans made ahead by early compiles. Plain
-    data here, so compile workers import this module without JAX."""
+    """A dict bounded by clearing it when full, for what repeats in few forms: lowering plans made ahead by early
+    compiles, and (:class:`CallMemo`) memoised call specs. Plain data here, so compile workers import this module
+    without JAX."""
 
     def __init__(self) -> None:
         self.entries: dict[Hashable, Any] = {}
-        #: the recent eager calls of each kernel (``calls.repeats.KernelRepeats`` by the kernel's id)
-        self.recent: dict[int, Any] = {}
-        #: each of those kernels' runner (``KernelRepeats.run``), what an eager call looks up first
-        self.runners: dict[int, Any] = {}
 
     def lookup(self, key: Hashable | None) -> Any:
         return None if key is None else self.entries.get(key)
@@ -55,6 +51,21 @@ class BoundedMemo:
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+class CallMemo(BoundedMemo):
+    """The eager calls' memo: call specs (``call_memo.Entry`` by ``call_memo.signature``), and the recent calls of
+    each kernel with their runners (``calls.repeats``), forgotten with them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: the recent eager calls of each kernel (``calls.repeats.KernelRepeats`` by the kernel's id)
+        self.recent: dict[int, Any] = {}
+        #: each of those kernels' runner (``KernelRepeats.run``), what an eager call looks up first
+        self.runners: dict[int, Any] = {}
+
+    def clear(self) -> None:
+        super().clear()
         self.clear_repeats()
 
     def clear_repeats(self) -> None:
@@ -71,7 +82,7 @@ class ProcessState:
         self._pool_from_env = False
         self.compiler = CompileService(self.run_tasks, lambda: self.pool().size)
         self.kernels = KernelFactsCache()
-        self.memo = BoundedMemo()
+        self.memo = CallMemo()
         #: ``lowering.LoweringPlan``s that early compiles made, by (call, backend, target, operands): the
         #: lowering of the same call takes its plan instead of planning again.
         self.plans = BoundedMemo()
