@@ -65,14 +65,14 @@ def main() -> None:
             return dispatch(args[0], args[1])[0]
         raise AssertionError("not the call this matcher was written for")
 
-    runners = state.memo.runners
-    run = runners[id(kernel)]
+    recent = state.memo.recent
+    run = recent[id(kernel)].run
 
     def runner(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
         return run(kernel, args, kwargs, out_type)
 
     def looked_up(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
-        return runners.get(id(kernel))(kernel, args, kwargs, out_type)
+        return recent.get(id(kernel)).run(kernel, args, kwargs, out_type)
 
     fns = {
         "tritonplug": lambda: tritonplug.triton_call(x, y, N, kernel=kernel, out_type=spec, grid=(1,), BLOCK=N),

@@ -89,7 +89,7 @@ def test_a_loop_over_more_forms_than_are_recorded_writes_no_guard_after_the_firs
     for _ in range(4):
         for x, spec, n in forms:
             np.testing.assert_array_equal(add(x, x, n, spec), x + x)
-    assert len(written) == 2 * repeats.RECENT_PER_KERNEL  # each record: the runner and its match written again
+    assert len(written) == repeats.RECENT_PER_KERNEL  # each record: the runner written again, once
     assert len(state.memo.recent[id(add_kernel)].repeats) == repeats.RECENT_PER_KERNEL
 
 
@@ -147,7 +147,7 @@ def test_a_tuning_session_sees_an_autotuned_call_that_the_eager_loop_repeats(pri
 
     for _ in range(3):
         np.testing.assert_array_equal(copy(x)[0], x)
-    assert id(tagged_copy_kernel) in state.memo.runners
+    assert id(tagged_copy_kernel) in state.memo.recent
     (tuned,) = tritonplug.tune(copy, x).calls
     assert sorted(t.config["BLOCK"] for t in tuned.timings) == list(BLOCKS)
 
@@ -168,7 +168,7 @@ def test_clearing_the_memo_forgets_the_runners(keys_built):
     state.memo.clear()
     keys_built[0] = 0
     np.testing.assert_array_equal(add(x, x), x + x)
-    assert keys_built[0] >= 1 and id(add_kernel) not in state.memo.runners  # the full path, which records nothing
+    assert keys_built[0] >= 1 and id(add_kernel) not in state.memo.recent  # the full path, which records nothing
 
 
 def test_an_equal_int_repeats_and_another_int_does_not(keys_built):

@@ -28,9 +28,9 @@ from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
 from tritonplug.tuning.select import active_session
 
-#: ``state.memo.runners``, read on every eager call: one global instead of three lookups through the process state
+#: ``state.memo.recent``, read on every eager call: one global instead of three lookups through the process state
 #: (the memo clears it in place, never replaces it).
-_RUNNERS = state.memo.runners
+_RECENT = state.memo.recent
 
 
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
@@ -55,10 +55,10 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     come from ``triton.autotune``/``triton.heuristics``.
     """
     if out_shape is None:  # the eager loop's repeat: its memoised program at once
-        run = _RUNNERS.get(id(kernel))
-        if run is not None:  # the kernel's recent calls, each behind its guard (``calls.repeats``)
+        recent = _RECENT.get(id(kernel))
+        if recent is not None:  # the kernel's recent calls, each behind its guard (``calls.repeats``)
             try:
-                result = run(kernel, args, kwargs, out_type)
+                result = recent.run(kernel, args, kwargs, out_type)
             except jax.errors.JaxRuntimeError as exc:
                 _reraise_out_of_bounds(exc)
                 raise

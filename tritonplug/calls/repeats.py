@@ -10,7 +10,7 @@ result).
 
 So, as ``torch.compile`` guards its graphs, each call that its quick signature found gets a *guard*: one boolean
 expression written for that call's shape, with no loop and no call on the common path. A kernel's guards are
-written into one function, its *runner* (``memo.runners``, by the kernel's id): the first guard that holds runs its
+written into one function, its *runner* (``memo.recent``, by the kernel's id): the first guard that holds runs its
 record's program on the call's arrays and returns its result, in that one frame; none holding, it returns None (no
 call's result) and the call takes the quick signature. A guard holds for a new call when:
 
@@ -31,9 +31,9 @@ Guards are made only for calls whose every part is immutable (``jax.Array``, ``i
 ``None``, tuples of ints): where a guard holds, both calls' quick signatures are equal up to keyword order, so they
 share the entry and its program (``tests/test_call_repeats.py`` checks this on drawn pairs and on each near miss).
 Anything else (a NumPy array, a float equal to the recorded one but another object) fails the guard. The runner's
-text is kept (``KernelRepeats.source``), and a twin that returns the matching entry instead of running it
-(``KernelRepeats.match``, written from the same guards) lets tests ask which record a call matches. No text of the
-caller's goes into either (keyword names and values are bound as constants).
+text is kept (``KernelRepeats.source``), and ``KernelRepeats.match`` writes a twin from the same guards that returns
+the matching entry instead of running it, for tests to ask which record a call matches. No text of the caller's goes
+into either (keyword names and values are bound as constants).
 """
 
 from __future__ import annotations
@@ -70,16 +70,22 @@ class Repeat:
     constants: Mapping[str, Any]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class KernelRepeats:
-    """A kernel's records, newest first, and the functions written from their guards."""
+    """A kernel's records, newest first, and the runner written from their guards (slotted: ``triton_call`` reads
+    ``run`` on every eager call)."""
 
+    kernel: Any
     repeats: tuple[Repeat, ...]
     #: ``run(kernel, args, kwargs, out_value)``: the first matching record's program run, its result; else None
     run: Callable[[Any, Sequence[Any], Mapping[str, Any], Any], Any]
-    #: ``match(kernel, args, kwargs, out_value)``: the first matching record's entry; else None
-    match: Callable[[Any, Sequence[Any], Mapping[str, Any], Any], Any]
     source: str
+
+    def match(self, kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_value: Any) -> Any:
+        """The first record whose guard holds for this call, its entry; else None (the runner's guards, written
+        again into a function that returns the entry instead of running it)."""
+        matcher, _ = _write(self.kernel, self.repeats, lambda repeat: f"return {repeat.tag}E")
+        return matcher(kernel, args, kwargs, out_value)
 
 
 def _equal(value: Any, want: Any) -> bool:
@@ -188,6 +194,4 @@ def remember(memo: Any, entry: Entry, kernel: Any, args: Sequence[Any], kwargs: 
             return
     records = (_record(entry, args, kwargs, out_value, f"r{len(records)}_"), *records)
     run, source = _write(kernel, records, lambda repeat: repeat.run)
-    match, _ = _write(kernel, records, lambda repeat: f"return {repeat.tag}E")
-    memo.recent[key] = KernelRepeats(records, run, match, source)
-    memo.runners[key] = run  # holds the kernel: its id names no other object while the runner is kept
+    memo.recent[key] = KernelRepeats(kernel, records, run, source)  # holds the kernel: its id names no other object

@@ -59,19 +59,17 @@ class CallMemo(BoundedMemo):
 
     def __init__(self) -> None:
         super().__init__()
-        #: the recent eager calls of each kernel (``calls.repeats.KernelRepeats`` by the kernel's id)
+        #: the recent eager calls of each kernel and its runner (``calls.repeats.KernelRepeats`` by the kernel's
+        #: id), what an eager call looks up first
         self.recent: dict[int, Any] = {}
-        #: each of those kernels' runner (``KernelRepeats.run``), what an eager call looks up first
-        self.runners: dict[int, Any] = {}
 
     def clear(self) -> None:
         super().clear()
         self.clear_repeats()
 
     def clear_repeats(self) -> None:
-        """Forget the recent calls and their runners (cleared in place, never replaced: ``api`` holds ``runners``)."""
+        """Forget the recent calls and their runners (cleared in place, never replaced: ``api`` holds ``recent``)."""
         self.recent.clear()
-        self.runners.clear()
 
 
 class ProcessState:
