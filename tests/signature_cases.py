@@ -32,6 +32,7 @@ class Case:
     keyword_order: tuple[int, ...]  # the order of the keyword arguments (a permutation)
     inout_as_ref: bool  # in-place buffers as jax.new_ref, else input_output_aliases
     jit: bool
+    out_tuple: bool = False  # out_type as a tuple (an eager repeat of such a call can be recorded), else a list
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -57,7 +58,22 @@ def cases(draw: st.DrawFn) -> Case:
     positional = draw(st.integers(0, first_out))  # outputs are never passed: what follows one goes by keyword
     passed = [i for i in range(positional, len(kinds)) if kinds[i] != "out"]
     order = tuple(draw(st.permutations(passed)))
-    return Case(tuple(kinds), positional, order, draw(st.booleans()), draw(st.booleans()))
+    return Case(tuple(kinds), positional, order, draw(st.booleans()), draw(st.booleans()), draw(st.booleans()))
+
+
+@st.composite
+def repeatable_cases(draw: st.DrawFn) -> Case:
+    """A case whose eager repeats can be recorded and run by their kernel's runner (``calls.repeats``): every input
+    by position (ints, floats and constexprs between them), then ints, floats, constexprs and ``None`` by keyword
+    in any order, the outputs last, as a tuple, no in-place buffer, no ``jit``."""
+    prefix = draw(st.lists(st.sampled_from(("in", "int", "float", "const")), min_size=1, max_size=4))
+    if "in" not in prefix:
+        prefix[draw(st.integers(0, len(prefix) - 1))] = "in"
+    suffix = draw(st.lists(st.sampled_from(("int", "float", "const", "none")), max_size=2))
+    outputs = ["out"] * draw(st.integers(1, 2))
+    by_keyword = range(len(prefix), len(prefix) + len(suffix))
+    return Case(tuple(prefix + suffix + outputs), len(prefix), tuple(draw(st.permutations(by_keyword))),
+                inout_as_ref=False, jit=False, out_tuple=True)
 
 
 def kernel_for(kinds: tuple[str, ...]) -> object:
@@ -93,9 +109,9 @@ def kernel_from_source(source: str) -> object:
     return module.kernel
 
 
-def inputs(case: Case) -> dict[int, np.ndarray]:
-    """A float32 array of its own length for every input and in-place parameter."""
-    rng = np.random.default_rng(len(case.kinds))
+def inputs(case: Case, seed: int = 0) -> dict[int, np.ndarray]:
+    """A float32 array of its own length for every input and in-place parameter (``seed``: another call's)."""
+    rng = np.random.default_rng((len(case.kinds), seed))
     return {i: rng.standard_normal(case.length(i)).astype(np.float32)
             for i, k in enumerate(case.kinds) if k in ("in", "inout")}
 
@@ -155,8 +171,9 @@ def call(case: Case, arrays: dict[int, object], **options: object) -> dict[int, 
     keywords = {case.names[i]: values[i] for i in case.keyword_order}
     if aliases:
         keywords["input_output_aliases"] = aliases
-    results = tritonplug.triton_call(*args, **keywords, kernel=kernel_for(case.kinds), out_type=out_type,
-                                     grid=(1,), BLOCK=BLOCK, **options)
+    results = tritonplug.triton_call(*args, **keywords, kernel=kernel_for(case.kinds),
+                                     out_type=tuple(out_type) if case.out_tuple else out_type, grid=(1,), BLOCK=BLOCK,
+                                     **options)
     found = {}
     for i, (how, where) in written.items():
         value = results[where] if how == "output" else where[...]

@@ -20,11 +20,28 @@ import pytest
 import triton
 from helpers import for_backend, requires_backend, requires_cuda_device
 from hypothesis import HealthCheck, given, settings
-from signature_cases import BLOCK, Case, call, cases, inputs, kernel_for, kernel_from_source, reference
+from hypothesis import strategies as st
+from signature_cases import (
+    BLOCK,
+    Case,
+    call,
+    cases,
+    inputs,
+    kernel_for,
+    kernel_from_source,
+    reference,
+    repeatable_cases,
+)
 
 from tritonplug.inspection import kernel_calls
 
 _SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Calls of each drawn case, each on new arrays: the first binds, the second is found by its quick signature, the
+#: third runs through its kernel's runner where the call can be recorded (``calls.repeats``; every
+#: ``repeatable_cases`` case but those with a float by position, a new float object on each call).
+REPEATS = 3
+#: The cases of the tests that call: any case, or one whose repeats are recorded.
+CALLED_CASES = st.one_of(cases(), repeatable_cases())
 
 
 def _function(case: Case, names: list[int], **options):
@@ -38,19 +55,19 @@ def _function(case: Case, names: list[int], **options):
 
 @requires_backend("interpret")
 @_SETTINGS
-@given(cases())
+@given(CALLED_CASES)
 def test_random_signatures_on_the_cpu(case: Case):
-    arrays = inputs(case)
-    names = sorted(arrays)
-    cpu = jax.devices("cpu")[0]
-    got = _function(case, names)(*(jax.device_put(arrays[i], cpu) for i in names))
-    expected = reference(case, arrays)
-    for i, value in zip(sorted(expected), got, strict=True):
-        # a wrong binding is off by whole values; XLA may contract a*b+c into one FMA (a last-bit difference,
-        # relative to the operands' scale, not the result's: near zero it exceeds any rtol)
-        scale = 1.0 + float(np.max(np.abs(expected[i]), initial=0.0))
-        np.testing.assert_allclose(np.asarray(value), expected[i], rtol=1e-6, atol=1e-6 * scale,
-                                   err_msg=f"{case} parameter {i}")
+    function, cpu = _function(case, sorted(inputs(case))), jax.devices("cpu")[0]
+    for call_number in range(REPEATS):  # a new call binds; its repeats take the memo's paths (calls.repeats)
+        arrays = inputs(case, call_number)
+        got = function(*(jax.device_put(arrays[i], cpu) for i in sorted(arrays)))
+        expected = reference(case, arrays)
+        for i, value in zip(sorted(expected), got, strict=True):
+            # a wrong binding is off by whole values; XLA may contract a*b+c into one FMA (a last-bit difference,
+            # relative to the operands' scale, not the result's: near zero it exceeds any rtol)
+            scale = 1.0 + float(np.max(np.abs(expected[i]), initial=0.0))
+            np.testing.assert_allclose(np.asarray(value), expected[i], rtol=1e-6, atol=1e-6 * scale,
+                                       err_msg=f"{case} parameter {i}, call {call_number + 1}")
 
 
 _TENSOR = re.compile(r"tensor<(\d+)xf32>")
@@ -110,12 +127,17 @@ def test_random_signatures_lower_for_rocm_in_the_order_jaxlib_reads(case: Case):
 @requires_backend("cuda")
 @requires_cuda_device
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
+@given(CALLED_CASES)
 def test_random_signatures_on_the_gpu_match_tritons_launcher(case: Case):
     torch = pytest.importorskip("torch", reason="Triton's own launcher is compared on torch tensors")
-    arrays = inputs(case)
+    function = _function(case, sorted(inputs(case)))
+    for call_number in range(REPEATS):  # a new call binds; its repeats take the memo's paths (calls.repeats)
+        _compare_with_tritons_launcher(case, function, inputs(case, call_number), torch)
+
+
+def _compare_with_tritons_launcher(case: Case, function, arrays: dict, torch) -> None:
     names = sorted(arrays)
-    got = _function(case, names)(*(jax.device_put(arrays[i], jax.devices("cuda")[0]) for i in names))
+    got = function(*(jax.device_put(arrays[i], jax.devices("cuda")[0]) for i in names))
     tensors = {i: torch.tensor(a, device="cuda") for i, a in arrays.items()}
     args = []
     for i, kind in enumerate(case.kinds):
