@@ -18,6 +18,9 @@ so ``inspect.getsource``, Triton's error locations and its cache key see the lib
 * A wrapper above a kernel's Triton decorators (FlagGems' ``@libentry()``, a launch-side cache) is applied
   when it runs without torch; when it needs torch, the kernel is loaded without it and a
   :class:`WrapperDroppedWarning` says so.
+* A stand-in module that a library binds for Triton when its own check fails without torch (vLLM's
+  ``triton_utils`` asks torch for an active GPU driver, then binds a ``TritonPlaceholder`` whose ``jit`` returns
+  the function unchanged) is replaced by the real module of the name it claims (:func:`_real_triton`).
 * Loaded modules are plain ``types.ModuleType`` objects (Triton accepts only those as globals in a kernel)
   whose names load on first access; they are kept for the process, as ``sys.modules`` keeps imports,
   so every caller sees the same kernel objects; they are not entered in ``sys.modules``.
@@ -99,6 +102,17 @@ def kernels_from_file(path: str | Path, *, name: str | None = None) -> types.Mod
     if dropped:
         _warn_dropped(module_name, dropped)
     return loader.module
+
+
+def _real_triton(value: Any) -> Any:
+    """``value``, or the real Triton module when ``value`` is a module object that only claims a Triton name."""
+    name = getattr(value, "__name__", None) if isinstance(value, types.ModuleType) else None
+    if name is None or name.split(".")[0] != "triton" or sys.modules.get(name) is value:
+        return value
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return value
 
 
 def _warn_dropped(module: str, dropped: dict[str, str]) -> None:
@@ -336,6 +350,9 @@ class _Loader:
             node = ast.fix_missing_locations(ast.copy_location(node, unit.node))
         try:
             exec(self.compile(node), self.globals)
+            for name in unit.bound:
+                if name in self.globals:
+                    self.globals[name] = _real_triton(self.globals[name])
         except Exception as exc:
             stripped = strip_outer_wrappers(unit, self.source.origins) if unit.is_kernel else None
             if stripped is None or _missing_module(exc) is None:

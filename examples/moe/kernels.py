@@ -1,0 +1,199 @@
+"""The grouped matmul's kernels: vLLM's ``fused_moe_kernel`` (forward and dX) and our own dW kernel, with the
+block plan both read, computed on the device from group sizes that are traced values.
+
+* ``fused_moe_kernel`` is loaded from the installed vLLM (``vllm/model_executor/layers/fused_moe/fused_moe.py``,
+  Apache-2.0) by ``tritonplug.kernels_of``, never copied. Its launcher, vLLM's
+  ``invoke_fused_moe_triton_kernel``, is ported in :func:`invoke_fused_moe_triton_kernel` (the unquantised
+  path; the notice below is vLLM's). The kernel multiplies the rows of ``A`` that ``sorted_token_ids`` names,
+  block by block, by the expert that ``expert_ids`` names for the block: row ``r`` of ``A`` is read as
+  ``A[r // top_k]`` and written to ``C[r]``. So the permutation of tokens to expert order is fused into the
+  kernel's loads (``top_k`` > 1: each token read once per expert it is routed to, never copied).
+* :func:`grouped_matmul_dw_kernel` is ours (vLLM has no backward): ``dW[e] = A[rows of e]^T @ dC[rows of e]``,
+  one program per (expert, tile of dW), looping over the expert's rows through the same plan.
+* :func:`block_plan` is vLLM's ``moe_align_block_size`` (a CUDA op there) written in ``jnp``: each expert's
+  rows padded to a multiple of ``BLOCK_SIZE_M``. Sizes are traced, so the kernels' grids are sized by the
+  bound on the padded rows, ``(cdiv(rows, BLOCK_SIZE_M) + experts) * BLOCK_SIZE_M``, and programs past the
+  last expert's padded rows exit at once.
+
+# SPDX-License-Identifier: Apache-2.0 (the ported launcher, from vLLM 0.33.0's fused_moe.py)
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import triton
+import triton.language as tl
+
+import tritonplug
+
+VLLM_MODULE = "vllm.model_executor.layers.fused_moe.fused_moe"
+
+#: vLLM's kernel needs its own alignment block as a call constant (the plan depends on it), so autotuning
+#: chooses the tile's columns, depth, grouping, warps and stages, not its rows.
+FORWARD_CONFIGS = [
+    triton.Config({"BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8}, num_warps=8, num_stages=4),
+    triton.Config({"BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 16}, num_warps=8, num_stages=3),
+]
+DW_CONFIGS = [
+    triton.Config({"BLOCK_SIZE_K": 128, "BLOCK_SIZE_N": 128, "BLOCK_ROWS": 64}, num_warps=8, num_stages=4),
+    triton.Config({"BLOCK_SIZE_K": 128, "BLOCK_SIZE_N": 256, "BLOCK_ROWS": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_SIZE_K": 64, "BLOCK_SIZE_N": 128, "BLOCK_ROWS": 64}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_SIZE_K": 128, "BLOCK_SIZE_N": 128, "BLOCK_ROWS": 32}, num_warps=4, num_stages=5),
+]
+#: On the CPU every kernel is translated to XLA ops; one small configuration (the CPU runs the first).
+CPU_FORWARD_CONFIGS = [triton.Config({"BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1})]
+CPU_DW_CONFIGS = [triton.Config({"BLOCK_SIZE_K": 32, "BLOCK_SIZE_N": 32, "BLOCK_ROWS": 16})]
+
+
+def vllm_kernels():
+    """vLLM's fused-MoE module, its kernels loaded from source (torch is never imported)."""
+    return tritonplug.kernels_of(VLLM_MODULE, use_import=False)
+
+
+_TUNED: dict[bool, tuple[object, object]] = {}
+
+
+def tuned_kernels(on_cpu: bool):
+    """``(forward, dw)``: vLLM's kernel and ours, each under ``triton.autotune`` with its configurations."""
+    if on_cpu not in _TUNED:
+        fwd, dw = (CPU_FORWARD_CONFIGS, CPU_DW_CONFIGS) if on_cpu else (FORWARD_CONFIGS, DW_CONFIGS)
+        _TUNED[on_cpu] = (triton.autotune(configs=fwd, key=["N", "K", "EM"])(vllm_kernels().fused_moe_kernel),
+                          triton.autotune(configs=dw, key=["K", "N"])(grouped_matmul_dw_kernel))
+    return _TUNED[on_cpu]
+
+
+@triton.jit
+def grouped_matmul_dw_kernel(a_ptr, b_ptr, c_ptr, sorted_token_ids_ptr, expert_offsets_ptr, K, N, num_valid_tokens,
+                             stride_am, stride_ak, stride_bm, stride_bn, stride_ce, stride_ck, stride_cn,
+                             top_k: tl.constexpr, BLOCK_SIZE_K: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                             BLOCK_ROWS: tl.constexpr):
+    """``C[e] = A[rows of e // top_k]^T @ B[rows of e]``: rows of expert ``e`` are the plan's padded positions
+    ``expert_offsets[e] .. expert_offsets[e + 1]``; a padding position (id ``num_valid_tokens``) adds nothing,
+    and an expert without rows writes zeros."""
+    pid = tl.program_id(0)
+    expert = tl.program_id(1).to(tl.int64)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    offs_k = (pid // num_pid_n) * BLOCK_SIZE_K + tl.arange(0, BLOCK_SIZE_K)
+    offs_n = (pid % num_pid_n) * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    start = tl.load(expert_offsets_ptr + expert)
+    end = tl.load(expert_offsets_ptr + expert + 1)
+    acc = tl.zeros((BLOCK_SIZE_K, BLOCK_SIZE_N), dtype=tl.float32)
+    for row in range(start, end, BLOCK_ROWS):
+        offs_row = row + tl.arange(0, BLOCK_ROWS)
+        ids = tl.load(sorted_token_ids_ptr + offs_row, mask=offs_row < end, other=num_valid_tokens).to(tl.int64)
+        valid = ids < num_valid_tokens
+        a = tl.load(a_ptr + (ids // top_k)[None, :] * stride_am + offs_k[:, None] * stride_ak,
+                    mask=valid[None, :] & (offs_k[:, None] < K), other=0.0)
+        b = tl.load(b_ptr + ids[:, None] * stride_bm + offs_n[None, :] * stride_bn,
+                    mask=valid[:, None] & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    c_ptrs = c_ptr + expert * stride_ce + offs_k[:, None] * stride_ck + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_k[:, None] < K) & (offs_n[None, :] < N))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPlan:
+    """Where each expert's rows go, block by block (vLLM's ``moe_align_block_size`` outputs, plus offsets).
+
+    ``sorted_token_ids[p]``: the row (of ``top_k``-expanded rows) at padded position ``p``, or ``num_rows`` for
+    padding; ``expert_ids[b]``: the expert of block ``b``; ``num_tokens_post_padded``: ``(1,)``, the padded rows
+    in use; ``expert_offsets``: ``(experts + 1,)``, each expert's first padded position.
+    """
+
+    sorted_token_ids: jax.Array
+    expert_ids: jax.Array
+    num_tokens_post_padded: jax.Array
+    expert_offsets: jax.Array
+    num_rows: int
+    block_size_m: int
+
+    @property
+    def padded_rows(self) -> int:
+        return self.sorted_token_ids.shape[0]
+
+
+jax.tree_util.register_dataclass(
+    BlockPlan, data_fields=["sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets"],
+    meta_fields=["num_rows", "block_size_m"])
+
+
+def block_size_m(rows: int, experts: int, on_cpu: bool) -> int:
+    """The alignment block: large where experts hold many rows, small where padding would cost more."""
+    if on_cpu:
+        return 16
+    per_expert = rows / max(experts, 1)
+    return 128 if per_expert >= 1024 else 64 if per_expert >= 96 else 32 if per_expert >= 24 else 16
+
+
+def block_plan(group_sizes: jax.Array, num_rows: int, block_m: int, order: jax.Array | None = None) -> BlockPlan:
+    """The plan for ``num_rows`` rows in groups of ``group_sizes`` (traced), in order (``order=None``: the rows
+    are already sorted by group, as ``ragged_dot`` takes them) or ``order[i]``: the row at sorted position
+    ``i``. Rows past ``sum(group_sizes)`` belong to no group; sizes past ``num_rows`` are cut, as the rows end."""
+    experts = group_sizes.shape[0]
+    ends = jnp.minimum(jnp.cumsum(group_sizes.astype(jnp.int32)), num_rows)
+    sizes = jnp.diff(ends, prepend=0)
+    starts = ends - sizes
+    padded_ends = jnp.cumsum((sizes + block_m - 1) // block_m * block_m)
+    offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), padded_ends]).astype(jnp.int32)
+    bound = (triton.cdiv(num_rows, block_m) + experts) * block_m
+    position = jnp.arange(bound, dtype=jnp.int32)
+    expert = jnp.searchsorted(padded_ends, position, side="right", method="compare_all")
+    expert_c = jnp.minimum(expert, experts - 1)
+    within = position - offsets[expert_c]
+    valid = (expert < experts) & (within < sizes[expert_c])
+    source = jnp.where(valid, starts[expert_c] + within, 0)
+    rows = source if order is None else order.astype(jnp.int32)[source]
+    sorted_ids = jnp.where(valid, rows, num_rows).astype(jnp.int32)
+    block_expert = expert[::block_m]
+    expert_ids = jnp.where(block_expert < experts, block_expert, -1).astype(jnp.int32)
+    return BlockPlan(sorted_ids, expert_ids, padded_ends[-1:].astype(jnp.int32), offsets, num_rows, block_m)
+
+
+def invoke_fused_moe_triton_kernel(A, B, C, topk_weights, plan: BlockPlan, mul_routed_weight: bool, top_k: int,
+                                   compute_type, on_cpu: bool, transpose_b: bool = False):
+    """vLLM's ``invoke_fused_moe_triton_kernel``, ported: the unquantised path, arguments in vLLM's order.
+
+    Changed from vLLM's: ``A``/``B``/``C`` are JAX arrays (``C``: a ``tritonplug.zeros``/``empty`` placeholder,
+    the launch returns it written), so their strides are passed in: ``B`` as ``(experts, K, N)`` with
+    ``stride_bk``/``stride_bn`` (vLLM's ``B.stride(2)``/``B.stride(1)``), which lets the same kernel multiply
+    by ``B`` transposed (dX); the configuration comes from ``triton.autotune`` instead of vLLM's tuned JSON
+    files; ``EM`` is the plan's bound (sizes are traced); the quantisation, bias and tensor-descriptor
+    branches are dropped (their flags are passed as off).
+    """
+    forward, _ = tuned_kernels(on_cpu)
+    M = A.shape[0]
+    num_tokens = M * top_k
+    EM = plan.padded_rows
+    _, K, N = B.shape
+    stride_bk, stride_bn = N, 1
+    if transpose_b:
+        K, N, stride_bk, stride_bn = N, K, 1, N  # B[e]^T: its rows are B[e]'s columns
+    grid = lambda META: (triton.cdiv(EM, plan.block_size_m) * triton.cdiv(N, META["BLOCK_SIZE_N"]),)  # noqa: E731
+    return tritonplug.launch(forward)[grid](
+        A, B, C, None, None, None, topk_weights,
+        plan.sorted_token_ids, plan.expert_ids, plan.num_tokens_post_padded,
+        N, K, EM, num_tokens,
+        A.shape[1], 1, K * N, stride_bk, stride_bn, C.shape[-1], 1,
+        0, 0, 0, 0, 0, 0, 0,
+        0, 0,
+        MUL_ROUTED_WEIGHT=mul_routed_weight, top_k=top_k, compute_type=compute_type,
+        use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
+        naive_block_assignment=False, HAS_BIAS=False, BLOCK_SIZE_M=plan.block_size_m, SPLIT_K=1, SWAP_AB=False,
+        USE_TD=False)
+
+
+def grouped_dw(a, dc, plan: BlockPlan, experts: int, top_k: int, on_cpu: bool):
+    """``dW[e] = a[rows of e // top_k]^T @ dc[rows of e]``, ``(experts, a.shape[1], dc.shape[1])`` in ``a``'s dtype."""
+    _, dw = tuned_kernels(on_cpu)
+    K, N = a.shape[1], dc.shape[1]
+    grid = lambda META: (triton.cdiv(K, META["BLOCK_SIZE_K"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]), experts)  # noqa: E731
+    return tritonplug.launch(dw)[grid](
+        a, dc, tritonplug.empty(experts, K, N, dtype=a.dtype), plan.sorted_token_ids, plan.expert_offsets,
+        K, N, plan.num_rows, K, 1, N, 1, K * N, N, 1, top_k=top_k)
