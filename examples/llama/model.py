@@ -65,9 +65,22 @@ def _remat(layer, cfg: Config):
     raise ValueError(f"remat: {cfg.remat!r}; expected 'full', 'dots' or 'none'")
 
 
+def dense_mlp(h: jax.Array, p: dict, cfg: Config, ops: Ops) -> tuple[jax.Array, jax.Array]:
+    """The SwiGLU MLP of a layer, and its auxiliary loss (none: 0). ``examples/moe`` passes a Mixture of Experts
+    in its place."""
+    return ops.swiglu(h @ p["w_gate"], h @ p["w_up"]) @ p["w_down"], jnp.zeros((), jnp.float32)
+
+
 def hidden_states(params: dict, tokens: jax.Array, cfg: Config, ops: Ops, constrain=None) -> jax.Array:
     """The final normalised hidden states, ``(batch, seq, hidden)`` in the compute dtype. ``constrain``, when
     given, places each layer's activations (a sharded run's ``with_sharding_constraint``)."""
+    return hidden_states_and_aux(params, tokens, cfg, ops, constrain)[0]
+
+
+def hidden_states_and_aux(params: dict, tokens: jax.Array, cfg: Config, ops: Ops, constrain=None,
+                          mlp=dense_mlp) -> tuple[jax.Array, jax.Array]:
+    """:func:`hidden_states`, with each layer's MLP ``mlp(h, layer_params, cfg, ops) -> (out, aux)`` and the sum
+    of the layers' auxiliary losses."""
     constrain = constrain or (lambda x: x)
     dt = cfg.compute_dtype
     b, t = tokens.shape
@@ -84,11 +97,11 @@ def hidden_states(params: dict, tokens: jax.Array, cfg: Config, ops: Ops, constr
         a = ops.attention(q, k, v).reshape(b, t, cfg.heads * cfg.head_dim)
         x = constrain(x + a @ p["wo"])
         h = ops.rms_norm(x, p["mlp_norm"], cfg.eps)
-        x = constrain(x + ops.swiglu(h @ p["w_gate"], h @ p["w_up"]) @ p["w_down"])
-        return x, None
+        out, aux = mlp(h, p, cfg, ops)
+        return constrain(x + out), aux
 
-    x, _ = jax.lax.scan(_remat(layer, cfg), x, params["layers"])
-    return ops.rms_norm(x, params["final_norm"].astype(dt), cfg.eps)
+    x, aux = jax.lax.scan(_remat(layer, cfg), x, params["layers"])
+    return ops.rms_norm(x, params["final_norm"].astype(dt), cfg.eps), jnp.sum(aux)
 
 
 def loss(params: dict, tokens: jax.Array, targets: jax.Array, cfg: Config, ops: Ops, constrain=None) -> jax.Array:

@@ -32,8 +32,13 @@ def optimizer(cfg: Config) -> optax.GradientTransformation:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, ops: Ops, params: dict, mesh: jax.sharding.Mesh | None = None):
+    """``loss(params, tokens, targets, cfg, ops, constrain)`` and ``param_specs`` (a leaf's name → its
+    ``PartitionSpec`` on a mesh) default to this model's; ``examples/moe`` passes its own."""
+
+    def __init__(self, cfg: Config, ops: Ops, params: dict, mesh: jax.sharding.Mesh | None = None,
+                 loss=model.loss, param_specs=PARAM_SPECS):
         self.cfg, self.ops, self.mesh = cfg, ops, mesh
+        self.loss, self.param_specs = loss, param_specs
         self.opt = optimizer(cfg)
         params = jax.tree.map(jnp.copy, params)  # our own buffers: the step donates them
         if mesh is not None:
@@ -51,14 +56,14 @@ class Trainer:
 
     def _param_shardings(self, params):
         def spec(path, _):
-            return NamedSharding(self.mesh, PARAM_SPECS[path[-1].key])
+            return NamedSharding(self.mesh, self.param_specs[path[-1].key])
         return jax.tree_util.tree_map_with_path(spec, params)
 
     def _constrain(self, x):
         return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P("data", None, None)))
 
     def _step(self, params, opt_state, tokens, targets):
-        loss_fn = functools.partial(model.loss, cfg=self.cfg, ops=self.ops,
+        loss_fn = functools.partial(self.loss, cfg=self.cfg, ops=self.ops,
                                     constrain=self._constrain if self.mesh is not None else None)
         loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets)
         updates, opt_state = self.opt.update(grads, opt_state, params)

@@ -33,10 +33,11 @@ from .ops import Ops  # noqa: E402
 from .step import Trainer  # noqa: E402
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="tiny", choices=sorted(CONFIGS))
-    p.add_argument("--ops", default="compare", help="jax | tritonplug | compare | a mix such as 'jax,loss=tritonplug'")
+def parser(description: str, configs: dict, ops_help: str) -> argparse.ArgumentParser:
+    """The command line of this script; ``examples/moe/train.py`` shares it with its own configs and choices."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--config", default="tiny", choices=sorted(configs))
+    p.add_argument("--ops", default="compare", help=ops_help)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch", type=int, help="sequences per step (default: the config's)")
     p.add_argument("--seq", type=int, help="tokens per sequence (default: the config's)")
@@ -46,11 +47,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--plan-only", action="store_true", help="compile the step, report XLA's memory plan, run nothing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the final JSON object to this file")
-    return p.parse_args(argv)
+    return p
 
 
-def configure(args: argparse.Namespace) -> Config:
-    cfg = CONFIGS[args.config]
+def parse_args(argv=None) -> argparse.Namespace:
+    return parser(__doc__.split("\n\n")[0], CONFIGS,
+                  "jax | tritonplug | compare | a mix such as 'jax,loss=tritonplug'").parse_args(argv)
+
+
+def configure(args: argparse.Namespace, configs: dict = CONFIGS) -> Config:
+    cfg = configs[args.config]
     changes = {k: v for k, v in (("batch", args.batch), ("seq", args.seq), ("layers", args.layers),
                                  ("remat", args.remat)) if v is not None}
     return cfg.replace(**changes)
@@ -60,9 +66,13 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     cfg = configure(args)
     choices = [Ops.of("jax"), Ops.of("tritonplug")] if args.ops == "compare" else [Ops.parse(args.ops)]
-    mesh = _mesh(args.mesh) if args.mesh else None
+    mesh = mesh_of(args.mesh) if args.mesh else None
     params = init(cfg, jax.random.key(args.seed))
-    trainers = [Trainer(cfg, ops, params, mesh) for ops in choices]
+    return train(args, cfg, [Trainer(cfg, ops, params, mesh) for ops in choices], mesh, argv)
+
+
+def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, argv=None) -> dict:
+    """Train every trainer on the same batches; print each step's losses, then the report as one JSON line."""
     data = MarkovText(cfg.vocab, seed=args.seed)
     print(f"config {args.config}: {cfg.params() / 1e6:.1f}M params, batch {cfg.batch} x seq {cfg.seq}, "
           f"{cfg.dtype}, on {jax.devices()[0].platform} x {len(jax.devices())}"
@@ -84,9 +94,9 @@ def main(argv=None) -> dict:
         "mesh": dict(mesh.shape) if mesh else None,
         "runs": {t.ops.label(): t.summary() for t in trainers},
     }
-    if len(trainers) == 2:
-        a, b = (np.asarray(t.losses) for t in trainers)
-        report["max_loss_difference"] = float(np.max(np.abs(a - b)))
+    if len(trainers) >= 2 and trainers[0].losses:
+        first, *rest = (np.asarray(t.losses) for t in trainers)
+        report["max_loss_difference"] = max((float(np.max(np.abs(first - other))) for other in rest), default=0.0)
     line = json.dumps(report)
     print(line, flush=True)
     if args.json:
@@ -95,7 +105,7 @@ def main(argv=None) -> dict:
     return report
 
 
-def _mesh(text: str) -> jax.sharding.Mesh:
+def mesh_of(text: str) -> jax.sharding.Mesh:
     axes = dict(item.split("=") for item in text.split(","))
     if set(axes) - {"data", "model"}:
         raise SystemExit(f"--mesh: axes are 'data' and 'model', got {sorted(axes)}")

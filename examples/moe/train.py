@@ -1,0 +1,56 @@
+"""Train the Mixture-of-Experts model of ``examples/moe`` (the Llama example's decoder with an MoE MLP) on
+synthetic text, with one MoE op choice or all of them.
+
+    python examples/moe/train.py --config tiny --ops compare --steps 8             # a CPU, seconds
+    python examples/moe/train.py --config qwen3-64e --ops tritonplug --steps 20    # one GPU
+    python examples/moe/train.py --config qwen3-64e --ops tritonplug --mesh model=4  # experts over 4 GPUs
+
+``--ops`` is ``jax`` (``ragged_dot``), ``jax-dense`` (GShard's capacity dispatch and einsums), ``tritonplug``
+(vLLM's grouped-matmul kernel through tritonplug, ``grouped.py``) or ``compare``: all three from the same init
+and batches. The rest of the model runs XLA's ops (``--dense-ops`` picks the Llama example's choice for them).
+The last line printed is one JSON object, as ``examples/llama/train.py`` prints: per choice the losses,
+tokens/s and memory; ``max_loss_difference`` between the first choice and the others.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    __package__ = "examples.moe"
+
+import jax  # noqa: E402
+
+from examples.llama import train as llama_train  # noqa: E402
+from examples.llama.ops import Ops  # noqa: E402
+from examples.llama.step import Trainer  # noqa: E402
+
+from . import model  # noqa: E402
+from .config import CONFIGS  # noqa: E402
+from .layer import CHOICES  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = llama_train.parser(__doc__.split("\n\n")[0], CONFIGS, f"{' | '.join(CHOICES)} | compare")
+    p.add_argument("--dense-ops", default="jax", help="the Llama example's op choice for the other ops")
+    p.add_argument("--experts", type=int, help="override the config's expert count")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    cfg = llama_train.configure(args, CONFIGS)
+    if args.experts is not None:
+        cfg = cfg.replace(experts=args.experts)
+    dense = Ops.parse(args.dense_ops)
+    choices = [model.MoEOps(c, dense) for c in (CHOICES if args.ops == "compare" else (args.ops,))]
+    mesh = llama_train.mesh_of(args.mesh) if args.mesh else None
+    params = model.init(cfg, jax.random.key(args.seed))
+    trainers = [Trainer(cfg, ops, params, mesh, loss=model.loss, param_specs=model.PARAM_SPECS) for ops in choices]
+    return llama_train.train(args, cfg, trainers, mesh, argv)
+
+
+if __name__ == "__main__":
+    main()
