@@ -8,8 +8,8 @@ array. They differ in how tokens reach their experts:
 * ``jax``: the routed copies of the tokens gathered into expert order, ``jax.lax.ragged_dot`` for both matmuls
   (XLA's grouped matmul), scattered back.
 * ``jax-dense``: GShard's capacity-based dispatch: per group of tokens a ``(tokens, experts, capacity)`` one-hot
-  dispatch and combine, and dense ``einsum`` s over every expert's buffer (XLA's other formulation: no gathers, but a token past its
-  expert's capacity is dropped).
+  dispatch and combine, and dense ``einsum`` s over every expert's buffer (XLA's other formulation: no gathers,
+  but a token past its expert's capacity is dropped).
 * ``tritonplug``: vLLM's ``fused_moe_kernel`` through tritonplug (``grouped.gathered_matmul``): the kernel reads
   each token where it lies (the permutation fused into its loads) and writes its rows in (token, slot) order,
   so neither the gather nor the scatter exists; the weighted combine is a sum over the slots.
