@@ -18,9 +18,8 @@ so ``inspect.getsource``, Triton's error locations and its cache key see the lib
 * A wrapper above a kernel's Triton decorators (FlagGems' ``@libentry()``, a launch-side cache) is applied
   when it runs without torch; when it needs torch, the kernel is loaded without it and a
   :class:`WrapperDroppedWarning` says so.
-* A stand-in module that a library binds for Triton when its own check fails without torch (vLLM's
-  ``triton_utils`` asks torch for an active GPU driver, then binds a ``TritonPlaceholder`` whose ``jit`` returns
-  the function unchanged) is replaced by the real module of the name it claims (:func:`_real_triton`).
+* A Triton stand-in a library binds without torch (vLLM's ``TritonPlaceholder``) is replaced by what the statement
+  imports from Triton for that name on its other branch (:func:`_replace_triton_stand_ins`).
 * Loaded modules are plain ``types.ModuleType`` objects (Triton accepts only those as globals in a kernel)
   whose names load on first access; they are kept for the process, as ``sys.modules`` keeps imports,
   so every caller sees the same kernel objects; they are not entered in ``sys.modules``.
@@ -104,15 +103,30 @@ def kernels_from_file(path: str | Path, *, name: str | None = None) -> types.Mod
     return loader.module
 
 
-def _real_triton(value: Any) -> Any:
-    """``value``, or the real Triton module when ``value`` is a module object that only claims a Triton name."""
-    name = getattr(value, "__name__", None) if isinstance(value, types.ModuleType) else None
-    if name is None or name.split(".")[0] != "triton" or sys.modules.get(name) is value:
-        return value
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return value
+def _replace_triton_stand_ins(node: ast.AST, bound: frozenset[str], namespace: dict[str, Any]) -> None:
+    """Each name of ``bound`` holding a stand-in module (not the module it is named for) gets what ``node`` imports
+    from Triton for that name on another branch (vLLM's ``tldevice``: libdevice, not the module its stand-in names)."""
+    imports: dict[str, tuple[str, str | None]] = {}
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Import):
+            for alias in sub.names:
+                if alias.name.split(".")[0] == "triton":
+                    path = alias.name if alias.asname else alias.name.split(".")[0]
+                    imports[alias.asname or path] = (path, None)
+        elif isinstance(sub, ast.ImportFrom) and not sub.level and (sub.module or "").split(".")[0] == "triton":
+            for alias in sub.names:
+                imports[alias.asname or alias.name] = (str(sub.module), alias.name)
+    for name in bound & imports.keys():
+        value = namespace.get(name)
+        if not isinstance(value, types.ModuleType) or sys.modules.get(value.__name__) is value:
+            continue
+        path, attr = imports[name]
+        try:
+            module = importlib.import_module(path)
+            namespace[name] = module if attr is None else getattr(module, attr, None) or importlib.import_module(
+                f"{path}.{attr}")
+        except ImportError:
+            pass  # the stand-in stays: using it fails as the library's own would
 
 
 def _warn_dropped(module: str, dropped: dict[str, str]) -> None:
@@ -350,9 +364,7 @@ class _Loader:
             node = ast.fix_missing_locations(ast.copy_location(node, unit.node))
         try:
             exec(self.compile(node), self.globals)
-            for name in unit.bound:
-                if name in self.globals:
-                    self.globals[name] = _real_triton(self.globals[name])
+            _replace_triton_stand_ins(node, unit.bound, self.globals)
         except Exception as exc:
             stripped = strip_outer_wrappers(unit, self.source.origins) if unit.is_kernel else None
             if stripped is None or _missing_module(exc) is None:

@@ -1,0 +1,199 @@
+"""The MoE grouped matmul and the MoE model on one GPU, side by side with XLA's formulations.
+
+    python bench/moe.py --out bench/results/moe-h200/run1.json                 # every part
+    python bench/moe.py --parts gmm --experts 8,64 --out ...                   # some of it
+    python bench/moe.py --smoke --out /tmp/moe-cpu.json                        # tiny shapes, any backend
+
+Parts (``--parts``, comma-separated):
+
+* ``gmm``: ``grouped_matmul`` (``examples/moe/grouped.py``) against ``jax.lax.ragged_dot`` and the dense matmul
+  of the same FLOPs (``(m, k) @ (k, n)``), forward and forward + backward, in TFLOP/s, at 8, 64 and 128 experts
+  with Qwen3-30B-A3B's expert shape (65,536 routed rows, k 2048, n 768) and Mixtral's (k 4096, n 14336, 8
+  experts). Group sizes are drawn from a Dirichlet (``--alpha``), uneven as a router's. Each result is checked
+  against ``ragged_dot``.
+* ``torch``: the same kernels launched by Triton itself on torch tensors (vLLM's ``fused_moe_kernel`` forward and
+  dX, our dW kernel), on the plan ``grouped_matmul`` computed, against tritonplug's outputs (needs torch + CUDA).
+* ``layer``: the MoE MLP (``examples/moe/layer.py``: router, dispatch, experts, combine) forward + backward per
+  choice (``jax``, ``jax-dense``, ``tritonplug``) at the shapes above, tokens x top-k = 65,536 rows.
+* ``model``: ``examples/moe/train.py`` per choice, each in its own process (tokens/s, device peak, losses).
+
+Timing: each implementation is jitted; a sample is ``--calls`` back-to-back calls synchronised once (device time
+per call); implementations alternate round by round; medians over ``--rounds`` rounds. The JSON holds the command,
+the machine, every record and sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from _util import Results, batched_seconds, check, format_table, write_json  # noqa: E402
+
+#: (label, rows, k, n, experts): the gmm part's shapes
+GMM_SHAPES = [("qwen3", 65536, 2048, 768, 8), ("qwen3", 65536, 2048, 768, 64), ("qwen3", 65536, 2048, 768, 128),
+              ("mixtral", 65536, 4096, 14336, 8)]
+#: (label, tokens, hidden, expert_ffn, experts, top_k): the layer part's shapes (tokens x top_k routed rows)
+LAYER_SHAPES = [("qwen3", 8192, 2048, 768, 8, 8), ("qwen3", 8192, 2048, 768, 64, 8),
+                ("qwen3", 8192, 2048, 768, 128, 8), ("mixtral", 32768, 4096, 14336, 8, 2)]
+SMOKE_GMM = [("smoke", 96, 32, 48, 4)]
+SMOKE_LAYER = [("smoke", 48, 32, 16, 4, 2)]
+
+
+def group_sizes(rows: int, experts: int, alpha: float, seed: int):
+    """Uneven sizes summing to ``rows``, drawn from a Dirichlet (a router's load)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    share = rng.dirichlet(np.full(experts, alpha))
+    sizes = np.floor(share * rows).astype(np.int64)
+    sizes[np.argmax(sizes)] += rows - sizes.sum()
+    return sizes.astype(np.int32)
+
+
+def _timed(results: Results, bench: str, fns: dict, args, flops: float) -> None:
+    import jax
+
+    samples = {name: [] for name in fns}
+    for _ in range(args.rounds):
+        for name, fn in fns.items():
+            with results.guard(bench, name):
+                samples[name] += batched_seconds(lambda i, fn=fn: fn(), args.calls, 1, 1, jax.block_until_ready)
+    for name, s in samples.items():
+        if s:
+            med = sorted(s)[len(s) // 2]
+            results.add(bench, name, median_us=med * 1e6, min_us=min(s) * 1e6, max_us=max(s) * 1e6,
+                        tflops=flops / med / 1e12, samples=[x * 1e6 for x in s])
+
+
+def part_gmm(results: Results, args) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from examples.moe.grouped import grouped_matmul
+
+    for label, m, k, n, g in (SMOKE_GMM if args.smoke else GMM_SHAPES):
+        if args.experts and g not in args.experts:
+            continue
+        keys = jax.random.split(jax.random.key(g), 4)
+        lhs = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
+        rhs = (jax.random.normal(keys[1], (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
+        dense_w = rhs[0]
+        sizes = jnp.asarray(group_sizes(m, g, args.alpha, args.seed))
+        cot = jax.random.normal(keys[2], (m, n), jnp.bfloat16)
+        impls = {"grouped_matmul": grouped_matmul, "ragged_dot": jax.lax.ragged_dot}
+        fwd = {name: jax.jit(f) for name, f in impls.items()}
+        fwd_bwd = {name: jax.jit(jax.grad(lambda l, r, s, f=f: jnp.vdot(f(l, r, s), cot).astype(jnp.float32),
+                                          argnums=(0, 1))) for name, f in impls.items()}
+        dense = jax.jit(lambda l, w: l @ w)
+        dense_fb = jax.jit(jax.grad(lambda l, w: jnp.vdot(l @ w, cot).astype(jnp.float32), argnums=(0, 1)))
+        bench = f"gmm {label} m={m} k={k} n={n} experts={g}"
+        flops = 2.0 * m * k * n
+        with results.guard(bench + " check", "grouped_matmul"):
+            want = fwd["ragged_dot"](lhs, rhs, sizes)
+            record = results.add(bench + " check", "grouped_matmul", median_us=None)
+            got = fwd["grouped_matmul"](lhs, rhs, sizes)
+            scale = float(jnp.max(jnp.abs(want.astype(jnp.float32)))) or 1.0
+            check(record, np.asarray(got, np.float32) / scale, np.asarray(want, np.float32) / scale, 2e-2)
+            grads = [fwd_bwd[name](lhs, rhs, sizes) for name in ("grouped_matmul", "ragged_dot")]
+            for which, a, b in zip(("dlhs", "drhs"), *grads, strict=True):
+                s = float(jnp.max(jnp.abs(b.astype(jnp.float32)))) or 1.0
+                record[f"{which}_max_rel_diff"] = float(jnp.max(jnp.abs((a - b).astype(jnp.float32)))) / s
+        _timed(results, bench + " forward", {"dense": lambda: dense(lhs, dense_w),
+                                             **{name: functools.partial(f, lhs, rhs, sizes)
+                                                for name, f in fwd.items()}}, args, flops)
+        _timed(results, bench + " forward+backward", {"dense": lambda: dense_fb(lhs, dense_w),
+                                                      **{name: functools.partial(f, lhs, rhs, sizes)
+                                                         for name, f in fwd_bwd.items()}}, args, 3 * flops)
+
+
+def part_layer(results: Results, args) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from examples.moe.config import MoEConfig
+    from examples.moe.layer import CHOICES, moe_mlp
+
+    for label, t, d, f, g, top_k in (SMOKE_LAYER if args.smoke else LAYER_SHAPES):
+        if args.experts and g not in args.experts:
+            continue
+        cfg = MoEConfig(vocab=1, hidden=d, layers=1, heads=1, kv_heads=1, ffn=0, seq=1, batch=1, experts=g,
+                        top_k=top_k, expert_ffn=f)
+        keys = jax.random.split(jax.random.key(g), 5)
+        h = jax.random.normal(keys[0], (t, d), jnp.bfloat16)
+        p = {"router": jax.random.normal(keys[1], (d, g), jnp.bfloat16) * 0.02,
+             "w_gate_up": (jax.random.normal(keys[2], (g, d, 2 * f), jnp.float32) / d ** 0.5).astype(jnp.bfloat16),
+             "w_down": (jax.random.normal(keys[3], (g, f, d), jnp.float32) / f ** 0.5).astype(jnp.bfloat16)}
+        cot = jax.random.normal(keys[4], (t, d), jnp.bfloat16)
+
+        def objective(h, p, choice):
+            out, aux = moe_mlp(h, p, cfg, choice)
+            return jnp.vdot(out, cot).astype(jnp.float32) + aux
+
+        fns = {c: jax.jit(jax.grad(functools.partial(objective, choice=c), argnums=(0, 1))) for c in CHOICES}
+        bench = f"layer {label} tokens={t} d={d} f={f} experts={g} top_k={top_k} forward+backward"
+        flops = 3 * 2.0 * t * top_k * d * 3 * f  # gate, up, down: each forward matmul and its two gradients
+        _timed(results, bench, {c: functools.partial(fn, h, p) for c, fn in fns.items()}, args, flops)
+
+
+def part_model(results: Results, args) -> None:
+    train = ROOT / "examples" / "moe" / "train.py"
+    config = "tiny" if args.smoke else args.model_config
+    for choice in ("jax", "jax-dense", "tritonplug"):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "report.json"
+            cmd = [sys.executable, str(train), "--config", config, "--ops", choice, "--steps", str(args.steps),
+                   "--json", str(out)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+            bench = f"model {config} steps={args.steps}"
+            if proc.returncode != 0:
+                results.add(bench, choice, median_us=None, error=(proc.stdout + proc.stderr)[-3000:])
+                continue
+            (run,) = json.loads(out.read_text())["runs"].values()
+            results.add(bench, choice, median_us=run["step_seconds_median"] * 1e6, tokens_per_s=run["tokens_per_s"],
+                        device_peak_bytes=run.get("device_peak_bytes"), plan_bytes=run.get("plan_bytes"),
+                        losses=run["losses"])
+
+
+PARTS = {"gmm": part_gmm, "layer": part_layer, "model": part_model}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--parts", default="gmm,torch,layer,model")
+    p.add_argument("--experts", type=lambda s: [int(x) for x in s.split(",")], help="only these expert counts")
+    p.add_argument("--alpha", type=float, default=1.0, help="the Dirichlet's concentration for group sizes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=5)
+    p.add_argument("--steps", type=int, default=12, help="training steps per choice (model part)")
+    p.add_argument("--model-config", default="qwen3-64e")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    results = Results()
+    for part in args.parts.split(","):
+        if part == "torch":
+            from moe_torch import part_torch
+
+            part_torch(results, args, group_sizes)
+        else:
+            PARTS[part](results, args)
+        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha)  # after each part: a cut run keeps it
+    print(format_table([r for r in results.records if "samples" in r or "error" in r],
+                       ["bench", "impl", "median_us", "tflops", "error"]))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", ".9")
+    main()
