@@ -115,13 +115,18 @@ def library(tmp_path_factory) -> tuple[str, Path]:
     """A fresh package name per session: loaded modules are kept for the process, as imports are."""
     name = f"torchlib_{uuid.uuid4().hex[:8]}"
     root = tmp_path_factory.mktemp("site")
-    for relative, text in FILES.items():
-        path = root / name / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).replace("PKG", name).lstrip())
+    write_package(root, name, FILES)
     sys.path.insert(0, str(root))
     yield name, root / name
     sys.path.remove(str(root))
+
+
+def write_package(root: Path, name: str, files: dict[str, str]) -> None:
+    """``files`` (relative path: source, ``PKG`` standing for ``name``) written as the package ``root/name``."""
+    for relative, text in files.items():
+        path = root / name / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).replace("PKG", name).lstrip())
 
 
 def line_of(path: Path, needle: str) -> int:
@@ -290,3 +295,53 @@ def test_a_kernel_using_a_name_whose_import_failed_is_refused_at_the_call_naming
     with pytest.raises(tritonplug.KernelImportError, match=r"fast_scale \(`from not_a_real_package_xyz import "
                        r"fast_scale`, .*needs_a_package.py:3\) needs not_a_real_package_xyz.*kernel 'scale_kernel'"):
         tritonplug.triton_call(x, kernel=module.scale_kernel, out_type=jax.typeof(x), grid=(1,), BLOCK=16)
+
+
+STANDIN_FILES = {
+    "__init__.py": "raise RuntimeError('the package __init__ ran')\n",
+    "utils.py": """
+        import types
+
+        import triton as real_triton
+
+
+        class Placeholder(types.ModuleType):  # vLLM's TritonPlaceholder, bound when torch finds no GPU driver
+            def __init__(self, name="triton"):
+                super().__init__(name)
+                self.jit = lambda fn=None, **kwargs: fn if fn is not None else (lambda f: f)
+
+
+        triton = Placeholder()
+        tl = Placeholder("triton.language")
+        not_triton = Placeholder("tritonic")
+        missing = Placeholder("triton.no_such_module_xyz")
+    """,
+    "kernels.py": """
+        from PKG.utils import missing, not_triton, real_triton, tl, triton
+
+
+        @triton.jit
+        def k(out_ptr, BLOCK: tl.constexpr):
+            tl.store(out_ptr + tl.arange(0, BLOCK), 1.0)
+    """,
+}
+
+
+def test_a_library_stand_in_for_triton_is_replaced_by_the_real_module(tmp_path, monkeypatch):
+    """A stand-in module claiming a Triton name (vLLM's ``TritonPlaceholder``, whose ``jit`` returns the function)
+    becomes the real module of that name in every unit that binds it; a real module passes through untouched."""
+    name = f"fakelib_{uuid.uuid4().hex[:8]}"
+    write_package(tmp_path, name, STANDIN_FILES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = kernels_of(f"{name}.kernels", use_import=False)
+    assert isinstance(module.k, triton.runtime.jit.JITFunction)
+    assert module.triton is sys.modules["triton"] and module.tl is sys.modules["triton.language"]
+    utils = kernels_of(f"{name}.utils", use_import=False)
+    assert utils.triton is sys.modules["triton"]  # replaced where the stand-in is first bound too
+    assert module.real_triton is sys.modules["triton"] is triton  # the real module: the same object
+    # not a Triton name, or a Triton name that does not import: left as the library bound it
+    assert isinstance(module.not_triton, utils.Placeholder) and module.not_triton.__name__ == "tritonic"
+    assert isinstance(module.missing, utils.Placeholder)
+    out = tritonplug.triton_call(kernel=module.k, grid=(1,), out_type=jax.ShapeDtypeStruct((16,), jnp.float32),
+                                 BLOCK=16)
+    np.testing.assert_array_equal(np.asarray(out), np.ones(16, np.float32))
