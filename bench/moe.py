@@ -75,74 +75,80 @@ def _timed(results: Results, bench: str, fns: dict, args, flops: float) -> None:
 
 
 def part_gmm(results: Results, args) -> None:
+    for label, m, k, n, g in (SMOKE_GMM if args.smoke else GMM_SHAPES):
+        if not args.experts or g in args.experts:
+            _gmm_shape(results, args, label, m, k, n, g)
+
+
+def _gmm_shape(results: Results, args, label: str, m: int, k: int, n: int, g: int) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from examples.moe.grouped import grouped_matmul
 
-    for label, m, k, n, g in (SMOKE_GMM if args.smoke else GMM_SHAPES):
-        if args.experts and g not in args.experts:
-            continue
-        keys = jax.random.split(jax.random.key(g), 4)
-        lhs = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
-        rhs = (jax.random.normal(keys[1], (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
-        dense_w = rhs[0]
-        sizes = jnp.asarray(group_sizes(m, g, args.alpha, args.seed))
-        cot = jax.random.normal(keys[2], (m, n), jnp.bfloat16)
-        impls = {"grouped_matmul": grouped_matmul, "ragged_dot": jax.lax.ragged_dot}
-        fwd = {name: jax.jit(f) for name, f in impls.items()}
-        fwd_bwd = {name: jax.jit(jax.grad(lambda l, r, s, f=f: jnp.vdot(f(l, r, s), cot).astype(jnp.float32),
-                                          argnums=(0, 1))) for name, f in impls.items()}
-        dense = jax.jit(lambda l, w: l @ w)
-        dense_fb = jax.jit(jax.grad(lambda l, w: jnp.vdot(l @ w, cot).astype(jnp.float32), argnums=(0, 1)))
-        bench = f"gmm {label} m={m} k={k} n={n} experts={g}"
-        flops = 2.0 * m * k * n
-        with results.guard(bench + " check", "grouped_matmul"):
-            want = fwd["ragged_dot"](lhs, rhs, sizes)
-            record = results.add(bench + " check", "grouped_matmul", median_us=None)
-            got = fwd["grouped_matmul"](lhs, rhs, sizes)
-            scale = float(jnp.max(jnp.abs(want.astype(jnp.float32)))) or 1.0
-            check(record, np.asarray(got, np.float32) / scale, np.asarray(want, np.float32) / scale, 2e-2)
-            grads = [fwd_bwd[name](lhs, rhs, sizes) for name in ("grouped_matmul", "ragged_dot")]
-            for which, a, b in zip(("dlhs", "drhs"), *grads, strict=True):
-                s = float(jnp.max(jnp.abs(b.astype(jnp.float32)))) or 1.0
-                record[f"{which}_max_rel_diff"] = float(jnp.max(jnp.abs((a - b).astype(jnp.float32)))) / s
-        _timed(results, bench + " forward", {"dense": lambda: dense(lhs, dense_w),
-                                             **{name: functools.partial(f, lhs, rhs, sizes)
-                                                for name, f in fwd.items()}}, args, flops)
-        _timed(results, bench + " forward+backward", {"dense": lambda: dense_fb(lhs, dense_w),
-                                                      **{name: functools.partial(f, lhs, rhs, sizes)
-                                                         for name, f in fwd_bwd.items()}}, args, 3 * flops)
+    keys = jax.random.split(jax.random.key(g), 4)
+    lhs = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
+    rhs = (jax.random.normal(keys[1], (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
+    dense_w = rhs[0]
+    sizes = jnp.asarray(group_sizes(m, g, args.alpha, args.seed))
+    cot = jax.random.normal(keys[2], (m, n), jnp.bfloat16)
+    impls = {"grouped_matmul": grouped_matmul, "ragged_dot": jax.lax.ragged_dot}
+    fwd = {name: jax.jit(f) for name, f in impls.items()}
+    fwd_bwd = {name: jax.jit(jax.grad(lambda x, r, s, f=f: jnp.vdot(f(x, r, s), cot).astype(jnp.float32),
+                                      argnums=(0, 1))) for name, f in impls.items()}
+    dense = jax.jit(lambda x, w: x @ w)
+    dense_fb = jax.jit(jax.grad(lambda x, w: jnp.vdot(x @ w, cot).astype(jnp.float32), argnums=(0, 1)))
+    bench = f"gmm {label} m={m} k={k} n={n} experts={g}"
+    flops = 2.0 * m * k * n
+    with results.guard(bench + " check", "grouped_matmul"):
+        want = fwd["ragged_dot"](lhs, rhs, sizes)
+        record = results.add(bench + " check", "grouped_matmul", median_us=None)
+        got = fwd["grouped_matmul"](lhs, rhs, sizes)
+        scale = float(jnp.max(jnp.abs(want.astype(jnp.float32)))) or 1.0
+        check(record, np.asarray(got, np.float32) / scale, np.asarray(want, np.float32) / scale, 2e-2)
+        grads = [fwd_bwd[name](lhs, rhs, sizes) for name in ("grouped_matmul", "ragged_dot")]
+        for which, a, b in zip(("dlhs", "drhs"), *grads, strict=True):
+            s = float(jnp.max(jnp.abs(b.astype(jnp.float32)))) or 1.0
+            record[f"{which}_max_rel_diff"] = float(jnp.max(jnp.abs((a - b).astype(jnp.float32)))) / s
+    _timed(results, bench + " forward", {"dense": lambda: dense(lhs, dense_w),
+                                         **{name: functools.partial(f, lhs, rhs, sizes)
+                                            for name, f in fwd.items()}}, args, flops)
+    _timed(results, bench + " forward+backward", {"dense": lambda: dense_fb(lhs, dense_w),
+                                                  **{name: functools.partial(f, lhs, rhs, sizes)
+                                                     for name, f in fwd_bwd.items()}}, args, 3 * flops)
 
 
 def part_layer(results: Results, args) -> None:
+    for label, t, d, f, g, top_k in (SMOKE_LAYER if args.smoke else LAYER_SHAPES):
+        if not args.experts or g in args.experts:
+            _layer_shape(results, args, label, t, d, f, g, top_k)
+
+
+def _layer_shape(results: Results, args, label: str, t: int, d: int, f: int, g: int, top_k: int) -> None:
     import jax
     import jax.numpy as jnp
 
     from examples.moe.config import MoEConfig
     from examples.moe.layer import CHOICES, moe_mlp
 
-    for label, t, d, f, g, top_k in (SMOKE_LAYER if args.smoke else LAYER_SHAPES):
-        if args.experts and g not in args.experts:
-            continue
-        cfg = MoEConfig(vocab=1, hidden=d, layers=1, heads=1, kv_heads=1, ffn=0, seq=1, batch=1, experts=g,
-                        top_k=top_k, expert_ffn=f)
-        keys = jax.random.split(jax.random.key(g), 5)
-        h = jax.random.normal(keys[0], (t, d), jnp.bfloat16)
-        p = {"router": jax.random.normal(keys[1], (d, g), jnp.bfloat16) * 0.02,
-             "w_gate_up": (jax.random.normal(keys[2], (g, d, 2 * f), jnp.float32) / d ** 0.5).astype(jnp.bfloat16),
-             "w_down": (jax.random.normal(keys[3], (g, f, d), jnp.float32) / f ** 0.5).astype(jnp.bfloat16)}
-        cot = jax.random.normal(keys[4], (t, d), jnp.bfloat16)
+    cfg = MoEConfig(vocab=1, hidden=d, layers=1, heads=1, kv_heads=1, ffn=0, seq=1, batch=1, experts=g,
+                    top_k=top_k, expert_ffn=f)
+    keys = jax.random.split(jax.random.key(g), 5)
+    h = jax.random.normal(keys[0], (t, d), jnp.bfloat16)
+    p = {"router": jax.random.normal(keys[1], (d, g), jnp.bfloat16) * 0.02,
+         "w_gate_up": (jax.random.normal(keys[2], (g, d, 2 * f), jnp.float32) / d ** 0.5).astype(jnp.bfloat16),
+         "w_down": (jax.random.normal(keys[3], (g, f, d), jnp.float32) / f ** 0.5).astype(jnp.bfloat16)}
+    cot = jax.random.normal(keys[4], (t, d), jnp.bfloat16)
 
-        def objective(h, p, choice):
-            out, aux = moe_mlp(h, p, cfg, choice)
-            return jnp.vdot(out, cot).astype(jnp.float32) + aux
+    def objective(h, p, choice):
+        out, aux = moe_mlp(h, p, cfg, choice)
+        return jnp.vdot(out, cot).astype(jnp.float32) + aux
 
-        fns = {c: jax.jit(jax.grad(functools.partial(objective, choice=c), argnums=(0, 1))) for c in CHOICES}
-        bench = f"layer {label} tokens={t} d={d} f={f} experts={g} top_k={top_k} forward+backward"
-        flops = 3 * 2.0 * t * top_k * d * 3 * f  # gate, up, down: each forward matmul and its two gradients
-        _timed(results, bench, {c: functools.partial(fn, h, p) for c, fn in fns.items()}, args, flops)
+    fns = {c: jax.jit(jax.grad(functools.partial(objective, choice=c), argnums=(0, 1))) for c in CHOICES}
+    bench = f"layer {label} tokens={t} d={d} f={f} experts={g} top_k={top_k} forward+backward"
+    flops = 3 * 2.0 * t * top_k * d * 3 * f  # gate, up, down: each forward matmul and its two gradients
+    _timed(results, bench, {c: functools.partial(fn, h, p) for c, fn in fns.items()}, args, flops)
 
 
 def part_model(results: Results, args) -> None:

@@ -304,20 +304,29 @@ STANDIN_FILES = {
 
         import triton as real_triton
 
+        HAS_TRITON = False  # vLLM's check, which asks torch for a GPU driver
 
-        class Placeholder(types.ModuleType):  # vLLM's TritonPlaceholder, bound when torch finds no GPU driver
+
+        class Placeholder(types.ModuleType):  # vLLM's TritonPlaceholder
             def __init__(self, name="triton"):
                 super().__init__(name)
                 self.jit = lambda fn=None, **kwargs: fn if fn is not None else (lambda f: f)
 
 
-        triton = Placeholder()
-        tl = Placeholder("triton.language")
-        not_triton = Placeholder("tritonic")
-        missing = Placeholder("triton.no_such_module_xyz")
+        if HAS_TRITON:
+            import triton
+            import triton.language as tl
+            import triton.language.extra.libdevice as tldevice
+            from triton.no_such_module_xyz import missing
+        else:
+            triton = Placeholder()
+            tl = Placeholder("triton.language")
+            tldevice = Placeholder("triton.language")  # named as vLLM names it: not the module it stands for
+            missing = Placeholder("triton.no_such_module_xyz")
+        not_triton = Placeholder("triton")  # a stand-in with no Triton import beside it
     """,
     "kernels.py": """
-        from PKG.utils import missing, not_triton, real_triton, tl, triton
+        from PKG.utils import missing, not_triton, real_triton, tl, tldevice, triton
 
 
         @triton.jit
@@ -328,19 +337,21 @@ STANDIN_FILES = {
 
 
 def test_a_library_stand_in_for_triton_is_replaced_by_the_real_module(tmp_path, monkeypatch):
-    """A stand-in module claiming a Triton name (vLLM's ``TritonPlaceholder``, whose ``jit`` returns the function)
-    becomes the real module of that name in every unit that binds it; a real module passes through untouched."""
+    """A stand-in module for Triton (vLLM's ``TritonPlaceholder``, whose ``jit`` returns the function) becomes what
+    the same statement imports for that name on its other branch, in every unit that binds it; a real module passes
+    through untouched."""
     name = f"fakelib_{uuid.uuid4().hex[:8]}"
     write_package(tmp_path, name, STANDIN_FILES)
     monkeypatch.syspath_prepend(str(tmp_path))
     module = kernels_of(f"{name}.kernels", use_import=False)
     assert isinstance(module.k, triton.runtime.jit.JITFunction)
     assert module.triton is sys.modules["triton"] and module.tl is sys.modules["triton.language"]
+    assert module.tldevice is sys.modules["triton.language.extra.libdevice"]  # the import's module, not its name
     utils = kernels_of(f"{name}.utils", use_import=False)
     assert utils.triton is sys.modules["triton"]  # replaced where the stand-in is first bound too
     assert module.real_triton is sys.modules["triton"] is triton  # the real module: the same object
-    # not a Triton name, or a Triton name that does not import: left as the library bound it
-    assert isinstance(module.not_triton, utils.Placeholder) and module.not_triton.__name__ == "tritonic"
+    # no Triton import beside it, or an import that fails: left as the library bound it
+    assert isinstance(module.not_triton, utils.Placeholder)
     assert isinstance(module.missing, utils.Placeholder)
     out = tritonplug.triton_call(kernel=module.k, grid=(1,), out_type=jax.ShapeDtypeStruct((16,), jnp.float32),
                                  BLOCK=16)
