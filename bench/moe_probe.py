@@ -1,6 +1,7 @@
 """One grouped-matmul call in a fresh process, for finding which launch faults (a fault poisons the process's CUDA
 context, so ``bench/moe.py`` cannot tell): ``python bench/moe_probe.py WHAT M K N EXPERTS [BLOCK_M]`` with WHAT one of
-``ragged`` (XLA's ``ragged_dot``), ``gmm`` (``grouped_matmul``), ``dw`` (its gradient in ``rhs``), ``torch-CONFIG``
+``ragged`` (XLA's ``ragged_dot``), ``gmm`` (``gathered_matmul`` on an eager plan), ``gmmjit``/``fbjit`` (``grouped_matmul`` and its gradient
+under ``jit``), ``dw`` (its gradient in ``rhs``), ``torch-CONFIG``
 (vLLM's kernel launched by Triton on torch tensors with configuration number CONFIG)."""
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ def main(what: str, m: int, k: int, n: int, g: int, bm: int | None = None) -> No
     rhs = (jax.random.normal(jax.random.key(1), (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
     sizes = jnp.asarray(group_sizes(m, g, 1.0, 0))
     plan = kernels.block_plan(sizes, m, bm or kernels.block_size_m(m, g, False))
-    if what == "ragged":
+    if what == "gmmjit":
+        out = jax.jit(grouped.grouped_matmul)(lhs, rhs, sizes)
+    elif what == "fbjit":
+        out = jax.jit(jax.grad(lambda a, r, s: jnp.sum(grouped.grouped_matmul(a, r, s).astype(jnp.float32)),
+                               argnums=1))(lhs, rhs, sizes)
+    elif what == "ragged":
         out = jax.lax.ragged_dot(lhs, rhs, sizes)
     elif what == "gmm":
         out = grouped.gathered_matmul(lhs, rhs, plan, 1, jnp.dtype(jnp.bfloat16), False)
