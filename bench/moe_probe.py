@@ -25,7 +25,12 @@ def main(what: str, m: int, k: int, n: int, g: int, bm: int | None = None) -> No
     rhs = (jax.random.normal(jax.random.key(1), (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
     sizes = jnp.asarray(group_sizes(m, g, 1.0, 0))
     plan = kernels.block_plan(sizes, m, bm or kernels.block_size_m(m, g, False))
-    if what == "gmmjit":
+    if what in ("both", "both-rev"):
+        calls = [jax.jit(jax.lax.ragged_dot), jax.jit(grouped.grouped_matmul)]
+        outs = [print("calling", f, flush=True) or f(lhs, rhs, sizes).block_until_ready()
+                for f in (calls if what == "both" else calls[::-1])]
+        out = outs[0] - outs[1]
+    elif what == "gmmjit":
         out = jax.jit(grouped.grouped_matmul)(lhs, rhs, sizes)
     elif what == "fbjit":
         out = jax.jit(jax.grad(lambda a, r, s: jnp.sum(grouped.grouped_matmul(a, r, s).astype(jnp.float32)),
