@@ -17,9 +17,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 def main(what: str, m: int, k: int, n: int, g: int, bm: int | None = None) -> None:
     import jax
     import jax.numpy as jnp
+    from moe import group_sizes
 
     from examples.moe import grouped, kernels
-    from moe import group_sizes
 
     lhs = jax.random.normal(jax.random.key(0), (m, k), jnp.bfloat16)
     rhs = (jax.random.normal(jax.random.key(1), (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
