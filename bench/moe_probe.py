@@ -1,8 +1,9 @@
-"""One grouped-matmul call in a fresh process, for finding which launch faults (a fault poisons the process's CUDA
-context, so ``bench/moe.py`` cannot tell): ``python bench/moe_probe.py WHAT M K N EXPERTS [BLOCK_M]`` with WHAT one of
-``ragged`` (XLA's ``ragged_dot``), ``gmm`` (``gathered_matmul`` on an eager plan), ``gmmjit``/``fbjit`` (``grouped_matmul`` and its gradient
-under ``jit``), ``dw`` (its gradient in ``rhs``), ``torch-CONFIG``
-(vLLM's kernel launched by Triton on torch tensors with configuration number CONFIG)."""
+"""Grouped-matmul calls in a fresh process, for finding which launch faults (a fault poisons the process's CUDA
+context, so ``bench/moe.py`` cannot tell): ``python bench/moe_probe.py WHAT M K N EXPERTS [BLOCK_M]``, WHAT one of
+``ragged`` (XLA's ``ragged_dot``), ``gmm`` (``gathered_matmul`` on an eager plan), ``gmmjit``/``fbjit``
+(``grouped_matmul`` and its gradient under ``jit``), ``both``/``both-rev`` (``ragged_dot`` and ``grouped_matmul``
+in one process, in either order), ``dw`` (the gradient in ``rhs``), ``torch-CONFIG`` (vLLM's kernel launched by
+Triton on torch tensors with configuration number CONFIG)."""
 
 from __future__ import annotations
 
