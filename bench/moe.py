@@ -180,6 +180,8 @@ def main(argv=None) -> None:
     p.add_argument("--parts", default="gmm,torch,layer,model")
     p.add_argument("--experts", type=lambda s: [int(x) for x in s.split(",")], help="only these expert counts")
     p.add_argument("--impls", default="grouped_matmul,ragged_dot", help="gmm part: which of the two to run")
+    p.add_argument("--configs", type=lambda s: [int(x) for x in s.split(",")],
+                   help="only these of the kernels' autotuning configurations (indices)")
     p.add_argument("--alpha", type=float, default=1.0, help="the Dirichlet's concentration for group sizes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=5)
@@ -189,6 +191,11 @@ def main(argv=None) -> None:
     p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
+    if args.configs:
+        from examples.moe import kernels
+
+        kernels.FORWARD_CONFIGS[:] = [kernels.FORWARD_CONFIGS[i] for i in args.configs]
+        kernels.DW_CONFIGS[:] = [kernels.DW_CONFIGS[min(i, len(kernels.DW_CONFIGS) - 1)] for i in args.configs]
     results = Results()
     for part in args.parts.split(","):
         if part == "torch":
@@ -197,7 +204,7 @@ def main(argv=None) -> None:
             part_torch(results, args, group_sizes)
         else:
             PARTS[part](results, args)
-        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha)  # after each part: a cut run keeps it
+        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, configs=args.configs)  # after each part: a cut run keeps it
     print(format_table([r for r in results.records if "samples" in r or "error" in r],
                        ["bench", "impl", "median_us", "tflops", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)
