@@ -204,7 +204,7 @@ def main(argv=None) -> None:
             part_torch(results, args, group_sizes)
         else:
             PARTS[part](results, args)
-        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, configs=args.configs)  # after each part: a cut run keeps it
+        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, configs=args.configs)  # each part
     print(format_table([r for r in results.records if "samples" in r or "error" in r],
                        ["bench", "impl", "median_us", "tflops", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)
