@@ -74,6 +74,17 @@ def _timed(results: Results, bench: str, fns: dict, args, flops: float) -> None:
                         tflops=flops / med / 1e12, samples=[x * 1e6 for x in s])
 
 
+def forward_backward(f, x, w, *rest, cot):
+    """``f(x, w, *rest)`` and its vector-Jacobian product with ``cot`` in ``x`` and ``w``. The forward is returned,
+    so XLA cannot drop it: the gradients of a linear function do not need it, so a ``jax.grad`` of
+    ``vdot(f(x, w), cot)`` would time two matmuls for XLA's ops but three for a custom call, which is never
+    dropped."""
+    import jax
+
+    out, vjp = jax.vjp(lambda x, w: f(x, w, *rest), x, w)
+    return out, vjp(cot)
+
+
 def part_gmm(results: Results, args) -> None:
     for label, m, k, n, g in (SMOKE_GMM if args.smoke else GMM_SHAPES):
         if not args.experts or g in args.experts:
@@ -96,10 +107,9 @@ def _gmm_shape(results: Results, args, label: str, m: int, k: int, n: int, g: in
     impls = {name: f for name, f in (("grouped_matmul", grouped_matmul), ("ragged_dot", jax.lax.ragged_dot))
              if name in args.impls}
     fwd = {name: jax.jit(f) for name, f in impls.items()}
-    fwd_bwd = {name: jax.jit(jax.grad(lambda x, r, s, f=f: jnp.vdot(f(x, r, s), cot).astype(jnp.float32),
-                                      argnums=(0, 1))) for name, f in impls.items()}
+    fwd_bwd = {name: jax.jit(functools.partial(forward_backward, f, cot=cot)) for name, f in impls.items()}
     dense = jax.jit(lambda x, w: x @ w)
-    dense_fb = jax.jit(jax.grad(lambda x, w: jnp.vdot(x @ w, cot).astype(jnp.float32), argnums=(0, 1)))
+    dense_fb = jax.jit(functools.partial(forward_backward, lambda x, w: x @ w, cot=cot))
     bench = f"gmm {label} m={m} k={k} n={n} experts={g}"
     flops = 2.0 * m * k * n
     if len(impls) == 2:
@@ -109,7 +119,7 @@ def _gmm_shape(results: Results, args, label: str, m: int, k: int, n: int, g: in
             got = np.asarray(fwd["grouped_matmul"](lhs, rhs, sizes), np.float32)
             scale = float(np.max(np.abs(want))) or 1.0
             check(record, got / scale, want / scale, 2e-2)
-            grads = [[np.asarray(x, np.float32) for x in fwd_bwd[name](lhs, rhs, sizes)]
+            grads = [[np.asarray(x, np.float32) for x in fwd_bwd[name](lhs, rhs, sizes)[1]]
                      for name in ("grouped_matmul", "ragged_dot")]
             for which, a, b in zip(("dlhs", "drhs"), *grads, strict=True):
                 record[f"{which}_max_rel_diff"] = float(np.max(np.abs(a - b))) / (float(np.max(np.abs(b))) or 1.0)
@@ -143,11 +153,11 @@ def _layer_shape(results: Results, args, label: str, t: int, d: int, f: int, g: 
          "w_down": (jax.random.normal(keys[3], (g, f, d), jnp.float32) / f ** 0.5).astype(jnp.bfloat16)}
     cot = jax.random.normal(keys[4], (t, d), jnp.bfloat16)
 
-    def objective(h, p, choice):
-        out, aux = moe_mlp(h, p, cfg, choice)
-        return jnp.vdot(out, cot).astype(jnp.float32) + aux
+    def step(h, p, choice):  # the forward returned too (see forward_backward)
+        (out, aux), vjp = jax.vjp(lambda h, p: moe_mlp(h, p, cfg, choice), h, p)
+        return out, aux, vjp((cot, jnp.ones_like(aux)))
 
-    fns = {c: jax.jit(jax.grad(functools.partial(objective, choice=c), argnums=(0, 1))) for c in CHOICES}
+    fns = {c: jax.jit(functools.partial(step, choice=c)) for c in CHOICES}
     bench = f"layer {label} tokens={t} d={d} f={f} experts={g} top_k={top_k} forward+backward"
     flops = 3 * 2.0 * t * top_k * d * 3 * f  # gate, up, down: each forward matmul and its two gradients
     _timed(results, bench, {c: functools.partial(fn, h, p) for c, fn in fns.items()}, args, flops)
