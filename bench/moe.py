@@ -190,6 +190,8 @@ def main(argv=None) -> None:
     p.add_argument("--parts", default="gmm,torch,layer,model")
     p.add_argument("--experts", type=lambda s: [int(x) for x in s.split(",")], help="only these expert counts")
     p.add_argument("--impls", default="grouped_matmul,ragged_dot", help="gmm part: which of the two to run")
+    p.add_argument("--autotune", action="store_true", help="let jaxlib's runtime autotune on the device "
+                   "(examples/moe/kernels.py: ON_DEVICE_AUTOTUNE says why it is off by default)")
     p.add_argument("--configs", type=lambda s: [int(x) for x in s.split(",")],
                    help="only these of the kernels' autotuning configurations (indices)")
     p.add_argument("--alpha", type=float, default=1.0, help="the Dirichlet's concentration for group sizes")
@@ -201,9 +203,10 @@ def main(argv=None) -> None:
     p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    if args.configs:
-        from examples.moe import kernels
+    from examples.moe import kernels
 
+    kernels.ON_DEVICE_AUTOTUNE = args.autotune
+    if args.configs:
         kernels.FORWARD_CONFIGS[:] = [kernels.FORWARD_CONFIGS[i] for i in args.configs]
         kernels.DW_CONFIGS[:] = [kernels.DW_CONFIGS[min(i, len(kernels.DW_CONFIGS) - 1)] for i in args.configs]
     results = Results()
@@ -214,7 +217,8 @@ def main(argv=None) -> None:
             part_torch(results, args, group_sizes)
         else:
             PARTS[part](results, args)
-        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, configs=args.configs)  # each part
+        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, configs=args.configs,
+                   autotune=args.autotune)  # each part
     print(format_table([r for r in results.records if "samples" in r or "error" in r],
                        ["bench", "impl", "median_us", "tflops", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -54,7 +54,8 @@ def part_torch(results, args, group_sizes) -> None:
     def forward(config, a, n_out, k_in, stride_bk, stride_bn):
         c = torch.zeros((m, n_out), dtype=torch.bfloat16, device="cuda")
         grid = (triton.cdiv(em, bm) * triton.cdiv(n_out, config.kwargs["BLOCK_SIZE_N"]),)
-        _torch_launch(fused, grid, config, a, t["rhs"], c, None, None, None, None, t["ids"], t["experts"], t["ntpp"],
+        _torch_launch(fused, grid, config, a, t["rhs"], c, None, None, None, None,
+                      t["ids"], t["experts"], t["ntpp"],
                       n_out, k_in, em, m, a.stride(0), 1, k * n, stride_bk, stride_bn, c.stride(0), 1,
                       0, 0, 0, 0, 0, 0, 0, 0, 0, MUL_ROUTED_WEIGHT=False, top_k=1, compute_type=triton.language.bfloat16,
                       use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
@@ -82,4 +83,5 @@ def part_torch(results, args, group_sizes) -> None:
                 if np.array_equal(got, want):
                     equal.append(i)
             results.add(bench, name, median_us=None, max_abs_diff=min(diffs), diffs_per_config=diffs,
-                        bitwise_equal_configs=equal, check="ok" if equal else "MISMATCH: no configuration is bitwise equal")
+                        bitwise_equal_configs=equal,
+                        check="ok" if equal else "MISMATCH: no configuration is bitwise equal")

@@ -52,6 +52,19 @@ CPU_FORWARD_CONFIGS = [triton.Config({"BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "G
 CPU_DW_CONFIGS = [triton.Config({"BLOCK_SIZE_K": 32, "BLOCK_SIZE_N": 32, "BLOCK_ROWS": 16})]
 
 
+#: Whether jaxlib's runtime autotunes on the device (every configuration timed at the call's first run). Off by
+#: default: on an H200 a jitted ``grouped_matmul`` autotuned that way hit ``CUDA_ERROR_ILLEGAL_ADDRESS`` inside
+#: jaxlib's autotuner (``triton_kernels.cc``, ``cuEventSynchronize``) in processes that had run other XLA programs
+#: first, while each configuration alone, and the same kernel launched by Triton on torch tensors under every
+#: configuration, ran right (``bench/results/moe-h200/README.md``). Off, the first configuration of each list runs.
+ON_DEVICE_AUTOTUNE = False
+
+
+def _configs_to_run(configs, named_args, **kwargs):
+    """``triton.autotune``'s early pruning: every configuration when :data:`ON_DEVICE_AUTOTUNE`, else the first."""
+    return list(configs) if ON_DEVICE_AUTOTUNE else list(configs)[:1]
+
+
 def vllm_kernels():
     """vLLM's fused-MoE module, its kernels loaded from source (torch is never imported)."""
     return tritonplug.kernels_of(VLLM_MODULE, use_import=False)
@@ -64,8 +77,10 @@ def tuned_kernels(on_cpu: bool):
     """``(forward, dw)``: vLLM's kernel and ours, each under ``triton.autotune`` with its configurations."""
     if on_cpu not in _TUNED:
         fwd, dw = (CPU_FORWARD_CONFIGS, CPU_DW_CONFIGS) if on_cpu else (FORWARD_CONFIGS, DW_CONFIGS)
-        _TUNED[on_cpu] = (triton.autotune(configs=fwd, key=["N", "K", "EM"])(vllm_kernels().fused_moe_kernel),
-                          triton.autotune(configs=dw, key=["K", "N"])(grouped_matmul_dw_kernel))
+        prune = {"early_config_prune": _configs_to_run}
+        _TUNED[on_cpu] = (triton.autotune(configs=fwd, key=["N", "K", "EM"], prune_configs_by=prune)(
+                              vllm_kernels().fused_moe_kernel),
+                          triton.autotune(configs=dw, key=["K", "N"], prune_configs_by=prune)(grouped_matmul_dw_kernel))
     return _TUNED[on_cpu]
 
 
