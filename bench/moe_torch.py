@@ -57,7 +57,8 @@ def part_torch(results, args, group_sizes) -> None:
         _torch_launch(fused, grid, config, a, t["rhs"], c, None, None, None, None,
                       t["ids"], t["experts"], t["ntpp"],
                       n_out, k_in, em, m, a.stride(0), 1, k * n, stride_bk, stride_bn, c.stride(0), 1,
-                      0, 0, 0, 0, 0, 0, 0, 0, 0, MUL_ROUTED_WEIGHT=False, top_k=1, compute_type=triton.language.bfloat16,
+                      0, 0, 0, 0, 0, 0, 0, 0, 0, MUL_ROUTED_WEIGHT=False, top_k=1,
+                      compute_type=triton.language.bfloat16,
                       use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
                       naive_block_assignment=False, HAS_BIAS=False, BLOCK_SIZE_M=bm, SPLIT_K=1, SWAP_AB=False,
                       USE_TD=False)
