@@ -218,7 +218,7 @@ def main(argv=None) -> None:
         else:
             PARTS[part](results, args)
         write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, configs=args.configs,
-                   autotune=args.autotune)  # each part
+                   autotune=args.autotune, fwd_bwd_returns_forward=True)  # each part
     print(format_table([r for r in results.records if "samples" in r or "error" in r],
                        ["bench", "impl", "median_us", "tflops", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)
