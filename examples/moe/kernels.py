@@ -1,3 +1,6 @@
+# invoke_fused_moe_triton_kernel is ported from vLLM 0.33.0 (vllm/model_executor/layers/fused_moe/fused_moe.py):
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """The grouped matmul's kernels: vLLM's ``fused_moe_kernel`` (forward and dX) and our own dW kernel, with the
 block plan both read, computed on the device from group sizes that are traced values.
 
@@ -14,9 +17,6 @@ block plan both read, computed on the device from group sizes that are traced va
   rows padded to a multiple of ``BLOCK_SIZE_M``. Sizes are traced, so the kernels' grids are sized by the
   bound on the padded rows, ``(cdiv(rows, BLOCK_SIZE_M) + experts) * BLOCK_SIZE_M``, and programs past the
   last expert's padded rows exit at once.
-
-# SPDX-License-Identifier: Apache-2.0 (the ported launcher, from vLLM 0.33.0's fused_moe.py)
-# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """
 
 from __future__ import annotations

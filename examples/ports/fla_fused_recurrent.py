@@ -1,3 +1,5 @@
+# Launchers ported from flash-linear-attention (fla-core 0.6.0): MIT, Copyright (c) 2023-2026 Songlin Yang, Yu Zhang,
+# Zhiyuan Li. The licence's full text: THIRD_PARTY_NOTICES.md.
 """flash-linear-attention (fla-core 0.6.0)'s ``fused_recurrent`` forward on JAX: the kernel
 ``fused_recurrent_fwd_kernel`` (heuristics + autotune, ``None`` for absent gates and states),
 loaded from the installed ``fla.ops.common.fused_recurrent`` (never copied), launched by FLA's

@@ -1,3 +1,5 @@
+# Launchers ported from flash-linear-attention (fla-core 0.6.0): MIT, Copyright (c) 2023-2026 Songlin Yang, Yu Zhang,
+# Zhiyuan Li. The licence's full text: THIRD_PARTY_NOTICES.md.
 """flash-linear-attention (fla-core 0.6.0)'s parallel (flash) attention on JAX: ``parallel_attn_fwd_kernel`` and
 the backward's ``parallel_attn_bwd_kernel_preprocess`` / ``_dq`` / ``_dkv``, loaded from the installed
 ``fla.ops.attn.parallel`` (never copied), launched by FLA's ``parallel_attn_fwd`` / ``parallel_attn_bwd_preprocess``

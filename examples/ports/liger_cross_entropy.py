@@ -1,3 +1,5 @@
+# Launchers ported from Liger-Kernel 0.8.5: BSD-2-Clause, Copyright 2024 LinkedIn Corporation, All Rights Reserved.
+# Its conditions, and the licence's full text and disclaimer: THIRD_PARTY_NOTICES.md.
 """Liger-Kernel 0.8.5's cross entropy on JAX: ``liger_cross_entropy_kernel``, which writes the
 gradient over the logits in place during the forward, and ``element_mul_kernel`` (in place, in the
 backward), loaded from the installed ``liger_kernel.ops`` (never copied), launched by Liger's

@@ -1,3 +1,5 @@
+# Launchers ported from Liger-Kernel 0.8.5: BSD-2-Clause, Copyright 2024 LinkedIn Corporation, All Rights Reserved.
+# Its conditions, and the licence's full text and disclaimer: THIRD_PARTY_NOTICES.md.
 """Liger-Kernel 0.8.5's fused linear cross entropy on JAX: the loss of ``x @ W.T`` against the targets
 without the (BT, V) logits ever existing whole. ``liger_cross_entropy_kernel`` (the loss, and the gradient
 written over each chunk's logits in place) and ``element_mul_kernel`` (the backward's scaling, in place) are

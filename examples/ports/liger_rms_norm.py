@@ -1,3 +1,5 @@
+# Launchers ported from Liger-Kernel 0.8.5: BSD-2-Clause, Copyright 2024 LinkedIn Corporation, All Rights Reserved.
+# Its conditions, and the licence's full text and disclaimer: THIRD_PARTY_NOTICES.md.
 """Liger-Kernel 0.8.5's RMSNorm on JAX: its forward and backward kernels, loaded from the installed
 ``liger_kernel.ops.rms_norm`` (never copied), launched by its launchers ported with
 ``tritonplug.launch``, differentiable through ``jax.custom_vjp``.

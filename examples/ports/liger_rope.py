@@ -1,3 +1,5 @@
+# Launchers ported from Liger-Kernel 0.8.5: BSD-2-Clause, Copyright 2024 LinkedIn Corporation, All Rights Reserved.
+# Its conditions, and the licence's full text and disclaimer: THIRD_PARTY_NOTICES.md.
 """Liger-Kernel 0.8.5's RoPE (rotary position embedding, HF Llama layout) on JAX: ``_triton_rope``,
 loaded from the installed ``liger_kernel.ops.rope`` (never copied), rotating ``q`` and ``k`` in place,
 launched by Liger's launchers ported with ``tritonplug.launch``; ``jax.custom_vjp``.

@@ -1,3 +1,5 @@
+# Launchers ported from Liger-Kernel 0.8.5: BSD-2-Clause, Copyright 2024 LinkedIn Corporation, All Rights Reserved.
+# Its conditions, and the licence's full text and disclaimer: THIRD_PARTY_NOTICES.md.
 """Liger-Kernel 0.8.5's SwiGLU (``silu(a) * b``) on JAX: its kernels, loaded from the installed
 ``liger_kernel.ops.swiglu`` (never copied), launched by its launchers ported with ``tritonplug.launch``;
 the backward writes ``da``/``db`` over ``a``/``b`` in place, as Liger's does; ``jax.custom_vjp``.
