@@ -17,7 +17,6 @@ pytestmark = pytest.mark.skipif(importlib.machinery.PathFinder.find_spec("vllm")
 
 def _layer_inputs(dtype, experts=8, top_k=2, tokens=40, hidden=32, ffn=16):
     import jax
-    import jax.numpy as jnp
 
     from examples.moe.config import MoEConfig
 
@@ -56,7 +55,6 @@ def test_each_moe_choice_matches_ragged_dot_in_value_and_gradient(choice, dtype,
 def test_the_dense_choice_drops_tokens_past_its_capacity():
     """GShard's dispatch keeps at most ``capacity`` slots per expert: with one expert taking every token, a
     capacity of a quarter of the slots leaves three quarters of the tokens with a zero output."""
-    import jax
     import jax.numpy as jnp
 
     from examples.moe.layer import experts_jax_dense
