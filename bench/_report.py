@@ -35,9 +35,11 @@ def replace_between(text: str, begin: str, end: str, rendered: str) -> str:
     A marker missing, or ``end`` before ``begin``, raises ``ValueError``: a document that lost a marker must fail
     the check, not keep its old figures.
     """
-    start = text.index(begin)
-    stop = text.index(end, start) + len(end)
-    return text[:start] + rendered + text[stop:]
+    start = text.find(begin)
+    stop = text.find(end, start + 1) if start >= 0 else -1
+    if start < 0 or stop < 0:
+        raise ValueError(f"the markers {begin!r} ... {end!r} are missing or out of order")
+    return text[:start] + rendered + text[stop + len(end):]
 
 
 def rewrite(documents: Mapping[Path, Callable[[str], str]], check: bool, script: str) -> int:
@@ -117,13 +119,12 @@ def median(values: Sequence[float]) -> float:
 
 
 def cell(values: Sequence[float], fmt: str = "{:.1f}", unit: str = "") -> str:
-    """The median of the runs' values, then their range when there is more than one run; ``—`` for none."""
+    """The median of the runs' values, then their range where the runs differ once formatted; ``—`` for none."""
     if not values:
         return "—"
     text = fmt.format(median(values)) + unit
-    if len(values) > 1:
-        text += f" ({fmt.format(min(values))}–{fmt.format(max(values))}{unit})"
-    return text
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return text if lo == hi else f"{text} ({lo}–{hi}{unit})"
 
 
 def span(values: Sequence[float], fmt: str = "{:.3f}", unit: str = "") -> str:
@@ -144,7 +145,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 def excluded(failed: Sequence[tuple[str, str]]) -> str:
-    """The note beside a figure naming the runs that gave none: ``(run.json: check: MISMATCH …, not counted)``."""
+    """A sentence naming the runs that gave no figure and why (empty when none failed)."""
     if not failed:
         return ""
-    return " (" + "; ".join(f"`{run}` failed, {why}, not counted" for run, why in failed) + ")"
+    return " Not counted: " + "; ".join(f"`{run}` ({why})" for run, why in failed) + "."
