@@ -18,8 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+sys.path.append(str(Path(__file__).resolve().parent))  # for _report, when loaded by path (tests)
+from _report import RESULTS, ROOT, replace_between, rewrite  # noqa: E402
+
 DOC = ROOT / "docs" / "moe.md"
 BEGIN, END = "<!-- moe-report: begin (bench/moe_report.py writes this part) -->", "<!-- moe-report: end -->"
 
@@ -91,16 +92,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true")
     args = p.parse_args(argv)
-    text = DOC.read_text()
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    new = text[:start] + render() + text[end:]
-    if args.check:
-        if new != text:
-            print(f"{DOC} differs from its rendering: run python bench/moe_report.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    return 0
+    return rewrite({DOC: lambda text: replace_between(text, BEGIN, END, render())}, args.check, "bench/moe_report.py")
 
 
 if __name__ == "__main__":
