@@ -65,6 +65,8 @@ SCRIPT = textwrap.dedent('''
         program = jax.jit(with_grads(mlp)).lower(h, p).compile()
         return program(h, p), program.as_text()
 
+    WANTED = {}  # a reference's results, by the function (the one-device ``jax`` choice serves two cases)
+
     def kept_slots(chosen, shards, capacity):
         """NumPy: per source shard, each expert keeps the first ``capacity`` slots routed to it in token order."""
         kept, per = np.zeros(chosen.shape, bool), chosen.shape[0] // shards
@@ -98,17 +100,21 @@ SCRIPT = textwrap.dedent('''
         return {jax.tree_util.keystr(path): scaled(g, w) for (path, g), w in
                 zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True)}
 
-    def case(name, cfg, want, on_mesh=True):
+    def case(name, cfg, want, token_axes=("model",)):
+        """``parallel.moe_mlp_expert_parallel`` with the tokens split over ``token_axes`` (``None``: no mesh)."""
         try:
             state.partitions.clear()
-            if on_mesh:
-                h = jax.device_put(H, NamedSharding(mesh, P("model")))
+            if token_axes:
+                h = jax.device_put(H, NamedSharding(mesh, P(token_axes)))
                 p = {k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in PARAMS.items()}
             else:
                 h, p = H, PARAMS
-            ep = lambda h, p: parallel.moe_mlp_expert_parallel(h, p, cfg, mesh if on_mesh else None)  # noqa: E731
+            ep = lambda h, p: parallel.moe_mlp_expert_parallel(  # noqa: E731
+                h, p, cfg, mesh if token_axes else None, token_axes=token_axes)
             (out, aux, grads), text = compiled(ep, h, p)
-            (want_out, want_aux, want_grads), _ = compiled(want, H, PARAMS)
+            if want not in WANTED:
+                WANTED[want] = compiled(want, H, PARAMS)[0]
+            want_out, want_aux, want_grads = WANTED[want]
             REPORT[name] = {
                 "ok": True, "out": differences(out, want_out)[""], "aux": abs(float(aux) - float(want_aux)),
                 "grads": differences(grads, want_grads), "out_spec": str(getattr(out.sharding, "spec", None)),
@@ -121,12 +127,14 @@ SCRIPT = textwrap.dedent('''
                             "trace": traceback.format_exc()[-3000:]}
 
     no_drops = config(E / K)
-    case("no_drops", no_drops, lambda h, p: layer.moe_mlp(h, p, no_drops, "jax"))
+    one_device = lambda h, p: layer.moe_mlp(h, p, no_drops, "jax")  # noqa: E731
+    case("no_drops", no_drops, one_device)
+    case("no_drops_2d", no_drops, one_device, token_axes=("data", "model"))
     drops = config(1.0)
     mlp, REPORT["dropped"] = reference(drops, 4)
     case("drops", drops, mlp)
     mlp, REPORT["dropped_one_device"] = reference(drops, 1)
-    case("drops_one_device", drops, mlp, on_mesh=False)
+    case("drops_one_device", drops, mlp, token_axes=None)
     print("REPORT " + json.dumps(REPORT))
 ''')
 
@@ -153,14 +161,20 @@ def report(tmp_path_factory):
     return result
 
 
-def test_values_match_one_device_when_no_slot_is_dropped(report):
-    entry = _ran(report, "no_drops")
+#: the cases without drops: the tokens split over ``model`` (4 source shards), or over ``data`` and ``model`` (8)
+NO_DROPS = {"no_drops": "P('model',)", "no_drops_2d": "P(('data', 'model'),)"}
+
+
+@pytest.mark.parametrize("name", list(NO_DROPS))
+def test_values_match_one_device_when_no_slot_is_dropped(report, name):
+    entry = _ran(report, name)
     assert entry["out"] <= 1e-6 and entry["aux"] <= 1e-6, entry
-    assert entry["out_spec"] == "P('model',)", entry
+    assert entry["out_spec"] == NO_DROPS[name], entry
 
 
-def test_gradients_match_one_device(report):
-    entry = _ran(report, "no_drops")
+@pytest.mark.parametrize("name", list(NO_DROPS))
+def test_gradients_match_one_device(report, name):
+    entry = _ran(report, name)
     assert set(entry["grads"]) == {"[0]", "[1]['router']", "[1]['w_down']", "[1]['w_gate_up']"}, entry["grads"]
     assert max(entry["grads"].values()) <= 2e-6, entry["grads"]  # relative to the largest (seen: 2e-7)
     # the experts' gradients come back split by expert, as their weights
@@ -178,18 +192,26 @@ def test_dropped_slots_contribute_nothing(report, name):
     assert max(entry["grads"].values()) <= 2e-6, entry["grads"]
 
 
-@pytest.mark.parametrize("name", ["no_drops", "drops"])
+#: per case, how the partitioned functions split their factors (function, factor, mesh axes, operands moved)
+SPLITS = {"no_drops": [["_experts_backward", "e", "model", 0], ["_experts_forward", "e", "model", 0]]}
+SPLITS["drops"] = SPLITS["no_drops"]
+SPLITS["no_drops_2d"] = sorted(SPLITS["no_drops"] + [["_experts_backward", "s", "data", 0],
+                                                     ["_experts_forward", "s", "data", 0]])
+
+
+@pytest.mark.parametrize("name", list(SPLITS))
 def test_tokens_move_by_all_to_all_and_the_expert_weights_stay_split(report, name):
     """The compiled forward and backward: the buffers go to their experts and back by all-to-all; the only
     all-gather is ``layer.route``'s: XLA gathers the router's (T, E) probabilities for ``lax.top_k`` (it does not
     partition the TopK op along its rows), never an expert's weights. Both partitioned functions split the
-    expert factor over ``model`` and need no operand moved."""
+    expert factor over ``model`` (and the source shards over ``data`` where the tokens are split over both:
+    the weights' gradients are then all-reduced over ``data``) and need no operand moved."""
     entry = _ran(report, name)
     ops = {op for op, _ in entry["collectives"]}
     assert "all-to-all" in ops, entry["collectives"]
     gathered = {tuple(shape) for op, shape in entry["collectives"] if op == "all-gather"}
     assert gathered <= {(T, E)}, entry["collectives"]
-    assert entry["partitions"] == [["_experts_backward", "e", "model", 0], ["_experts_forward", "e", "model", 0]]
+    assert entry["partitions"] == SPLITS[name]
 
 
 @for_backend("cuda")

@@ -24,13 +24,18 @@ partitioned (a partitioned function itself is not differentiable: ``custom_parti
 differentiation rule). The backward keeps the forward's gate/up rows and runs the grouped matmul's backward
 kernels (``grouped.gathered_matmul_backward``) without running the forward again.
 
-Without a mesh (``mesh=None``) it is one shard: the same dispatch over all tokens, on one device.
+``token_axes`` (default ``(axis,)``) are the mesh axes the tokens are split over: ``("data", "model")`` on a
+(data, model) mesh makes a source shard of each device, ``S`` of them in all, and splits the expert buffers
+``(E, S, C, hidden)`` over ``model`` by expert and over ``data`` by source shard, so that the all-to-alls stay
+within ``model`` (``axis`` last) and the experts' weight gradients are summed over ``data``. Without a mesh
+(``mesh=None``) it is one shard: the same dispatch over all tokens, on one device.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -43,8 +48,8 @@ from . import grouped, kernels
 from .config import MoEConfig
 from .layer import _swiglu, route
 
-#: every factor but the expert's is kept whole: each device multiplies all the rows its experts received
-_WHOLE = ("s", "c", "d", "h", "f")
+#: the experts (e) and the source shards (s) may be split; each device multiplies all the rows it holds
+_WHOLE = ("c", "d", "h", "f")
 
 
 def capacity(tokens: int, cfg: MoEConfig) -> int:
@@ -75,9 +80,10 @@ def _experts_forward(x, counts, w_gate_up, w_down):
 
 
 @tritonplug.partitioned("e s c d, e s, e d h, e f d, e s c h, e s c d -> e s c d, e d h, e f d",
-                        need_replication=_WHOLE)
+                        need_replication=_WHOLE, reduction_factors=("s",))
 def _experts_backward(x, counts, w_gate_up, w_down, gate_up, dy):
-    """``(dx, dw_gate_up, dw_down)`` for one shard's experts, from the forward's ``gate_up`` rows."""
+    """``(dx, dw_gate_up, dw_down)`` for one shard's experts, from the forward's ``gate_up`` rows (the weights'
+    gradients summed over the source shards' split, if any)."""
     e, s, c, d = x.shape
     cpu = grouped.on_cpu()
     plan = _plan(counts, c, cpu)
@@ -136,35 +142,46 @@ def _combine(y, weights, chosen, place, dtype):
 
 
 def experts_expert_parallel(h: jax.Array, weights: jax.Array, chosen: jax.Array, p: dict, cfg: MoEConfig,
-                            mesh: jax.sharding.Mesh | None = None, axis: str = "model") -> jax.Array:
+                            mesh: jax.sharding.Mesh | None = None, axis: str = "model",
+                            token_axes: Sequence[str] | None = None) -> jax.Array:
     """The experts' part of the layer for routed tokens (``layer.IMPLEMENTATIONS``' signature): ``h``
-    ``(T, hidden)``, ``weights``/``chosen`` ``(T, top_k)``; the experts split over ``mesh``'s ``axis``."""
-    shards = 1 if mesh is None else mesh.shape[axis]
+    ``(T, hidden)``, ``weights``/``chosen`` ``(T, top_k)``; the experts split over ``mesh``'s ``axis``, the
+    tokens over ``token_axes`` (see the module's docstring)."""
+    token_axes = tuple(token_axes or (axis,))
+    if mesh is not None and (axis not in token_axes or not set(token_axes) <= set(mesh.axis_names)):
+        raise ValueError(f"expert parallelism: token_axes {token_axes} must be axes of the mesh {dict(mesh.shape)} "
+                         f"and include the experts' axis {axis!r}")
+    shards = 1 if mesh is None else math.prod(mesh.shape[a] for a in token_axes)
     tokens, hidden = h.shape
-    if tokens % shards or cfg.experts % shards:
-        raise ValueError(f"expert parallelism over {axis!r} ({shards} devices) needs the tokens ({tokens}) and the "
-                         f"experts ({cfg.experts}) to be multiples of {shards}")
+    if tokens % shards or (mesh is not None and cfg.experts % mesh.shape[axis]):
+        raise ValueError(f"expert parallelism: the tokens ({tokens}) must be a multiple of the source shards "
+                         f"({shards}) and the experts ({cfg.experts}) of the size of {axis!r}")
     cap = capacity(tokens // shards, cfg)
+    others = tuple(a for a in token_axes if a != axis) or None
 
     def split(x):  # (T, ...) -> (S, T / S, ...): a group of tokens per source shard
         return x.reshape(shards, tokens // shards, *x.shape[1:])
 
-    def on(x):  # split over `axis` along the first dimension
-        return x if mesh is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(axis)))
+    def on(x, *spec):  # by source shard (the first dimension), or as `spec` says
+        spec = spec or (token_axes,)
+        return x if mesh is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*spec)))
 
     dispatch = functools.partial(_dispatch, capacity=cap, num_experts=cfg.experts)
     x_buf, counts, place = (on(x) for x in jax.vmap(dispatch)(on(split(h)), on(split(chosen))))
-    x_buf = on(x_buf.transpose(1, 0, 2, 3))  # (E, S, C, d) by expert: the all-to-all
-    y_buf = experts(x_buf, on(counts.T), p["w_gate_up"], p["w_down"])
-    y_buf = on(on(y_buf).transpose(1, 0, 2, 3))  # (S, E, C, d) by source shard: the all-to-all back
+    x_buf = on(x_buf.transpose(1, 0, 2, 3), axis, others)  # (E, S, C, d) by expert: the all-to-all
+    y_buf = experts(x_buf, on(counts.T, axis, others), p["w_gate_up"], p["w_down"])
+    y_buf = on(on(y_buf, axis, others).transpose(1, 0, 2, 3))  # (S, E, C, d) by source shard: the all-to-all back
     combine = functools.partial(_combine, dtype=h.dtype)
     return jax.vmap(combine)(y_buf, on(split(weights)), on(split(chosen)), place).reshape(tokens, hidden)
 
 
 def moe_mlp_expert_parallel(h: jax.Array, p: dict, cfg: MoEConfig, mesh: jax.sharding.Mesh | None = None,
-                            axis: str = "model") -> tuple[jax.Array, jax.Array]:
+                            axis: str = "model", token_axes: Sequence[str] | None = None
+                            ) -> tuple[jax.Array, jax.Array]:
     """``layer.moe_mlp`` with the experts split over ``mesh``'s ``axis``: ``(out, aux)`` for ``h``
-    ``(..., hidden)`` (its tokens split over ``axis``), ``h``'s shape and dtype, and the load-balancing loss."""
+    ``(..., hidden)`` (its tokens split over ``token_axes``, default ``axis``), ``h``'s shape and dtype, and the
+    load-balancing loss."""
     flat = h.reshape(-1, h.shape[-1])
     weights, chosen, aux = route(flat, p["router"], cfg)
-    return experts_expert_parallel(flat, weights, chosen, p, cfg, mesh, axis).reshape(h.shape), aux
+    out = experts_expert_parallel(flat, weights, chosen, p, cfg, mesh, axis, token_axes)
+    return out.reshape(h.shape), aux
