@@ -96,7 +96,13 @@ def _fwd(a, b, plan, top_k, out_dtype, cpu):
 
 
 def _bwd(top_k, out_dtype, cpu, residuals, dc):
-    a, b, plan = residuals
+    return (*gathered_matmul_backward(*residuals, top_k, cpu, dc), None)
+
+
+def gathered_matmul_backward(a: jax.Array, b: jax.Array, plan: kernels.BlockPlan, top_k: int, cpu: bool,
+                             dc: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(da, db)``: :func:`gathered_matmul`'s backward for the cotangent ``dc``, without running its forward
+    again (``parallel.py`` calls it from a backward that keeps its own residuals)."""
     dc = dc.astype(a.dtype)
     # dA: each row of dc times its expert's transpose (the same plan: with top_k 1 row r is read from dc[r]),
     # then the top_k rows of one row of a summed.
@@ -106,7 +112,7 @@ def _bwd(top_k, out_dtype, cpu, residuals, dc):
     if top_k > 1:
         da = da.reshape(-1, top_k, da.shape[-1]).sum(axis=1, dtype=jnp.float32).astype(a.dtype)
     db = kernels.grouped_dw(a, dc, plan, b.shape[0], top_k, cpu)
-    return da, db, None
+    return da, db
 
 
 gathered_matmul.defvjp(_fwd, _bwd)

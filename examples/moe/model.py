@@ -14,8 +14,13 @@ from examples.llama import model as llama
 from examples.llama.ops import Ops
 from examples.llama.step import PARAM_SPECS as LLAMA_SPECS
 
+from . import layer, parallel
 from .config import MoEConfig
-from .layer import CHOICES, moe_mlp
+
+#: the layer's choices, and ``tritonplug-ep``: the experts split over the mesh's ``model`` axis, the tokens over
+#: ``data`` and ``model``, exchanged by all-to-all (``parallel.py``; on one device: ``tritonplug``'s kernels
+#: behind GShard's capacity dispatch)
+CHOICES = (*layer.CHOICES, "tritonplug-ep")
 
 #: On a mesh the experts' weights are split over ``model`` by expert (expert parallelism, ``parallel.py``).
 PARAM_SPECS = {**{k: v for k, v in LLAMA_SPECS.items() if k not in ("w_gate", "w_up", "w_down")},
@@ -25,11 +30,13 @@ PARAM_SPECS = {**{k: v for k, v in LLAMA_SPECS.items() if k not in ("w_gate", "w
 
 @dataclasses.dataclass(frozen=True)
 class MoEOps:
-    """One model's op choice: the MoE MLP's (``jax``, ``jax-dense``, ``tritonplug``) and the Llama ops' for the
-    rest (XLA's by default: the MoE choice is what is compared)."""
+    """One model's op choice: the MoE MLP's (``jax``, ``jax-dense``, ``tritonplug``, ``tritonplug-ep``) and the
+    Llama ops' for the rest (XLA's by default: the MoE choice is what is compared). ``mesh``: the training's
+    mesh, which ``tritonplug-ep`` splits the experts over (``None``: one device)."""
 
     moe: str
     dense: Ops = dataclasses.field(default_factory=lambda: Ops.of("jax"))
+    mesh: jax.sharding.Mesh | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.moe not in CHOICES:
@@ -59,15 +66,17 @@ def init(cfg: MoEConfig, key: jax.Array) -> dict:
     return params
 
 
-def _mlp(h, p, cfg: MoEConfig, dense_ops: Ops, choice: str):
-    return moe_mlp(h, p, cfg, choice)
+def _mlp(h, p, cfg: MoEConfig, dense_ops: Ops, choice: str, mesh=None):
+    if choice == "tritonplug-ep":
+        return parallel.moe_mlp_expert_parallel(h, p, cfg, mesh, "model", ("data", "model"))
+    return layer.moe_mlp(h, p, cfg, choice)
 
 
 def loss(params: dict, tokens: jax.Array, targets: jax.Array, cfg: MoEConfig, ops: MoEOps,
          constrain=None) -> jax.Array:
     """Mean next-token cross entropy plus ``cfg.aux_loss`` times the layers' mean load-balancing loss."""
     h, aux = llama.hidden_states_and_aux(params, tokens, cfg, ops.dense, constrain,
-                                         mlp=functools.partial(_mlp, choice=ops.moe))
+                                         mlp=functools.partial(_mlp, choice=ops.moe, mesh=ops.mesh))
     head = params["embed"] if cfg.tied else params["lm_head"]
     ce = ops.dense.loss(h.reshape(-1, cfg.hidden), head.astype(cfg.compute_dtype), targets.reshape(-1))
     return ce + cfg.aux_loss * aux / cfg.layers

@@ -3,13 +3,17 @@ synthetic text, with one MoE op choice or all of them.
 
     python examples/moe/train.py --config tiny --ops compare --steps 8             # a CPU, seconds
     python examples/moe/train.py --config qwen3-64e --ops tritonplug --steps 20    # one GPU
-    python examples/moe/train.py --config qwen3-64e --ops tritonplug --mesh model=4  # experts over 4 GPUs
+    python examples/moe/train.py --config qwen3-64e --ops tritonplug-ep --mesh model=4  # experts over 4 GPUs
+    python examples/moe/train.py --config tiny --ops tritonplug-ep --mesh data=2,model=4  # 8 CPU devices (*)
 
 ``--ops`` is ``jax`` (``ragged_dot``), ``jax-dense`` (GShard's capacity dispatch and einsums), ``tritonplug``
-(vLLM's grouped-matmul kernel through tritonplug, ``grouped.py``) or ``compare``: all three from the same init
-and batches. The rest of the model runs XLA's ops (``--dense-ops`` picks the Llama example's choice for them).
-The last line printed is one JSON object, as ``examples/llama/train.py`` prints: per choice the losses,
-tokens/s and memory; ``max_loss_difference`` between the first choice and the others.
+(vLLM's grouped-matmul kernel through tritonplug, ``grouped.py``), ``tritonplug-ep`` (the same kernels with the
+experts split over the mesh's ``model`` axis and the tokens exchanged by all-to-all, ``parallel.py``) or
+``compare``: all four from the same init and batches. The rest of the model runs XLA's ops (``--dense-ops`` picks
+the Llama example's choice for them). The last line printed is one JSON object, as ``examples/llama/train.py``
+prints: per choice the losses, tokens/s and memory; ``max_loss_difference`` between the first choice and the others.
+(*) with ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` and ``TRITONPLUG_INTERPRET_CHECK=0``. On a mesh
+``tritonplug`` itself is refused (its kernels are not partitioned: the experts' weights are split by expert).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from examples.llama.step import Trainer  # noqa: E402
 
 from . import model  # noqa: E402
 from .config import CONFIGS  # noqa: E402
-from .layer import CHOICES  # noqa: E402
+from .model import CHOICES  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -45,8 +49,8 @@ def main(argv=None) -> dict:
     if args.experts is not None:
         cfg = cfg.replace(experts=args.experts)
     dense = Ops.parse(args.dense_ops)
-    choices = [model.MoEOps(c, dense) for c in (CHOICES if args.ops == "compare" else (args.ops,))]
     mesh = llama_train.mesh_of(args.mesh) if args.mesh else None
+    choices = [model.MoEOps(c, dense, mesh) for c in (CHOICES if args.ops == "compare" else (args.ops,))]
     params = model.init(cfg, jax.random.key(args.seed))
     trainers = [Trainer(cfg, ops, params, mesh, loss=model.loss, param_specs=model.PARAM_SPECS) for ops in choices]
     return llama_train.train(args, cfg, trainers, mesh, argv)

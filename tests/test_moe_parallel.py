@@ -1,0 +1,245 @@
+"""``examples/moe/parallel.py``: the MoE MLP with its experts split over the ``model`` axis of a (2, 4) mesh of 8
+CPU devices, in one ``jax.jit`` (tokens exchanged with all-to-alls, the grouped matmuls partitioned by expert).
+
+Eight CPU devices exist only if XLA_FLAGS is set before JAX initialises, so the cases run in a child process
+(``SCRIPT``) that prints one JSON report; each test asserts on a part of it. Each case is one compiled program
+that returns the output, the load-balancing loss and ``jax.vjp``'s gradients in ``h`` and every parameter, for
+the cotangent ``(COT, 1)``. The references: ``layer.moe_mlp(..., "jax")`` on one device where no slot is
+dropped, and, where slots are dropped, a ``jnp`` MLP of every expert on every token whose kept slots a NumPy
+loop chose (per source shard, in token order, then ``k``, each expert taking ``capacity`` of them).
+
+Needs vLLM 0.33.0 (``tox -e corpus``); skipped where it is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+from helpers import ROOT, cpu_devices_env, for_backend
+
+pytestmark = pytest.mark.skipif(importlib.machinery.PathFinder.find_spec("vllm") is None,  # finds, never imports
+                                reason="vllm is not installed (tox -e corpus installs vllm==0.33.0 with --no-deps)")
+
+T, D, F, E, K = 64, 32, 16, 8, 2
+
+SCRIPT = textwrap.dedent('''
+    import json, math, sys, traceback
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from tritonplug import inspection
+    from tritonplug.process.state import state
+    from examples.moe import layer, parallel
+    from examples.moe.config import MoEConfig
+
+    T, D, F, E, K = (int(a) for a in sys.argv[1:6])
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    SPECS = {"router": P(), "w_gate_up": P("model"), "w_down": P("model")}
+    rng = np.random.default_rng(0)
+    H = rng.standard_normal((T, D)).astype(np.float32)
+    PARAMS = {"router": rng.standard_normal((D, E)).astype(np.float32),
+              "w_gate_up": (0.3 * rng.standard_normal((E, D, 2 * F))).astype(np.float32),
+              "w_down": (0.3 * rng.standard_normal((E, F, D))).astype(np.float32)}
+    COT = rng.standard_normal((T, D)).astype(np.float32)
+    REPORT = {"devices": len(jax.devices())}
+
+    def config(capacity_factor):
+        return MoEConfig(vocab=256, hidden=D, layers=1, heads=2, kv_heads=1, ffn=0, seq=8, batch=T // 8, experts=E,
+                         top_k=K, expert_ffn=F, capacity_factor=capacity_factor, dtype="float32")
+
+    def with_grads(mlp):
+        """``(out, aux, (dh, dparams))``: the gradients of ``sum(out * COT) + aux``."""
+        def run(h, p):
+            (out, aux), vjp = jax.vjp(mlp, h, p)
+            return out, aux, vjp((COT, jnp.ones_like(aux)))
+        return run
+
+    def compiled(mlp, h, p):
+        program = jax.jit(with_grads(mlp)).lower(h, p).compile()
+        return program(h, p), program.as_text()
+
+    WANTED = {}  # a reference's results, by the function (the one-device ``jax`` choice serves two cases)
+
+    def kept_slots(chosen, shards, capacity):
+        """NumPy: per source shard, each expert keeps the first ``capacity`` slots routed to it in token order."""
+        kept, per = np.zeros(chosen.shape, bool), chosen.shape[0] // shards
+        for s in range(shards):
+            filled = np.zeros(E, int)
+            for t in range(s * per, (s + 1) * per):
+                for k in range(K):
+                    kept[t, k] = filled[chosen[t, k]] < capacity
+                    filled[chosen[t, k]] += 1
+        return kept
+
+    def reference(cfg, shards):
+        """Every expert on every token in ``jnp``, the slots that ``kept_slots`` keeps summed with their weights."""
+        per = T // shards
+        capacity = max(1, min(per, math.ceil(cfg.capacity_factor * per * K / E)))
+        chosen = np.asarray(jax.jit(lambda h, r: layer.route(h, r, cfg)[1])(H, PARAMS["router"]))
+        kept = kept_slots(chosen, shards, capacity)
+
+        def mlp(h, p):
+            weights, chosen, aux = layer.route(h, p["router"], cfg)
+            hi = jax.lax.Precision.HIGHEST
+            gate_up = jnp.einsum("td,edh->eth", h, p["w_gate_up"], precision=hi)
+            y = jnp.einsum("etf,efd->etd", layer._swiglu(gate_up), p["w_down"], precision=hi)
+            rows = y[chosen, jnp.arange(T)[:, None]]  # (T, K, D): token t's row of its k-th expert
+            return jnp.sum(rows * (weights * kept)[..., None], axis=1), aux
+        return mlp, int((~kept).sum())
+
+    def differences(got, want):
+        """Per leaf: max |got - want| / max |want|."""
+        scaled = lambda g, w: float(np.max(np.abs(np.asarray(g) - np.asarray(w))) / max(np.max(np.abs(w)), 1e-30))
+        return {jax.tree_util.keystr(path): scaled(g, w) for (path, g), w in
+                zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True)}
+
+    def case(name, cfg, want, token_axes=("model",)):
+        """``parallel.moe_mlp_expert_parallel`` with the tokens split over ``token_axes`` (``None``: no mesh)."""
+        try:
+            state.partitions.clear()
+            if token_axes:
+                h = jax.device_put(H, NamedSharding(mesh, P(token_axes)))
+                p = {k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in PARAMS.items()}
+            else:
+                h, p = H, PARAMS
+            ep = lambda h, p: parallel.moe_mlp_expert_parallel(  # noqa: E731
+                h, p, cfg, mesh if token_axes else None, token_axes=token_axes)
+            (out, aux, grads), text = compiled(ep, h, p)
+            if want not in WANTED:
+                WANTED[want] = compiled(want, H, PARAMS)[0]
+            want_out, want_aux, want_grads = WANTED[want]
+            REPORT[name] = {
+                "ok": True, "out": differences(out, want_out)[""], "aux": abs(float(aux) - float(want_aux)),
+                "grads": differences(grads, want_grads), "out_spec": str(getattr(out.sharding, "spec", None)),
+                "grad_specs": [str(getattr(g.sharding, "spec", None)) for g in jax.tree.leaves(grads)[1:]],
+                "collectives": sorted({(c["op"], tuple(c["shape"])) for c in inspection.collectives(text)}),
+                "partitions": sorted({(r.function, f, ",".join(axes), len(r.transfers)) for r in inspection.partitions()
+                                      for f, axes in r.factors})}
+        except Exception as exc:  # reported per case; the test names the one that failed
+            REPORT[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                            "trace": traceback.format_exc()[-3000:]}
+
+    no_drops = config(E / K)
+    one_device = lambda h, p: layer.moe_mlp(h, p, no_drops, "jax")  # noqa: E731
+    case("no_drops", no_drops, one_device)
+    case("no_drops_2d", no_drops, one_device, token_axes=("data", "model"))
+    drops = config(1.0)
+    mlp, REPORT["dropped"] = reference(drops, 4)
+    case("drops", drops, mlp)
+    mlp, REPORT["dropped_one_device"] = reference(drops, 1)
+    case("drops_one_device", drops, mlp, token_axes=None)
+    print("REPORT " + json.dumps(REPORT))
+''')
+
+
+def _ran(report: dict, name: str) -> dict:
+    entry = report[name]
+    assert entry["ok"], f"{entry.get('error')}\n{entry.get('trace')}"
+    return entry
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    script = tmp_path_factory.mktemp("moe_parallel") / "eight_devices.py"
+    script.write_text(SCRIPT)
+    # checked mode off: its jax.debug.callback crashes XLA:CPU inside a partitioned body (docs/partitioned.md)
+    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0", PYTHONPATH=os.pathsep.join(
+        [str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(script), *map(str, (T, D, F, E, K))], capture_output=True, text=True,
+                          timeout=600, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and lines, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+    result = json.loads(lines[-1].removeprefix("REPORT "))
+    assert result["devices"] == 8
+    return result
+
+
+#: the cases without drops: the tokens split over ``model`` (4 source shards), or over ``data`` and ``model`` (8)
+NO_DROPS = {"no_drops": "P('model',)", "no_drops_2d": "P(('data', 'model'),)"}
+
+
+@pytest.mark.parametrize("name", list(NO_DROPS))
+def test_values_match_one_device_when_no_slot_is_dropped(report, name):
+    entry = _ran(report, name)
+    assert entry["out"] <= 1e-6 and entry["aux"] <= 1e-6, entry
+    assert entry["out_spec"] == NO_DROPS[name], entry
+
+
+@pytest.mark.parametrize("name", list(NO_DROPS))
+def test_gradients_match_one_device(report, name):
+    entry = _ran(report, name)
+    assert set(entry["grads"]) == {"[0]", "[1]['router']", "[1]['w_down']", "[1]['w_gate_up']"}, entry["grads"]
+    assert max(entry["grads"].values()) <= 2e-6, entry["grads"]  # relative to the largest (seen: 2e-7)
+    # the experts' gradients come back split by expert, as their weights
+    assert entry["grad_specs"][1:] == ["P('model',)"] * 2, entry["grad_specs"]
+
+
+@pytest.mark.parametrize("name", ["drops", "drops_one_device"])
+def test_dropped_slots_contribute_nothing(report, name):
+    """Capacity factor 1: 4 rows per (source shard, expert) on the mesh (16 tokens a shard; 19 of the 128 slots
+    dropped), 16 on one device (64 tokens; 10 dropped): the slots past it count for nothing, in values and in
+    gradients, as the reference drops them."""
+    assert report["dropped" if name == "drops" else "dropped_one_device"] > 0
+    entry = _ran(report, name)
+    assert entry["out"] <= 1e-6 and entry["aux"] <= 1e-6, entry
+    assert max(entry["grads"].values()) <= 2e-6, entry["grads"]
+
+
+#: per case, how the partitioned functions split their factors (function, factor, mesh axes, operands moved)
+SPLITS = {"no_drops": [["_experts_backward", "e", "model", 0], ["_experts_forward", "e", "model", 0]]}
+SPLITS["drops"] = SPLITS["no_drops"]
+SPLITS["no_drops_2d"] = sorted(SPLITS["no_drops"] + [["_experts_backward", "s", "data", 0],
+                                                     ["_experts_forward", "s", "data", 0]])
+
+
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_tokens_move_by_all_to_all_and_the_expert_weights_stay_split(report, name):
+    """The compiled forward and backward: the buffers go to their experts and back by all-to-all; the only
+    all-gather is ``layer.route``'s: XLA gathers the router's (T, E) probabilities for ``lax.top_k`` (it does not
+    partition the TopK op along its rows), never an expert's weights. Both partitioned functions split the
+    expert factor over ``model`` (and the source shards over ``data`` where the tokens are split over both:
+    the weights' gradients are then all-reduced over ``data``) and need no operand moved."""
+    entry = _ran(report, name)
+    ops = {op for op, _ in entry["collectives"]}
+    assert "all-to-all" in ops, entry["collectives"]
+    gathered = {tuple(shape) for op, shape in entry["collectives"] if op == "all-gather"}
+    assert gathered <= {(T, E)}, entry["collectives"]
+    assert entry["partitions"] == SPLITS[name]
+
+
+@for_backend("cuda")
+def test_lowers_for_sm90_without_a_gpu(monkeypatch):
+    """On one device (no mesh) the forward and its gradient make a CUDA program on a CPU machine: vLLM's kernel
+    for gate/up and down, their dX, and our dW kernel for each."""
+    from tritonplug.inspection import kernel_calls
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from examples.moe import parallel
+    from examples.moe.config import MoEConfig
+
+    monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
+    cfg = MoEConfig(vocab=256, hidden=D, layers=1, heads=2, kv_heads=1, ffn=0, seq=8, batch=T // 8, experts=E,
+                    top_k=K, expert_ffn=F)
+    spec = jax.ShapeDtypeStruct
+    args = (spec((T, D), jnp.bfloat16), {"router": spec((D, E), jnp.float32),
+                                         "w_gate_up": spec((E, D, 2 * F), jnp.bfloat16),
+                                         "w_down": spec((E, F, D), jnp.bfloat16)})
+    mlp = lambda h, p: parallel.moe_mlp_expert_parallel(h, p, cfg)  # noqa: E731
+    text = jax.jit(mlp).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert [call["name"] for call in kernel_calls(text)] == ["fused_moe_kernel"] * 2
+
+    def loss(h, p):
+        out, aux = mlp(h, p)
+        return jnp.sum(out.astype(jnp.float32)) + aux
+
+    text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert sorted(call["name"] for call in kernel_calls(text)) == ["fused_moe_kernel"] * 4 + [
+        "grouped_matmul_dw_kernel"] * 2
