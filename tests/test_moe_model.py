@@ -68,12 +68,12 @@ def test_the_dense_choice_drops_tokens_past_its_capacity():
     np.testing.assert_array_equal(kept, np.arange(16) < 4)
 
 
-def test_train_compare_three_choices_agree(tmp_path):
+def test_train_compare_four_choices_agree(tmp_path):
     from examples.moe import train
 
     report = train.main(["--config", "tiny", "--ops", "compare", "--steps", "3", "--json", str(tmp_path / "r.json")])
     runs = report["runs"]
-    assert set(runs) == {"jax", "jax-dense", "tritonplug"}
+    assert set(runs) == {"jax", "jax-dense", "tritonplug", "tritonplug-ep"}
     for run in runs.values():
         assert len(run["losses"]) == 3 and all(np.isfinite(run["losses"]))
     assert report["max_loss_difference"] < 1e-3
