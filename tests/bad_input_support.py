@@ -30,9 +30,7 @@ HAVE_INTERPRET = "interpret" in installed_backends()
 HAVE_CUDA = "cuda" in installed_backends()
 PLATFORM_MARKS = {"cpu": requires_backend("interpret"), "cuda": requires_backend("cuda")}
 BOTH = ("cpu", "cuda")
-skip_without_backends = pytest.mark.skipif(not (HAVE_INTERPRET or HAVE_CUDA),
-                                           reason="needs the interpret or the cuda backend (`tox -e cpu` / "
-                                                  "`tox -e cuda`)")
+skip_without_backends = requires_backend("interpret", "cuda")
 
 
 def _every_backend_declares_its_options() -> bool:
