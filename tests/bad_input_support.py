@@ -45,6 +45,17 @@ UNKNOWN_OPTION_STAGE: tuple[str, ...] = () if _every_backend_declares_its_option
 UNKNOWN_OPTION = r"unknown (interpret backend )?option\(s\)"
 
 
+def another_backends_option_refused(option: str) -> tuple[str, tuple[str, ...]]:
+    """Where a CUDA call with ``option``, which only another backend (ROCm) takes, is refused, and the message:
+    by the CUDA backend when lowering where an installed backend accepts it (the interpret backend takes every GPU
+    option), else at the call, as an option no installed backend accepts (the CUDA plugin alone)."""
+    from tritonplug.process.state import backends
+
+    if any(b.option_names is None or option in b.option_names for b in backends()):
+        return rf"unknown CUDA backend option\(s\) \['{option}'\]", ("cuda",)
+    return rf"{UNKNOWN_OPTION} \['{option}'\]", ()
+
+
 def call(x, y, *rest, **overrides):
     """``add_kernel(x, y, N)`` with keyword overrides (``OMIT`` drops one); ``rest`` replaces the default ``N``."""
     options = dict(kernel=add_kernel, out_shape=SPEC, grid=(2,), BLOCK=128)
