@@ -1,8 +1,8 @@
 """The hooks a tritonplug backend implements.
 
 A backend is a plugin object (usually a module) registered under the entry-point group
-``tritonplug.backends``. It implements the five required hooks below with ``@hookimpl``, and
-``tritonplug_declare_settings`` if it reads ``TRITONPLUG_*`` variables of its own. The host
+``tritonplug.backends``. It implements the six hooks below with ``@hookimpl``: the first five always, the
+sixth, ``tritonplug_declare_settings``, if it reads ``TRITONPLUG_*`` variables of its own. The host
 calls the hooks of exactly one backend per JAX platform, so each hook is ``firstresult``.
 A plugin imports nothing from the host except this module, :mod:`tritonplug.records` and the
 JAX-free :mod:`tritonplug.plugin_kit`.
