@@ -30,9 +30,7 @@ HAVE_INTERPRET = "interpret" in installed_backends()
 HAVE_CUDA = "cuda" in installed_backends()
 PLATFORM_MARKS = {"cpu": requires_backend("interpret"), "cuda": requires_backend("cuda")}
 BOTH = ("cpu", "cuda")
-skip_without_backends = pytest.mark.skipif(not (HAVE_INTERPRET or HAVE_CUDA),
-                                           reason="needs the interpret or the cuda backend (`tox -e cpu` / "
-                                                  "`tox -e cuda`)")
+skip_without_backends = requires_backend("interpret", "cuda")
 
 
 def _every_backend_declares_its_options() -> bool:
@@ -45,6 +43,17 @@ def _every_backend_declares_its_options() -> bool:
 #: its option names (``BackendInfo.option_names``), else by the CPU backend's own check when lowering.
 UNKNOWN_OPTION_STAGE: tuple[str, ...] = () if _every_backend_declares_its_options() else ("cpu",)
 UNKNOWN_OPTION = r"unknown (interpret backend )?option\(s\)"
+
+
+def another_backends_option_refused(option: str) -> tuple[str, tuple[str, ...]]:
+    """Where a CUDA call with ``option``, which only another backend (ROCm) takes, is refused, and the message:
+    by the CUDA backend when lowering where an installed backend accepts it (the interpret backend takes every GPU
+    option), else at the call, as an option no installed backend accepts (the CUDA plugin alone)."""
+    from tritonplug.process.state import backends
+
+    if any(b.option_names is None or option in b.option_names for b in backends()):
+        return rf"unknown CUDA backend option\(s\) \['{option}'\]", ("cuda",)
+    return rf"{UNKNOWN_OPTION} \['{option}'\]", ()
 
 
 def call(x, y, *rest, **overrides):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,10 +33,26 @@ def gpu_platforms() -> list[str]:
     return found
 
 
-def requires_backend(name: str) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(name not in installed_backends(),
-                              reason=f"the tritonplug-{name} plugin is not installed in this environment "
-                                     f"(its tests run in `tox -e {'cpu' if name == 'interpret' else name}`)")
+#: How a test that needs a tritonplug backend says so: the start of its skip reason, which ``backends_required``
+#: reads back (``test_env_coverage.py`` checks with it that some tox env installs what every test needs).
+BACKEND_REASON = "needs the tritonplug backend"
+
+
+def requires_backend(*names: str) -> pytest.MarkDecorator:
+    """Skip unless one of the backends ``names`` (entry points of ``tritonplug.backends``) is installed."""
+    from tox_envs import envs_installing
+
+    envs = envs_installing(*names)
+    return pytest.mark.skipif(not set(names) & installed_backends(),
+                              reason=f"{BACKEND_REASON} {' or '.join(names)}, not installed in this environment "
+                                     f"(tox envs that install {'it' if len(names) == 1 else 'one'}: "
+                                     f"{', '.join(envs) or 'none'})")
+
+
+def backends_required(reason: str) -> frozenset[str] | None:
+    """The backends a ``requires_backend`` skip reason names (one of them is needed), or None for another reason."""
+    found = re.match(rf"{BACKEND_REASON} ([\w-]+(?: or [\w-]+)*),", reason)
+    return frozenset(found.group(1).split(" or ")) if found else None
 
 
 def for_backend(name: str):

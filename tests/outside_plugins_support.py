@@ -9,7 +9,6 @@ installed plugins, an add kernel and its call on the CPU, and a fresh Python to 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -18,7 +17,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-import pytest
 import triton
 import triton.language as tl
 from helpers import requires_backend
@@ -29,19 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SUBPROCESS_TIMEOUT_S = 240
 
 
-def _distribution_installed(name: str) -> bool:
-    try:
-        importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 requires_interpret = requires_backend("interpret")
-requires_example = pytest.mark.skipif(
-    not _distribution_installed("tritonplug-example"),
-    reason="the example backend (tests/plugins/example_backend, distribution tritonplug-example) is not "
-           "installed in this environment; its tests run in `tox -e plugins`")
+requires_example = requires_backend("example")  # tests/plugins/example_backend
 
 
 @triton.jit

@@ -7,13 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import triton
-from helpers import requires_backend
+from helpers import for_backend, requires_backend
 from kernels import add_kernel
 
 import tritonplug
 from tritonplug.inspection import kernel_calls
 
-cuda = requires_backend("cuda")
+cuda = for_backend("cuda")  # marked `cuda`: tox -e cuda selects them
 interpret = requires_backend("interpret")
 RNG = np.random.default_rng(11)
 

@@ -266,6 +266,7 @@ def test_malformed_call_is_refused_naming_the_culprit(name: str, stage: str, pla
     ({"debug": False}, {"debug": 0}, r"debug must be a bool, got int"),
     ({"grid": (2,)}, {"grid": (2, 0)}, r"grid \(2, 0\) of kernel 'add_kernel' launches no program"),
 ])
+@PLATFORM_MARKS["cpu"]  # eager calls on the CPU
 def test_a_call_equal_in_value_to_a_memoised_one_is_validated_afresh(good, bad, error, fresh_cache: Path) -> None:
     """The memo keys every option with its type: ``grid=(2.0,)`` right after ``grid=(2,)`` is refused, as a
     first call would be."""

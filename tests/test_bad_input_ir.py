@@ -15,7 +15,7 @@ import pytest
 import triton
 import triton.language as tl
 from bad_input_support import BOTH, SPEC, Case, N, check_refused, params, skip_without_backends, use_fresh_cache
-from helpers import requires_backend
+from helpers import for_backend, requires_backend
 
 import tritonplug
 from tritonplug.compile import ir_rules
@@ -118,21 +118,19 @@ CASES = {
         r"floating-point-like.*fails verification", BOTH),
 }
 
-pytestmark = skip_without_backends
-
-
 @pytest.fixture
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_state):
     return use_fresh_cache(tmp_path / "kernel-cache", monkeypatch, fresh_state)
 
 
+@skip_without_backends
 @pytest.mark.parametrize(("name", "stage", "platform"), params(CASES))
 def test_a_kernel_no_backend_compiles_is_refused_by_every_backend(name: str, stage: str, platform: str,
                                                                   fresh_cache: Path) -> None:
     check_refused(CASES[name], stage, platform, fresh_cache)
 
 
-@requires_backend("rocm")
+@for_backend("rocm")  # tox -e rocm selects it by its marker
 @pytest.mark.parametrize("name", list(CASES))
 def test_rocm_refuses_them_with_the_same_message(name: str, fresh_cache: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRITONPLUG_ROCM_ARCH", "gfx942")

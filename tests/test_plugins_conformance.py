@@ -2,11 +2,9 @@
 the example backend (CPU, through Triton's interpreter) and the accelerator backend (oneapi and tpu, lowered)."""
 
 import pytest
-from helpers import installed_backends
+from helpers import installed_backends, requires_backend
 
-pytestmark = [pytest.mark.plugins,
-              pytest.mark.skipif(not {"example", "accelerator"} <= installed_backends(),
-                                 reason="the outside example plugins are installed by `tox -e plugins`")]
+pytestmark = [pytest.mark.plugins, requires_backend("example"), requires_backend("accelerator")]
 
 
 def _checks(name):

@@ -3,7 +3,6 @@ as a zero-setup tier shared by the processes of one ``jax.distributed`` job (rea
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import socket
@@ -14,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers import for_backend
 
 from tritonplug import cache_hookspecs
 from tritonplug.cache import plugins as cache_plugins
@@ -21,15 +21,8 @@ from tritonplug.cache.remote import RemoteCaches, configured_url
 from tritonplug.cache_records import RemoteCacheInfo
 
 CHILD = Path(__file__).resolve().parent / "fleet_child.py"
-# The hosts lower for sm_90 (a cacheable target) without a GPU: they need the CUDA backend. Marked `cuda` (not
-# conftest's helper: `tox -e remote` also loads plugins/redis/tests/conftest.py, and `import conftest` is ambiguous).
-_no_cuda_backend = pytest.mark.skipif(
-    "cuda" not in {ep.name for ep in importlib.metadata.entry_points(group="tritonplug.backends")},
-    reason="the tritonplug-cuda plugin is not installed here (tox -e remote and tox -e cuda install it)")
-
-
-def lowers_for_cuda(test):
-    return pytest.mark.cuda(_no_cuda_backend(test))
+# The hosts lower for sm_90 (a cacheable target) without a GPU: they need the CUDA backend.
+lowers_for_cuda = for_backend("cuda")
 
 
 def free_port() -> int:

@@ -116,6 +116,7 @@ def export(fn, platforms, *specs, **kw):
 SPEC300 = jax.ShapeDtypeStruct((300,), jnp.float32)
 
 
+@interpret
 def test_export_needs_the_disabled_checks(monkeypatch):
     monkeypatch.setenv("TRITONPLUG_CPU_PATH", "interpret")  # the XLA path exports with no custom call
     with pytest.raises(ValueError, match="tritonplug_host_kernel|triton_kernel_call"):

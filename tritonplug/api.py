@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tritonplug.adapters import jax_compat
 from tritonplug.adapters.triton_compat import KernelFacts
 from tritonplug.calls import annotation_checks, binding, repeats, user_warnings
 from tritonplug.calls import memo as call_memo
@@ -270,7 +271,7 @@ def _buffer_spec(leaf: Any, index: int, spelled: str = "out_type") -> BufferSpec
         raise TypeError(f"{what} has dtype {leaf.dtype!r}, which is no NumPy/JAX dtype (a torch dtype?): use "
                         f"jax.ShapeDtypeStruct(shape, jnp.float32) and the like") from None
     pointer_type(dtype, what)
-    if dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+    if dtype.itemsize == 8 and not jax_compat.ENABLE_X64.value:
         narrow = {"i": "int32", "u": "uint32", "f": "float32"}[dtype.kind]
         raise TypeError(f"{what} is {dtype.name}, but 64-bit types are disabled in JAX "
                         f"(jax_enable_x64 is off: JAX would make the buffer {narrow}, and the kernel would write "

@@ -1,8 +1,8 @@
 """The hooks a tritonplug backend implements.
 
 A backend is a plugin object (usually a module) registered under the entry-point group
-``tritonplug.backends``. It implements the five required hooks below with ``@hookimpl``, and
-``tritonplug_declare_settings`` if it reads ``TRITONPLUG_*`` variables of its own. The host
+``tritonplug.backends``. It implements the six hooks below with ``@hookimpl``: the first five always, the
+sixth, ``tritonplug_declare_settings``, if it reads ``TRITONPLUG_*`` variables of its own. The host
 calls the hooks of exactly one backend per JAX platform, so each hook is ``firstresult``.
 A plugin imports nothing from the host except this module, :mod:`tritonplug.records` and the
 JAX-free :mod:`tritonplug.plugin_kit`.
@@ -79,11 +79,18 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> KernelObject:
     """Turn a binary and one launch description into what the JAX lowering emits.
 
-    Runs at lowering, once per configuration, after the binary came from memory, a cache or
-    the compile hook. Return a :class:`~tritonplug.records.GpuKernel` for jaxlib's GPU
-    kernel-call runtime or a :class:`~tritonplug.records.HostKernel` for a kernel run on host
-    buffers. ``ValueError``/``TypeError``/``NotImplementedError`` describe the user's call and
-    reach the user as they are; anything else is reported as the plugin's fault.
+    Runs in the lowering process (never in a compile worker), once per configuration the lowering
+    keeps (every surviving ``triton.autotune`` config with ``autotune="runtime"``, the first with
+    ``"first"``, the one a tuning record names), after the binary came from memory, a cache or the
+    compile hook. Return a :class:`~tritonplug.records.GpuKernel` for jaxlib's GPU kernel-call
+    runtime (the host writes its proto), a :class:`~tritonplug.records.JaxKernel` (a function of JAX
+    arrays the host inlines into the program, so XLA compiles it) or a
+    :class:`~tritonplug.records.HostKernel` (a function the host runs on host buffers, through an
+    XLA FFI call on the CPU). Only ``GpuKernel`` objects may be several for one call (jaxlib's
+    runtime times them): a backend returning another kind declares ``autotune="first"``, or a call
+    with several configurations is refused at lowering. ``ValueError``/``TypeError``/
+    ``NotImplementedError`` describe the user's call and reach the user as they are; any other
+    exception, or a result of another type, is a ``PluginError`` naming the backend and the hook.
     """
 
 

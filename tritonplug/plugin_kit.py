@@ -29,7 +29,7 @@ import tempfile
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import triton
 from triton._C.libtriton import ir
@@ -37,6 +37,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from tritonplug.records import Binary, GpuKernel, Launch, Options
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance  # what Triton's CUDAOptions and HIPOptions are
 from tritonplug.settings import (  # noqa: F401 - re-exported: what a backend declares its settings with
     Setting,
     SettingError,
@@ -56,7 +59,7 @@ from tritonplug.settings import (  # noqa: F401 - re-exported: what a backend de
 TRITON_VERSION: str = triton.__version__
 
 
-def option_names(options_class: type) -> frozenset[str]:
+def option_names(options_class: type[DataclassInstance]) -> frozenset[str]:
     """The option names a Triton backend accepts: the fields of its options dataclass
     (``CUDAOptions``, ``HIPOptions``)."""
     return frozenset(options_class.__dataclass_fields__)
@@ -86,7 +89,7 @@ def fp_fusion_enabled(requested: bool | None) -> bool:
     return bool(language.default_fp_fusion if requested is None else requested)
 
 
-def triton_default(options_class: type, name: str) -> Any:
+def triton_default(options_class: type[DataclassInstance], name: str) -> Any:
     """The default Triton's options class gives option ``name`` (``num_warps``, ``num_stages`` …): what
     ``triton.compile`` uses when the call leaves it unset."""
     return options_class.__dataclass_fields__[name].default
@@ -152,7 +155,7 @@ def _ttgir_source_class() -> type:
 
 
 #: For each front-end stage, a function returning the source class that continues Triton's pipeline from it.
-SOURCES = {"ttir": lambda: TTIRSource, "ttgir": _ttgir_source_class}
+SOURCES: dict[str, Callable[[], type]] = {"ttir": lambda: TTIRSource, "ttgir": _ttgir_source_class}
 
 
 @contextlib.contextmanager
@@ -251,7 +254,7 @@ def check_hashable(options: Mapping[str, Any]) -> None:
             raise TypeError(f"option {name} must be hashable, got {type(value).__name__} {value!r}") from None
 
 
-def check_known_options(options: Mapping[str, Any], options_class: type, backend: str) -> None:
+def check_known_options(options: Mapping[str, Any], options_class: type[DataclassInstance], backend: str) -> None:
     """Every name in ``options`` is a field of Triton's ``options_class``; ``backend`` names the
     backend in the error (``"CUDA"``)."""
     check_option_names(options, option_names(options_class), backend, f"Triton's {options_class.__name__}")
@@ -266,8 +269,8 @@ def check_option_names(options: Mapping[str, Any], known: Iterable[str], backend
                          f"{source} has {sorted(known)}")
 
 
-def triton_options(call_options: Mapping[str, Any], options_class: type, backend: str, max_warps: int,
-                   num_ctas: Callable[[Any], Any]) -> Options:
+def triton_options(call_options: Mapping[str, Any], options_class: type[DataclassInstance], backend: str,
+                   max_warps: int, num_ctas: Callable[[Any], Any]) -> Options:
     """A GPU backend's ``tritonplug_parse_options``, what differs between backends given: the options a call set
     (``None`` dropped), ``num_warps`` a power of two up to ``max_warps`` and ``num_stages`` a non-negative int (each
     Triton's ``options_class`` default when unset), ``num_ctas`` as ``num_ctas`` (called with the call's value, 1

@@ -160,7 +160,7 @@ def _names(text: str) -> frozenset[str]:
 
 
 def _pairs(text: str) -> dict[str, str]:
-    pairs = {}
+    pairs: dict[str, str] = {}
     for item in sorted(_names(text)):
         platform, sep, name = item.partition(":")
         if not sep or not platform.strip() or not name.strip():

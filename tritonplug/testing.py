@@ -26,6 +26,7 @@ buffer in place; one takes a ``None`` argument.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -100,9 +101,9 @@ def conformance_checks(backend: str, target_hints: Mapping[str, Any] | None = No
     hints = dict(target_hints or {})
     checks = [Check(f"{backend}-info", lambda: _check_info(backend))]
     for platform in backends[backend].info.platforms:
-        checks.append(Check(f"{backend}-{platform}-target", lambda p=platform: _check_target(backend, p, hints)))
+        checks.append(Check(f"{backend}-{platform}-target", functools.partial(_check_target, backend, platform, hints)))
         for name, case in CASES.items():
-            checks.append(Check(f"{backend}-{platform}-{name}", lambda p=platform, c=case: _check_case(p, c, hints)))
+            checks.append(Check(f"{backend}-{platform}-{name}", functools.partial(_check_case, platform, case, hints)))
     return [pytest.param(c, id=c.name) for c in checks]
 
 

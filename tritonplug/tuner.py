@@ -27,7 +27,7 @@ import functools
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ import jax
 from tritonplug.adapters import jax_compat, triton_compat
 from tritonplug.calls.call import CallSpec, OutputArg
 from tritonplug.compile import frontend, resolver
+from tritonplug.errors import PluginError
 from tritonplug.lowering.primitive import triton_call_p
 from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
@@ -58,7 +59,7 @@ class TunedCall:
     kernel: str
     backend: str
     target: str
-    key: dict[str, Any]
+    key: Mapping[str, Any]
     winner: str
     timings: tuple[ConfigTiming, ...]
     persisted: bool
@@ -132,6 +133,8 @@ class Tuner:
         platform = jax_compat.lowering_platform(device.platform)
         backend = state.host().backend_for(platform)
         target = backend.detect_target(platform, device, call.options.target_hints())
+        if target is None:  # as the lowering would refuse it
+            raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
         identity = call_identity(call, operands, backend.name, target)
         if identity in self._tuned:
             return
@@ -144,7 +147,7 @@ class Tuner:
         if not finished:
             raise RuntimeError(f"tritonplug.tune: no configuration of kernel {call.kernel.name!r} ran:\n"
                                + "\n".join(f"  [{t.description}] {t.error}" for t in timings))
-        best = min(finished, key=lambda t: t.median_us)
+        best = min(finished, key=lambda t: math.inf if t.median_us is None else t.median_us)
         record = TuningRecord(
             triton_compat.source_key(call.kernel.fn), backend.name, target_of(target), call_key(call, operands),
             best.config,
@@ -201,7 +204,7 @@ def _with_resets(call: CallSpec) -> CallSpec:
         node = nodes.get(name)
         if isinstance(node, OutputArg):
             zeroed.add(node.index)
-        elif getattr(node, "index", None) in aliased:
-            zeroed.add(aliased[node.index])
+        elif (index := getattr(node, "index", None)) in aliased:
+            zeroed.add(aliased[index])
     options = dataclasses.replace(call.options, zeroed_outputs=tuple(sorted(zeroed)))
     return dataclasses.replace(call, options=options)

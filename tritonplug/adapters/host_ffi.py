@@ -159,7 +159,7 @@ def _view(address: int, writable: bool) -> np.ndarray:
         raise ValueError(f"XLA passed a NULL data pointer for a buffer of shape {shape}")
     else:
         raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(buf.data)
-        array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+        array = np.frombuffer(memoryview(raw), dtype=dtype).reshape(shape)
     array.flags.writeable = writable
     return array
 

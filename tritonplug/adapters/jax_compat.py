@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +102,8 @@ def register_dce_rule(primitive: Any, rule: Callable[[list[bool], Any], tuple[li
     if _DCE_TAKES_LIVE_INPUTS:
         def with_live_inputs(used_outputs: list[bool], live_inputs: Any, eqn: Any) -> tuple[list[bool], Any]:
             return rule(used_outputs, eqn)
-        pe.dce_rules[primitive] = with_live_inputs
+        # jax 0.12's rules take (used_outputs, live_inputs, eqn); jax 0.10's annotation, checked here, two arguments
+        pe.dce_rules[primitive] = with_live_inputs  # type: ignore[assignment]
     else:
         pe.dce_rules[primitive] = rule
 
@@ -187,7 +188,7 @@ def automatic_mesh_axes(ctx: Any) -> dict[str, int] | None:
     mesh = getattr(axis_context, "mesh", None)
     if mesh is None:
         return None
-    manual = getattr(axis_context, "manual_axes", frozenset())
+    manual: Collection[str] = getattr(axis_context, "manual_axes", frozenset())
     return {name: size for name, size in dict(mesh.shape).items() if name not in manual}
 
 

@@ -237,8 +237,9 @@ def numpy_dtype_name(value: Any) -> str | None:
 
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
         return np.dtype(value).name
-    if isinstance(value, type) and isinstance(getattr(value, "dtype", None), np.dtype):  # jnp.float16 and friends
-        return value.dtype.name
+    dtype = getattr(value, "dtype", None)
+    if isinstance(value, type) and isinstance(dtype, np.dtype):  # jnp.float16 and friends
+        return dtype.name
     return None
 
 

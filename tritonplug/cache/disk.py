@@ -184,18 +184,18 @@ class DiskCache:
 
     @contextlib.contextmanager
     def _key_lock(self, path: Path) -> Iterator[None]:
-        lock: filelock.FileLock | None = filelock.FileLock(path, mode=0o600)
+        lock, held = filelock.FileLock(path, mode=0o600), True
         try:
             cache_fs.makedirs(path.parent)
             cache_fs.remove_non_file(path)  # a directory, fifo or symlink there is damage (one lstat per miss)
             lock.acquire()
         except OSError as exc:
             self._warn_once(f"cannot lock {path} in the kernel cache at {self.directory} ({exc})")
-            lock = None
+            held = False
         try:
             yield
         finally:
-            if lock is not None:
+            if held:
                 lock.release()
 
     def stats(self) -> CacheStats:

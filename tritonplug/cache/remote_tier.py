@@ -44,8 +44,10 @@ _CLAIM_CHECK_S = 1.0  # waiting: how often to look for claims that expired (or w
 
 
 class _Request(Protocol):
-    key: str
-    description: str
+    @property
+    def key(self) -> str: ...
+    @property
+    def description(self) -> str: ...
 
 
 Compile = Callable[[list[Any]], dict[str, Binary]]

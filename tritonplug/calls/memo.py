@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -45,6 +45,11 @@ class Entry:
     out_tree: Any
     #: ``primitive.eager_dispatcher(call)``: how an eager repeat runs the call.
     dispatch: Callable[..., Any]
+    # Derived from the fields above by __post_init__:
+    single: bool = field(init=False, repr=False, compare=False)  # one output, not in a container
+    kernel: Any = field(init=False, repr=False, compare=False)
+    positions: tuple[int, ...] | None = field(init=False, repr=False, compare=False)
+    gather: Callable[[Sequence[Any], Mapping[str, Any]], Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "single", self.out_tree.num_leaves == 1 and self.out_tree.num_nodes == 1)
@@ -244,7 +249,7 @@ def signature(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out_v
         outs = tuple((type(leaf), tuple((type(d), d) for d in leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves)
         keywords = tuple(sorted((k, _option_key(v) if k in _OPTION_NAMES else _operand_key(v))
                                 for k, v in kwargs.items()))
-        return (id(kernel), tuple(map(_operand_key, args)), keywords, tree, outs, jax.config.jax_enable_x64)
+        return (id(kernel), tuple(map(_operand_key, args)), keywords, tree, outs, jax_compat.ENABLE_X64.value)
     except (NotMemoisable, TypeError, AttributeError):
         return None
 

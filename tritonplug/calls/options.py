@@ -92,7 +92,7 @@ class CallOptions:
             grid=grid,
             num_warps=_int_option("num_warps", self.num_warps, minimum=1, power_of_two=True),
             num_stages=_int_option("num_stages", self.num_stages, minimum=0),
-            num_ctas=_int_option("num_ctas", self.num_ctas, minimum=1, power_of_two=True),
+            num_ctas=_int_option("num_ctas", self.num_ctas, minimum=1, power_of_two=True) or 1,  # None: Triton's 1
             compute_capability=_capability(self.compute_capability),
             backend_options=_backend_options(self),
             input_output_aliases=tuple(sorted(dict(aliases or {}).items())),
@@ -248,7 +248,7 @@ def _check_misc(options: CallOptions) -> None:
 
 
 def _backend_options(options: CallOptions) -> tuple[tuple[str, Any], ...]:
-    backend_options = options.backend_options
+    backend_options: Any = options.backend_options  # as the user passed it: a mapping, before this normalises it
     if isinstance(backend_options, tuple):
         backend_options = dict(backend_options)
     if backend_options is not None and not isinstance(backend_options, Mapping):

@@ -47,7 +47,7 @@ import jax
 from tritonplug.adapters import jax_compat
 from tritonplug.calls.memo import Entry
 
-_ARRAY = jax_compat.CONCRETE_ARRAY_TYPES[0]  # jax.Array's concrete type
+_ARRAY: type[Any] = jax_compat.CONCRETE_ARRAY_TYPES[0]  # jax.Array's concrete type
 _X64 = jax_compat.ENABLE_X64
 _SDS = jax.ShapeDtypeStruct
 _IMMUTABLE = (int, float, bool, str, type(None))

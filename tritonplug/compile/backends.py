@@ -158,7 +158,7 @@ class Host:
             return backend
 
     def _register(self, plugin: object, name: str | None, source: str, from_entry_point: bool) -> Backend:
-        label = name or getattr(plugin, "__name__", type(plugin).__name__)
+        label: str = name or str(getattr(plugin, "__name__", type(plugin).__name__))
         if self.manager.is_registered(plugin):
             raise PluginError(f"plugin {label!r} is already registered")
         plugin_hooks.register(self.manager, plugin, label, f"plugin {label!r}", "tritonplug")

@@ -8,6 +8,7 @@ the binary the first compiler published.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -103,7 +104,7 @@ class CompileService:
                 found.update(self._resolve(backend, target, mine))
         except BaseException as exc:
             partial = isinstance(exc, _PartialFailure)
-            kept, error = (exc.found, exc.error) if partial else ({}, exc)
+            kept, error = (exc.found, exc.error) if isinstance(exc, _PartialFailure) else ({}, exc)
             with self._lock:
                 for r in mine:
                     if r.key in kept:  # the configurations that finished stay compiled
@@ -146,7 +147,7 @@ class CompileService:
         """Compile ``missing``; the configurations that finish are cached even when another one fails or
         times out, and a failure then raises ``_PartialFailure`` carrying them (``compile`` keeps them).
         A configuration the front end refuses makes the whole call wrong: then nothing is kept."""
-        found = {}
+        found: dict[str, Binary] = {}
         start = time.perf_counter()
         outcomes = self._run(backend, target, missing)
         elapsed = time.perf_counter() - start
@@ -172,7 +173,7 @@ class CompileService:
         return found
 
     def _from_disk(self, cache: Any, requests: list[CompileRequest]) -> dict[str, Binary]:
-        found = {}
+        found: dict[str, Binary] = {}
         if cache is None:
             return found
         for r in requests:
@@ -189,14 +190,14 @@ class CompileService:
         configuration goes to a worker as soon as its front end has run, so front ends (serialised by the
         lowering's front-end lock) overlap the back ends already running."""
         if not backend.compiles_in_worker:
-            return [_settled(lambda r=r: _compile_here(backend, r.make_job(), r.description)) for r in requests]
+            return [_settled(functools.partial(_compile_request_here, backend, r)) for r in requests]
 
         def one(r: CompileRequest) -> Binary:
             return self._run_tasks([Task(WORKER_COMPILE, (r.make_job(),), r.description)])[0]
 
         lanes = self._lanes()
         if lanes == 0 or len(requests) == 1:
-            return [_settled(lambda r=r: one(r)) for r in requests]
+            return [_settled(functools.partial(one, r)) for r in requests]
         with ThreadPoolExecutor(min(len(requests), lanes), thread_name_prefix="tritonplug-compile") as threads:
             futures = [threads.submit(one, r) for r in requests]
         return [f.exception() or f.result() for f in futures]  # type: ignore[misc]
@@ -210,11 +211,15 @@ class _PartialFailure(Exception):
         self.found, self.error = found, error
 
 
-def _settled(compile_one: Callable[[], Binary]) -> Binary | Exception:
+def _settled(compile_one: Callable[[], Binary | Exception]) -> Binary | Exception:
     try:
         return compile_one()
     except Exception as exc:
         return exc
+
+
+def _compile_request_here(backend: Backend, request: CompileRequest) -> Binary | Exception:
+    return _compile_here(backend, request.make_job(), request.description)
 
 
 def _compile_here(backend: Backend, job: CompileJob, description: str) -> Binary | Exception:

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 from types import TracebackType
+from typing import IO
 
 _LOCK = threading.RLock()
 
@@ -29,7 +30,7 @@ class Captured:
         self.stderr = ""
         self._replay = True
         self._saved: list[int] = []
-        self._files: list[tempfile._TemporaryFileWrapper] = []  # type: ignore[type-arg]
+        self._files: list[IO[bytes]] = []
 
     def drop(self) -> None:
         self._replay = False
@@ -38,7 +39,7 @@ class Captured:
         _LOCK.acquire()
         try:
             _flush()
-            self._files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]  # type: ignore[list-item]
+            self._files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
             self._saved = [os.dup(1), os.dup(2)]
             for fd, file in zip((1, 2), self._files, strict=True):
                 os.dup2(file.fileno(), fd)

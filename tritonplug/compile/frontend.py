@@ -103,7 +103,8 @@ def specialize(bound: BoundArgs, metaparams: Mapping[str, Any], operands: Sequen
     params = []
     for i, (name, node) in enumerate(zip(bound.names, bound.nodes, strict=True)):
         if isinstance(node, (ConstArg, UnsetConst)):
-            value = metaparams[name] if name in metaparams else node.value
+            # an UnsetConst always has its value in metaparams: the resolver requires every constexpr to get one
+            value = metaparams[name] if name in metaparams or isinstance(node, UnsetConst) else node.value
             signature[name] = "constexpr"
             constexprs[(i,)] = value
             params.append(ConstexprParam(value))

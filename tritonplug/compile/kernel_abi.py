@@ -93,7 +93,9 @@ _CLOSE = {"(": ")", "[": "]", "{": "}", "<": ">"}
 def _split_arguments(text: str, start: int) -> tuple[list[str], int]:
     """The top-level comma-separated pieces from ``start`` to the ``)`` closing the argument list, and
     that parenthesis's index. Brackets of every kind nest; string literals are skipped whole."""
-    pieces, stack, piece_start, i = [], [], start, start
+    pieces: list[str] = []
+    stack: list[str] = []
+    piece_start, i = start, start
     while i < len(text):
         c = text[i]
         if c == '"':

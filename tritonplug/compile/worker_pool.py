@@ -229,7 +229,7 @@ class WorkerPool:
     def _drop(self, worker: WorkerProcess) -> str:
         """Kill a worker and forget it; returns how it ended."""
         fate = worker.kill()
-        for pipe in (worker.proc.stdin, worker.proc.stdout):
+        for pipe in (worker.stdin, worker.stdout):
             with contextlib.suppress(OSError):
                 pipe.close()
         with contextlib.suppress(OSError):
@@ -377,7 +377,7 @@ def _release(workers: dict[WorkerProcess, None], path: str, owner: int) -> None:
     for worker in list(workers):
         worker.kill()
         if not worker.busy:  # a busy worker's pipes belong to the thread reading them (at exit)
-            for pipe in (worker.proc.stdin, worker.proc.stdout):
+            for pipe in (worker.stdin, worker.stdout):
                 with contextlib.suppress(OSError):
                     pipe.close()
     shutil.rmtree(path, ignore_errors=True)

@@ -37,11 +37,14 @@ class TimedOut(Exception):
 class WorkerProcess:
     """One worker process, used by one thread at a time (the pool hands it out)."""
 
-    def __init__(self, proc: subprocess.Popen, log_path: str) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: str) -> None:
+        if proc.stdin is None or proc.stdout is None:
+            raise ValueError("a compile worker is spoken to through pipes on its stdin and stdout")
         self.proc, self.pid, self.log_path, self.ready, self.busy = proc, proc.pid, log_path, False, False
+        self.stdin, self.stdout = proc.stdin, proc.stdout
         self._lock = threading.Lock()  # orders killpg before reaping: a reaped pid may be reused
         self._poll = select.poll()
-        self._poll.register(proc.stdout.fileno(), select.POLLIN)
+        self._poll.register(self.stdout.fileno(), select.POLLIN)
 
     def alive(self) -> bool:
         with self._lock:
@@ -58,7 +61,7 @@ class WorkerProcess:
         self.wait_ready(startup_timeout)
         self.busy = True
         try:
-            send(self.proc.stdin.fileno(), payload)
+            send(self.stdin.fileno(), payload)
             return self._receive(time.monotonic() + timeout)
         except BrokenPipeError:
             raise Died() from None
@@ -75,7 +78,7 @@ class WorkerProcess:
             if remaining <= 0:
                 raise TimedOut()
             if self._poll.poll(math.ceil(remaining * 1000)):
-                chunk = os.read(self.proc.stdout.fileno(), min(size, 1 << 20))
+                chunk = os.read(self.stdout.fileno(), min(size, 1 << 20))
                 if not chunk:
                     raise Died()
                 chunks.append(chunk)
@@ -105,7 +108,7 @@ def start_worker(log_path: str, preload: Sequence[str]) -> WorkerProcess:
     """
     command = [sys.executable, "-m", "tritonplug.compile.worker_main", str(os.getpid()), *preload]
 
-    def popen() -> subprocess.Popen:
+    def popen() -> subprocess.Popen[bytes]:
         with open(log_path, "wb") as log_file:
             return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=log_file, close_fds=True, start_new_session=True,

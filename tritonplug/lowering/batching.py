@@ -63,7 +63,9 @@ def batch_rule(triton_call_p: Any, axis_data: Any, args: Sequence[Any], dims: Se
     for k, i in enumerate(refs):
         # full slices, not ``[...]``: JAX's swap batching rule moves the value's batch axis to the
         # Ref's only when indexers are present, which matters under an enclosing vmap
-        args[i][(slice(None),) * jnp.ndim(values[i])] = jnp.moveaxis(outs[n_results + k], 0, dims[i])
+        dim = dims[i]
+        assert dim is not None  # an unbatched Ref was refused above
+        args[i][(slice(None),) * jnp.ndim(values[i])] = jnp.moveaxis(outs[n_results + k], 0, dim)
     return list(outs[:n_results]), [0] * n_results
 
 

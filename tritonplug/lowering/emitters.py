@@ -74,7 +74,8 @@ def _emit_gpu(ctx: Any, args: Sequence[Any], kernels: Sequence[GpuKernel], call:
                                     has_side_effect=call.options.has_side_effect)
         results = rule(ctx, *args, **attributes)
     else:
-        rule = jax.ffi.ffi_lowering(target, api_version=2, backend_config=opaque,
+        # jax annotates backend_config without bytes, which mlir.custom_call (where it goes) takes: the opaque payload
+        rule = jax.ffi.ffi_lowering(target, api_version=2, backend_config=opaque,  # type: ignore[arg-type]
                                     operand_output_aliases=operand_output_aliases,
                                     has_side_effect=call.options.has_side_effect)
         results = rule(ctx, *args)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tritonplug.records import ArrayParam, ConstexprParam, GpuKernel, ScalarParam, TmaDescriptorParam, param_leaves
 
 _U64 = (1 << 64) - 1
-# dtype -> (Parameter field, wire kind, smallest value, largest value)
-_SCALARS = {
+# dtype -> (Parameter field, wire kind, smallest value, largest value; None for the floats)
+_SCALARS: dict[str, tuple[int, str, int | None, int | None]] = {
     "i1": (2, "bool", 0, 1),
     "i32": (3, "int32", -(1 << 31), (1 << 31) - 1),
     "u32": (4, "uint", 0, (1 << 32) - 1),
@@ -53,7 +53,7 @@ _SCHEMA: dict[str, dict[int, tuple[str, str]]] = {
 }
 _REPEATED = {"parameters", "configs", "input_output_aliases", "shape", "strides", "block_shape"}
 _WIRE = {"uint": 0, "int32": 0, "int64": 0, "bool": 0, "double": 1, "float": 5}  # everything else: 2
-_CONVERT = {
+_CONVERT: dict[str, Callable[[Any], Any]] = {
     "uint": int, "bool": bool, "bytes": bytes, "string": lambda raw: bytes(raw).decode(),
     "int32": lambda raw: (raw & 0xFFFFFFFF) - ((raw >> 31 & 1) << 32),
     "int64": lambda raw: raw - ((raw >> 63 & 1) << 64),
@@ -109,6 +109,7 @@ def _param(p: ArrayParam | ScalarParam | TmaDescriptorParam) -> bytes:
             return _varint(field << 3 | 5) + struct.pack("<f", math.copysign(math.inf, p.value))
     if kind == "double":
         return _varint(field << 3 | 1) + struct.pack("<d", float(p.value))
+    assert lo is not None and hi is not None  # only the floats have no bounds
     value = int(bool(p.value)) if kind == "bool" else int(p.value)
     if value != p.value or not lo <= value <= hi:
         raise ValueError(f"scalar {p.value!r} does not fit dtype {p.dtype!r}")
@@ -157,7 +158,8 @@ def encode_kernel_call(kernels: Sequence[GpuKernel], *, name: str, metadata: byt
 
 
 def _decode(data: bytes, message: str) -> dict:
-    schema, out, pos = _SCHEMA[message], {}, 0
+    schema, pos = _SCHEMA[message], 0
+    out: dict[str, Any] = {}
     out.update({name: [] for name, _ in schema.values() if name in _REPEATED})
 
     def varint() -> int:

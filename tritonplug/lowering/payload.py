@@ -62,12 +62,11 @@ def host_kernel_key(kernel: HostKernel, zeroed_buffers: Sequence[int],
     buffers zeroed first, and the TRITONPLUG_* variables a backend may read (``environment``: all but the
     host-only settings, e.g. a backend's checking mode, as the lowering read them, ``pipeline.fingerprint``)."""
     launch = kernel.launch
-    environment = [list(pair) for pair in environment]
     return json.dumps({
         "kernel": [launch.kernel_name, kernel.kernel_name, triton_compat.source_key(launch.kernel)],
         "configuration": launch.description, "grid": list(launch.grid), "params": _param(launch.params),
         "names": list(launch.arg_names), "operands": [[list(b.shape), b.dtype] for b in launch.operands],
         "results": [[list(b.shape), b.dtype] for b in launch.results], "aliases": [list(a) for a in launch.aliases],
-        "zeroed": list(zeroed_buffers), "environment": environment,
+        "zeroed": list(zeroed_buffers), "environment": [list(pair) for pair in environment],
         "runner": getattr(kernel.run, "__qualname__", type(kernel.run).__qualname__),
     }, sort_keys=True, default=repr)

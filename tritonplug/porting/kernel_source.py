@@ -277,8 +277,7 @@ class _Loader:
         module.__package__ = self.package
         if file.is_package:
             self.globals["__path__"] = module.__path__ = list(file.search_locations)
-        module.__getattr__ = self.module_getattr  # PEP 562: every name loads on first access
-        module.__dir__ = self.names
+        vars(module).update(__getattr__=self.module_getattr, __dir__=self.names)  # PEP 562: names load when read
         self.module = module
 
     # -- names ---------------------------------------------------------------------------------------
@@ -394,7 +393,8 @@ class _Loader:
 
     @staticmethod
     def _one_alias(unit: Unit) -> ast.stmt:
-        node = unit.node
+        node, alias = unit.node, unit.import_alias
+        assert alias is not None, "the unit of one imported name"
         if isinstance(node, ast.ImportFrom):
-            return ast.ImportFrom(module=node.module, names=[unit.import_alias], level=node.level)
-        return ast.Import(names=[unit.import_alias])
+            return ast.ImportFrom(module=node.module, names=[alias], level=node.level)
+        return ast.Import(names=[alias])

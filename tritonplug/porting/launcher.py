@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +61,10 @@ def _reshaped(value: Any, shape: tuple[int, ...]) -> Any:
     return value if tuple(value.shape) == shape else jnp.reshape(value, shape)
 
 
-class _Device(NamedTuple):
+@dataclass(frozen=True)
+class _Device:
+    """What a launcher reads of ``torch.device``: its type and index (a tuple's ``index`` method would shadow it)."""
+
     type: str
     index: int = 0
 

@@ -1,15 +1,16 @@
 """The two ways a partitioned launcher's body reaches each device, chosen by the mesh's axis types.
 
 * **Automatic axes** (JAX's default; Shardy or GSPMD decides shardings after tracing): the call becomes a
-  ``jax.experimental.custom_partitioning`` op. Shardy propagates shardings through it by the bound rule;
-  GSPMD through :func:`_infer` (operands → results) and :func:`_propagate` (a requested result sharding →
-  the call). XLA then calls :func:`_partition`, which settles each factor's mesh axes and hands JAX the body,
-  which JAX traces again with the local shapes, so the grid and every shape-derived scalar are the shard's.
+  ``jax.experimental.custom_partitioning`` op (:func:`auto`). Shardy propagates shardings through it by the
+  bound rule; GSPMD through ``auto``'s ``infer`` (operands → results) and ``propagate`` (a requested result
+  sharding → the call). XLA then calls its ``partition``, which settles each factor's mesh axes and hands JAX the
+  body, which JAX traces again with the local shapes, so the grid and every shape-derived scalar are the shard's.
 * **Explicit axes** (``jax.sharding.AxisType.Explicit``: every operand's type carries its sharding while
-  tracing): the same decision is made at trace time and the body runs under ``jax.shard_map``. Nothing is
-  left to a Python callback, so such a program exports (``jax.export``) and reloads in another process.
+  tracing): the same decision is made at trace time and the body runs under ``jax.shard_map``
+  (:func:`explicit`). Nothing is left to a Python callback, so such a program exports (``jax.export``) and
+  reloads in another process.
 
-Both decide with :func:`tritonplug.sharding.rules.assign` and record what they decided (``state.partitions``,
+Both decide with :func:`tritonplug.calls.sharding_rules.assign` and record what they decided (``state.partitions``,
 read by ``tritonplug.inspection.partitions()``): which factors were split over which axes, and which operands
 XLA gathers because the rule keeps a factor whole.
 """

@@ -1,4 +1,4 @@
-"""The example backend's five hooks.
+"""The example backend's six hooks: the five every backend implements and the optional sixth.
 
 It serves JAX's ``cpu`` platform under the name ``example``. Its "binary" is a small record of
 what was asked for; running a kernel is delegated to the interpret backend (a distribution this
