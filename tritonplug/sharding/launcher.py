@@ -52,7 +52,34 @@ def sharding_rule(rule: str, *, need_replication: Sequence[str] = (), need_repli
     """
     if need_replication and need_replication_factors:
         raise TypeError("partitioned: give need_replication or need_replication_factors (the same thing), not both")
-    return _parse(rule, tuple(need_replication or need_replication_factors), tuple(reduction_factors))
+    for keyword, factors in (("need_replication", need_replication),
+                             ("need_replication_factors", need_replication_factors),
+                             ("reduction_factors", reduction_factors)):
+        _check_factor_names(keyword, factors)
+    return _parse(_rule_text(rule), tuple(need_replication or need_replication_factors), tuple(reduction_factors))
+
+
+def _rule_text(rule: Any) -> str:
+    """``rule`` if it is a str; else a ``TypeError`` saying what a rule is (a list of groups is the usual slip)."""
+    if isinstance(rule, str):
+        return rule
+    if isinstance(rule, (list, tuple)) and all(isinstance(r, str) for r in rule):
+        hint = f"; write it as one str: {', '.join(rule)!r}" if len(rule) > 1 else ""
+        raise TypeError(f"partitioned: the rule is one str such as 'b n, b n -> b n', got the {type(rule).__name__} "
+                        f"{list(rule)!r}{hint}")
+    raise TypeError(f"partitioned: the rule is a str such as 'b n, b n -> b n', a tritonplug.sharding_rule(...), or "
+                    f"a function of the call's arguments returning one; got {type(rule).__name__}: {rule!r:.100}")
+
+
+def _check_factor_names(keyword: str, factors: Any) -> None:
+    """A tuple of factor names; a str alone (``need_replication="d"``, which iterates as its letters) or anything
+    else is a ``TypeError`` naming the keyword and the tuple meant."""
+    if isinstance(factors, str):
+        raise TypeError(f"partitioned: {keyword} takes a tuple of factor names, got the str {factors!r}; for the "
+                        f"factor {factors!r} write {keyword}=({factors!r},)")
+    if not isinstance(factors, (tuple, list, set, frozenset)) or not all(isinstance(f, str) for f in factors):
+        raise TypeError(f"partitioned: {keyword} takes a tuple of factor names such as ('d',), got "
+                        f"{type(factors).__name__}: {factors!r:.100}")
 
 
 @functools.lru_cache(maxsize=256)
@@ -60,9 +87,13 @@ def _parse(rule: str, need_replication: tuple[str, ...], reduction: tuple[str, .
     return rules.parse(rule, need_replication=need_replication, reduction=reduction)
 
 
-def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule], *, need_replication: Sequence[str] = (),
-                need_replication_factors: Sequence[str] = (),
-                reduction_factors: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Partitioned]:
+_NO_RULE: Any = object()
+_EXAMPLE = "@tritonplug.partitioned('b n, b n -> b n')"
+
+
+def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule] = _NO_RULE, *,
+                need_replication: Sequence[str] = (), need_replication_factors: Sequence[str] = (),
+                reduction_factors: Sequence[str] = ()) -> Callable[..., Any]:
     """Decorate a function that makes Triton calls so that a sharded ``jit`` runs it per shard.
 
     ``rule`` and the keywords: as :func:`sharding_rule`. Where the rule depends on the call (which optional
@@ -71,6 +102,9 @@ def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule], *, nee
     string, or a ``tritonplug.sharding_rule`` with its keywords); it is called at every call, with arrays or
     their tracers.
     """
+    if rule is _NO_RULE:
+        raise TypeError(f"partitioned() needs a sharding rule, one group of factors per array argument and result: "
+                        f"{_EXAMPLE} (docs/partitioned.md, 'The rule')")
     if callable(rule) and not isinstance(rule, rules.Rule):
         if need_replication or need_replication_factors or reduction_factors:
             raise TypeError("partitioned: with a function choosing the rule, give the keywords to the "
@@ -82,10 +116,14 @@ def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule], *, nee
         parsed = sharding_rule(rule, need_replication=need_replication,
                                need_replication_factors=need_replication_factors, reduction_factors=reduction_factors)
 
-    def decorate(fn: Callable[..., Any]) -> Partitioned:
-        if not callable(fn):
-            raise TypeError(f"partitioned({rule!r}) decorates a function, got {type(fn).__name__}")
-        return Partitioned(fn, parsed)
+    def decorate(*args: Any, **kwargs: Any) -> Partitioned:
+        if len(args) == 1 and not kwargs and callable(args[0]) and not _is_array(args[0]):
+            return Partitioned(args[0], parsed)
+        if callable(rule) and not isinstance(rule, rules.Rule):  # the rule function was the decorated function
+            raise TypeError(f"{getattr(rule, '__name__', rule)!s} was decorated with a bare @tritonplug.partitioned, "
+                            f"which takes a sharding rule: write {_EXAMPLE} above it (docs/partitioned.md)")
+        got = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs])
+        raise TypeError(f"partitioned({getattr(parsed, 'text', rule)!r}) decorates one function, got ({got})")
     return decorate
 
 

@@ -1,0 +1,49 @@
+"""Issue 37's held-out bad inputs, refused at the call naming the argument and what was expected (or warned about,
+naming the setting): ``@tritonplug.partitioned`` misused (a rule of the wrong type, a str where a tuple of factors
+belongs, no rule, a closure over arrays, ``jax.grad``), a tuple passed to a kernel's scalar parameter,
+``@torch_launcher("x")``, ``TRITONPLUG_*`` typos and unknown plugin names, ``TRITONPLUG_TUNING_FILE`` naming a
+directory, a malformed ``--mesh`` of ``examples/llama/train.py``, and an all-gather XLA combined from several
+operands in ``inspection.collectives``. The cases that need several devices are in ``test_bad_input_sharded.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tritonplug
+
+X = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
+
+
+def add_rows(x, y):
+    return x + y
+
+
+# ----- @tritonplug.partitioned misused -------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: tritonplug.partitioned(["r c, r c -> r c"]), r"the rule is one str .*got the list \['r c, r c -> r c'\]"),
+    (lambda: tritonplug.partitioned(("r c", "r c -> r c")), r"got the tuple .*write it as one str: 'r c, r c -> r c'"),
+    (lambda: tritonplug.partitioned("... d, d -> ... d", need_replication="d"),
+     r"need_replication takes a tuple of factor names, got the str 'd'; .*write need_replication=\('d',\)"),
+    (lambda: tritonplug.partitioned("r c -> c", reduction_factors="r"),
+     r"reduction_factors takes a tuple of factor names, got the str 'r'; .*reduction_factors=\('r',\)"),
+    (lambda: tritonplug.sharding_rule("r c -> r c", need_replication_factors="c"),
+     r"need_replication_factors takes a tuple of factor names, got the str 'c'"),
+    (lambda: tritonplug.partitioned("r c -> r c", need_replication=("c", 1)), r"need_replication takes a tuple of "
+                                                                               r"factor names such as \('d',\)"),
+    (lambda: tritonplug.partitioned(), r"partitioned\(\) needs a sharding rule.*@tritonplug.partitioned\('b n, b n"),
+])
+def test_a_malformed_rule_is_refused_when_decorating(make, match):
+    with pytest.raises(TypeError, match=match):
+        make()
+
+
+def test_a_bare_decorator_names_the_missing_rule_when_the_function_is_called():
+    decorated = tritonplug.partitioned(add_rows)  # @tritonplug.partitioned without (rule)
+    with pytest.raises(TypeError, match=r"add_rows was decorated with a bare @tritonplug.partitioned, which takes a "
+                                        r"sharding rule: write @tritonplug.partitioned\('b n, b n -> b n'\)"):
+        decorated(X, X)
+    with pytest.raises(TypeError, match=r"partitioned\('r c -> r c'\) decorates one function, got \(ndarray\)"):
+        tritonplug.partitioned("r c -> r c")(X)
