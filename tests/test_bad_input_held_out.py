@@ -8,6 +8,8 @@ operands in ``inspection.collectives``. The cases that need several devices are 
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -47,3 +49,36 @@ def test_a_bare_decorator_names_the_missing_rule_when_the_function_is_called():
         decorated(X, X)
     with pytest.raises(TypeError, match=r"partitioned\('r c -> r c'\) decorates one function, got \(ndarray\)"):
         tritonplug.partitioned("r c -> r c")(X)
+
+
+def test_arrays_a_partitioned_function_closes_over_are_named():
+    w = jnp.ones(8)
+
+    @tritonplug.partitioned("r c -> r c")
+    def scaled(x):
+        return x * w
+
+    match = r"partitioned scaled: the function closes over 1 array\(s\) \(w\): float32\[8\]. .*pass it as an argument"
+    with pytest.raises(TypeError, match=match):
+        scaled(X)  # eagerly
+    with pytest.raises(TypeError, match=match):
+        jax.jit(scaled)(X)
+
+    @tritonplug.partitioned("r c -> r c")
+    def shifted(x):
+        return x + np.arange(8, dtype=np.float32)  # a NumPy array made inside is a constant of the trace too
+
+    with pytest.raises(TypeError, match=r"closes over 1 array\(s\) \(none of its own names: .*a NumPy array it makes"):
+        shifted(X)
+
+
+@pytest.mark.parametrize("transform", [
+    lambda f: jax.grad(lambda x: jnp.sum(f(x, x)))(X),
+    lambda f: jax.jvp(lambda x: f(x, x), (X,), (X,)),
+    lambda f: jax.jit(jax.linearize, static_argnums=0)(lambda x: f(x, x), X),
+])
+def test_differentiating_a_partitioned_function_names_the_fix_on_one_device(transform):
+    f = tritonplug.partitioned("r c, r c -> r c")(add_rows)
+    with pytest.raises(NotImplementedError, match=r"partitioned add_rows: jax.grad, jax.jvp and jax.linearize "
+                                                  r"cannot differentiate .*jax.custom_vjp"):
+        transform(f)

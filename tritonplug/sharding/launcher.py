@@ -215,7 +215,14 @@ class Partitioned:
                 if len(self._eager) >= _EAGER_JITS:
                     self._eager.clear()
                 self._eager[key] = run
-        return run(*arrays)
+        paths.take_failure()
+        try:
+            return run(*arrays)
+        except jax.errors.JaxRuntimeError:
+            failure = paths.take_failure()  # the per-shard error XLA wrapped: say it as it is
+            if failure is None:
+                raise
+            raise failure from failure.__cause__
 
     def _traced(self, arrays: list[Any], values: list[Any], where: list[int], treedef: Any,
                 names: list[str]) -> Any:
@@ -229,8 +236,19 @@ class Partitioned:
             return tuple(leaf for leaf in flat if _is_array(leaf))
 
         rule = self._rule_for(*self._unbind(_rebuild(treedef, values, where, arrays)))
-        arrays_out = iter(call(rule, body, arrays, names, self.__name__))
+        arrays_out = iter(call(rule, body, arrays, names, self.__name__, self._closed_over))
         return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
+
+    def _closed_over(self) -> list[str]:
+        """The names of the arrays the function reads from its closure or its module's globals."""
+        code = getattr(self.fn, "__code__", None)
+        if code is None:
+            return []
+        cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, self.fn.__closure__ or (),
+                                                                strict=False) if _filled(cell)}
+        scope = {**{n: getattr(self.fn, "__globals__", {}).get(n) for n in code.co_names}, **cells}
+        return [name for name, value in scope.items()
+                if any(_is_array(leaf) or isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))]
 
     def _name(self, path: tuple) -> str:
         """``x``, ``params['w']``, ``rest[0]``, ``w`` (a ``**kwargs`` keyword): the argument an operand came in."""
@@ -255,16 +273,21 @@ class Partitioned:
         return key
 
 
-def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Sequence[str], function: str) -> tuple:
+def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Sequence[str], function: str,
+         closure: Callable[[], list[str]] = list) -> tuple:
     """``body`` (arrays in, a tuple of arrays out) partitioned by ``rule``: checked against the shapes, then
-    run on one of the two paths, under ``custom_vmap`` so that ``jax.vmap`` adds a batch factor."""
-    results = jax.eval_shape(body, *arrays)
+    run on one of the two paths, under ``custom_vmap`` so that ``jax.vmap`` adds a batch factor (explicit axes
+    included: the batched body runs under ``shard_map`` on each device's part of the batch). ``closure()`` names
+    the arrays the function closes over, for the error that refuses them."""
+    # traced with unsharded types: under vmap over explicit axes, the whole batched body would loop over a split axis
+    closed, results = jax.make_jaxpr(body, return_shape=True)(*[jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                                                 for a in arrays])
+    if closed.consts and _explicit_mesh(arrays) is None:  # custom_partitioning takes no constants (shard_map does)
+        _refuse_closure(function, closed.consts, closure())
     result_names = [f"result {k}" for k in range(len(results))]
     bound = rules.bind(rule, [tuple(a.shape) for a in arrays], [tuple(r.shape) for r in results], names,
                        result_names)
-    info = paths.CallInfo(function, names, result_names)
-    if _explicit_mesh(arrays) is not None:  # shard_map has its own batching rule, and custom_vmap refuses a
-        return _dispatch(body, arrays, bound, info)  # batch axis split over explicit mesh axes
+    info = paths.CallInfo(function, names, result_names, paths.host_callbacks(closed))
 
     @jax.custom_batching.custom_vmap
     def run(*arrs: Any) -> tuple[Any, ...]:
@@ -277,7 +300,30 @@ def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Seque
         outs = call(batch_rule, lambda *xs: tuple(vbody(*xs)), arrs, names, function)
         return outs, tuple(True for _ in outs)
 
-    return tuple(run(*arrays))
+    if _explicit_mesh(arrays) is None:
+        return tuple(run(*arrays))
+
+    # custom_vmap does not linearize: under explicit axes jax.grad differentiates the shard_map itself
+    @jax.custom_jvp
+    def differentiable(*arrs: Any) -> tuple[Any, ...]:
+        return tuple(run(*arrs))
+
+    @differentiable.defjvp
+    def jvp(primals: Any, tangents: Any) -> Any:
+        return jax.jvp(lambda *arrs: _dispatch(body, arrs, bound, info), primals, tangents)
+
+    return tuple(differentiable(*arrays))
+
+
+def _refuse_closure(function: str, consts: Sequence[Any], named: list[str]) -> None:
+    shapes = ", ".join(f"{jax.typeof(c).dtype}{list(jax.typeof(c).shape)}" for c in consts)
+    which = f" ({', '.join(named)})" if named else " (none of its own names: one a function it calls closes over, " \
+                                                   "or a NumPy array it makes)"
+    raise TypeError(f"partitioned {function}: the function closes over {len(consts)} array(s){which}: {shapes}. A "
+                    f"partitioned function's arrays are its arguments, each with a group in the rule (a closed-over "
+                    f"array cannot be split or placed): pass it as an argument and give it a group, e.g. its "
+                    f"factors listed in need_replication to keep it whole on every device; make a constant with "
+                    f"jax.numpy inside the function")
 
 
 def _explicit_mesh(arrays: Sequence[Any]) -> Any | None:
@@ -322,6 +368,13 @@ def _rebuild(treedef: Any, values: list[Any], where: list[int], arrays: Sequence
     for i, a in zip(where, arrays, strict=True):
         leaves[i] = a
     return jax.tree.unflatten(treedef, leaves)
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        return cell.cell_contents is not cell
+    except ValueError:  # a closure variable not yet assigned
+        return False
 
 
 def _is_array(leaf: Any) -> bool:
