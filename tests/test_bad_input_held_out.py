@@ -8,10 +8,14 @@ operands in ``inspection.collectives``. The cases that need several devices are 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bad_input_support import Case, call, check_refused, params, skip_without_backends, use_fresh_cache
+from kernels import add_kernel, tuple_add_kernel
 
 import tritonplug
 
@@ -82,3 +86,38 @@ def test_differentiating_a_partitioned_function_names_the_fix_on_one_device(tran
     with pytest.raises(NotImplementedError, match=r"partitioned add_rows: jax.grad, jax.jvp and jax.linearize "
                                                   r"cannot differentiate .*jax.custom_vjp"):
         transform(f)
+
+
+# ----- a tuple for a kernel's scalar parameter -----------------------------------------------------------------
+
+CASES: dict[str, Case] = {
+    "shape_tuple_for_a_scalar": Case(lambda x, y: call(x, y, x.shape), TypeError,
+                                     r"argument 'n' of kernel 'add_kernel' is one value \(the kernel computes "
+                                     r"`offs < n`\), but a tuple was passed: \(256,\); pass one number"),
+    "stride_tuple_for_a_scalar": Case(lambda x, y: call(x, y, (32, 1)), TypeError,  # as a torch x.stride()
+                                      r"argument 'n' of kernel 'add_kernel' is one value .*tuple was passed: "
+                                      r"\(32, 1\)"),
+    "tuple_of_arrays_for_a_pointer": Case(lambda x, y: call((x, x), y), TypeError,
+                                          r"argument 'x_ptr' of kernel 'add_kernel' is one value \(the kernel "
+                                          r"computes `x_ptr \+ offs`\)"),
+}
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_state):
+    return use_fresh_cache(tmp_path / "kernel-cache", monkeypatch, fresh_state)
+
+
+@skip_without_backends
+@pytest.mark.parametrize(("name", "stage", "platform"), params(CASES))
+def test_a_tuple_for_a_scalar_parameter_is_refused_at_the_call(name, stage, platform, fresh_cache):
+    check_refused(CASES[name], stage, platform, fresh_cache)
+
+
+def test_tuples_still_bind_to_parameters_the_kernel_indexes():
+    from tritonplug.calls import source_uses
+    from tritonplug.process.state import state
+
+    facts = state.kernels.get(tuple_add_kernel)
+    assert "yz" not in source_uses.one_value_params(facts) and "n" in source_uses.one_value_params(facts)
+    assert set(source_uses.one_value_params(state.kernels.get(add_kernel))) == {"x_ptr", "y_ptr", "n", "out_ptr"}
