@@ -121,3 +121,15 @@ def test_tuples_still_bind_to_parameters_the_kernel_indexes():
     facts = state.kernels.get(tuple_add_kernel)
     assert "yz" not in source_uses.one_value_params(facts) and "n" in source_uses.one_value_params(facts)
     assert set(source_uses.one_value_params(state.kernels.get(add_kernel))) == {"x_ptr", "y_ptr", "n", "out_ptr"}
+
+
+# ----- @torch_launcher("x") ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("given", "match"), [
+    ("x", r"torch_launcher decorates a function .*got str 'x'; .*@tritonplug.torch_launcher\(writes=\('x',\)\)"),
+    (["x", "y"], r"got list .*writes=\('x', 'y'\)"),
+    (3, r"torch_launcher decorates a function .*got int 3"),
+])
+def test_torch_launcher_given_names_positionally_points_to_writes(given, match):
+    with pytest.raises(TypeError, match=match):
+        tritonplug.torch_launcher(given)
