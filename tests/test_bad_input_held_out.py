@@ -8,6 +8,7 @@ operands in ``inspection.collectives``. The cases that need several devices are 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import jax
@@ -18,6 +19,7 @@ from bad_input_support import Case, call, check_refused, params, skip_without_ba
 from kernels import add_kernel, tuple_add_kernel
 
 import tritonplug
+from tritonplug import settings
 
 X = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
 
@@ -133,3 +135,48 @@ def test_tuples_still_bind_to_parameters_the_kernel_indexes():
 def test_torch_launcher_given_names_positionally_points_to_writes(given, match):
     with pytest.raises(TypeError, match=match):
         tritonplug.torch_launcher(given)
+
+
+# ----- the environment -----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def reloaded(monkeypatch: pytest.MonkeyPatch):
+    """The plugins loaded afresh (the first use of tritonplug in a process, when the environment is checked)."""
+    from tritonplug.process.state import state
+
+    def load() -> list[str]:
+        state.reset(plugins=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            state.host()
+        return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    yield load
+    monkeypatch.undo()
+    state.reset(plugins=True)
+
+
+def test_a_typo_in_a_variable_name_is_warned_about_with_the_closest_setting(reloaded, monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CACHE_DRI", "/tmp/somewhere")
+    monkeypatch.setenv("TRITONPLUG_COMPILE_WORKER", "2")
+    monkeypatch.setenv("TRITONPLUG_SOME_TOOLS_OWN_VARIABLE", "1")  # close to no setting: left to `tritonplug info`
+    said = reloaded()
+    assert ("tritonplug: TRITONPLUG_CACHE_DRI is set, but no setting has that name, so it is ignored; did you mean "
+            "TRITONPLUG_CACHE_DIR?") in said
+    assert any("TRITONPLUG_COMPILE_WORKER is set" in s and "TRITONPLUG_COMPILE_WORKERS?" in s for s in said)
+    assert not any("TOOLS_OWN" in s for s in said)
+
+
+def test_an_unknown_plugin_to_disable_is_warned_about_with_the_known_ones(reloaded, monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_DISABLE_PLUGINS", "interpet,jax")
+    said = [s for s in reloaded() if "TRITONPLUG_DISABLE_PLUGINS" in s]
+    assert len(said) == 1 and "names 'interpet', which no installed plugin is called" in said[0], said
+    assert "the plugins are " in said[0] and "jax" in said[0].split("the plugins are ")[1]
+
+
+def test_a_tuning_file_that_is_a_directory_is_an_error_naming_the_setting(reloaded, monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITONPLUG_TUNING_FILE", str(tmp_path))
+    assert any(f"TRITONPLUG_TUNING_FILE names a directory ({tmp_path})" in s for s in reloaded())
+    from tritonplug.process.state import state
+
+    with pytest.raises(settings.SettingError, match=r"TRITONPLUG_TUNING_FILE names a directory .*it takes a file"):
+        state.tuning.lookup("any identity")
