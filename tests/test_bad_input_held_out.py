@@ -180,3 +180,32 @@ def test_a_tuning_file_that_is_a_directory_is_an_error_naming_the_setting(reload
 
     with pytest.raises(settings.SettingError, match=r"TRITONPLUG_TUNING_FILE names a directory .*it takes a file"):
         state.tuning.lookup("any identity")
+
+
+# ----- examples/llama/train.py --mesh --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("mesh", "says"), [
+    ("data2", "argument --mesh: 'data2' is not axis=size; write e.g. 'data=2,model=2'"),
+    ("data=x", "argument --mesh: the size of axis 'data' must be a positive integer, got 'x'"),
+    ("data=2,foo=2", "argument --mesh: unknown axis 'foo'"),
+    ("data=0", "argument --mesh: the size of axis 'data' must be a positive integer, got '0'"),
+    ("data=1,data=1", "argument --mesh: axis 'data' is given twice"),
+])
+def test_a_malformed_mesh_is_an_argparse_error_naming_the_option(mesh, says, capsys):
+    from examples.llama import train
+
+    with pytest.raises(SystemExit) as exited:
+        train.main(["--mesh", mesh, "--steps", "0"])
+    assert exited.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_a_batch_the_data_axis_does_not_divide_is_refused_naming_the_option():
+    from examples.llama import train
+
+    with pytest.raises(SystemExit, match=r"error: argument --mesh: data=4 does not divide the batch \(6 sequences\): "
+                                         r"give --batch a multiple of 4"):
+        train.main(["--mesh", "data=4", "--batch", "6", "--steps", "0"])
+    devices = len(jax.devices())
+    with pytest.raises(SystemExit, match=rf"argument --mesh: data={2 * devices},model=1 is {2 * devices} devices, "
+                                         rf"but {devices} are visible"):
+        train.mesh_of((2 * devices, 1), batch=2 * devices)

@@ -46,7 +46,7 @@ def main(argv=None) -> dict:
         cfg = cfg.replace(experts=args.experts)
     dense = Ops.parse(args.dense_ops)
     choices = [model.MoEOps(c, dense) for c in (CHOICES if args.ops == "compare" else (args.ops,))]
-    mesh = llama_train.mesh_of(args.mesh) if args.mesh else None
+    mesh = llama_train.mesh_of(args.mesh, cfg.batch) if args.mesh else None
     params = model.init(cfg, jax.random.key(args.seed))
     trainers = [Trainer(cfg, ops, params, mesh, loss=model.loss, param_specs=model.PARAM_SPECS) for ops in choices]
     return llama_train.train(args, cfg, trainers, mesh, argv)
