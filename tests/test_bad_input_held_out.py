@@ -20,6 +20,7 @@ from kernels import add_kernel, tuple_add_kernel
 
 import tritonplug
 from tritonplug import settings
+from tritonplug.inspection import collectives
 
 X = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
 
@@ -209,3 +210,22 @@ def test_a_batch_the_data_axis_does_not_divide_is_refused_naming_the_option():
     with pytest.raises(SystemExit, match=rf"argument --mesh: data={2 * devices},model=1 is {2 * devices} devices, "
                                          rf"but {devices} are visible"):
         train.mesh_of((2 * devices, 1), batch=2 * devices)
+
+
+# ----- inspection.collectives ----------------------------------------------------------------------------------
+
+def test_an_all_gather_combined_from_several_operands_lists_each():
+    text = ("  %all-gather = (f32[8,4]{1,0}, f32[16]{0}) all-gather(f32[1,4]{1,0} %a, f32[2]{0} %b), channel_id=2, "
+            "replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true\n"
+            "  %ags = ((f32[1,4]{1,0}, bf16[2]{0}), (f32[8,4]{1,0}, bf16[16]{0})) all-gather-start(f32[1,4]{1,0} %a, "
+            "bf16[2]{0} %b), channel_id=3, dimensions={0}\n"
+            "  %cps = (f32[4]{0}, f32[4]{0}, u32[], u32[]) collective-permute-start(f32[4]{0} %q), channel_id=4\n"
+            "  %ars = (f32[48]{0}, bf16[8]{0}) all-reduce-start(f32[48]{0} %x, bf16[8]{0} %y), to_apply=%add\n")
+    assert collectives(text) == [
+        {"op": "all-gather", "shape": (8, 4), "dtype": "f32", "bytes": 128},
+        {"op": "all-gather", "shape": (16,), "dtype": "f32", "bytes": 64},
+        {"op": "all-gather", "shape": (8, 4), "dtype": "f32", "bytes": 128},  # the async form's results
+        {"op": "all-gather", "shape": (16,), "dtype": "bf16", "bytes": 32},
+        {"op": "collective-permute", "shape": (4,), "dtype": "f32", "bytes": 16},  # not its u32[] contexts
+        {"op": "all-reduce", "shape": (48,), "dtype": "f32", "bytes": 192},
+        {"op": "all-reduce", "shape": (8,), "dtype": "bf16", "bytes": 16}]
