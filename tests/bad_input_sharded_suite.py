@@ -12,6 +12,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import triton
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -65,13 +66,23 @@ def norm_with_its_own_vjp(x, w):
     return sk.rms_norm_vjp(x, w)
 
 
+def rms_norm_unpartitioned(x, w):
+    rows, d = x.shape
+    return tritonplug.triton_call(x, w, n_cols=d, eps=1e-6, kernel=sk.rms_norm_kernel,
+                                  out_type=(jax.ShapeDtypeStruct((rows, d), x.dtype),
+                                            jax.ShapeDtypeStruct((rows,), jnp.float32)),
+                                  grid=(rows,), BLOCK=triton.next_power_of_2(d))
+
+
 def others() -> None:
     mesh = auto_mesh()
     x = jax.device_put(X, NamedSharding(mesh, P("x")))
+    w = jax.device_put(X[0], NamedSharding(mesh, P()))
     case("shard_mistake_jit", lambda: jax.jit(wrong_on_a_shard)(x, x).shape)
     case("shard_mistake_eager", lambda: wrong_on_a_shard(x, x).shape)
     case("grad_auto", lambda: jax.jit(jax.grad(lambda a: jnp.sum(sk.add_rows(a, a))))(x).shape)
     case("jvp_auto", lambda: jax.jit(lambda a: jax.jvp(lambda b: sk.add_rows(b, b), (a,), (a,)))(x)[1].shape)
+    case("unpartitioned_reduction", lambda: jax.jit(rms_norm_unpartitioned)(x, w)[0].shape)
     explicit = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
     batch = np.arange(8 * 16 * 32, dtype=np.float32).reshape(8, 16, 32) / 1000
     with jax.set_mesh(explicit):

@@ -68,3 +68,9 @@ def test_vmap_over_a_batch_split_on_explicit_axes_runs_split(others):
     assert others["vmap_explicit_batch_split"] == {"result": {"correct": True, "spec": ["x", "None", "None"]}}
     # under explicit axes jax.grad still differentiates the shard_map (here a custom_vjp inside it)
     assert others["grad_explicit_through_the_shard_map"] == {"result": True}
+
+
+def test_an_unpartitioned_reducing_kernel_is_told_which_factor_to_keep_whole(others):
+    message = refused(others, "unpartitioned_reduction", "ValueError", "@tritonplug.partitioned(RULE)",
+                      "the kernel reduces (tl.sum)")
+    assert "@tritonplug.partitioned('a b, b -> a b, c', need_replication=('b',))" in message

@@ -1,9 +1,10 @@
 """How a kernel's source uses its parameters, read with ``ast`` (cached per kernel): which parameters it computes
-with as one value.
+with as one value, and which reductions it makes.
 
 Triton binds a tuple argument to a tuple parameter (the kernel indexes it: ``strides[0]``), so a tuple is refused
 only where the source shows the parameter used as one value (``offs < n``, ``x_ptr + offs``) and never in a way a
-tuple allows (indexed, unpacked, iterated, passed on to another function, renamed).
+tuple allows (indexed, unpacked, iterated, passed on to another function, renamed). The reductions
+(``tl.sum``...) let the refusal of an unpartitioned call say which factors the kernel may need whole.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 #: Calls through which a value stays one value (Python's own, on a scalar parameter).
 _SCALAR_FUNCTIONS = frozenset({"range", "min", "max", "abs", "int", "float", "bool"})
+#: ``tl.*`` (or method) names that reduce a tensor along an axis.
+_REDUCTIONS = frozenset({"sum", "max", "min", "reduce", "argmax", "argmin", "xor_sum", "cumsum", "cumprod",
+                         "associative_scan", "dot", "dot_scaled"})
 
 
 def _tree(facts: Any) -> ast.AST | None:
@@ -73,3 +77,13 @@ def refuse_tuple(facts: Any, name: str, value: tuple) -> None:
     raise TypeError(f"argument {name!r} of kernel {facts.name!r} is one value (the kernel computes `{use}`), but "
                     f"a tuple was passed: {value!r:.80}; pass one number, such as x.shape[0], x.size or x.stride(0) "
                     f"(a tuple binds to a parameter the kernel indexes, unpacks or iterates)")
+
+
+@functools.lru_cache(maxsize=256)
+def reductions(facts: Any) -> tuple[str, ...]:
+    """The reductions the kernel's source calls (``tl.sum``, ``tl.max``, ``tl.dot``, ...), by name."""
+    tree = _tree(facts)
+    if tree is None:
+        return ()
+    return tuple(sorted({node.func.attr for node in ast.walk(tree) if isinstance(node, ast.Call)
+                         and isinstance(node.func, ast.Attribute) and node.func.attr in _REDUCTIONS}))
