@@ -154,10 +154,6 @@ def not_differentiable(op: Body, call: CallInfo) -> Body:
     return run
 
 
-#: The CPU backend's (``tritonplug-interpret``'s) checked-mode variable.
-CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
-
-
 def trace_shard(body: Body, shapes: Sequence[jax.ShapeDtypeStruct], call: CallInfo) -> Any:
     """``body`` traced on one shard's shapes, as JAX will lower it; a mistake in the function that only these
     shapes reveal is raised naming the function and the shapes (XLA reports it as ``INTERNAL: custom_partitioner``
