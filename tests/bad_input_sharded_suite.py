@@ -53,6 +53,9 @@ def callbacks() -> None:
     x = jax.device_put(X, NamedSharding(mesh, P("x")))
     case("debug_print", lambda: np.asarray(jax.jit(printing)(x, x)).tolist())
     case("debug_print_in_a_cond", lambda: np.asarray(jax.jit(printing_in_a_cond)(x, x)).tolist())
+    # operands whose types name no mesh, split only by out_shardings: refused when XLA partitions the program
+    split_later = jax.jit(lambda a: printing(a, a), out_shardings=NamedSharding(mesh, P("x")))
+    case("debug_print_split_by_out_shardings", lambda: np.asarray(split_later(X)).tolist())
 
 
 @tritonplug.partitioned("r c, r c -> r c")

@@ -51,6 +51,12 @@ def test_a_debug_print_in_a_partitioned_body_on_cpu_devices_is_refused_at_the_ca
             "move the callback out of the function", "explicit mesh axes")
 
 
+def test_a_debug_print_split_only_by_out_shardings_is_refused_when_xla_partitions_it(callbacks):
+    # the operands' types name no mesh while tracing: XLA's partitioner callback refuses it (it wraps the error)
+    refused(callbacks, "debug_print_split_by_out_shardings", "JaxRuntimeError", "INTERNAL: custom_partitioner",
+            "NotImplementedError: partitioned printing: the function calls back into Python (debug_print")
+
+
 def test_a_mistake_only_a_shards_shapes_reveal_names_the_function_and_the_shapes(others):
     words = ("partitioned wrong_on_a_shard: the function failed when traced with one shard's shapes",
              "a: float32[2, 32], b: float32[2, 32]", "Incompatible shapes for broadcasting")
