@@ -140,8 +140,7 @@ def main(mode: str) -> None:
         jax.grad(loss(sk.rms_norm_reference), argnums=(0, 1)), (P("x", "y"), None), grid, tol=1e-3)
     # transformations
     xb, yb = rand(n, 8 * n, 16), rand(n, 8 * n, 16)
-    if mode != "explicit":  # a batch axis split over explicit mesh axes: JAX refuses to map over it
-        run("vmap/add_rows_batch_split", jax.vmap(sk.add_rows), (xb, yb), add, (P("x"), P("x")), line)
+    run("vmap/add_rows_batch_split", jax.vmap(sk.add_rows), (xb, yb), add, (P("x"), P("x")), line)
     run("vmap/add_rows_rows_split", jax.vmap(sk.add_rows), (xb, yb), add, (P(None, "x"), P(None, "x")), line)
     run("vmap/one_operand_batched", jax.vmap(sk.rms_norm, in_axes=(0, None)), (xb, w[:16]),
         lambda a, b: (sk.rms_norm_reference(a, b), 1 / jnp.sqrt(jnp.mean(a * a, -1) + 1e-6)),

@@ -66,6 +66,7 @@ CASES = {
     "rope/batch_and_heads": ((), [["x", "y"]]),
     "attention/heads": ((), [[None, "x"]]),
     "attention/batch_heads_causal": ((), [["y", "x"]]),
+    "vmap/add_rows_batch_split": ((), [["x"]]),
     "vmap/add_rows_rows_split": ((), [[None, "x"]]),
     "vmap/one_operand_batched": ((), None),
     "scan_checkpoint/rows": ((), [["x"]]),
@@ -78,8 +79,7 @@ CASES = {
     "grad_rms_norm/2d_mesh_3d": (("all-reduce",), [["x", "y"], []]),
     "grad_scan_checkpoint/rows": (("all-reduce",), [["x"], []]),
 }
-AUTO_ONLY = {"add_rows/constraint_flows_back": ((), [["x", "y"]]),
-             "vmap/add_rows_batch_split": ((), [["x"]])}
+AUTO_ONLY = {"add_rows/constraint_flows_back": ((), [["x", "y"]])}
 
 
 def _trimmed(spec: list) -> list:
@@ -93,8 +93,7 @@ def _trimmed(spec: list) -> list:
 @pytest.mark.parametrize("case", sorted(CASES) + sorted(AUTO_ONLY))
 def test_partitioned_call_matches_the_unsharded_call(report, case):
     if case in AUTO_ONLY and report["mode"] == "explicit":
-        pytest.skip("automatic axes only: explicit axes carry a result's sharding in its type (reshard moves it), "
-                    "and JAX's custom_vmap refuses a batch axis split over explicit axes")
+        pytest.skip("automatic axes only: explicit axes carry a result's sharding in its type (reshard moves it)")
     allowed, specs = {**CASES, **AUTO_ONLY}[case]
     entry = ran(report, case)
     assert set(entry["collectives"]) <= set(allowed), f"{case}: unexpected collectives {entry['collectives']}"

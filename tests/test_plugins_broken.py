@@ -166,8 +166,10 @@ def test_a_conflict_is_an_error_until_tritonplug_backends_picks_one(broken_site:
 def test_disabling_plugins_silences_them_one_by_one(broken_site: Path) -> None:
     one = probe(broken_site, TRITONPLUG_DISABLE_PLUGINS="broken_import")
     assert named_in(one["warnings"], *BROKEN) == {"broken_signature"}
+    # the example backend where it is installed (tox -e plugins): naming a plugin that is not installed warns
+    example = ",example" if "example" in installed_backends() else ""
     quiet = probe(broken_site, [{"n": 512}],
-                  TRITONPLUG_DISABLE_PLUGINS=" broken_import , broken_signature,broken_hook,conflicting,example")
+                  TRITONPLUG_DISABLE_PLUGINS=" broken_import , broken_signature,broken_hook,conflicting" + example)
     assert quiet["warnings"] == [] and quiet["problems"] == []
     assert not set(BROKEN) & set(quiet["backends"])
     assert quiet["calls"] == [{"result": doubled(512)}]  # no conflict left on cpu, no TRITONPLUG_BACKENDS needed

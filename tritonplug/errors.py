@@ -24,3 +24,8 @@ class KernelSourceError(CompileError):
 class KernelImportError(TritonplugError, ImportError):
     """A name of a library module loaded by ``tritonplug.kernels_of`` without importing the module
     needs something that does not import here (usually torch); the message names it and where."""
+
+
+class PartitionError(TritonplugError, ValueError):
+    """A ``tritonplug.partitioned`` function failed when traced with one shard's shapes; the message names the
+    function and the shapes, and the error it raised is the cause."""

@@ -6,6 +6,7 @@ carries: ``kernel_calls(jax.jit(f).lower(...).as_text())``.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 
@@ -57,29 +58,50 @@ def kernel_calls(module_text: str) -> list[dict]:
     return found
 
 
-# ``%x = TYPE op(`` where TYPE may be a tuple with spaces: GPU programs use the async ``-start`` forms, whose
-# result is ``(operand, result)``; the last array of TYPE is the collective's result.
+# ``%x = TYPE op(`` where TYPE may be a tuple with spaces. XLA's combiners make one collective of several operands,
+# whose TYPE is then a tuple of their results. GPU programs use the async ``-start`` forms: all-gather-start and
+# collective-permute-start give ``(operand(s), result(s)[, contexts])``, all-reduce-start the result(s) alone.
 _COLLECTIVE = re.compile(r"^\s*(?:ROOT\s+)?\S+\s*=\s*(?P<type>.*?)\s(?P<op>all-gather|all-reduce|reduce-scatter|"
-                         r"all-to-all|collective-permute)(?:-start)?\(", re.MULTILINE)
-_ARRAY_TYPE = re.compile(r"(?P<dtype>[a-z]+[0-9]*)\[(?P<dims>[0-9,]*)\]")
+                         r"all-to-all|collective-permute)(?P<start>-start)?\(", re.MULTILINE)
+_TYPE_TOKEN = re.compile(r"\(|\)|(?P<dtype>[a-z]+[0-9]*)\[(?P<dims>[0-9,]*)\]")
 _BITS = {"pred": 8, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16, "bf16": 16, "s32": 32, "u32": 32, "f32": 32,
          "s64": 64, "u64": 64, "f64": 64, "f8e4m3fn": 8, "f8e5m2": 8}
+
+
+def _parse_type(text: str) -> list | tuple[str, tuple[int, ...]]:
+    """An HLO type, ``f32[8,4]{1,0}`` or a tuple ``(f32[8,4]{1,0}, (s32[], u32[]))``, as ``(dtype, dims)`` or a
+    list of such (nested); layouts and ``/*index=5*/`` comments are skipped."""
+    stack: list[list] = [[]]
+    for token in _TYPE_TOKEN.finditer(text):
+        if token.group(0) == "(":
+            stack.append([])
+        elif token.group(0) == ")":
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            stack[-1].append((token.group("dtype"), tuple(int(d) for d in token.group("dims").split(",") if d)))
+    top = stack[0]
+    return top[0] if len(top) == 1 else top
+
+
+def _arrays(parsed: list | tuple) -> list[tuple[str, tuple[int, ...]]]:
+    return [parsed] if isinstance(parsed, tuple) else [a for item in parsed for a in _arrays(item)]
 
 
 def collectives(compiled_text: str) -> list[dict]:
     """The collectives in a compiled (partitioned) HLO module's text, ``jax.jit(f).lower(...).compile().as_text()``:
     each with its ``op`` (``all-gather``, ``all-reduce``, ...), result ``shape``, ``dtype`` and ``bytes`` per
-    device. What a partitioned launcher's rule costs: a factor it keeps whole shows up here as an all-gather."""
+    device; a collective XLA combined from several operands gives one entry per operand. What a partitioned
+    launcher's rule costs: a factor it keeps whole shows up here as an all-gather."""
     found = []
     for match in _COLLECTIVE.finditer(compiled_text):
-        for array in list(_ARRAY_TYPE.finditer(match.group("type")))[-1:]:
-            dims = tuple(int(d) for d in array.group("dims").split(",") if d)
-            bits = _BITS.get(array.group("dtype"), 0)
-            size = 1
-            for d in dims:
-                size *= d
-            found.append({"op": match.group("op"), "shape": dims, "dtype": array.group("dtype"),
-                          "bytes": size * bits // 8})
+        parsed = _parse_type(match.group("type"))
+        if match.group("start") and match.group("op") != "all-reduce" and isinstance(parsed, list) \
+                and len(parsed) >= 2:
+            parsed = parsed[1]  # (operands, results[, contexts]): the results
+        for dtype, dims in _arrays(parsed):
+            found.append({"op": match.group("op"), "shape": dims, "dtype": dtype,
+                          "bytes": math.prod(dims) * _BITS.get(dtype, 0) // 8})
     return found
 
 

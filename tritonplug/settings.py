@@ -179,6 +179,10 @@ def _url_or_off(text: str) -> str:
     return text
 
 
+def _file(text: str) -> str:
+    if os.path.isdir(os.path.expanduser(text)):
+        raise _Refused(f"names a directory ({text}); it takes a file (`tritonplug tune export` writes one)")
+    return text
 
 
 def _cache_directory() -> Path:
@@ -221,7 +225,6 @@ def choice(name: str, doc: str, choices: tuple[str, ...], default: str | None, h
                    owner=owner)
 
 
-
 CACHE_DIR: Setting[Path] = Setting(
     "TRITONPLUG_CACHE_DIR", "compiled-kernel cache directory (created 0700)", "path", "a directory",
     "`$XDG_CACHE_HOME/tritonplug` or `~/.cache/tritonplug`", lambda text: Path(text).expanduser(),
@@ -249,7 +252,7 @@ EARLY_COMPILE = boolean("TRITONPLUG_EARLY_COMPILE", "compile already when a call
                         "lowered)", True)
 TUNING_FILE: Setting[str | None] = Setting(
     "TRITONPLUG_TUNING_FILE", "a tuning file whose records take precedence over those tuned here (read-only)",
-    "path", "a file", "none", str, _const(None), host_only=True)
+    "path", "a file", "none", _file, _const(None), host_only=True)
 REMOTE_CACHE: Setting[str | None] = Setting(
     "TRITONPLUG_REMOTE_CACHE", "remote kernel cache: `redis://[user:pw@]host:port/db[?mode=read&max_entry_bytes=N"
     "&ttl_s=S&timeout_s=S]`, `rediss://` (TLS) or `jax://` (the job's coordination service)", "url",
@@ -378,10 +381,6 @@ def invalid(owners: Sequence[str] | None = None) -> list[str]:
     return problems
 
 
-def _owner_order(setting: Setting[Any]) -> str:
-    return "" if setting.owner == HOST_OWNER else setting.owner
-
-
 def markdown(table: Sequence[Setting[Any]] | None = None) -> str:
     """The configuration table of ``table`` (default: :func:`declared`): the host's rows, then each plugin's by
     owner name, each row naming the setting's owner."""
@@ -389,7 +388,8 @@ def markdown(table: Sequence[Setting[Any]] | None = None) -> str:
         return text.replace("|", "\\|")
 
     rows = [f"| `{s.name}` | {s.owner} | {cell(s.doc)} | {cell(s.values)} | {cell(s.default_doc)} |"
-            for s in sorted(declared() if table is None else table, key=_owner_order)]
+            for s in sorted(declared() if table is None else table,
+                            key=lambda s: "" if s.owner == HOST_OWNER else s.owner)]  # the host's first
     words = ", ".join(f"`{on}`/`{off}`" for on, off in zip(ON_WORDS, OFF_WORDS, strict=True))
     return "\n".join([
         "| variable | owner | meaning | values | default |", "|---|---|---|---|---|", *rows, "",

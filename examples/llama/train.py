@@ -43,7 +43,8 @@ def parser(description: str, configs: dict, ops_help: str) -> argparse.ArgumentP
     p.add_argument("--seq", type=int, help="tokens per sequence (default: the config's)")
     p.add_argument("--layers", type=int, help="override the config's layer count")
     p.add_argument("--remat", choices=("full", "dots", "none"), help="override the config's rematerialisation")
-    p.add_argument("--mesh", help="shard over devices as one jit: 'data=2,model=2' (data x tensor parallel)")
+    p.add_argument("--mesh", type=mesh_shape, help="shard over devices as one jit: 'data=2,model=2' "
+                                                   "(data x tensor parallel)")
     p.add_argument("--plan-only", action="store_true", help="compile the step, report XLA's memory plan, run nothing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the final JSON object to this file")
@@ -66,7 +67,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     cfg = configure(args)
     choices = [Ops.of("jax"), Ops.of("tritonplug")] if args.ops == "compare" else [Ops.parse(args.ops)]
-    mesh = mesh_of(args.mesh) if args.mesh else None
+    mesh = mesh_of(args.mesh, cfg.batch) if args.mesh else None
     params = init(cfg, jax.random.key(args.seed))
     return train(args, cfg, [Trainer(cfg, ops, params, mesh) for ops in choices], mesh, argv)
 
@@ -105,14 +106,38 @@ def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, 
     return report
 
 
-def mesh_of(text: str) -> jax.sharding.Mesh:
-    axes = dict(item.split("=") for item in text.split(","))
-    if set(axes) - {"data", "model"}:
-        raise SystemExit(f"--mesh: axes are 'data' and 'model', got {sorted(axes)}")
-    shape = (int(axes.get("data", 1)), int(axes.get("model", 1)))
-    if shape[0] * shape[1] != len(jax.devices()):
-        raise SystemExit(f"--mesh {text}: {shape[0] * shape[1]} devices, but {len(jax.devices())} are visible")
-    return jax.make_mesh(shape, ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+MESH_AXES = ("data", "model")
+
+
+def mesh_shape(text: str) -> tuple[int, int]:
+    """``--mesh``'s value, ``data=2,model=2`` (either axis may be left out: 1), as (data, model) sizes; argparse
+    reports a malformed one naming the option."""
+    sizes: dict[str, int] = {}
+    for item in text.split(","):
+        axis, sep, size = (part.strip() for part in item.partition("="))
+        wrong = (f"{item!r} is not axis=size" if not sep else f"unknown axis {axis!r}" if axis not in MESH_AXES
+                 else f"axis {axis!r} is given twice" if axis in sizes else "")
+        if wrong:
+            raise argparse.ArgumentTypeError(f"{wrong}; write e.g. 'data=2,model=2' (axes: data, model)")
+        if not size.isdigit() or int(size) < 1:
+            raise argparse.ArgumentTypeError(f"the size of axis {axis!r} must be a positive integer, got {size!r}")
+        sizes[axis] = int(size)
+    return sizes.get("data", 1), sizes.get("model", 1)
+
+
+def mesh_of(shape: tuple[int, int], batch: int) -> jax.sharding.Mesh:
+    """The (data, model) mesh of ``--mesh``; a batch the data axis does not divide, or a mesh of another size than
+    the devices visible, ends the run with an error naming the option (as argparse's)."""
+    data, model = shape
+    if batch % data:
+        _refuse(f"data={data} does not divide the batch ({batch} sequences): give --batch a multiple of {data}")
+    if data * model != len(jax.devices()):
+        _refuse(f"data={data},model={model} is {data * model} devices, but {len(jax.devices())} are visible")
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def _refuse(message: str) -> None:
+    raise SystemExit(f"{Path(sys.argv[0]).name}: error: argument --mesh: {message}")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def main(argv=None) -> dict:
     if args.experts is not None:
         cfg = cfg.replace(experts=args.experts)
     dense = Ops.parse(args.dense_ops)
-    mesh = llama_train.mesh_of(args.mesh) if args.mesh else None
+    mesh = llama_train.mesh_of(args.mesh, cfg.batch) if args.mesh else None
     choices = [model.MoEOps(c, dense, mesh) for c in (CHOICES if args.ops == "compare" else (args.ops,))]
     params = model.init(cfg, jax.random.key(args.seed))
     trainers = [Trainer(cfg, ops, params, mesh, loss=model.loss, param_specs=model.PARAM_SPECS) for ops in choices]

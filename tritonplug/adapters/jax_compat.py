@@ -246,3 +246,25 @@ def without_internal_refs(fn: Callable[..., Any]) -> Callable[..., tuple[Any, ..
             closed = pxla._discharge_internal_refs(closed)
         return tuple(core.eval_jaxpr(closed.jaxpr, closed.consts, *args))
     return run
+
+
+def primitive_names(closed: Any) -> set[str]:
+    """The name of every primitive in a (closed) jaxpr, at any depth: ``cond`` branches, ``jit`` bodies, loops."""
+    names: set[str] = set()
+    todo = [getattr(closed, "jaxpr", closed)]
+    while todo:
+        jaxpr = todo.pop()
+        names.update(e.primitive.name for e in jaxpr.eqns)
+        todo.extend(core.subjaxprs(jaxpr))
+    return names
+
+
+def operand_mesh(values: Sequence[Any]) -> tuple[str | None, int]:
+    """The platform and device count of the mesh the operands' types name while tracing (jit records it even for
+    automatic axes, whose specs it leaves out); ``(None, 1)`` when they name none (single-device or NumPy)."""
+    for value in values:
+        mesh = getattr(getattr(jax.typeof(value), "sharding", None), "mesh", None)
+        if mesh is not None and not mesh.empty:
+            device = getattr(mesh, "abstract_device", None)
+            return getattr(device, "platform", None), int(mesh.size)
+    return None, 1

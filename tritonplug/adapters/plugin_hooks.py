@@ -39,6 +39,11 @@ def load_entry_points(group: str, skip: Collection[str], what: str, register: Ca
         register(plugin, ep.name, f"entry point {ep.name} = {ep.value}")
 
 
+def entry_point_names(group: str) -> set[str]:
+    """The names of the installed entry points of ``group`` (without importing them)."""
+    return {ep.name for ep in importlib.metadata.entry_points(group=group)}
+
+
 def register(manager: pluggy.PluginManager, plugin: object, label: str, what: str, specs: str) -> None:
     """Register ``plugin`` with pluggy; ``PluginError`` naming ``what`` if its hooks' signatures do not match the
     ``specs`` module (named in the error)."""

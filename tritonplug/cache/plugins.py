@@ -23,6 +23,8 @@ from tritonplug.errors import PluginError
 
 REQUIRED_HOOKS = ("tritonplug_cache_info", "tritonplug_cache_open")
 BUILTIN = "tritonplug.cache.jax_coordination"
+#: The built-in plugin's name (``TRITONPLUG_DISABLE_PLUGINS=jax`` disables it).
+BUILTIN_NAME = "jax"
 
 
 class CachePlugin:
@@ -62,8 +64,8 @@ class CachePlugins:
     def load(self) -> None:
         """The built-in coordination-service plugin, then every entry point of ``tritonplug.caches``."""
         disabled = settings.DISABLE_PLUGINS.get()
-        if "jax" not in disabled:
-            self.register(importlib.import_module(BUILTIN), "jax", "built in")
+        if BUILTIN_NAME not in disabled:
+            self.register(importlib.import_module(BUILTIN), BUILTIN_NAME, "built in")
         plugin_hooks.load_entry_points(cache_hookspecs.ENTRY_POINT_GROUP, disabled, "cache plugin", self.register,
                                        self._report)
         refused = settings.invalid([p.info.name for p in self.plugins.values()])

@@ -15,7 +15,7 @@ import numpy as np
 
 from tritonplug.adapters import jax_compat
 from tritonplug.adapters.triton_compat import KernelFacts
-from tritonplug.calls import tensor_descriptor, user_warnings
+from tritonplug.calls import source_uses, tensor_descriptor, user_warnings
 from tritonplug.calls.call import (
     ArrayArg,
     BoundArgs,
@@ -195,7 +195,10 @@ class _Operands:
 
     def node(self, value: Any, name: str, path: str = "", indices: tuple[int, ...] = ()) -> Any:
         if isinstance(value, tuple):
-            return tuple(self.node(v, name, f"{path}[{i}]", indices + (i,)) for i, v in enumerate(value))
+            nodes = tuple(self.node(v, name, f"{path}[{i}]", indices + (i,)) for i, v in enumerate(value))
+            if not indices:  # a tuple binds to a tuple parameter; one the kernel computes with as a value refuses it
+                source_uses.refuse_tuple(self.facts, name, value)
+            return nodes
         where = f"argument {name!r}{path} of kernel {self.facts.name!r}"
         if value is None:  # Triton's launcher specialises a None argument as the constexpr None
             node: Any = ConstArg(None)

@@ -236,3 +236,15 @@ def suggest(operand_shapes: Sequence[tuple[int, ...]], result_shapes: Sequence[t
     left = ", ".join(group(tuple(s)) for s in operand_shapes)
     right = ", ".join(group(tuple(s)) for s in result_shapes)
     return f"{left} -> {right}"
+
+
+def whole_per_program(rule: str, operand_shapes: Sequence[tuple[int, ...]], result_shapes: Sequence[tuple[int, ...]],
+                      grid: Sequence[int]) -> list[str]:
+    """Factors of ``rule`` (one :func:`suggest` made for these shapes) that each program of a kernel launched over
+    ``grid`` likely covers whole: in an operand and a result, larger than 1, and of a size no grid axis has. In a
+    kernel that reduces, these are the factors it likely reduces over, which must stay whole (``need_replication``)."""
+    bound = bind(parse(rule), operand_shapes, result_shapes, [f"operand {i}" for i in range(len(operand_shapes))],
+                 [f"result {i}" for i in range(len(result_shapes))])
+    in_results = {f for group in bound.results for f in group}
+    return [f for f in dict.fromkeys(f for group in bound.operands for f in group)
+            if f in in_results and bound.sizes[f] > 1 and bound.sizes[f] not in grid]

@@ -16,6 +16,7 @@ from tritonplug import settings
 from tritonplug.adapters import jax_compat, jaxlib_compat, triton_compat
 from tritonplug.adapters.triton_compat import KernelFacts
 from tritonplug.calls import sharding_rules as rules
+from tritonplug.calls import source_uses
 from tritonplug.calls.call import BoundArgs, CallSpec, DescriptorArg
 from tritonplug.calls.options import check_grid_limits
 from tritonplug.compile import frontend, kernel_abi, resolver
@@ -213,11 +214,26 @@ def check_not_partitioned(ctx: Any, call: CallSpec) -> None:
             where = f"over the mesh axes {sorted(auto)} that the enclosing shard_map leaves automatic"
         else:
             where = "by jit (its operands are sharded or placed on several devices)"
-        rule = rules.suggest([a.shape for a in ctx.avals_in], [a.shape for a in ctx.avals_out])
         raise ValueError(
             f"triton_call: kernel {call.kernel.name!r}: the computation is partitioned over {partitions} devices "
             f"{where}, but a Triton kernel works on whole buffers and XLA cannot split it. Decorate the function "
             f"that makes this call with @tritonplug.partitioned(RULE), which runs it on each device's shard "
-            f"with the shard's shapes; a rule that fits this call's arrays is {rule!r} (add "
-            f"need_replication=(...) for the factors the kernel needs whole, such as an axis it reduces over). "
+            f"with the shard's shapes; {_suggested_rule(ctx, call)}. "
             f"Or call it inside jax.shard_map, or put the operands on a single device.")
+
+
+def _suggested_rule(ctx: Any, call: CallSpec) -> str:
+    """A rule that fits the call's arrays; where the kernel reduces, with the factors each program covers whole
+    (no grid axis has their size) kept whole: those it likely reduces over."""
+    shapes = [tuple(a.shape) for a in ctx.avals_in], [tuple(a.shape) for a in ctx.avals_out]
+    rule = rules.suggest(*shapes)
+    reductions = source_uses.reductions(call.kernel)
+    grid = call.options.grid
+    whole = rules.whole_per_program(rule, *shapes, grid) if reductions and isinstance(grid, tuple) else []
+    if not whole:
+        return (f"a rule that fits this call's arrays is {rule!r} (add need_replication=(...) for the factors the "
+                f"kernel needs whole, such as an axis it reduces over)")
+    used = ", ".join(f"tl.{r}" for r in reductions)
+    return (f"a rule that fits this call's arrays is {rule!r}; the kernel reduces ({used}) and each program "
+            f"covers {', '.join(map(repr, whole))} whole, so keep the factors it reduces over whole: "
+            f"@tritonplug.partitioned({rule!r}, need_replication={tuple(whole)!r})")

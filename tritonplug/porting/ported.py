@@ -24,6 +24,8 @@ def torch_launcher(fn: Callable[..., Any] | None = None, *, writes: Sequence[str
     """Decorate a torch launcher ported to JAX: array arguments arrive as torch-like handles, the
     ones named in ``writes`` over a ``jax.new_ref`` (updated in place, as the torch launcher updates
     them), and every handle in the result (any pytree) leaves as its JAX array."""
+    if fn is not None and not callable(fn):  # @torch_launcher("x"): the names belong in writes=
+        raise TypeError(_not_a_function(fn))
     writes = (writes,) if isinstance(writes, str) else tuple(writes)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,3 +52,13 @@ def torch_launcher(fn: Callable[..., Any] | None = None, *, writes: Sequence[str
         return launcher
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _not_a_function(given: Any) -> str:
+    """What ``@torch_launcher(given)`` is told when ``given`` is no function: names go in ``writes=``."""
+    names = (given,) if isinstance(given, str) else tuple(given) if isinstance(given, (list, tuple)) else ()
+    hint = ""
+    if names and all(isinstance(n, str) for n in names):
+        hint = f"; the parameters it writes in place are named by keyword: @tritonplug.torch_launcher(writes={names!r})"
+    return (f"torch_launcher decorates a function (@tritonplug.torch_launcher, or @tritonplug.torch_launcher(writes="
+            f"(...))), got {type(given).__name__} {given!r:.80}{hint}")

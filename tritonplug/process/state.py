@@ -11,16 +11,15 @@ from __future__ import annotations
 import collections
 import os
 import threading
-import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from tritonplug import settings
 from tritonplug.adapters.triton_compat import KernelFactsCache
 from tritonplug.compile.backends import Host
 from tritonplug.compile.compiler import CompileService
 from tritonplug.compile.worker_pool import Task, WorkerPool
 from tritonplug.compile.workers import pool_from_env, pool_size, pool_timeout
+from tritonplug.process import setting_checks
 from tritonplug.records import BackendInfo
 from tritonplug.tuning.store import TuningStore
 
@@ -95,7 +94,7 @@ class ProcessState:
                 host = Host()
                 host.load_entry_points()
                 self._host = host
-                _warn_invalid_settings()
+                setting_checks.warn_about_settings(host.backends)
             return self._host
 
     def pool(self) -> WorkerPool:
@@ -156,15 +155,6 @@ class ProcessState:
 
 state = ProcessState()
 os.register_at_fork(after_in_child=state._after_fork_in_child)
-
-
-def _warn_invalid_settings() -> None:
-    """Say once, when the process first uses tritonplug, which ``TRITONPLUG_*`` values are refused, also those this
-    run never reads (the compile workers' on a machine whose backend compiles in-process): a typo is never silent."""
-    problems = settings.invalid()
-    if problems:
-        warnings.warn(f"tritonplug: invalid settings (each is an error where it is read): {'; '.join(problems)}",
-                      UserWarning, stacklevel=4)
 
 
 def register_plugin(plugin: object, name: str | None = None) -> BackendInfo:

@@ -52,7 +52,34 @@ def sharding_rule(rule: str, *, need_replication: Sequence[str] = (), need_repli
     """
     if need_replication and need_replication_factors:
         raise TypeError("partitioned: give need_replication or need_replication_factors (the same thing), not both")
-    return _parse(rule, tuple(need_replication or need_replication_factors), tuple(reduction_factors))
+    for keyword, factors in (("need_replication", need_replication),
+                             ("need_replication_factors", need_replication_factors),
+                             ("reduction_factors", reduction_factors)):
+        _check_factor_names(keyword, factors)
+    return _parse(_rule_text(rule), tuple(need_replication or need_replication_factors), tuple(reduction_factors))
+
+
+def _rule_text(rule: Any) -> str:
+    """``rule`` if it is a str; else a ``TypeError`` saying what a rule is (a list of groups is the usual slip)."""
+    if isinstance(rule, str):
+        return rule
+    if isinstance(rule, (list, tuple)) and all(isinstance(r, str) for r in rule):
+        hint = f"; write it as one str: {', '.join(rule)!r}" if len(rule) > 1 else ""
+        raise TypeError(f"partitioned: the rule is one str such as 'b n, b n -> b n', got the {type(rule).__name__} "
+                        f"{list(rule)!r}{hint}")
+    raise TypeError(f"partitioned: the rule is a str such as 'b n, b n -> b n', a tritonplug.sharding_rule(...), or "
+                    f"a function of the call's arguments returning one; got {type(rule).__name__}: {rule!r:.100}")
+
+
+def _check_factor_names(keyword: str, factors: Any) -> None:
+    """A tuple of factor names; a str alone (``need_replication="d"``, which iterates as its letters) or anything
+    else is a ``TypeError`` naming the keyword and the tuple meant."""
+    if isinstance(factors, str):
+        raise TypeError(f"partitioned: {keyword} takes a tuple of factor names, got the str {factors!r}; for the "
+                        f"factor {factors!r} write {keyword}=({factors!r},)")
+    if not isinstance(factors, (tuple, list, set, frozenset)) or not all(isinstance(f, str) for f in factors):
+        raise TypeError(f"partitioned: {keyword} takes a tuple of factor names such as ('d',), got "
+                        f"{type(factors).__name__}: {factors!r:.100}")
 
 
 @functools.lru_cache(maxsize=256)
@@ -60,9 +87,13 @@ def _parse(rule: str, need_replication: tuple[str, ...], reduction: tuple[str, .
     return rules.parse(rule, need_replication=need_replication, reduction=reduction)
 
 
-def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule], *, need_replication: Sequence[str] = (),
-                need_replication_factors: Sequence[str] = (),
-                reduction_factors: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Partitioned]:
+_NO_RULE: Any = object()
+_EXAMPLE = "@tritonplug.partitioned('b n, b n -> b n')"
+
+
+def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule] = _NO_RULE, *,
+                need_replication: Sequence[str] = (), need_replication_factors: Sequence[str] = (),
+                reduction_factors: Sequence[str] = ()) -> Callable[..., Any]:
     """Decorate a function that makes Triton calls so that a sharded ``jit`` runs it per shard.
 
     ``rule`` and the keywords: as :func:`sharding_rule`. Where the rule depends on the call (which optional
@@ -71,6 +102,9 @@ def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule], *, nee
     string, or a ``tritonplug.sharding_rule`` with its keywords); it is called at every call, with arrays or
     their tracers.
     """
+    if rule is _NO_RULE:
+        raise TypeError(f"partitioned() needs a sharding rule, one group of factors per array argument and result: "
+                        f"{_EXAMPLE} (docs/partitioned.md, 'The rule')")
     if callable(rule) and not isinstance(rule, rules.Rule):
         if need_replication or need_replication_factors or reduction_factors:
             raise TypeError("partitioned: with a function choosing the rule, give the keywords to the "
@@ -82,10 +116,14 @@ def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule], *, nee
         parsed = sharding_rule(rule, need_replication=need_replication,
                                need_replication_factors=need_replication_factors, reduction_factors=reduction_factors)
 
-    def decorate(fn: Callable[..., Any]) -> Partitioned:
-        if not callable(fn):
-            raise TypeError(f"partitioned({rule!r}) decorates a function, got {type(fn).__name__}")
-        return Partitioned(fn, parsed)
+    def decorate(*args: Any, **kwargs: Any) -> Partitioned:
+        if len(args) == 1 and not kwargs and callable(args[0]) and not _is_array(args[0]):
+            return Partitioned(args[0], parsed)
+        if callable(rule) and not isinstance(rule, rules.Rule):  # the rule function was the decorated function
+            raise TypeError(f"{getattr(rule, '__name__', rule)!s} was decorated with a bare @tritonplug.partitioned, "
+                            f"which takes a sharding rule: write {_EXAMPLE} above it (docs/partitioned.md)")
+        got = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs])
+        raise TypeError(f"partitioned({getattr(parsed, 'text', rule)!r}) decorates one function, got ({got})")
     return decorate
 
 
@@ -177,7 +215,14 @@ class Partitioned:
                 if len(self._eager) >= _EAGER_JITS:
                     self._eager.clear()
                 self._eager[key] = run
-        return run(*arrays)
+        paths.take_failure()
+        try:
+            return run(*arrays)
+        except jax.errors.JaxRuntimeError:
+            failure = paths.take_failure()  # the per-shard error XLA wrapped: say it as it is
+            if failure is None:
+                raise
+            raise failure from failure.__cause__
 
     def _traced(self, arrays: list[Any], values: list[Any], where: list[int], treedef: Any,
                 names: list[str]) -> Any:
@@ -191,8 +236,19 @@ class Partitioned:
             return tuple(leaf for leaf in flat if _is_array(leaf))
 
         rule = self._rule_for(*self._unbind(_rebuild(treedef, values, where, arrays)))
-        arrays_out = iter(call(rule, body, arrays, names, self.__name__))
+        arrays_out = iter(call(rule, body, arrays, names, self.__name__, self._closed_over))
         return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
+
+    def _closed_over(self) -> list[str]:
+        """The names of the arrays the function reads from its closure or its module's globals."""
+        code = getattr(self.fn, "__code__", None)
+        if code is None:
+            return []
+        cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, self.fn.__closure__ or (),
+                                                                strict=False) if _filled(cell)}
+        scope = {**{n: getattr(self.fn, "__globals__", {}).get(n) for n in code.co_names}, **cells}
+        return [name for name, value in scope.items()
+                if any(_is_array(leaf) or isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))]
 
     def _name(self, path: tuple) -> str:
         """``x``, ``params['w']``, ``rest[0]``, ``w`` (a ``**kwargs`` keyword): the argument an operand came in."""
@@ -217,16 +273,21 @@ class Partitioned:
         return key
 
 
-def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Sequence[str], function: str) -> tuple:
+def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Sequence[str], function: str,
+         closure: Callable[[], list[str]] = list) -> tuple:
     """``body`` (arrays in, a tuple of arrays out) partitioned by ``rule``: checked against the shapes, then
-    run on one of the two paths, under ``custom_vmap`` so that ``jax.vmap`` adds a batch factor."""
-    results = jax.eval_shape(body, *arrays)
+    run on one of the two paths, under ``custom_vmap`` so that ``jax.vmap`` adds a batch factor (explicit axes
+    included: the batched body runs under ``shard_map`` on each device's part of the batch). ``closure()`` names
+    the arrays the function closes over, for the error that refuses them."""
+    # traced with unsharded types: under vmap over explicit axes, the whole batched body would loop over a split axis
+    closed, results = jax.make_jaxpr(body, return_shape=True)(*[jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                                                 for a in arrays])
+    if closed.consts and _explicit_mesh(arrays) is None:  # custom_partitioning takes no constants (shard_map does)
+        _refuse_closure(function, closed.consts, closure())
     result_names = [f"result {k}" for k in range(len(results))]
     bound = rules.bind(rule, [tuple(a.shape) for a in arrays], [tuple(r.shape) for r in results], names,
                        result_names)
-    info = paths.CallInfo(function, names, result_names)
-    if _explicit_mesh(arrays) is not None:  # shard_map has its own batching rule, and custom_vmap refuses a
-        return _dispatch(body, arrays, bound, info)  # batch axis split over explicit mesh axes
+    info = paths.CallInfo(function, names, result_names, paths.host_callbacks(closed))
 
     @jax.custom_batching.custom_vmap
     def run(*arrs: Any) -> tuple[Any, ...]:
@@ -239,7 +300,30 @@ def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Seque
         outs = call(batch_rule, lambda *xs: tuple(vbody(*xs)), arrs, names, function)
         return outs, tuple(True for _ in outs)
 
-    return tuple(run(*arrays))
+    if _explicit_mesh(arrays) is None:
+        return tuple(run(*arrays))
+
+    # custom_vmap does not linearize: under explicit axes jax.grad differentiates the shard_map itself
+    @jax.custom_jvp
+    def differentiable(*arrs: Any) -> tuple[Any, ...]:
+        return tuple(run(*arrs))
+
+    @differentiable.defjvp
+    def jvp(primals: Any, tangents: Any) -> Any:
+        return jax.jvp(lambda *arrs: _dispatch(body, arrs, bound, info), primals, tangents)
+
+    return tuple(differentiable(*arrays))
+
+
+def _refuse_closure(function: str, consts: Sequence[Any], named: list[str]) -> None:
+    shapes = ", ".join(f"{jax.typeof(c).dtype}{list(jax.typeof(c).shape)}" for c in consts)
+    which = f" ({', '.join(named)})" if named else " (none of its own names: one a function it calls closes over, " \
+                                                   "or a NumPy array it makes)"
+    raise TypeError(f"partitioned {function}: the function closes over {len(consts)} array(s){which}: {shapes}. A "
+                    f"partitioned function's arrays are its arguments, each with a group in the rule (a closed-over "
+                    f"array cannot be split or placed): pass it as an argument and give it a group, e.g. its "
+                    f"factors listed in need_replication to keep it whole on every device; make a constant with "
+                    f"jax.numpy inside the function")
 
 
 def _explicit_mesh(arrays: Sequence[Any]) -> Any | None:
@@ -284,6 +368,13 @@ def _rebuild(treedef: Any, values: list[Any], where: list[int], arrays: Sequence
     for i, a in zip(where, arrays, strict=True):
         leaves[i] = a
     return jax.tree.unflatten(treedef, leaves)
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        return cell.cell_contents is not cell
+    except ValueError:  # a closure variable not yet assigned
+        return False
 
 
 def _is_array(leaf: Any) -> bool:

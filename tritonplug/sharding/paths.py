@@ -30,6 +30,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from tritonplug import settings
 from tritonplug.adapters import jax_compat
 from tritonplug.calls.sharding_rules import OPERANDS, RESULTS, BoundRule, Spec, assign, reduced_axes, specs_of
+from tritonplug.errors import PartitionError
 from tritonplug.process.state import state
 
 Body = Callable[..., tuple[Any, ...]]
@@ -112,38 +113,92 @@ def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) ->
         return shardings(mesh, bound.results, chosen)
 
     def partition(mesh: Any, arg_shapes: Any, result_shape: Any) -> tuple:
-        check_no_host_callbacks(body, arg_shapes, mesh, call)
         incoming = _specs(arg_shapes)
         chosen = assign(bound, dict(mesh.shape), (RESULTS, _specs(result_shape)), (OPERANDS, incoming))
         record(call, bound, dict(mesh.shape), chosen, incoming, [a.dtype for a in arg_shapes], "custom_partitioning")
-        local = jax_compat.without_internal_refs(with_sums(body, reduced_axes(bound, chosen)))
-        return mesh, local, shardings(mesh, bound.results, chosen), shardings(mesh, bound.operands, chosen)
+        try:
+            local = trace_shard(body, _local_shapes(jax.tree.leaves(arg_shapes), bound, chosen, dict(mesh.shape)),
+                                call)
+        except PartitionError as exc:
+            _failures[:] = [exc]  # XLA reports it wrapped: an eager call raises it as it is (take_failure)
+            raise
+        if {d.platform for d in mesh.devices.flat} == {"cpu"}:
+            check_no_host_callbacks(sorted(host_callbacks(local)), call)
+        per_shard = jax_compat.without_internal_refs(with_sums(body, reduced_axes(bound, chosen)))
+        return mesh, per_shard, shardings(mesh, bound.results, chosen), shardings(mesh, bound.operands, chosen)
 
+    platform, devices = jax_compat.operand_mesh(arrays)
+    if platform == "cpu" and devices > 1:  # refused now, at the call, rather than when XLA partitions it
+        check_no_host_callbacks(call.callbacks, call)
     op = custom_partitioning(body)
     op.def_partition(partition, infer_sharding_from_operands=infer, propagate_user_sharding=propagate,
                      sharding_rule=sdy_rule(bound))
-    return tuple(op(*arrays))
+    return tuple(not_differentiable(op, call)(*arrays))
+
+
+def not_differentiable(op: Body, call: CallInfo) -> Body:
+    """``op`` under a JVP rule that refuses, naming the function and the fix: JAX cannot differentiate a
+    ``custom_partitioning`` op ("Differentiation rule for 'custom_partitioning' not implemented")."""
+    @jax.custom_jvp
+    def run(*arrays: Any) -> tuple[Any, ...]:
+        return tuple(op(*arrays))
+
+    @run.defjvp
+    def refuse(primals: Any, tangents: Any) -> Any:
+        raise NotImplementedError(
+            f"partitioned {call.function}: jax.grad, jax.jvp and jax.linearize cannot differentiate a partitioned "
+            f"function (outside explicit mesh axes it is a custom_partitioning op, which XLA partitions through a "
+            f"Python callback and JAX does not differentiate). Give it a derivative: put a jax.custom_vjp around "
+            f"it whose forward calls it and whose backward is a partitioned function too (docs/partitioned.md, "
+            f"'Composes with'; examples/ports/liger_rms_norm.py), or run it on explicit mesh axes, where it is a "
+            f"jax.shard_map that JAX differentiates as it differentiates the function")
+    return run
+
+
+def trace_shard(body: Body, shapes: Sequence[jax.ShapeDtypeStruct], call: CallInfo) -> Any:
+    """``body`` traced on one shard's shapes, as JAX will lower it; a mistake in the function that only these
+    shapes reveal is raised naming the function and the shapes (XLA reports it as ``INTERNAL: custom_partitioner``
+    followed by this message)."""
+    try:
+        return jax.make_jaxpr(body)(*shapes)
+    except Exception as exc:
+        given = ", ".join(f"{name}: {s.dtype}{list(s.shape)}" for name, s in zip(call.operand_names, shapes,
+                                                                                  strict=True))
+        raise PartitionError(f"partitioned {call.function}: the function failed when traced with one shard's shapes "
+                             f"({given}): {type(exc).__name__}: {exc}") from exc
+
+
+_failures: list[PartitionError] = []
+
+
+def take_failure() -> PartitionError | None:
+    """The per-shard failure that the last partitioning raised (and XLA reported as ``INTERNAL:
+    custom_partitioner``), forgotten once taken."""
+    return _failures.pop() if _failures else None
+
+
+def host_callbacks(closed: Any) -> set[str]:
+    """The primitives of a traced body that call back into Python (``jax.debug.print``/``callback``,
+    ``jax.pure_callback``, ``io_callback``), at any depth."""
+    return {name for name in jax_compat.primitive_names(closed) if "callback" in name or name == "debug_print"}
 
 
 #: The CPU backend's (``tritonplug-interpret``'s) checked-mode variable.
 CHECK_VARIABLE = "TRITONPLUG_INTERPRET_CHECK"
 
 
-def check_no_host_callbacks(body: Body, arg_shapes: Any, mesh: Any, call: CallInfo) -> None:
-    """Refuse, on XLA:CPU, a per-shard body that would call back into Python: JAX lowers a custom-partitioned
-    body as a module of its own and drops its host callbacks, and XLA:CPU then crashes when the program runs
-    (jax 0.10-0.12). Such callbacks are ``jax.debug.callback``/``print`` in the function, and the CPU backend's
-    checked mode (``TRITONPLUG_INTERPRET_CHECK``), which reports through one."""
-    if {d.platform for d in mesh.devices.flat} != {"cpu"}:
-        return
+def check_no_host_callbacks(found: Sequence[str], call: CallInfo) -> None:
+    """Refuse, on XLA:CPU, a per-shard body that would call back into Python (``found``: its callback primitives):
+    JAX lowers a custom-partitioned body as a module of its own and drops its host callbacks, and XLA:CPU then
+    crashes when the program runs (jax 0.10-0.12). Such callbacks are ``jax.debug.callback``/``print`` in the
+    function, and the CPU backend's checked mode (``TRITONPLUG_INTERPRET_CHECK``), which reports through one."""
     fix = ("or run it on explicit mesh axes (AxisType.Explicit under jax.set_mesh: the call then runs under "
            "jax.shard_map, where callbacks work)")
-    jaxpr = jax.make_jaxpr(body)(*[jax.ShapeDtypeStruct(s.shape, s.dtype) for s in jax.tree.leaves(arg_shapes)])
-    found = sorted({e.primitive.name for e in jaxpr.jaxpr.eqns if "callback" in e.primitive.name})
     if found:
         raise NotImplementedError(
-            f"partitioned {call.function}: the function calls back into Python ({', '.join(found)}), which XLA:CPU "
-            f"cannot run inside a custom-partitioned op (it crashes); move the callback out of the function, {fix}")
+            f"partitioned {call.function}: the function calls back into Python ({', '.join(found)}: "
+            f"jax.debug.print or a callback), which XLA:CPU cannot run inside a custom-partitioned op over several "
+            f"devices (it crashes); move the callback out of the function, {fix}")
     checked = settings.lookup(CHECK_VARIABLE)  # the CPU backend's setting, declared when it loaded
     if checked is not None and checked.get():
         raise NotImplementedError(
@@ -168,10 +223,21 @@ def explicit(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo
 
 
 class CallInfo:
-    """What the records name: the function and its arrays."""
+    """What the records and errors name: the function and its arrays; and the callback primitives its body
+    holds (traced with the whole arrays), which XLA:CPU cannot run per shard."""
 
-    def __init__(self, function: str, operand_names: Sequence[str], result_names: Sequence[str]) -> None:
+    def __init__(self, function: str, operand_names: Sequence[str], result_names: Sequence[str],
+                 callbacks: Sequence[str] = ()) -> None:
         self.function, self.operand_names, self.result_names = function, tuple(operand_names), tuple(result_names)
+        self.callbacks = tuple(sorted(callbacks))
+
+
+def _local_shapes(shapes: Sequence[Any], bound: BoundRule, chosen: dict[str, tuple[str, ...]],
+                  mesh: dict[str, int]) -> list[jax.ShapeDtypeStruct]:
+    """Each operand's shape on one device once split as ``chosen`` says."""
+    return [jax.ShapeDtypeStruct(tuple(d // math.prod(mesh[a] for a in axes) for d, axes in zip(s.shape, spec,
+                                                                                                  strict=True)),
+                                 s.dtype) for s, spec in zip(shapes, specs_of(bound.operands, chosen), strict=True)]
 
 
 def _specs(shapes: Any) -> list[Spec | None]:
