@@ -45,7 +45,7 @@ def one_value_params(facts: Any) -> dict[str, str]:
             other.add(node.id)  # rebound: what it holds later is not the argument
             continue
         parent = parents.get(node)
-        if _one_value_use(node, parent):
+        if parent is not None and _one_value_use(node, parent):
             found.setdefault(node.id, ast.unparse(parent))
         else:
             other.add(node.id)

@@ -18,7 +18,7 @@ XLA gathers because the rule keeps a factor whole.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,7 +227,7 @@ class CallInfo:
     holds (traced with the whole arrays), which XLA:CPU cannot run per shard."""
 
     def __init__(self, function: str, operand_names: Sequence[str], result_names: Sequence[str],
-                 callbacks: Sequence[str] = ()) -> None:
+                 callbacks: Iterable[str] = ()) -> None:
         self.function, self.operand_names, self.result_names = function, tuple(operand_names), tuple(result_names)
         self.callbacks = tuple(sorted(callbacks))
 
