@@ -226,9 +226,11 @@ def test_numpy_operands_are_never_recorded():
 
 _A, _B = jnp.ones(8, jnp.float32), jnp.zeros(8, jnp.float32)  # one aval
 #: each pool holds values that are identical, equal but distinct, or equal in value but not in type
-_ARGS = [_A, _B, jnp.ones(4, jnp.float32), jnp.ones(8, jnp.float16), 7,
-         int("7"), 8, True, 1, 1.0, 0.0, -0.0, float("0.0"), np.ones(8, np.float32)]
-_KWARG_VALUES = [(1,), tuple([1]), (True,), (1.0,), (1, 1), 64, int("64"), True, 1, "a", None, 2.0]
+_ARGS = [_A, _B, jnp.ones(4, jnp.float32), jnp.ones(8, jnp.float16), 7, int("7"), 8, True, 1, 1.0, 0.0, -0.0,
+         float("0.0"), np.ones(8, np.float32), None, "a", "".join("a"), (1, 2)]
+_KWARG_VALUES = [(1,), tuple([1]), (True,), (1.0,), (1, 1), 64, int("64"), True, 1, "a", None, 2.0, _A, _B,
+                 jnp.ones(8, jnp.float16)]
+_NAMES = ["grid", "BLOCK", "flag", "y"]  # grid: an option, whose array value takes the full path
 _OUTS = [SPEC, jax.ShapeDtypeStruct((N,), jnp.float32), jax.ShapeDtypeStruct(tuple([N]), jnp.float32),
          jax.ShapeDtypeStruct((float(N),), jnp.float32), jax.ShapeDtypeStruct((N,), jnp.float16),
          jax.ShapeDtypeStruct((N,), jnp.bfloat16), jax.ShapeDtypeStruct((N, 1), jnp.float32), (SPEC, SPEC),
@@ -240,11 +242,11 @@ _OUTS = [SPEC, jax.ShapeDtypeStruct((N,), jnp.float32), jax.ShapeDtypeStruct(tup
 def _call_pairs(draw):
     """A call, and a second one that is the same but for one part drawn again from its pool (or none)."""
     args = tuple(draw(st.lists(st.sampled_from(_ARGS), min_size=1, max_size=4)))
-    names = draw(st.lists(st.sampled_from(["grid", "BLOCK", "flag"]), unique=True, max_size=3))
+    names = draw(st.lists(st.sampled_from(_NAMES), unique=True, max_size=3))
     kwargs = {name: draw(st.sampled_from(_KWARG_VALUES)) for name in names}
     out = draw(st.sampled_from(_OUTS))
 
-    part = draw(st.sampled_from(["none", "arg", "kwarg", "out"]))  # the one part the second call draws again
+    part = draw(st.sampled_from(["none", "arg", "kwarg", "out", "added", "removed"]))  # the second call's change
     second_args, second_kwargs, second_out = list(args), dict(kwargs), out
     if part == "arg":
         second_args[draw(st.integers(0, len(args) - 1))] = draw(st.sampled_from(_ARGS))
@@ -252,6 +254,10 @@ def _call_pairs(draw):
         second_kwargs[draw(st.sampled_from(sorted(kwargs)))] = draw(st.sampled_from(_KWARG_VALUES))
     elif part == "out":
         second_out = draw(st.sampled_from(_OUTS))
+    elif part == "added" and len(kwargs) < len(_NAMES):
+        second_kwargs[draw(st.sampled_from(sorted(set(_NAMES) - set(kwargs))))] = draw(st.sampled_from(_KWARG_VALUES))
+    elif part == "removed" and kwargs:
+        del second_kwargs[draw(st.sampled_from(sorted(kwargs)))]
     second = (tuple(second_args), second_kwargs, second_out)
     return (args, kwargs, out), second
 
@@ -272,6 +278,9 @@ _SAME_BUT = [  # each near miss that an equality a step too loose would take for
     _pair(second_kwargs={"grid": (True,), "BLOCK": 64}), _pair(second_kwargs={"grid": (1.0,), "BLOCK": 64}),
     _pair(second_kwargs={"grid": tuple([1]), "BLOCK": int("64")}), _pair(second_kwargs={"BLOCK": 64, "grid": (1,)}),
     _pair(second_kwargs={"grid": (1,), "flag": 64}), _pair(args=(_A, 0.0), second_args=(_A, -0.0)),
+    _pair(second_kwargs={"grid": (1,), "BLOCK": 64, "flag": None}), _pair(second_kwargs={"grid": (1,)}),
+    _pair(kwargs={"grid": (1,), "y": _A}, second_kwargs={"grid": (1,), "y": jnp.ones(8, jnp.float16)}),
+    _pair(args=(_A, None), second_args=(_A, "a")), _pair(args=(_A, "a"), second_args=(_A, "b")),
 ]
 
 
@@ -297,6 +306,7 @@ def _check_pair(pair):
         assert _recorded(memo.recent, kernel, *first) is entry  # a call repeats itself
     if _recorded(memo.recent, kernel, *second) is entry:
         args, kwargs, out = second
+        assert set(kwargs) == set(first[1])
         in_first_order = {name: kwargs[name] for name in first[1]}  # order names another entry, not another call
         assert keys.quick_key(kernel, args, in_first_order, out, True) == key
 
