@@ -20,7 +20,9 @@ what it recorded: the quick key, the general key, each record's guard.
   expression over ``{v}``, the new value, and ``{w}``, the constant a record keeps of the recorded value (``wants``:
   suffix of the constant's name → attribute of the value, ``""`` the value itself); ``{ints}`` is ``ints`` checked
   item by item for the recorded length, ``{n}`` the recorded length, ``{each}`` the guard of ``of`` for every item.
-  A guard holds only where its kind's key part is equal (``tests/test_eager_guards.py`` checks it on drawn pairs).
+  A guard holds only where its kind's key part is equal (``tests/test_call_repeats.py`` checks it on drawn pairs
+  of calls, ``tests/test_eager_guards.py`` on the calls that differ from a recorded one in one thing;
+  ``tests/test_eager_keys.py`` checks the keys against a plain description of a call).
 
 Key parts carry the value's type: ``grid=(2.0,)`` equals ``(2,)`` but is refused; a float ``4.0`` equals ``4`` but
 binds as fp32; ``-0.0`` equals ``0.0`` but the kernel sees its sign (so floats go in as ``float.hex``). A

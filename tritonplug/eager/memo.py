@@ -8,8 +8,8 @@ options — so an identical later call (the common case in eager loops) reuses t
 arrays.
 
 An entry is stored under the call's general key and, where it has one, its quick key; a quick key's hit is concrete
-by construction and goes straight to the memoised program. A call found by its general key (another keyword
-order, tracers) is stored under its quick key too, for the next time.
+by construction and goes straight to the memoised program. A call with a quick key that its general key found
+(the keywords in another order) is stored under its quick key too, for the next time.
 """
 
 from __future__ import annotations
