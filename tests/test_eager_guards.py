@@ -130,13 +130,18 @@ def test_a_keyword_array_with_new_values_repeats_with_them():
 
 
 def test_an_operand_of_another_dtype_is_another_call():
+    """The CPU path lowers a program for the avals it is given, so a dtype the guard let through would still compute
+    right there: the guard's verdict, and a dtype binding refuses, show it."""
     recorded(affine_kernel, lambda: affine(X, POWER=2))
     half = X.astype(jnp.float16)
     assert not matches(affine_kernel, (half,), _keywords({"POWER": 2}))
     np.testing.assert_allclose(affine(half, POWER=2), reference(half, POWER=2), rtol=1e-3)
+    with pytest.raises(TypeError, match="x_ptr.*complex64 is not supported"):
+        affine(X.astype(jnp.complex64), POWER=2)
 
 
 def test_an_operand_of_another_shape_is_another_call():
+    """As for a dtype, the CPU path would compute right for a shape the guard let through: its verdict shows it."""
     recorded(affine_kernel, lambda: affine(X))
     longer = jnp.arange(2 * N, dtype=jnp.float32) - 7
     assert not matches(affine_kernel, (longer,), _keywords({}))
