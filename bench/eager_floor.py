@@ -48,7 +48,7 @@ def main() -> None:
     from tritonplug.process.state import state
 
     kernel, x, y, spec = add_operands()
-    for _ in range(2):  # the first call binds; the second is found by its key and recorded (``calls.repeats``)
+    for _ in range(2):  # the first call binds; the second is found by its key and recorded (``eager.runners``)
         np.testing.assert_allclose(np.asarray(tritonplug.triton_call(x, y, N, kernel=kernel, out_type=spec, grid=(1,),
                                                                      BLOCK=N)), np.asarray(x + y), rtol=1e-6)
     (entry,) = {id(e): e for e in state.memo.entries.values() if e.call.kernel.kernel is kernel}.values()

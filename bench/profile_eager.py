@@ -90,7 +90,7 @@ def per_call(fns: dict[str, Callable[[], Any]], rounds: int, settle: int = 0) ->
 def dispatch_replaced(entries: list[Any],
                       replace: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
     """Each memoised entry's ``dispatch`` replaced by ``replace(dispatch)`` for the block; the real one after it.
-    The kernels' runners (``calls.repeats``), which hold the programs they run, are dropped on both sides: the
+    The kernels' runners (``eager.runners``), which hold the programs they run, are dropped on both sides: the
     block's first repeat writes them again with what it should run."""
     from tritonplug.process.state import state
 

@@ -63,13 +63,13 @@ def cases(draw: st.DrawFn) -> Case:
 
 @st.composite
 def repeatable_cases(draw: st.DrawFn) -> Case:
-    """A case whose eager repeats can be recorded and run by their kernel's runner (``calls.repeats``): every input
-    by position (ints, floats and constexprs between them), then ints, floats, constexprs and ``None`` by keyword
-    in any order, the outputs last, as a tuple, no in-place buffer, no ``jit``."""
+    """A case whose eager repeats can be recorded and run by their kernel's runner (``eager.runners``): inputs, ints,
+    floats and constexprs by position (an input among them), then inputs, ints, floats, constexprs and ``None`` by
+    keyword in any order, the outputs last, as a tuple, no in-place buffer, no ``jit``."""
     prefix = draw(st.lists(st.sampled_from(("in", "int", "float", "const")), min_size=1, max_size=4))
     if "in" not in prefix:
         prefix[draw(st.integers(0, len(prefix) - 1))] = "in"
-    suffix = draw(st.lists(st.sampled_from(("int", "float", "const", "none")), max_size=2))
+    suffix = draw(st.lists(st.sampled_from(("in", "int", "float", "const", "none")), max_size=2))
     outputs = ["out"] * draw(st.integers(1, 2))
     by_keyword = range(len(prefix), len(prefix) + len(suffix))
     return Case(tuple(prefix + suffix + outputs), len(prefix), tuple(draw(st.permutations(by_keyword))),

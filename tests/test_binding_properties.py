@@ -37,7 +37,7 @@ from tritonplug.inspection import kernel_calls
 
 _SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: Calls of each drawn case, each on new arrays: the first binds, the second is found by its quick signature, the
-#: third runs through its kernel's runner where the call can be recorded (``calls.repeats``; every
+#: third runs through its kernel's runner where the call can be recorded (``eager.runners``; every
 #: ``repeatable_cases`` case but those with a float by position, a new float object on each call).
 REPEATS = 3
 #: The cases of the tests that call: any case, or one whose repeats are recorded.
@@ -58,7 +58,7 @@ def _function(case: Case, names: list[int], **options):
 @given(CALLED_CASES)
 def test_random_signatures_on_the_cpu(case: Case):
     function, cpu = _function(case, sorted(inputs(case))), jax.devices("cpu")[0]
-    for call_number in range(REPEATS):  # a new call binds; its repeats take the memo's paths (calls.repeats)
+    for call_number in range(REPEATS):  # a new call binds; its repeats take the memo's paths (eager.runners)
         arrays = inputs(case, call_number)
         got = function(*(jax.device_put(arrays[i], cpu) for i in sorted(arrays)))
         expected = reference(case, arrays)
@@ -131,7 +131,7 @@ def test_random_signatures_lower_for_rocm_in_the_order_jaxlib_reads(case: Case):
 def test_random_signatures_on_the_gpu_match_tritons_launcher(case: Case):
     torch = pytest.importorskip("torch", reason="Triton's own launcher is compared on torch tensors")
     function = _function(case, sorted(inputs(case)))
-    for call_number in range(REPEATS):  # a new call binds; its repeats take the memo's paths (calls.repeats)
+    for call_number in range(REPEATS):  # a new call binds; its repeats take the memo's paths (eager.runners)
         _compare_with_tritons_launcher(case, function, inputs(case, call_number), torch)
 
 

@@ -9,7 +9,7 @@ from helpers import requires_backend
 from kernels import add_kernel, two_outputs_kernel
 
 import tritonplug
-from tritonplug.calls import memo as call_memo
+from tritonplug.eager import keys
 from tritonplug.process.state import state
 
 pytestmark = requires_backend("interpret")
@@ -23,7 +23,7 @@ def add(x, y, **kwargs):
 def test_identical_calls_hit_and_compute_with_the_new_arrays():
     x, y = jnp.arange(100, dtype=jnp.float32), jnp.ones(100, jnp.float32)
     np.testing.assert_allclose(np.asarray(add(x, y)), np.asarray(x + y))
-    key = call_memo.signature(add_kernel, (x, y, x.size), {"BLOCK": 64, "grid": (2,)},
+    key = keys.signature(add_kernel, (x, y, x.size), {"BLOCK": 64, "grid": (2,)},
                               jax.ShapeDtypeStruct(x.shape, x.dtype))
     assert key is not None
     entries = len(state.memo.entries)
@@ -55,7 +55,7 @@ def test_scalar_values_and_signs_are_part_of_the_signature():
 
 
 def test_refs_are_never_memoised():
-    assert call_memo.signature(add_kernel, (jax.new_ref(jnp.ones(4)),), {}, ()) is None
+    assert keys.signature(add_kernel, (jax.new_ref(jnp.ones(4)),), {}, ()) is None
 
 
 _xla_compiles: list[str] = []

@@ -1,6 +1,6 @@
-"""The eager loop's repeats (``calls.repeats``): a call that repeats one of its kernel's recent calls runs that call's
-program without a key being built, and only a call whose quick signature would be the same does (drawn pairs of
-calls below); every near miss takes the quick signature and behaves as it would unmemoised."""
+"""The eager loop's repeats (``eager.runners``): a call that repeats one of its kernel's recent calls runs that call's
+program without a key being built, and only a call whose quick key would be the same does (drawn pairs of
+calls below); every near miss takes the quick key and behaves as it would unmemoised."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from test_debug_replay import unmasked_copy
 from tuning_kernels import BLOCKS, tagged_copy_kernel
 
 import tritonplug
-from tritonplug.calls import memo as call_memo
-from tritonplug.calls import repeats
 from tritonplug.debug import OutOfBoundsError
+from tritonplug.eager import keys, runners
 from tritonplug.process.state import CallMemo, state
 
 pytestmark = requires_backend("interpret")
@@ -35,15 +34,15 @@ def _no_memoised_calls():
 
 @pytest.fixture
 def keys_built(monkeypatch):
-    """How many quick signatures were built (each a call that no recent call matched)."""
+    """How many quick keys were built (each a call that no recent call matched)."""
     count = [0]
-    real = call_memo.quick_signature
+    real = keys.quick_key
 
     def counting(*args, **kwargs):
         count[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(call_memo, "quick_signature", counting)
+    monkeypatch.setattr(keys, "quick_key", counting)
     return count
 
 
@@ -82,15 +81,15 @@ def test_kernels_and_shapes_called_in_turn_each_repeat(keys_built):
 
 def test_a_loop_over_more_forms_than_are_recorded_writes_no_guard_after_the_first_ones(monkeypatch):
     written = []
-    real = repeats._write
-    monkeypatch.setattr(repeats, "_write", lambda *a: written.append(1) or real(*a))
+    real = runners.write
+    monkeypatch.setattr(runners, "write", lambda *a: written.append(1) or real(*a))
     forms = [(jnp.arange(n, dtype=jnp.float32), jax.ShapeDtypeStruct((n,), jnp.float32), n)
-             for n in (8, 16, 24, 32, 40, 48)]  # more than repeats.RECENT_PER_KERNEL
+             for n in (8, 16, 24, 32, 40, 48)]  # more than runners.RECENT_PER_KERNEL
     for _ in range(4):
         for x, spec, n in forms:
             np.testing.assert_array_equal(add(x, x, n, spec), x + x)
-    assert len(written) == repeats.RECENT_PER_KERNEL  # each record: the runner written again, once
-    assert len(state.memo.recent[id(add_kernel)].repeats) == repeats.RECENT_PER_KERNEL
+    assert len(written) == runners.RECENT_PER_KERNEL  # each record: the runner written again, once
+    assert len(state.memo.recent[id(add_kernel)].repeats) == runners.RECENT_PER_KERNEL
 
 
 def test_an_operand_by_keyword_repeats_and_each_call_computes_with_its_own_arrays(keys_built):
@@ -227,9 +226,11 @@ def test_numpy_operands_are_never_recorded():
 
 _A, _B = jnp.ones(8, jnp.float32), jnp.zeros(8, jnp.float32)  # one aval
 #: each pool holds values that are identical, equal but distinct, or equal in value but not in type
-_ARGS = [_A, _B, jnp.ones(4, jnp.float32), jnp.ones(8, jnp.float16), 7,
-         int("7"), 8, True, 1, 1.0, 0.0, -0.0, float("0.0"), np.ones(8, np.float32)]
-_KWARG_VALUES = [(1,), tuple([1]), (True,), (1.0,), (1, 1), 64, int("64"), True, 1, "a", None, 2.0]
+_ARGS = [_A, _B, jnp.ones(4, jnp.float32), jnp.ones(8, jnp.float16), 7, int("7"), 8, True, 1, 1.0, 0.0, -0.0,
+         float("0.0"), np.ones(8, np.float32), None, "a", "".join("a"), (1, 2)]
+_KWARG_VALUES = [(1,), tuple([1]), (True,), (1.0,), (1, 1), 64, int("64"), True, 1, "a", None, 2.0, _A, _B,
+                 jnp.ones(8, jnp.float16)]
+_NAMES = ["grid", "BLOCK", "flag", "y"]  # grid: an option, whose array value takes the full path
 _OUTS = [SPEC, jax.ShapeDtypeStruct((N,), jnp.float32), jax.ShapeDtypeStruct(tuple([N]), jnp.float32),
          jax.ShapeDtypeStruct((float(N),), jnp.float32), jax.ShapeDtypeStruct((N,), jnp.float16),
          jax.ShapeDtypeStruct((N,), jnp.bfloat16), jax.ShapeDtypeStruct((N, 1), jnp.float32), (SPEC, SPEC),
@@ -241,11 +242,11 @@ _OUTS = [SPEC, jax.ShapeDtypeStruct((N,), jnp.float32), jax.ShapeDtypeStruct(tup
 def _call_pairs(draw):
     """A call, and a second one that is the same but for one part drawn again from its pool (or none)."""
     args = tuple(draw(st.lists(st.sampled_from(_ARGS), min_size=1, max_size=4)))
-    names = draw(st.lists(st.sampled_from(["grid", "BLOCK", "flag"]), unique=True, max_size=3))
+    names = draw(st.lists(st.sampled_from(_NAMES), unique=True, max_size=3))
     kwargs = {name: draw(st.sampled_from(_KWARG_VALUES)) for name in names}
     out = draw(st.sampled_from(_OUTS))
 
-    part = draw(st.sampled_from(["none", "arg", "kwarg", "out"]))  # the one part the second call draws again
+    part = draw(st.sampled_from(["none", "arg", "kwarg", "out", "added", "removed"]))  # the second call's change
     second_args, second_kwargs, second_out = list(args), dict(kwargs), out
     if part == "arg":
         second_args[draw(st.integers(0, len(args) - 1))] = draw(st.sampled_from(_ARGS))
@@ -253,6 +254,10 @@ def _call_pairs(draw):
         second_kwargs[draw(st.sampled_from(sorted(kwargs)))] = draw(st.sampled_from(_KWARG_VALUES))
     elif part == "out":
         second_out = draw(st.sampled_from(_OUTS))
+    elif part == "added" and len(kwargs) < len(_NAMES):
+        second_kwargs[draw(st.sampled_from(sorted(set(_NAMES) - set(kwargs))))] = draw(st.sampled_from(_KWARG_VALUES))
+    elif part == "removed" and kwargs:
+        del second_kwargs[draw(st.sampled_from(sorted(kwargs)))]
     second = (tuple(second_args), second_kwargs, second_out)
     return (args, kwargs, out), second
 
@@ -273,33 +278,37 @@ _SAME_BUT = [  # each near miss that an equality a step too loose would take for
     _pair(second_kwargs={"grid": (True,), "BLOCK": 64}), _pair(second_kwargs={"grid": (1.0,), "BLOCK": 64}),
     _pair(second_kwargs={"grid": tuple([1]), "BLOCK": int("64")}), _pair(second_kwargs={"BLOCK": 64, "grid": (1,)}),
     _pair(second_kwargs={"grid": (1,), "flag": 64}), _pair(args=(_A, 0.0), second_args=(_A, -0.0)),
+    _pair(second_kwargs={"grid": (1,), "BLOCK": 64, "flag": None}), _pair(second_kwargs={"grid": (1,)}),
+    _pair(kwargs={"grid": (1,), "y": _A}, second_kwargs={"grid": (1,), "y": jnp.ones(8, jnp.float16)}),
+    _pair(args=(_A, None), second_args=(_A, "a")), _pair(args=(_A, "a"), second_args=(_A, "b")),
 ]
 
 
 @settings(max_examples=300)
 @given(_call_pairs())
-def test_a_call_matches_a_record_only_where_its_quick_signature_is_the_records(pair):
+def test_a_call_matches_a_record_only_where_its_quick_key_is_the_records(pair):
     _check_pair(pair)
 
 
 @pytest.mark.parametrize("pair", _SAME_BUT)
-def test_near_misses_match_only_where_their_quick_signature_is_the_records(pair):
+def test_near_misses_match_only_where_their_quick_key_is_the_records(pair):
     _check_pair(pair)
 
 
 def _check_pair(pair):
     first, second = pair
     kernel, entry, memo = object(), _FakeEntry(), CallMemo()
-    key = call_memo.quick_signature(kernel, *first, True)
+    key = keys.quick_key(kernel, *first, True)
     if key is None:
         return
-    repeats.remember(memo, entry, kernel, *first)
+    runners.remember(memo, entry, kernel, *first)
     if memo.recent:
         assert _recorded(memo.recent, kernel, *first) is entry  # a call repeats itself
     if _recorded(memo.recent, kernel, *second) is entry:
         args, kwargs, out = second
+        assert set(kwargs) == set(first[1])
         in_first_order = {name: kwargs[name] for name in first[1]}  # order names another entry, not another call
-        assert call_memo.quick_signature(kernel, args, in_first_order, out, True) == key
+        assert keys.quick_key(kernel, args, in_first_order, out, True) == key
 
 
 def _recorded(recent, kernel, args, kwargs, out):
@@ -311,7 +320,7 @@ def _recorded(recent, kernel, args, kwargs, out):
 class _FakeEntry:
     """What a record reads of its entry; the drawn calls are never run, only matched."""
 
-    positions, single, out_tree = (0,), True, None
+    positions, single, out_tree, sources, names = (0,), True, None, (("a", ()),), ("a",)
 
     @staticmethod
     def dispatch(*arrays):

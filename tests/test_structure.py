@@ -1,6 +1,7 @@
 """The code's shape, read from the source with ``ast`` (nothing is imported or run).
 
-* no import cycle among the host's modules, imports inside functions included;
+* no import cycle among the host's modules, imports inside functions included; each subpackage imports only the
+  floors below it (``FLOORS``);
 * ``jax._src`` only in the ``*_compat.py`` adapters (ruff's TID251 says the same, this holds without ruff);
 * no module over 400 lines in the host, the plugins (their tests included), ``tests/`` and ``examples/``
   (``bench/`` is not held to it: ``bench/gpu.py`` is one script of about 1,000 lines);
@@ -146,8 +147,23 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
     return cycles
 
 
+#: The host's subpackages, bottom up: each imports only those before it (``tritonplug/__init__.py`` says the same).
+FLOORS = ("adapters", "calls", "eager", "cache", "compile", "tuning", "process", "lowering", "porting", "sharding",
+          "cli")
+
+
+def test_each_subpackage_imports_only_the_floors_below_it():
+    floor = {f"tritonplug.{name}": i for i, name in enumerate(FLOORS)}
+    packages = {package_of(module) for module in host_modules() if module.count(".") == 2}
+    assert packages == set(floor), f"give each subpackage its floor in FLOORS: {sorted(packages ^ set(floor))}"
+    offenders = [f"{module} imports {name}" for module, imports in host_import_graph().items()
+                 if package_of(module) in floor for name in sorted(imports)
+                 if floor.get(package_of(name), -1) > floor[package_of(module)]]
+    assert not offenders, f"imports from a floor above: {offenders}"
+
+
 def test_no_import_cycle_among_host_packages():
-    """The subpackages are floors too: adapters < calls < cache < compile < tuning < process < lowering < ..."""
+    """The subpackages are floors too (``FLOORS``); the top-level modules join them without a cycle."""
     graph: dict[str, set[str]] = {}
     for module, imports in host_import_graph().items():
         graph.setdefault(package_of(module), set()).update(

@@ -7,9 +7,9 @@ Layout: the modules directly in this folder are the public surface, declared bel
 users, ``PLUGIN_API`` and ``CACHE_PLUGIN_API`` for plugins; ``tests/test_structure.py`` holds the tree and
 the plugins to these lists). Everything else is internal and lives in a subpackage, one per family, each a
 floor that imports only the floors below it: ``adapters`` (one per dependency) < ``calls`` (a call as a value)
-< ``cache`` < ``compile`` (backends, front end, compile service, workers) < ``tuning`` < ``process`` (state)
-< ``lowering`` (the JAX primitive and what it emits) < ``porting`` (kernels from torch libraries)
-< ``sharding`` (partitioned launchers) < ``cli``.
+< ``eager`` (eager calls made again: their memo and generated runners) < ``cache`` < ``compile`` (backends,
+front end, compile service, workers) < ``tuning`` < ``process`` (state) < ``lowering`` (the JAX primitive and
+what it emits) < ``porting`` (kernels from torch libraries) < ``sharding`` (partitioned launchers) < ``cli``.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ import numpy as np
 
 from tritonplug.adapters import jax_compat
 from tritonplug.adapters.triton_compat import KernelFacts
-from tritonplug.calls import annotation_checks, binding, repeats, user_warnings
-from tritonplug.calls import memo as call_memo
+from tritonplug.calls import annotation_checks, binding, user_warnings
 from tritonplug.calls.call import CallSpec, pointer_type
 from tritonplug.calls.options import (
     TRITON_COMPILE_OPTIONS,
@@ -23,6 +22,8 @@ from tritonplug.calls.options import (
 )
 from tritonplug.compile import resolver
 from tritonplug.debug import OutOfBoundsError
+from tritonplug.eager import keys, runners
+from tritonplug.eager import memo as call_memo
 from tritonplug.lowering import early_compile
 from tritonplug.lowering.primitive import eager_dispatcher, ensure_lowering_rules, triton_call_p
 from tritonplug.process.state import state
@@ -57,7 +58,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     """
     if out_shape is None:  # the eager loop's repeat: its memoised program at once
         recent = _RECENT.get(id(kernel))
-        if recent is not None:  # the kernel's recent calls, each behind its guard (``calls.repeats``)
+        if recent is not None:  # the kernel's recent calls, each behind its guard (``eager.runners``)
             try:
                 result = recent.run(kernel, args, kwargs, out_type)
             except jax.errors.JaxRuntimeError as exc:
@@ -65,11 +66,11 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
                 raise
             if result is not None:
                 return result
-        if active_session.get() is None:  # else its quick signature (``calls.memo``)
+        if active_session.get() is None:  # else its quick key (``eager.keys``)
             memo = state.memo
-            entry = memo.entries.get(call_memo.quick_signature(kernel, args, kwargs, out_type, True))
+            entry = memo.entries.get(keys.quick_key(kernel, args, kwargs, out_type, True))
             if entry is not None and entry.kernel is kernel:  # the key holds id(kernel), which may be reused
-                repeats.remember(memo, entry, kernel, args, kwargs, out_type)
+                runners.remember(memo, entry, kernel, args, kwargs, out_type)
                 return _dispatch(entry, entry.gather(args, kwargs))
     _warn_deprecated(out_shape, kwargs)
     return _call(args, kernel, out_shape, out_type, kwargs)
@@ -82,7 +83,7 @@ def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
 
 
 def _call(args: tuple[Any, ...], kernel: Any, out_shape: Any, out_type: Any, kwargs: dict[str, Any]) -> Any:
-    """The story of a call: a repeat of a call already made runs its program at once (``calls.memo``). A new one:
+    """The story of a call: a repeat of a call already made runs its program at once (``eager.memo``). A new one:
     the kernel's facts and its kernel-only checks (once per kernel); the outputs and options; the arguments bound
     to the parameters (``calls.binding``); the configurations resolved — named arguments, constexprs, grid,
     zeroed outputs, compile options (``compile.resolver``: the call's checks, which the lowering reads back);
@@ -137,7 +138,7 @@ def _options_and_keywords(facts: KernelFacts, kwargs: dict[str, Any],
 
 def _run_memoised(entry: call_memo.Entry, concrete: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A repeat call: its arrays gathered as the memoised binding placed them, its program run (at once when the
-    quick signature found it: its arrays are concrete)."""
+    quick key found it: its arrays are concrete)."""
     arrays = entry.gather(args, kwargs)
     if concrete and active_session.get() is None:
         return _dispatch(entry, arrays)

@@ -1,7 +1,9 @@
 """Find tritonplug's kernel calls in lowered StableHLO text and decode their payloads.
 
 For tests, debugging and ``jax.export`` users who want to see which kernels a program
-carries: ``kernel_calls(jax.jit(f).lower(...).as_text())``.
+carries: ``kernel_calls(jax.jit(f).lower(...).as_text())``. Also what the process decided: the partitioning of
+partitioned launchers (``partitions``) and the generated function that runs a kernel's eager repeats
+(``eager_runner_source``).
 """
 
 from __future__ import annotations
@@ -113,3 +115,15 @@ def partitions() -> list:
     from tritonplug.process.state import state
 
     return list(state.partitions)
+
+
+def eager_runner_source(kernel: object) -> str | None:
+    """The source of ``kernel``'s eager *runner*, or None where none of its eager calls is recorded (since the
+    memo was last cleared): the function, generated from the guards of the kernel's recent calls, that recognises
+    a repeat of one of them and runs its program. Each guard is one boolean expression per recorded call, written
+    from the table of argument kinds (``tritonplug/eager/kinds.py``); a traceback through the runner shows the
+    same lines, and ``TRITONPLUG_LOG=debug`` logs each version as it is written."""
+    from tritonplug.eager import runners
+    from tritonplug.process.state import state
+
+    return runners.runner_source(state.memo, kernel)

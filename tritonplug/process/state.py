@@ -53,12 +53,12 @@ class BoundedMemo:
 
 
 class CallMemo(BoundedMemo):
-    """The eager calls' memo: call specs (``call_memo.Entry`` by ``call_memo.signature``), and the recent calls of
-    each kernel with their runners (``calls.repeats``), forgotten with them."""
+    """The eager calls' memo: call specs (``eager.memo.Entry`` by the call's keys, ``eager.keys``), and the recent
+    calls of each kernel with their runners (``eager.runners``), forgotten with them."""
 
     def __init__(self) -> None:
         super().__init__()
-        #: the recent eager calls of each kernel and its runner (``calls.repeats.KernelRepeats`` by the kernel's
+        #: the recent eager calls of each kernel and its runner (``eager.runners.KernelRepeats`` by the kernel's
         #: id), what an eager call looks up first
         self.recent: dict[int, Any] = {}
 
