@@ -90,6 +90,13 @@ def cpu_devices_env(count: int | None, **variables: str) -> dict[str, str]:
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
+def case_ran(report: dict, name: str) -> dict:
+    """One case of a child suite's report (``{"ok": ..., "error": ..., "trace": ...}``), asserted to have run."""
+    entry = report[name]
+    assert entry["ok"], f"{entry.get('error')}\n{entry.get('trace')}"
+    return entry
+
+
 def run_exported(script: str, exported_path: Path) -> list[str]:
     """Run ``script`` (which deserialises and calls ``sys.argv[1]``) in a fresh CPU-only Python that cannot
     import this checkout (no PYTHONPATH, another working directory); its printed words."""

@@ -23,7 +23,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import ROOT, cpu_devices_env, for_backend
+from helpers import ROOT, case_ran, cpu_devices_env, for_backend
 
 pytestmark = pytest.mark.skipif(importlib.machinery.PathFinder.find_spec("vllm") is None,  # finds, never imports
                                 reason="vllm is not installed (tox -e corpus installs vllm==0.33.0 with --no-deps)")
@@ -139,12 +139,6 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _ran(report: dict, name: str) -> dict:
-    entry = report[name]
-    assert entry["ok"], f"{entry.get('error')}\n{entry.get('trace')}"
-    return entry
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     script = tmp_path_factory.mktemp("moe_parallel") / "eight_devices.py"
@@ -167,14 +161,14 @@ NO_DROPS = {"no_drops": "P('model',)", "no_drops_2d": "P(('data', 'model'),)"}
 
 @pytest.mark.parametrize("name", list(NO_DROPS))
 def test_values_match_one_device_when_no_slot_is_dropped(report, name):
-    entry = _ran(report, name)
+    entry = case_ran(report, name)
     assert entry["out"] <= 1e-6 and entry["aux"] <= 1e-6, entry
     assert entry["out_spec"] == NO_DROPS[name], entry
 
 
 @pytest.mark.parametrize("name", list(NO_DROPS))
 def test_gradients_match_one_device(report, name):
-    entry = _ran(report, name)
+    entry = case_ran(report, name)
     assert set(entry["grads"]) == {"[0]", "[1]['router']", "[1]['w_down']", "[1]['w_gate_up']"}, entry["grads"]
     assert max(entry["grads"].values()) <= 2e-6, entry["grads"]  # relative to the largest (seen: 2e-7)
     # the experts' gradients come back split by expert, as their weights
@@ -187,7 +181,7 @@ def test_dropped_slots_contribute_nothing(report, name):
     dropped), 16 on one device (64 tokens; 10 dropped): the slots past it count for nothing, in values and in
     gradients, as the reference drops them."""
     assert report["dropped" if name == "drops" else "dropped_one_device"] > 0
-    entry = _ran(report, name)
+    entry = case_ran(report, name)
     assert entry["out"] <= 1e-6 and entry["aux"] <= 1e-6, entry
     assert max(entry["grads"].values()) <= 2e-6, entry["grads"]
 
@@ -206,7 +200,7 @@ def test_tokens_move_by_all_to_all_and_the_expert_weights_stay_split(report, nam
     partition the TopK op along its rows), never an expert's weights. Both partitioned functions split the
     expert factor over ``model`` (and the source shards over ``data`` where the tokens are split over both:
     the weights' gradients are then all-reduced over ``data``) and need no operand moved."""
-    entry = _ran(report, name)
+    entry = case_ran(report, name)
     ops = {op for op, _ in entry["collectives"]}
     assert "all-to-all" in ops, entry["collectives"]
     gathered = {tuple(shape) for op, shape in entry["collectives"] if op == "all-gather"}

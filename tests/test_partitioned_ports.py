@@ -21,7 +21,7 @@ import sys
 import textwrap
 
 import pytest
-from helpers import ROOT, cpu_devices_env, requires_backend
+from helpers import ROOT, case_ran, cpu_devices_env, requires_backend
 
 
 def _installed(package: str) -> bool:
@@ -201,12 +201,6 @@ for _case in ("mean_0.0", "mean_0.1", "sum_0.0", "none_0.0"):  # the backward's 
     CASES[f"cross_entropy/rows_{_case}/grad"] = ({"cross_entropy_forward:r:x", "cross_entropy_backward:dots0_1:x"},
                                                  {"all-reduce"})
 
-def _ran(report: dict, name: str) -> dict:
-    entry = report[name]
-    assert entry["ok"], f"{entry.get('error')}\n{entry.get('trace')}"
-    return entry
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """The child's report: on 8 CPU devices, or, with ``SHARDING_TESTS_ON_GPUS=1`` on a machine with an even
@@ -226,7 +220,7 @@ def report(tmp_path_factory):
     return result
 
 
-def test_every_case_ran(report):
+def test_every_casecase_ran(report):
     assert set(report) - {"devices", "platform"} == set(CASES)
 
 
@@ -239,14 +233,14 @@ def _reference_tolerance(report: dict, name: str) -> float:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_sharded_port_matches_one_device_and_the_reference(report, name):
-    entry = _ran(report, name)
+    entry = case_ran(report, name)
     assert entry["vs_one_device"] <= 1e-4, entry
     assert entry["vs_reference"] <= _reference_tolerance(report, name), entry
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_rule_splits_the_row_local_factors_and_gathers_only_what_it_keeps_whole(report, name):
-    entry = _ran(report, name)
+    entry = case_ran(report, name)
     split, allowed = CASES[name]
     assert split <= set(entry["split"]), entry["split"]
     assert set(entry["collectives"]) <= allowed, entry["collectives"]
