@@ -7,6 +7,7 @@ Triton on torch tensors with configuration number CONFIG)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -48,17 +49,13 @@ def main(what: str, m: int, k: int, n: int, g: int, bm: int | None = None) -> No
         import triton
 
         config = kernels.FORWARD_CONFIGS[int(what.split("-")[1])]
-        t = {name: torch.from_dlpack(x) for name, x in (("a", lhs), ("b", rhs), ("ids", plan.sorted_token_ids),
-                                                        ("e", plan.expert_ids), ("p", plan.num_tokens_post_padded))}
+        t_plan = dataclasses.replace(plan, **{f: torch.from_dlpack(getattr(plan, f)) for f in (
+            "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets")})
         c = torch.zeros((m, n), dtype=torch.bfloat16, device="cuda")
-        em = plan.padded_rows
-        grid = (triton.cdiv(em, plan.block_size_m) * triton.cdiv(n, config.kwargs["BLOCK_SIZE_N"]),)
-        kernels.vllm_kernels().fused_moe_kernel[grid](
-            t["a"], t["b"], c, None, None, None, None, t["ids"], t["e"], t["p"], n, k, em, m, k, 1, k * n, n, 1, n, 1,
-            0, 0, 0, 0, 0, 0, 0, 0, 0, MUL_ROUTED_WEIGHT=False, top_k=1, compute_type=triton.language.bfloat16,
-            use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
-            naive_block_assignment=False, HAS_BIAS=False, BLOCK_SIZE_M=plan.block_size_m, SPLIT_K=1, SWAP_AB=False,
-            USE_TD=False, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+        grid, args, kwargs = kernels.fused_moe_launch(torch.from_dlpack(lhs), torch.from_dlpack(rhs), c, None, t_plan,
+                                                      False, 1, triton.language.bfloat16)
+        kernels.vllm_kernels().fused_moe_kernel[grid](*args, **kwargs, **config.kwargs, num_warps=config.num_warps,
+                                                      num_stages=config.num_stages)
         torch.cuda.synchronize()
         out = jnp.asarray(c.float().cpu().numpy())
     print(what, m, k, n, g, "block_m", plan.block_size_m, "ok", float(jnp.sum(jnp.abs(out.astype(jnp.float32)))))

@@ -9,6 +9,8 @@ Forward (vLLM's ``fused_moe_kernel``), dX (the same kernel on each expert's tran
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 
@@ -44,35 +46,27 @@ def part_torch(results, args, group_sizes) -> None:
     _, vjp = jax.vjp(lambda a, b: grouped.gathered_matmul(a, b, plan, 1, jnp.dtype(jnp.bfloat16), False), lhs, rhs)
     ours["dX"], ours["dW"] = vjp(dout)
 
-    t = {name: torch.from_dlpack(x) for name, x in (("lhs", lhs), ("rhs", rhs), ("dout", dout),
-                                                    ("ids", plan.sorted_token_ids), ("experts", plan.expert_ids),
-                                                    ("ntpp", plan.num_tokens_post_padded),
-                                                    ("offsets", plan.expert_offsets))}
+    t = {name: torch.from_dlpack(x) for name, x in (("lhs", lhs), ("rhs", rhs), ("dout", dout))}
+    # the same plan, its arrays as torch tensors (one launch's arguments: kernels.fused_moe_launch / dw_launch)
+    t_plan = dataclasses.replace(plan, **{f: torch.from_dlpack(getattr(plan, f)) for f in (
+        "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets")})
     fused = kernels.vllm_kernels().fused_moe_kernel
-    em, bm = plan.padded_rows, plan.block_size_m
 
-    def forward(config, a, n_out, k_in, stride_bk, stride_bn):
+    def forward(config, a, n_out, transpose_b):
         c = torch.zeros((m, n_out), dtype=torch.bfloat16, device="cuda")
-        grid = (triton.cdiv(em, bm) * triton.cdiv(n_out, config.kwargs["BLOCK_SIZE_N"]),)
-        _torch_launch(fused, grid, config, a, t["rhs"], c, None, None, None, None,
-                      t["ids"], t["experts"], t["ntpp"],
-                      n_out, k_in, em, m, a.stride(0), 1, k * n, stride_bk, stride_bn, c.stride(0), 1,
-                      0, 0, 0, 0, 0, 0, 0, 0, 0, MUL_ROUTED_WEIGHT=False, top_k=1,
-                      compute_type=triton.language.bfloat16,
-                      use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
-                      naive_block_assignment=False, HAS_BIAS=False, BLOCK_SIZE_M=bm, SPLIT_K=1, SWAP_AB=False,
-                      USE_TD=False)
+        grid, launch_args, kwargs = kernels.fused_moe_launch(a, t["rhs"], c, None, t_plan, False, 1,
+                                                             triton.language.bfloat16, transpose_b)
+        _torch_launch(fused, grid, config, *launch_args, **kwargs)
         return c
 
     def dw(config):
         c = torch.empty((g, k, n), dtype=torch.bfloat16, device="cuda")
-        grid = (triton.cdiv(k, config.kwargs["BLOCK_SIZE_K"]) * triton.cdiv(n, config.kwargs["BLOCK_SIZE_N"]), g)
-        _torch_launch(kernels.grouped_matmul_dw_kernel, grid, config, t["lhs"], t["dout"], c, t["ids"], t["offsets"],
-                      k, n, m, k, 1, n, 1, k * n, n, 1, top_k=1)
+        grid, launch_args, kwargs = kernels.dw_launch(t["lhs"], t["dout"], c, t_plan, g, 1)
+        _torch_launch(kernels.grouped_matmul_dw_kernel, grid, config, *launch_args, **kwargs)
         return c
 
-    launches = {"forward": (kernels.FORWARD_CONFIGS, lambda c: forward(c, t["lhs"], n, k, n, 1)),
-                "dX": (kernels.FORWARD_CONFIGS, lambda c: forward(c, t["dout"], k, n, 1, n)),
+    launches = {"forward": (kernels.FORWARD_CONFIGS, lambda c: forward(c, t["lhs"], n, False)),
+                "dX": (kernels.FORWARD_CONFIGS, lambda c: forward(c, t["dout"], k, True)),
                 "dW": (kernels.DW_CONFIGS, dw)}
     for name, (configs, launch) in launches.items():
         with results.guard(bench, name):

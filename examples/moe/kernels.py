@@ -171,18 +171,13 @@ def block_plan(group_sizes: jax.Array, num_rows: int, block_m: int, order: jax.A
     return BlockPlan(sorted_ids, expert_ids, padded_ends[-1:].astype(jnp.int32), offsets, num_rows, block_m)
 
 
-def invoke_fused_moe_triton_kernel(A, B, C, topk_weights, plan: BlockPlan, mul_routed_weight: bool, top_k: int,
-                                   compute_type, on_cpu: bool, transpose_b: bool = False):
-    """vLLM's ``invoke_fused_moe_triton_kernel``, ported: the unquantised path, arguments in vLLM's order.
-
-    Changed from vLLM's: ``A``/``B``/``C`` are JAX arrays (``C``: a ``tritonplug.zeros``/``empty`` placeholder,
-    the launch returns it written), so their strides are passed in: ``B`` as ``(experts, K, N)`` with
-    ``stride_bk``/``stride_bn`` (vLLM's ``B.stride(2)``/``B.stride(1)``), which lets the same kernel multiply
-    by ``B`` transposed (dX); the configuration comes from ``triton.autotune`` instead of vLLM's tuned JSON
-    files; ``EM`` is the plan's bound (sizes are traced); the quantisation, bias and tensor-descriptor
-    branches are dropped (their flags are passed as off).
-    """
-    forward, _ = tuned_kernels(on_cpu)
+def fused_moe_launch(A, B, C, topk_weights, plan: BlockPlan, mul_routed_weight: bool, top_k: int, compute_type,
+                     transpose_b: bool = False):
+    """``(grid, args, kwargs)`` of one ``fused_moe_kernel`` launch, in vLLM's order, for row-major ``A``/``B``/``C`` of
+    any array library (JAX here, torch in ``bench/moe_torch.py``'s launch by Triton itself): ``B`` is
+    ``(experts, K, N)`` as ``ragged_dot`` holds it (vLLM's is ``(experts, N, K)``: the strides say which), or with
+    ``transpose_b`` ``(experts, N, K)``, which multiplies by each expert's transpose (dX). The quantisation, bias
+    and tensor-descriptor branches are off."""
     M = A.shape[0]
     num_tokens = M * top_k
     EM = plan.padded_rows
@@ -191,24 +186,45 @@ def invoke_fused_moe_triton_kernel(A, B, C, topk_weights, plan: BlockPlan, mul_r
     if transpose_b:
         K, N, stride_bk, stride_bn = N, K, 1, N  # B[e]^T: its rows are B[e]'s columns
     grid = lambda META: (triton.cdiv(EM, plan.block_size_m) * triton.cdiv(N, META["BLOCK_SIZE_N"]),)  # noqa: E731
-    return tritonplug.launch(forward)[grid](
-        A, B, C, None, None, None, topk_weights,
-        plan.sorted_token_ids, plan.expert_ids, plan.num_tokens_post_padded,
-        N, K, EM, num_tokens,
-        A.shape[1], 1, K * N, stride_bk, stride_bn, C.shape[-1], 1,
-        0, 0, 0, 0, 0, 0, 0,
-        0, 0,
-        MUL_ROUTED_WEIGHT=mul_routed_weight, top_k=top_k, compute_type=compute_type,
-        use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
-        naive_block_assignment=False, HAS_BIAS=False, BLOCK_SIZE_M=plan.block_size_m, SPLIT_K=1, SWAP_AB=False,
-        USE_TD=False)
+    args = (A, B, C, None, None, None, topk_weights,
+            plan.sorted_token_ids, plan.expert_ids, plan.num_tokens_post_padded,
+            N, K, EM, num_tokens,
+            A.shape[1], 1, K * N, stride_bk, stride_bn, C.shape[-1], 1,
+            0, 0, 0, 0, 0, 0, 0,
+            0, 0)
+    kwargs = dict(MUL_ROUTED_WEIGHT=mul_routed_weight, top_k=top_k, compute_type=compute_type,
+                  use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
+                  naive_block_assignment=False, HAS_BIAS=False, BLOCK_SIZE_M=plan.block_size_m, SPLIT_K=1,
+                  SWAP_AB=False, USE_TD=False)
+    return grid, args, kwargs
+
+
+def invoke_fused_moe_triton_kernel(A, B, C, topk_weights, plan: BlockPlan, mul_routed_weight: bool, top_k: int,
+                                   compute_type, on_cpu: bool, transpose_b: bool = False):
+    """vLLM's ``invoke_fused_moe_triton_kernel``, ported: the unquantised path (:func:`fused_moe_launch`).
+
+    Changed from vLLM's: ``A``/``B``/``C`` are JAX arrays (``C``: a ``tritonplug.zeros``/``empty`` placeholder,
+    which the launch returns written); the configuration comes from ``triton.autotune`` instead of vLLM's tuned
+    JSON files; ``EM`` is the plan's bound (sizes are traced).
+    """
+    forward, _ = tuned_kernels(on_cpu)
+    grid, args, kwargs = fused_moe_launch(A, B, C, topk_weights, plan, mul_routed_weight, top_k, compute_type,
+                                          transpose_b)
+    return tritonplug.launch(forward)[grid](*args, **kwargs)
+
+
+def dw_launch(a, dc, c, plan: BlockPlan, experts: int, top_k: int):
+    """``(grid, args, kwargs)`` of one :func:`grouped_matmul_dw_kernel` launch writing ``c`` ``(experts, K, N)``,
+    for row-major arrays of any library."""
+    K, N = a.shape[1], dc.shape[1]
+    grid = lambda META: (triton.cdiv(K, META["BLOCK_SIZE_K"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]), experts)  # noqa: E731
+    args = (a, dc, c, plan.sorted_token_ids, plan.expert_offsets, K, N, plan.num_rows, K, 1, N, 1, K * N, N, 1)
+    return grid, args, {"top_k": top_k}
 
 
 def grouped_dw(a, dc, plan: BlockPlan, experts: int, top_k: int, on_cpu: bool):
     """``dW[e] = a[rows of e // top_k]^T @ dc[rows of e]``, ``(experts, a.shape[1], dc.shape[1])`` in ``a``'s dtype."""
     _, dw = tuned_kernels(on_cpu)
-    K, N = a.shape[1], dc.shape[1]
-    grid = lambda META: (triton.cdiv(K, META["BLOCK_SIZE_K"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]), experts)  # noqa: E731
-    return tritonplug.launch(dw)[grid](
-        a, dc, tritonplug.empty(experts, K, N, dtype=a.dtype), plan.sorted_token_ids, plan.expert_offsets,
-        K, N, plan.num_rows, K, 1, N, 1, K * N, N, 1, top_k=top_k)
+    c = tritonplug.empty(experts, a.shape[1], dc.shape[1], dtype=a.dtype)
+    grid, args, kwargs = dw_launch(a, dc, c, plan, experts, top_k)
+    return tritonplug.launch(dw)[grid](*args, **kwargs)
