@@ -89,7 +89,7 @@ SCRIPT = textwrap.dedent('''
             weights, chosen, aux = layer.route(h, p["router"], cfg)
             hi = jax.lax.Precision.HIGHEST
             gate_up = jnp.einsum("td,edh->eth", h, p["w_gate_up"], precision=hi)
-            y = jnp.einsum("etf,efd->etd", layer._swiglu(gate_up), p["w_down"], precision=hi)
+            y = jnp.einsum("etf,efd->etd", layer.swiglu(gate_up), p["w_down"], precision=hi)
             rows = y[chosen, jnp.arange(T)[:, None]]  # (T, K, D): token t's row of its k-th expert
             return jnp.sum(rows * (weights * kept)[..., None], axis=1), aux
         return mlp, int((~kept).sum())

@@ -41,7 +41,8 @@ def route(h: jax.Array, router: jax.Array, cfg: MoEConfig) -> tuple[jax.Array, j
     return weights, experts.astype(jnp.int32), aux
 
 
-def _swiglu(gate_up: jax.Array) -> jax.Array:
+def swiglu(gate_up: jax.Array) -> jax.Array:
+    """``silu(gate) * up`` of the experts' joined gate and up outputs (their last axis, halved)."""
     gate, up = jnp.split(gate_up, 2, axis=-1)
     return jax.nn.silu(gate) * up
 
@@ -57,7 +58,7 @@ def _sorted_slots(experts: jax.Array, num_experts: int) -> tuple[jax.Array, jax.
 def experts_jax(h, weights, experts, p, cfg: MoEConfig):
     order, sizes = _sorted_slots(experts, cfg.experts)
     x = h[order // cfg.top_k]
-    y = jax.lax.ragged_dot(_swiglu(jax.lax.ragged_dot(x, p["w_gate_up"], sizes)), p["w_down"], sizes)
+    y = jax.lax.ragged_dot(swiglu(jax.lax.ragged_dot(x, p["w_gate_up"], sizes)), p["w_down"], sizes)
     slots = jnp.zeros_like(y).at[order].set(y)
     return _combine(slots, weights, h.dtype)
 
@@ -83,7 +84,7 @@ def _dense_group(h, weights, experts, p, cfg: MoEConfig):
     dispatch = jnp.einsum("tke,tkc->tec", kept.astype(h.dtype), place)
     combine = jnp.einsum("tke,tkc,tk->tec", kept.astype(jnp.float32), place.astype(jnp.float32), weights)
     x = jnp.einsum("tec,td->ecd", dispatch, h)
-    y = jnp.einsum("ecf,efd->ecd", _swiglu(jnp.einsum("ecd,edf->ecf", x, p["w_gate_up"])), p["w_down"])
+    y = jnp.einsum("ecf,efd->ecd", swiglu(jnp.einsum("ecd,edf->ecf", x, p["w_gate_up"])), p["w_down"])
     return jnp.einsum("tec,ecd->td", combine.astype(h.dtype), y, preferred_element_type=jnp.float32).astype(h.dtype)
 
 
@@ -93,7 +94,7 @@ def experts_tritonplug(h, weights, experts, p, cfg: MoEConfig):
     rows = h.shape[0] * cfg.top_k
     plan = kernels.block_plan(sizes, rows, kernels.block_size_m(rows, cfg.experts, cpu), order=order)
     gate_up = grouped.gathered_matmul(h, p["w_gate_up"], plan, cfg.top_k, jnp.dtype(h.dtype), cpu)
-    slots = grouped.gathered_matmul(_swiglu(gate_up), p["w_down"], plan, 1, jnp.dtype(h.dtype), cpu)
+    slots = grouped.gathered_matmul(swiglu(gate_up), p["w_down"], plan, 1, jnp.dtype(h.dtype), cpu)
     return _combine(slots, weights, h.dtype)
 
 

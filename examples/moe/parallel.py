@@ -46,7 +46,7 @@ import tritonplug
 
 from . import grouped, kernels
 from .config import MoEConfig
-from .layer import _swiglu, route
+from .layer import route, swiglu
 
 #: the experts (e) and the source shards (s) may be split; each device multiplies all the rows it holds
 _WHOLE = ("c", "d", "h", "f")
@@ -75,7 +75,7 @@ def _experts_forward(x, counts, w_gate_up, w_down):
     cpu, dtype = grouped.on_cpu(), jnp.dtype(x.dtype)
     plan = _plan(counts, c, cpu)
     gate_up = grouped.gathered_matmul(x.reshape(-1, d), w_gate_up, plan, 1, dtype, cpu)
-    y = grouped.gathered_matmul(_swiglu(gate_up), w_down, plan, 1, dtype, cpu)
+    y = grouped.gathered_matmul(swiglu(gate_up), w_down, plan, 1, dtype, cpu)
     return y.reshape(x.shape), gate_up.reshape(e, s, c, -1)
 
 
@@ -87,7 +87,7 @@ def _experts_backward(x, counts, w_gate_up, w_down, gate_up, dy):
     e, s, c, d = x.shape
     cpu = grouped.on_cpu()
     plan = _plan(counts, c, cpu)
-    act, swiglu_vjp = jax.vjp(_swiglu, gate_up.reshape(-1, gate_up.shape[-1]))
+    act, swiglu_vjp = jax.vjp(swiglu, gate_up.reshape(-1, gate_up.shape[-1]))
     d_act, dw_down = grouped.gathered_matmul_backward(act, w_down, plan, 1, cpu, dy.reshape(-1, d))
     (d_gate_up,) = swiglu_vjp(d_act)
     dx, dw_gate_up = grouped.gathered_matmul_backward(x.reshape(-1, d), w_gate_up, plan, 1, cpu, d_gate_up)
