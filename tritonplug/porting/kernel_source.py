@@ -104,8 +104,11 @@ def kernels_from_file(path: str | Path, *, name: str | None = None) -> types.Mod
 
 
 def _replace_triton_stand_ins(node: ast.AST, bound: frozenset[str], namespace: dict[str, Any]) -> None:
-    """Each name of ``bound`` holding a stand-in module (not the module it is named for) gets what ``node`` imports
-    from Triton for that name on another branch (vLLM's ``tldevice``: libdevice, not the module its stand-in names)."""
+    """A name of ``bound`` holding a stand-in module gets what ``node`` imports from Triton for it on another branch."""
+    stand_ins = {name for name in bound if isinstance(value := namespace.get(name), types.ModuleType)
+                 and sys.modules.get(value.__name__) is not value}
+    if not stand_ins:
+        return  # the common case: no walk over the statement (a kernel's whole body)
     imports: dict[str, tuple[str, str | None]] = {}
     for sub in ast.walk(node):
         if isinstance(sub, ast.Import):
@@ -116,10 +119,7 @@ def _replace_triton_stand_ins(node: ast.AST, bound: frozenset[str], namespace: d
         elif isinstance(sub, ast.ImportFrom) and not sub.level and (sub.module or "").split(".")[0] == "triton":
             for alias in sub.names:
                 imports[alias.asname or alias.name] = (str(sub.module), alias.name)
-    for name in bound & imports.keys():
-        value = namespace.get(name)
-        if not isinstance(value, types.ModuleType) or sys.modules.get(value.__name__) is value:
-            continue
+    for name in stand_ins & imports.keys():
         path, attr = imports[name]
         try:
             module = importlib.import_module(path)
