@@ -26,9 +26,9 @@ class MoEConfig(Config):
     aux_loss: float = 0.01
 
     def params(self) -> int:
-        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
-        layer = attn + 3 * self.hidden * self.expert_ffn * self.experts + self.hidden * self.experts + 2 * self.hidden
-        return self.layers * layer + self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+        """The Llama model's without its dense MLP, plus each layer's router and experts."""
+        experts = 3 * self.hidden * self.expert_ffn * self.experts + self.hidden * self.experts
+        return Config.params(self.replace(ffn=0)) + self.layers * experts
 
     def active_params(self) -> int:
         """Parameters a token passes through (its ``top_k`` experts of ``experts``)."""
