@@ -17,6 +17,8 @@ Parts (``--parts``, comma-separated):
   choice (``jax``, ``jax-dense``, ``tritonplug``) at the shapes above, tokens x top-k = 65,536 rows.
 * ``model``: ``examples/moe/train.py`` per choice, each in its own process (tokens/s, device peak, losses).
 
+Tuning: before a shape is timed, ``tritonplug.tune`` times each kernel configuration of the ``tritonplug`` calls as
+a program of its own and records the fastest, which the timed programs then run (``--no-tune``: the first).
 Timing: each implementation is jitted; a sample is ``--calls`` back-to-back calls synchronised once (device time
 per call); implementations alternate round by round; medians over ``--rounds`` rounds. The JSON holds the command,
 the machine, every record and sample.
@@ -85,6 +87,18 @@ def forward_backward(f, x, w, *rest, cot):
     return out, vjp(cot)
 
 
+def _tune(results: Results, bench: str, fn, args, *operands) -> None:
+    """``tritonplug.tune(fn, *operands)`` unless ``--no-tune``: each kernel's configurations timed, each as a
+    program of its own, and the fastest recorded, so the timed programs run it (``kernels.autotune_mode``)."""
+    import tritonplug
+
+    if args.no_tune:
+        return
+    with results.guard(bench + " tune", "tritonplug"):
+        report = tritonplug.tune(fn, *operands)
+        results.add(bench + " tune", "tritonplug", median_us=None, tuned=report.to_json())
+
+
 def part_gmm(results: Results, args) -> None:
     for label, m, k, n, g in (SMOKE_GMM if args.smoke else GMM_SHAPES):
         if not args.experts or g in args.experts:
@@ -112,6 +126,8 @@ def _gmm_shape(results: Results, args, label: str, m: int, k: int, n: int, g: in
     dense_fb = jax.jit(functools.partial(forward_backward, lambda x, w: x @ w, cot=cot))
     bench = f"gmm {label} m={m} k={k} n={n} experts={g}"
     flops = 2.0 * m * k * n
+    if "grouped_matmul" in impls:
+        _tune(results, bench, functools.partial(forward_backward, grouped_matmul, cot=cot), args, lhs, rhs, sizes)
     if len(impls) == 2:
         with results.guard(bench + " check", "grouped_matmul"):  # on the host: each result read back at once
             want = np.asarray(fwd["ragged_dot"](lhs, rhs, sizes), np.float32)
@@ -159,6 +175,7 @@ def _layer_shape(results: Results, args, label: str, t: int, d: int, f: int, g: 
 
     fns = {c: jax.jit(functools.partial(step, choice=c)) for c in CHOICES}
     bench = f"layer {label} tokens={t} d={d} f={f} experts={g} top_k={top_k} forward+backward"
+    _tune(results, bench, functools.partial(step, choice="tritonplug"), args, h, p)
     flops = 3 * 2.0 * t * top_k * d * 3 * f  # gate, up, down: each forward matmul and its two gradients
     _timed(results, bench, {c: functools.partial(fn, h, p) for c, fn in fns.items()}, args, flops)
 
@@ -170,7 +187,7 @@ def part_model(results: Results, args) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "report.json"
             cmd = [sys.executable, str(train), "--config", config, "--ops", choice, "--steps", str(args.steps),
-                   "--json", str(out)]
+                   "--json", str(out), *(["--tune"] if choice == "tritonplug" and not args.no_tune else [])]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
             bench = f"model {config} steps={args.steps}"
             if proc.returncode != 0:
@@ -192,6 +209,8 @@ def main(argv=None) -> None:
     p.add_argument("--impls", default="grouped_matmul,ragged_dot", help="gmm part: which of the two to run")
     p.add_argument("--autotune", action="store_true", help="let jaxlib's runtime autotune on the device "
                    "(examples/moe/kernels.py: ON_DEVICE_AUTOTUNE says why it is off by default)")
+    p.add_argument("--no-tune", action="store_true", help="no tritonplug.tune before timing: untuned calls run "
+                   "their kernels' first configuration (or all, autotuned on the device, with --autotune)")
     p.add_argument("--configs", type=lambda s: [int(x) for x in s.split(",")],
                    help="only these of the kernels' autotuning configurations (indices)")
     p.add_argument("--alpha", type=float, default=1.0, help="the Dirichlet's concentration for group sizes")
@@ -218,7 +237,7 @@ def main(argv=None) -> None:
         else:
             PARTS[part](results, args)
         write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, configs=args.configs,
-                   autotune=args.autotune, fwd_bwd_returns_forward=True)  # each part
+                   autotune=args.autotune, tuned=not args.no_tune, fwd_bwd_returns_forward=True)  # each part
     print(format_table([r for r in results.records if "samples" in r or "error" in r],
                        ["bench", "impl", "median_us", "tflops", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)

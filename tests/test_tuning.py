@@ -111,6 +111,40 @@ def test_a_hand_written_tuning_file_makes_the_cuda_lowering_carry_one_configurat
     assert after["runtime_autotuned"] == before["runtime_autotuned"]
 
 
+def matmul_autotune_first(a, b):
+    """``examples/matmul.py``'s call, asking for ``autotune="first"``."""
+    from matmul import matmul_kernel
+
+    (m, k), (_, n) = a.shape, b.shape
+    return tritonplug.triton_call(
+        a, b, m, n, k, k, 1, n, 1, n, 1, kernel=matmul_kernel, out_type=jax.ShapeDtypeStruct((m, n), a.dtype),
+        grid=lambda meta: (tritonplug.cdiv(m, meta["BLOCK_M"]) * tritonplug.cdiv(n, meta["BLOCK_N"]),),
+        autotune="first")
+
+
+@cuda
+def test_autotune_first_lowers_the_first_configuration_untuned_and_the_record_s_once_tuned(private_cache, tmp_path,
+                                                                                             monkeypatch):
+    from matmul import CONFIGS, matmul_kernel
+
+    monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
+    (call,) = lower_matmul_for_cuda(matmul_autotune_first)
+    assert "autotuned_kernel_call" not in call  # no timing on the device
+    first = CONFIGS[0].kwargs
+    assert call["kernel_call"]["grid_0"] == -(-192 // first["BLOCK_M"]) * -(-192 // first["BLOCK_N"])
+    path = tuning_file(tmp_path / "tuned.json", matmul_record(matmul_kernel, block_m=64, block_n=128))
+    monkeypatch.setenv("TRITONPLUG_TUNING_FILE", str(path))
+    assert (first["BLOCK_M"], first["BLOCK_N"]) != (64, 128)  # else the record could not be told from the first
+    (call,) = lower_matmul_for_cuda(matmul_autotune_first)
+    assert call["kernel_call"]["grid_0"] == 3 * 2
+
+
+def test_autotune_refuses_an_unknown_mode_at_the_call():
+    x = jnp.zeros((4,), jnp.float32)
+    with pytest.raises(ValueError, match=r"autotune must be one of \['runtime', 'first'\].*'fastest'"):
+        tritonplug.triton_call(x, kernel=tagged_copy_kernel, out_type=x, grid=(1,), autotune="fastest")
+
+
 STALE_KERNEL = '''
 import triton, triton.language as tl
 from matmul import CONFIGS

@@ -52,7 +52,9 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     ``serialized_metadata``, ``cost_estimate``, ``has_side_effect``, ``custom_call_target_name``
     (jax-triton 0.3: jaxlib's ``triton_kernel_call_ffi`` or the legacy ``triton_kernel_call``), ``vmap_method``
     (how ``jax.vmap`` batches the call, in ``jax.ffi.ffi_call``'s words: ``"sequential"``, the default,
-    ``"sequential_unrolled"``, ``"expand_dims"``, ``"broadcast_all"``; docs/vmap.md)).
+    ``"sequential_unrolled"``, ``"expand_dims"``, ``"broadcast_all"``; docs/vmap.md), ``autotune`` (what an
+    autotuned call without a tuning record compiles: ``"runtime"``, the default, every configuration, timed by
+    jaxlib at the first run; ``"first"``, the first that survives pruning, until ``tritonplug.tune`` records one)).
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """

@@ -69,6 +69,17 @@ class Trainer:
         updates, opt_state = self.opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
+    def tune(self, tokens, targets):
+        """``tritonplug.tune`` of the step's gradient on these batch shapes: each autotuned kernel's configurations
+        timed once, the fastest recorded in the cache directory, which later compiles of the step use (one
+        device; on a mesh the kernels run per shard, at other shapes, so nothing is tuned)."""
+        import tritonplug
+
+        if self.mesh is not None:
+            return None
+        loss_fn = functools.partial(self.loss, cfg=self.cfg, ops=self.ops, constrain=None)
+        return tritonplug.tune(jax.value_and_grad(loss_fn), self.params, tokens, targets)
+
     def compile(self, tokens, targets) -> None:
         """Compile the step for these batch shapes (the first ``step`` does it otherwise)."""
         self.compiled = self._compile(tokens, targets)

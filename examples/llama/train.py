@@ -45,6 +45,8 @@ def parser(description: str, configs: dict, ops_help: str) -> argparse.ArgumentP
     p.add_argument("--remat", choices=("full", "dots", "none"), help="override the config's rematerialisation")
     p.add_argument("--mesh", type=mesh_shape, help="shard over devices as one jit: 'data=2,model=2' "
                                                    "(data x tensor parallel)")
+    p.add_argument("--tune", action="store_true", help="tritonplug.tune each choice's step once before training "
+                                                       "(its kernels' fastest configurations, recorded)")
     p.add_argument("--plan-only", action="store_true", help="compile the step, report XLA's memory plan, run nothing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the final JSON object to this file")
@@ -78,6 +80,10 @@ def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, 
     print(f"config {args.config}: {cfg.params() / 1e6:.1f}M params, batch {cfg.batch} x seq {cfg.seq}, "
           f"{cfg.dtype}, on {jax.devices()[0].platform} x {len(jax.devices())}"
           + (f", mesh {dict(mesh.shape)}" if mesh else ""), flush=True)
+    if args.tune:  # on a batch of its own: the training's batches stay those of a run without --tune
+        tokens, targets = MarkovText(cfg.vocab, seed=args.seed + 1).batch(cfg.batch, cfg.seq)
+        for t in trainers:
+            print(f"tune {t.ops.label()}: {t.tune(tokens, targets)}", flush=True)
     if args.plan_only:
         tokens, targets = data.batch(cfg.batch, cfg.seq)
         for t in trainers:

@@ -56,13 +56,15 @@ CPU_DW_CONFIGS = [triton.Config({"BLOCK_SIZE_K": 32, "BLOCK_SIZE_N": 32, "BLOCK_
 #: default: on an H200 a jitted ``grouped_matmul`` autotuned that way hit ``CUDA_ERROR_ILLEGAL_ADDRESS`` inside
 #: jaxlib's autotuner (``triton_kernels.cc``, ``cuEventSynchronize``) in processes that had run other XLA programs
 #: first, while each configuration alone, and the same kernel launched by Triton on torch tensors under every
-#: configuration, ran right (``bench/results/moe-h200/README.md``). Off, the first configuration of each list runs.
+#: configuration, ran right (``bench/results/moe-h200/README.md``). Off, each launch asks for ``autotune="first"``:
+#: a call runs its tuning record's configuration (``tritonplug.tune`` times each as a program of its own), or the
+#: first of its list untuned.
 ON_DEVICE_AUTOTUNE = False
 
 
-def _configs_to_run(configs, named_args, **kwargs):
-    """``triton.autotune``'s early pruning: every configuration when :data:`ON_DEVICE_AUTOTUNE`, else the first."""
-    return list(configs) if ON_DEVICE_AUTOTUNE else list(configs)[:1]
+def autotune_mode() -> str:
+    """The launches' ``autotune`` option (``triton_call``'s): see :data:`ON_DEVICE_AUTOTUNE`."""
+    return "runtime" if ON_DEVICE_AUTOTUNE else "first"
 
 
 def vllm_kernels():
@@ -77,10 +79,8 @@ def tuned_kernels(on_cpu: bool):
     """``(forward, dw)``: vLLM's kernel and ours, each under ``triton.autotune`` with its configurations."""
     if on_cpu not in _TUNED:
         fwd, dw = (CPU_FORWARD_CONFIGS, CPU_DW_CONFIGS) if on_cpu else (FORWARD_CONFIGS, DW_CONFIGS)
-        prune = {"early_config_prune": _configs_to_run}
-        _TUNED[on_cpu] = (triton.autotune(configs=fwd, key=["N", "K", "EM"], prune_configs_by=prune)(
-                              vllm_kernels().fused_moe_kernel),
-                          triton.autotune(configs=dw, key=["K", "N"], prune_configs_by=prune)(grouped_matmul_dw_kernel))
+        _TUNED[on_cpu] = (triton.autotune(configs=fwd, key=["N", "K", "EM"])(vllm_kernels().fused_moe_kernel),
+                          triton.autotune(configs=dw, key=["K", "N"])(grouped_matmul_dw_kernel))
     return _TUNED[on_cpu]
 
 
@@ -210,7 +210,7 @@ def invoke_fused_moe_triton_kernel(A, B, C, topk_weights, plan: BlockPlan, mul_r
     forward, _ = tuned_kernels(on_cpu)
     grid, args, kwargs = fused_moe_launch(A, B, C, topk_weights, plan, mul_routed_weight, top_k, compute_type,
                                           transpose_b)
-    return tritonplug.launch(forward)[grid](*args, **kwargs)
+    return tritonplug.launch(forward)[grid](*args, **kwargs, autotune=autotune_mode())
 
 
 def dw_launch(a, dc, c, plan: BlockPlan, experts: int, top_k: int):
@@ -227,4 +227,4 @@ def grouped_dw(a, dc, plan: BlockPlan, experts: int, top_k: int, on_cpu: bool):
     _, dw = tuned_kernels(on_cpu)
     c = tritonplug.empty(experts, a.shape[1], dc.shape[1], dtype=a.dtype)
     grid, args, kwargs = dw_launch(a, dc, c, plan, experts, top_k)
-    return tritonplug.launch(dw)[grid](*args, **kwargs)
+    return tritonplug.launch(dw)[grid](*args, **kwargs, autotune=autotune_mode())

@@ -29,6 +29,9 @@ _REQUIRED = object()
 TRITON_COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug")
 #: How a call transforms under ``jax.vmap``, in the words of ``jax.ffi.ffi_call(vmap_method=...)`` (docs/vmap.md).
 VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
+#: What an autotuned call without a tuning record compiles: every configuration, timed by jaxlib's runtime at the
+#: program's first run (``"runtime"``, Triton's behaviour), or the first that survives pruning (``"first"``).
+AUTOTUNE_MODES = ("runtime", "first")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class CallOptions:
     #: One of :data:`VMAP_METHODS`: a loop of launches (``sequential``, the default, or ``sequential_unrolled``), or
     #: one launch over a leading batch dimension (``broadcast_all``, ``expand_dims``: see ``lowering/batching.py``).
     vmap_method: str = "sequential"
+    #: One of :data:`AUTOTUNE_MODES`; a tuning record (``tritonplug.tune``) picks its configuration under either.
+    autotune: str = "runtime"
 
     @classmethod
     def take(cls, kwargs: dict[str, Any], n_outputs: int) -> CallOptions:
@@ -73,6 +78,9 @@ class CallOptions:
         if not isinstance(vmap_method, str) or vmap_method not in VMAP_METHODS:
             raise ValueError(f"vmap_method must be one of {list(VMAP_METHODS)} (the names of jax.ffi.ffi_call's "
                              f"vmap_method), got {self.vmap_method!r}")
+        if not isinstance(self.autotune, str) or self.autotune not in AUTOTUNE_MODES:
+            raise ValueError(f"autotune must be one of {list(AUTOTUNE_MODES)} (what an autotuned call without a "
+                             f"tuning record compiles), got {self.autotune!r}")
         if self.custom_call_target_name not in (None, *GPU_TARGETS):
             raise ValueError(f"custom_call_target_name must be one of {GPU_TARGETS}, "
                              f"got {self.custom_call_target_name!r}")

@@ -100,7 +100,7 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
     environment = environment or fingerprint()
     configs = list(resolver.resolve(call, operands).configs)
     configs, tuned = tuning_select.select(state.tuning, backend.name, target, call, operands, configs)
-    if backend.info.autotune == "first":
+    if "first" in (backend.info.autotune, call.options.autotune):  # a tuning record has chosen one already
         configs = configs[:1]
 
     launches, requests = [], []
