@@ -16,6 +16,7 @@ Parts (``--parts``, comma-separated):
 * ``layer``: the MoE MLP (``examples/moe/layer.py``: router, dispatch, experts, combine) forward + backward per
   choice (``jax``, ``jax-dense``, ``tritonplug``) at the shapes above, tokens x top-k = 65,536 rows.
 * ``model``: ``examples/moe/train.py`` per choice, each in its own process (tokens/s, device peak, losses).
+* ``grads``: the model's loss gradients per choice against the ``jax`` choice in fp32 (one layer).
 
 Tuning: before a shape is timed, ``tritonplug.tune`` times each kernel configuration of the ``tritonplug`` calls as
 a program of its own and records the fastest, which the timed programs then run (``--no-tune``: the first).
@@ -181,25 +182,74 @@ def _layer_shape(results: Results, args, label: str, t: int, d: int, f: int, g: 
 
 
 def part_model(results: Results, args) -> None:
+    """Each choice trains in a process of its own from the same init and batches, one after another, or at once
+    with ``--model-gpus`` (choice ``i`` on GPU ``model_gpus[i]``)."""
     train = ROOT / "examples" / "moe" / "train.py"
     config = "tiny" if args.smoke else args.model_config
-    for choice in ("jax", "jax-dense", "tritonplug"):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "report.json"
+    bench = f"model {config} steps={args.steps}"
+    choices = ("jax", "jax-dense", "tritonplug")
+    with tempfile.TemporaryDirectory() as tmp:
+        def start(i: int, choice: str):
             cmd = [sys.executable, str(train), "--config", config, "--ops", choice, "--steps", str(args.steps),
-                   "--json", str(out), *(["--tune"] if choice == "tritonplug" and not args.no_tune else [])]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-            bench = f"model {config} steps={args.steps}"
+                   "--json", str(Path(tmp) / f"{choice}.json"),
+                   *(["--tune"] if choice == "tritonplug" and not args.no_tune else [])]
+            env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": gpus[i]} if args.model_gpus else {}))
+            with open(Path(tmp) / f"{choice}.log", "w") as log:
+                return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+        gpus = args.model_gpus or [None] * len(choices)
+        procs = {}
+        for i, choice in enumerate(choices):
+            procs[choice] = start(i, choice)
+            if not args.model_gpus:
+                procs[choice].wait(timeout=1800)
+        for i, (choice, proc) in enumerate(procs.items()):
+            proc.wait(timeout=1800)
             if proc.returncode != 0:
-                results.add(bench, choice, median_us=None, error=(proc.stdout + proc.stderr)[-3000:])
+                results.add(bench, choice, median_us=None, error=(Path(tmp) / f"{choice}.log").read_text()[-3000:])
                 continue
-            (run,) = json.loads(out.read_text())["runs"].values()
+            (run,) = json.loads((Path(tmp) / f"{choice}.json").read_text())["runs"].values()
             results.add(bench, choice, median_us=run["step_seconds_median"] * 1e6, tokens_per_s=run["tokens_per_s"],
                         device_peak_bytes=run.get("device_peak_bytes"), plan_bytes=run.get("plan_bytes"),
-                        losses=run["losses"])
+                        losses=run["losses"], gpu=gpus[i])
 
 
-PARTS = {"gmm": part_gmm, "layer": part_layer, "model": part_model}
+def part_grads(results: Results, args) -> None:
+    """The model's loss gradients per choice (one layer, ``--grads-batch`` sequences) against a reference: the
+    ``jax`` choice in fp32 at the highest matmul precision. Per parameter, the relative L2 error and the cosine."""
+    import jax
+    import numpy as np
+
+    from examples.llama.data import MarkovText
+    from examples.moe import model
+    from examples.moe.config import CONFIGS
+
+    cfg = CONFIGS["tiny-bf16" if args.smoke else args.model_config].replace(layers=1, batch=args.grads_batch)
+    params = model.init(cfg, jax.random.key(args.seed))
+    tokens, targets = MarkovText(cfg.vocab, seed=args.seed).batch(cfg.batch, cfg.seq)
+
+    def grads(cfg, choice):
+        fn = jax.jit(jax.value_and_grad(functools.partial(model.loss, cfg=cfg, ops=model.MoEOps(choice))))
+        loss, g = fn(params, tokens, targets)
+        return float(loss), {jax.tree_util.keystr(k): np.asarray(v, np.float64)
+                             for k, v in jax.tree_util.tree_leaves_with_path(g)}
+
+    with jax.default_matmul_precision("highest"):
+        ref_loss, ref = grads(cfg.replace(dtype="float32"), "jax")
+    bench = f"grads {cfg.experts} experts top_k={cfg.top_k} tokens={cfg.batch * cfg.seq} vs jax fp32"
+    for choice in ("jax", "jax-dense", "tritonplug"):
+        with results.guard(bench, choice):
+            loss, got = grads(cfg, choice)
+            per = {}
+            for name, want in ref.items():
+                norm = float(np.linalg.norm(want)) or 1.0
+                cos = float(np.vdot(got[name], want)) / ((float(np.linalg.norm(got[name])) or 1.0) * norm)
+                per[name] = {"rel_l2": float(np.linalg.norm(got[name] - want)) / norm, "cosine": cos}
+            results.add(bench, choice, median_us=None, loss=loss, ref_loss=ref_loss, per_param=per,
+                        worst_rel_l2=max(v["rel_l2"] for v in per.values()))
+
+
+PARTS = {"gmm": part_gmm, "layer": part_layer, "model": part_model, "grads": part_grads}
 
 
 def main(argv=None) -> None:
@@ -219,6 +269,9 @@ def main(argv=None) -> None:
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--steps", type=int, default=12, help="training steps per choice (model part)")
     p.add_argument("--model-config", default="qwen3-64e")
+    p.add_argument("--model-gpus", type=lambda s: s.split(","), help="model part: the choices at once, the i-th on "
+                   "GPU i of this list (CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--grads-batch", type=int, default=2, help="sequences of the grads part's batch")
     p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
