@@ -215,7 +215,7 @@ def part_model(results: Results, args) -> None:
 
 
 def part_grads(results: Results, args) -> None:
-    """The model's loss gradients per choice (one layer, ``--grads-batch`` sequences) against a reference: the
+    """The model's loss gradients per choice (``--grads-layers``, ``--grads-batch``) against a reference: the
     ``jax`` choice in fp32 at the highest matmul precision. Per parameter, the relative L2 error and the cosine."""
     import jax
     import numpy as np
@@ -224,7 +224,8 @@ def part_grads(results: Results, args) -> None:
     from examples.moe import model
     from examples.moe.config import CONFIGS
 
-    cfg = CONFIGS["tiny-bf16" if args.smoke else args.model_config].replace(layers=1, batch=args.grads_batch)
+    cfg = CONFIGS["tiny-bf16" if args.smoke else args.model_config].replace(layers=args.grads_layers,
+                                                                           batch=args.grads_batch)
     params = model.init(cfg, jax.random.key(args.seed))
     tokens, targets = MarkovText(cfg.vocab, seed=args.seed).batch(cfg.batch, cfg.seq)
 
@@ -236,7 +237,7 @@ def part_grads(results: Results, args) -> None:
 
     with jax.default_matmul_precision("highest"):
         ref_loss, ref = grads(cfg.replace(dtype="float32"), "jax")
-    bench = f"grads {cfg.experts} experts top_k={cfg.top_k} tokens={cfg.batch * cfg.seq} vs jax fp32"
+    bench = f"grads {cfg.experts} experts top_k={cfg.top_k} layers={cfg.layers} tokens={cfg.batch * cfg.seq} vs jax fp32"
     for choice in ("jax", "jax-dense", "tritonplug"):
         with results.guard(bench, choice):
             loss, got = grads(cfg, choice)
@@ -272,6 +273,7 @@ def main(argv=None) -> None:
     p.add_argument("--model-gpus", type=lambda s: s.split(","), help="model part: the choices at once, the i-th on "
                    "GPU i of this list (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--grads-batch", type=int, default=2, help="sequences of the grads part's batch")
+    p.add_argument("--grads-layers", type=int, default=1, help="layers of the grads part's model")
     p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
