@@ -237,7 +237,8 @@ def part_grads(results: Results, args) -> None:
 
     with jax.default_matmul_precision("highest"):
         ref_loss, ref = grads(cfg.replace(dtype="float32"), "jax")
-    bench = f"grads {cfg.experts} experts top_k={cfg.top_k} layers={cfg.layers} tokens={cfg.batch * cfg.seq} vs jax fp32"
+    bench = (f"grads {cfg.experts} experts top_k={cfg.top_k} layers={cfg.layers} tokens={cfg.batch * cfg.seq} "
+             "vs jax fp32")
     for choice in ("jax", "jax-dense", "tritonplug"):
         with results.guard(bench, choice):
             loss, got = grads(cfg, choice)
