@@ -215,8 +215,9 @@ def part_model(results: Results, args) -> None:
 
 
 def part_grads(results: Results, args) -> None:
-    """The model's loss gradients per choice (``--grads-layers``, ``--grads-batch``) against a reference: the
-    ``jax`` choice in fp32 at the highest matmul precision. Per parameter, the relative L2 error and the cosine."""
+    """The model's loss gradients per choice (``--grads-layers``, ``--grads-batch``) against a reference: by default
+    the ``jax`` choice in fp32 at the highest matmul precision (``--grads-ref``, ``--grads-ref-dtype``).
+    Per parameter, the relative L2 error and the cosine."""
     import jax
     import numpy as np
 
@@ -236,9 +237,9 @@ def part_grads(results: Results, args) -> None:
                              for k, v in jax.tree_util.tree_leaves_with_path(g)}
 
     with jax.default_matmul_precision("highest"):
-        ref_loss, ref = grads(cfg.replace(dtype="float32"), "jax")
+        ref_loss, ref = grads(cfg.replace(dtype=args.grads_ref_dtype), args.grads_ref)
     bench = (f"grads {cfg.experts} experts top_k={cfg.top_k} layers={cfg.layers} tokens={cfg.batch * cfg.seq} "
-             "vs jax fp32")
+             f"vs {args.grads_ref} {args.grads_ref_dtype}")
     for choice in ("jax", "jax-dense", "tritonplug"):
         with results.guard(bench, choice):
             loss, got = grads(cfg, choice)
@@ -275,6 +276,8 @@ def main(argv=None) -> None:
                    "GPU i of this list (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--grads-batch", type=int, default=2, help="sequences of the grads part's batch")
     p.add_argument("--grads-layers", type=int, default=1, help="layers of the grads part's model")
+    p.add_argument("--grads-ref", default="jax", help="the grads part's reference choice")
+    p.add_argument("--grads-ref-dtype", default="float32", help="the grads part's reference dtype")
     p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
