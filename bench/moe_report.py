@@ -1,13 +1,16 @@
-"""Render ``docs/moe.md``'s figure tables from every ``bench/moe.py`` run recorded under ``bench/results/moe-*/``.
+"""Render ``docs/moe.md``'s figure tables from every MoE run recorded under ``bench/results/moe-*/``.
 
     python bench/moe_report.py            # rewrite the tables between the markers of docs/moe.md
     python bench/moe_report.py --check    # exit 1 when docs/moe.md differs from its rendering
 
-A configuration's figure is the median over all its recorded runs (each run's own median), with the range of
-those medians and the number of runs; a run in which anything failed says so in the runs table and gives no figure. The
-forward + backward records of runs made before ``bench/moe.py`` returned the forward are marked: there XLA
+Two kinds of file are read: ``bench/moe.py`` runs (``records``) and ``examples/moe/train.py`` reports (``runs``,
+the expert-parallel scaling). A configuration's figure is the median over all its recorded runs (each run's own
+median), with the range of those medians and the number of runs; a run in which anything failed says so in the
+runs table and gives no figure. Ratios are taken within a run (side by side), then their median over runs.
+The forward + backward records of runs made before ``bench/moe.py`` returned the forward are marked: there XLA
 dropped the forward of the dense matmul and of ``ragged_dot`` (a linear objective's gradients do not need it),
-but not of the custom call.
+but not of the custom call. A run's kernel configurations are named per run: autotuned on the device, one fixed
+configuration, or ``tritonplug.tune``'s records.
 """
 
 from __future__ import annotations
@@ -25,14 +28,19 @@ DOC = ROOT / "docs" / "moe.md"
 BEGIN, END = "<!-- moe-report: begin (bench/moe_report.py writes this part) -->", "<!-- moe-report: end -->"
 
 
-def runs() -> list[tuple[str, dict]]:
-    """``(path relative to bench/results, JSON)`` of every bench/moe.py run, in path order."""
+def _load(kind: str) -> list[tuple[str, dict]]:
     found = []
     for path in sorted(RESULTS.glob("moe-*/**/*.json")):
         data = json.loads(path.read_text())
-        if "records" in data and "bench/moe.py" in data.get("command", ""):
+        if (kind == "bench" and "records" in data and "bench/moe.py" in data.get("command", "")) or (
+                kind == "train" and "runs" in data and data.get("command", "").startswith("train.py")):
             found.append((str(path.relative_to(RESULTS)), data))
     return found
+
+
+def runs() -> list[tuple[str, dict]]:
+    """``(path relative to bench/results, JSON)`` of every bench/moe.py run, in path order."""
+    return _load("bench")
 
 
 def _fair(data: dict, bench: str) -> bool:
@@ -44,32 +52,115 @@ def _usable(data: dict) -> bool:
     return not any(r.get("error") for r in data["records"])
 
 
-def figures(recorded: list[tuple[str, dict]]) -> str:
-    by_config: dict[tuple[str, str, bool], list[tuple[dict, float | None]]] = {}
+def _mode(data: dict) -> str:
+    """How the run's kernels chose their configuration."""
+    if data.get("tuned"):
+        return "tuned"
+    if data.get("autotune"):
+        return "autotuned on the device"
+    return f"configs {data['configs']}" if data.get("configs") else "first config"
+
+
+def _median_range(values: list[float], digits: int = 1) -> str:
+    return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+            if values else "–")
+
+
+def _timed(recorded, prefix: str) -> dict[tuple[str, str], list[tuple[dict, dict]]]:
+    """``(bench, mode) -> [(run's records by impl, run)]`` for the usable runs' timed records of ``prefix``."""
+    out: dict[tuple[str, str], list[tuple[dict, dict]]] = {}
     for _, data in recorded:
         if not _usable(data):
             continue
+        by_bench: dict[str, dict] = {}
         for r in data["records"]:
-            if r.get("median_us") is not None:
-                dense = next((d["median_us"] for d in data["records"] if d["bench"] == r["bench"]
-                              and d["impl"] == "dense" and d.get("median_us")), None)
-                by_config.setdefault((r["bench"], r["impl"], _fair(data, r["bench"])), []).append(
-                    (r, r["median_us"] / dense if dense else None))
-    lines = ["| benchmark | implementation | median µs (over runs) | range of the runs' medians | TFLOP/s | "
+            if r["bench"].startswith(prefix) and r.get("median_us") is not None:
+                by_bench.setdefault(r["bench"], {})[r["impl"]] = r
+        for bench, impls in by_bench.items():
+            out.setdefault((bench, _mode(data)), []).append((impls, data))
+    return out
+
+
+def gmm_table(recorded) -> str:
+    lines = ["| benchmark | configurations | implementation | median µs (range over runs) | TFLOP/s | "
              "× the dense matmul (same run) | runs |", "|---|---|---|---|---|---|---|"]
-    for (bench, impl, fair), entries in sorted(by_config.items()):
-        medians = [r["median_us"] for r, _ in entries]
-        tflops = [r["tflops"] for r, _ in entries if r.get("tflops")]
-        ratios = [x for _, x in entries if x is not None]
-        note = "" if fair else " (XLA dropped the dense forward: not comparable)"
-        lines.append(f"| {bench}{note} | {impl} | {statistics.median(medians):.1f} | {min(medians):.1f}–"
-                     f"{max(medians):.1f} | {f'{statistics.median(tflops):.0f}' if tflops else '–'} | "
-                     f"{f'{statistics.median(ratios):.2f}' if ratios else '–'} | {len(entries)} |")
+    for (bench, mode), entries in sorted(_timed(recorded, "gmm").items()):
+        note = "" if _fair(entries[0][1], bench) else " (XLA dropped the dense forward: not comparable)"
+        for impl in sorted({i for impls, _ in entries for i in impls}):
+            rows = [(impls[impl], impls.get("dense")) for impls, _ in entries if impl in impls]
+            ratios = [r["median_us"] / d["median_us"] for r, d in rows if d]
+            tflops = [r["tflops"] for r, _ in rows if r.get("tflops")]
+            lines.append(f"| {bench}{note} | {mode} | {impl} | {_median_range([r['median_us'] for r, _ in rows])} | "
+                         f"{f'{statistics.median(tflops):.0f}' if tflops else '–'} | "
+                         f"{_median_range(ratios, 2)} | {len(rows)} |")
+    return "\n".join(lines)
+
+
+def layer_table(recorded) -> str:
+    lines = ["| MoE layer, forward + backward | configurations | `jax` (ragged_dot) µs | `jax-dense` µs | "
+             "`tritonplug` µs | speed-up over `jax` | over the better XLA choice | runs |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (bench, mode), entries in sorted(_timed(recorded, "layer").items()):
+        full = [impls for impls, _ in entries if {"jax", "jax-dense", "tritonplug"} <= set(impls)]
+        us = {c: [impls[c]["median_us"] for impls in full] for c in ("jax", "jax-dense", "tritonplug")}
+        over_jax = [i["jax"]["median_us"] / i["tritonplug"]["median_us"] for i in full]
+        over_best = [min(i["jax"]["median_us"], i["jax-dense"]["median_us"]) / i["tritonplug"]["median_us"]
+                     for i in full]
+        lines.append(f"| {bench.removeprefix('layer ').removesuffix(' forward+backward')} | {mode} | "
+                     f"{_median_range(us['jax'], 0)} | {_median_range(us['jax-dense'], 0)} | "
+                     f"{_median_range(us['tritonplug'], 0)} | {_median_range(over_jax, 2)}× | "
+                     f"{_median_range(over_best, 2)}× | {len(full)} |")
+    return "\n".join(lines)
+
+
+def model_table(recorded) -> str:
+    lines = ["| model | choice | tokens/s (range over runs) | × `jax` (same run) | device peak GB | "
+             "largest loss difference from `tritonplug` (same run) | runs |", "|---|---|---|---|---|---|---|"]
+    by_bench: dict[str, list[dict]] = {}
+    for _, data in recorded:
+        if not _usable(data):
+            continue
+        impls = {r["impl"]: r for r in data["records"] if r["bench"].startswith("model") and r.get("tokens_per_s")}
+        if impls:
+            by_bench.setdefault(next(iter(impls.values()))["bench"], []).append(impls)
+    for bench, entries in sorted(by_bench.items()):
+        for choice in ("jax", "jax-dense", "tritonplug"):
+            rows = [impls for impls in entries if choice in impls]
+            tps = [i[choice]["tokens_per_s"] for i in rows]
+            ratio = [i[choice]["tokens_per_s"] / i["jax"]["tokens_per_s"] for i in rows if "jax" in i]
+            peak = [i[choice]["device_peak_bytes"] / 1e9 for i in rows if i[choice].get("device_peak_bytes")]
+            diff = [max(abs(a - b) for a, b in zip(i[choice]["losses"], i["tritonplug"]["losses"], strict=True))
+                    for i in rows if "tritonplug" in i]
+            lines.append(f"| {bench} | {choice} | {_median_range(tps, 0)} | {_median_range(ratio, 2)} | "
+                         f"{_median_range(peak, 1)} | {_median_range(diff, 3)} | {len(rows)} |")
+    return "\n".join(lines)
+
+
+def grads_table(recorded) -> str:
+    lines = ["| gradients of the model's loss | choice | loss (reference) | largest relative L2 error over "
+             "the parameters | smallest cosine |", "|---|---|---|---|---|"]
+    for _, data in recorded:
+        for r in data["records"]:
+            if r["bench"].startswith("grads") and r.get("per_param"):
+                cos = min(v["cosine"] for v in r["per_param"].values())
+                lines.append(f"| {r['bench'].removeprefix('grads ')} | {r['impl']} | {r['loss']:.4f} "
+                             f"({r['ref_loss']:.4f}) | {r['worst_rel_l2']:.4f} | {cos:.4f} |")
+    return "\n".join(lines)
+
+
+def scaling_table(reports) -> str:
+    lines = ["| run (bench/results/) | command | devices | tokens/s | tokens/s per device |", "|---|---|---|---|---|"]
+    for path, data in reports:
+        devices = data["machine"]["devices"]
+        for label, run in data["runs"].items():
+            lines.append(f"| `{path}` | `{data['command'].split(' --json ')[0]}` ({label}) | {devices} | "
+                         f"{run['tokens_per_s']:.0f} | {run['tokens_per_s'] / devices:.0f} |")
     return "\n".join(lines)
 
 
 def run_table(recorded: list[tuple[str, dict]]) -> str:
-    lines = ["| run (bench/results/) | command | timed | failed | checks | figures used |", "|---|---|---|---|---|---|"]
+    lines = ["| run (bench/results/) | command | configurations | timed | failed | checks | figures used |",
+             "|---|---|---|---|---|---|---|"]
     for path, data in recorded:
         records = data["records"]
         timed = sum(1 for r in records if r.get("median_us") is not None)
@@ -78,14 +169,21 @@ def run_table(recorded: list[tuple[str, dict]]) -> str:
         first = f"; first: {failed[0]['error'][:90]}" if failed else ""
         bad = [c for c in checks if c != "ok"]
         verdict = (f"{len(checks) - len(bad)} ok" + (f", {len(bad)} FAILED" if bad else "")) if checks else "none"
-        lines.append(f"| `{path}` | `{data['command'].split(' --out ')[0]}` | {timed} | {len(failed)}{first} | "
-                     f"{verdict} | {'yes' if _usable(data) else 'no: it failed'} |")
+        lines.append(f"| `{path}` | `{data['command'].split(' --out ')[0]}` | {_mode(data)} | {timed} | "
+                     f"{len(failed)}{first} | {verdict} | {'yes' if _usable(data) else 'no: it failed'} |")
     return "\n".join(lines)
 
 
 def render() -> str:
     recorded = runs()
-    return "\n\n".join([BEGIN, "Every run:", run_table(recorded), "Figures:", figures(recorded), END])
+    return "\n\n".join([BEGIN, "Every run of `bench/moe.py`:", run_table(recorded),
+                        "The grouped matmul (`gmm`):", gmm_table(recorded),
+                        "The MoE layer:", layer_table(recorded),
+                        "The model (`examples/moe/train.py`, one process per choice, same init and batches):",
+                        model_table(recorded),
+                        "Gradients (`--parts grads`: one step's gradients against a reference, per parameter):",
+                        grads_table(recorded),
+                        "Expert parallel (`examples/moe/train.py` reports):", scaling_table(_load("train")), END])
 
 
 def main(argv=None) -> int:
