@@ -158,6 +158,53 @@ def scaling_table(reports) -> str:
     return "\n".join(lines)
 
 
+def _goal(text: str, values: list[float], met, digits: int = 2) -> str:
+    if not values:
+        return f"| {text} | not measured | – |"
+    return f"| {text} | {_median_range(values, digits)} | {'met' if met(statistics.median(values)) else 'NOT met'} |"
+
+
+def goals_table(recorded, reports) -> str:
+    """Issue 36's goals, each from the tuned runs' side-by-side ratios (medians over runs, their range)."""
+    lines = ["| goal (issue 36) | measured: median (range over runs) | |", "|---|---|---|"]
+    timed = {(bench, mode): entries for (bench, mode), entries in _timed(recorded, "").items() if mode == "tuned"}
+    for (bench, _), entries in sorted(timed.items()):
+        if bench.startswith("gmm") and bench.endswith("forward+backward"):
+            ratios = [i["grouped_matmul"]["median_us"] / i["dense"]["median_us"] for i, _ in entries
+                      if "grouped_matmul" in i and "dense" in i]
+            lines.append(_goal(f"{bench}: `grouped_matmul` ≤ 1.4× the dense matmul", ratios, lambda x: x <= 1.4))
+    for (bench, _), entries in sorted(timed.items()):
+        if bench.startswith("layer"):
+            full = [i for i, _ in entries if {"jax", "jax-dense", "tritonplug"} <= set(i)]
+            best = [min(i["jax"]["median_us"], i["jax-dense"]["median_us"]) / i["tritonplug"]["median_us"]
+                    for i in full]
+            lines.append(_goal(f"{bench}: `tritonplug` ≥ 1.5× the better XLA choice", best, lambda x: x >= 1.5))
+            if "experts=64 " in bench:
+                over = [i["jax"]["median_us"] / i["tritonplug"]["median_us"] for i in full]
+                lines.append(_goal(f"{bench}: `tritonplug` ≥ 3× `ragged_dot`", over, lambda x: x >= 3))
+    models = [{r["impl"]: r for r in data["records"] if r["bench"].startswith("model qwen3-64e")}
+              for _, data in recorded if _usable(data)]
+    models = [m for m in models if {"jax", "tritonplug"} <= set(m)]
+    speed = [m["tritonplug"]["tokens_per_s"] / m["jax"]["tokens_per_s"] for m in models]
+    lines.append(_goal("model qwen3-64e: tokens/s ≥ 2.5× `jax`", speed, lambda x: x >= 2.5))
+    lines.append(_goal("model qwen3-64e: device peak ≤ 1.0× `jax`'s",
+                       [m["tritonplug"]["device_peak_bytes"] / m["jax"]["device_peak_bytes"] for m in models],
+                       lambda x: x <= 1.0))
+    lines.append(_goal("model qwen3-64e over 50 steps: losses agree with `jax`'s (largest difference; bf16: ≤ 0.05)",
+                       [max(abs(a - b) for a, b in zip(m["tritonplug"]["losses"], m["jax"]["losses"], strict=True))
+                        for m in models if len(m["jax"]["losses"]) >= 50], lambda x: x <= 0.05, 3))
+    per_device = {data["machine"]["devices"]: run["tokens_per_s"] / data["machine"]["devices"]
+                  for _, data in reports for label, run in data["runs"].items() if label == "tritonplug-ep"}
+    one = [r["tokens_per_s"] for _, data in reports if data["machine"]["devices"] == 1
+           for label, r in data["runs"].items() if label == "tritonplug"]
+    if 4 in per_device and 1 in per_device:
+        lines.append(_goal("expert parallel, 4 GPUs: tokens/s per GPU ≥ 0.85× one GPU's (`tritonplug-ep`)",
+                           [per_device[4] / per_device[1]], lambda x: x >= 0.85))
+        lines.append(_goal("the same against one GPU's `tritonplug` (no capacity dispatch)",
+                           [per_device[4] / x for x in one], lambda x: x >= 0.85))
+    return "\n".join(lines)
+
+
 def run_table(recorded: list[tuple[str, dict]]) -> str:
     lines = ["| run (bench/results/) | command | configurations | timed | failed | checks | figures used |",
              "|---|---|---|---|---|---|---|"]
@@ -175,15 +222,16 @@ def run_table(recorded: list[tuple[str, dict]]) -> str:
 
 
 def render() -> str:
-    recorded = runs()
-    return "\n\n".join([BEGIN, "Every run of `bench/moe.py`:", run_table(recorded),
+    recorded, reports = runs(), _load("train")
+    return "\n\n".join([BEGIN, "The goals:", goals_table(recorded, reports),
+                        "Every run of `bench/moe.py`:", run_table(recorded),
                         "The grouped matmul (`gmm`):", gmm_table(recorded),
                         "The MoE layer:", layer_table(recorded),
                         "The model (`examples/moe/train.py`, one process per choice, same init and batches):",
                         model_table(recorded),
                         "Gradients (`--parts grads`: one step's gradients against a reference, per parameter):",
                         grads_table(recorded),
-                        "Expert parallel (`examples/moe/train.py` reports):", scaling_table(_load("train")), END])
+                        "Expert parallel (`examples/moe/train.py` reports):", scaling_table(reports), END])
 
 
 def main(argv=None) -> int:
