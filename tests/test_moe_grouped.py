@@ -290,3 +290,41 @@ def test_lowers_for_sm90_without_a_gpu(monkeypatch):
     text = jax.jit(grad).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert sorted(call["name"] for call in kernel_calls(text)) == ["fused_moe_kernel", "fused_moe_kernel",
                                                                    "grouped_matmul_dw_kernel"]
+
+
+def _shared_memory(node) -> list[int]:
+    """Every ``shared_mem_bytes`` in a decoded kernel call."""
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == "shared_mem_bytes"] + [
+            x for v in node.values() for x in _shared_memory(v)]
+    return [x for v in node for x in _shared_memory(v)] if isinstance(node, list) else []
+
+
+@for_backend("cuda")
+def test_every_gpu_configuration_fits_hopper_shared_memory_in_fp32(monkeypatch):
+    """The GPU configurations are written for 2-byte inputs; in fp32 their pipelines are pruned to fit (vLLM's first
+    configuration at 128 rows asked for 256 KiB on an H200). Every configuration lowered, as on-device autotuning
+    lowers them; bf16's are kept as written."""
+    from tritonplug.inspection import kernel_calls
+
+    monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
+    monkeypatch.setattr(kernels, "ON_DEVICE_AUTOTUNE", True)
+    rows, k, n, g = 512, 256, 256, 2
+    spec = jax.ShapeDtypeStruct
+
+    def loss(a, b, sizes):
+        plan = kernels.block_plan(sizes, rows, 128)
+        return jnp.sum(gathered_matmul(a, b, plan, 1, jnp.dtype(jnp.float32), False))
+
+    args = (spec((rows, k), jnp.float32), spec((g, k, n), jnp.float32), spec((g,), jnp.int32))
+    text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    calls = kernel_calls(text)
+    assert sorted(c["name"] for c in calls) == ["fused_moe_kernel", "fused_moe_kernel", "grouped_matmul_dw_kernel"]
+    for call in calls:
+        sizes = _shared_memory(call)
+        assert len(call["autotuned_kernel_call"]["configs"]) > 1 and sizes
+        assert max(sizes) <= 227 * 1024, (call["name"], sizes)
+    bf16 = {"a_ptr": spec((rows, k), jnp.bfloat16), "BLOCK_SIZE_M": 128}
+    written = lambda configs: [(c.kwargs, c.num_warps, c.num_stages) for c in configs]  # noqa: E731
+    assert written(kernels.fit_forward_configs(kernels.FORWARD_CONFIGS, bf16)) == written(kernels.FORWARD_CONFIGS)
+    assert written(kernels.fit_dw_configs(kernels.DW_CONFIGS, bf16)) == written(kernels.DW_CONFIGS)

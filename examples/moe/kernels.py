@@ -70,6 +70,46 @@ def autotune_mode() -> str:
     return "runtime" if ON_DEVICE_AUTOTUNE else "first"
 
 
+#: The shared memory a configuration may ask for: the tiles of ``A`` and ``B`` that its software pipeline holds,
+#: ``num_stages`` of each. Hopper allows 227 KiB a block; 224 KiB leaves Triton its own scratch. (Ampere allows
+#: 163 KiB: lower it there.)
+SHARED_MEMORY_BYTES = 224 * 1024
+
+
+def _itemsize(array) -> int:
+    """Bytes per element of a JAX shape record (``dtype`` a name) or a torch tensor (``torch.float32``)."""
+    return jnp.dtype(str(array.dtype).removeprefix("torch.")).itemsize
+
+
+def _fitting(configs, tile_elements, itemsize: int):
+    """``configs`` with each one's ``num_stages`` lowered until its pipeline fits :data:`SHARED_MEMORY_BYTES`, in
+    order, without repeats: the configurations are written for 2-byte inputs, and an fp32 call's tiles are twice
+    that (vLLM's first configuration at 128 rows asked for 256 KiB in fp32 on an H200)."""
+    out, seen = [], set()
+    for config in configs:
+        stages = config.num_stages
+        while stages > 1 and stages * tile_elements(config.kwargs) * itemsize > SHARED_MEMORY_BYTES:
+            stages -= 1
+        fitted = triton.Config(dict(config.kwargs), num_warps=config.num_warps, num_stages=stages)
+        key = (tuple(sorted(config.kwargs.items())), config.num_warps, stages)
+        if key not in seen:
+            seen.add(key)
+            out.append(fitted)
+    return out
+
+
+def fit_forward_configs(configs, named_args, **kwargs):
+    """``fused_moe_kernel``'s ``early_config_prune``: :func:`_fitting` for its ``A`` and ``B`` tiles."""
+    rows = named_args["BLOCK_SIZE_M"]
+    return _fitting(configs, lambda c: (rows + c["BLOCK_SIZE_N"]) * c["BLOCK_SIZE_K"], _itemsize(named_args["a_ptr"]))
+
+
+def fit_dw_configs(configs, named_args, **kwargs):
+    """The dW kernel's ``early_config_prune``: :func:`_fitting` for its tiles of ``A`` and ``dC``."""
+    return _fitting(configs, lambda c: (c["BLOCK_SIZE_K"] + c["BLOCK_SIZE_N"]) * c["BLOCK_ROWS"],
+                    _itemsize(named_args["a_ptr"]))
+
+
 def vllm_kernels():
     """vLLM's fused-MoE module, its kernels loaded from source (torch is never imported)."""
     return tritonplug.kernels_of(VLLM_MODULE, use_import=False)
@@ -82,8 +122,11 @@ def tuned_kernels(on_cpu: bool):
     """``(forward, dw)``: vLLM's kernel and ours, each under ``triton.autotune`` with its configurations."""
     if on_cpu not in _TUNED:
         fwd, dw = (CPU_FORWARD_CONFIGS, CPU_DW_CONFIGS) if on_cpu else (FORWARD_CONFIGS, DW_CONFIGS)
-        _TUNED[on_cpu] = (triton.autotune(configs=fwd, key=["N", "K", "EM"])(vllm_kernels().fused_moe_kernel),
-                          triton.autotune(configs=dw, key=["K", "N"])(grouped_matmul_dw_kernel))
+        _TUNED[on_cpu] = (
+            triton.autotune(configs=fwd, key=["N", "K", "EM"], prune_configs_by={
+                "early_config_prune": fit_forward_configs})(vllm_kernels().fused_moe_kernel),
+            triton.autotune(configs=dw, key=["K", "N"], prune_configs_by={
+                "early_config_prune": fit_dw_configs})(grouped_matmul_dw_kernel))
     return _TUNED[on_cpu]
 
 
