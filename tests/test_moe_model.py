@@ -92,3 +92,21 @@ def test_moe_choice_and_ops_are_checked():
         moe_mlp(h, p, cfg, "xla")
     with pytest.raises(ValueError, match="--ops: 'triton'"):
         MoEOps("triton")
+
+
+@pytest.mark.parametrize("rows, experts, k", [(64, 8, 2), (33, 64, 8), (5, 128, 8)])
+def test_the_routers_top_k_is_lax_top_k_in_value_index_ties_and_gradient(rows, experts, k):
+    """``layer.top_k`` (rounds of ``argmax``, which XLA partitions along the rows) against ``jax.lax.top_k``:
+    the same values, the same indices where scores tie (the lower index first), the same gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    from examples.moe.layer import top_k
+
+    x = jax.random.normal(jax.random.key(rows), (rows, experts), jnp.float32)
+    x = x.at[0, : k + 1].set(1.0).at[1].set(0.5).at[2, ::2].set(-2.0)  # ties at the top, a whole row, below it
+    for got, want in zip(top_k(x, k), jax.lax.top_k(x, k), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    weight = jnp.arange(1, k + 1, dtype=jnp.float32)
+    grads = [jax.grad(lambda x, f=f: jnp.sum(f(x, k)[0] * weight))(x) for f in (top_k, jax.lax.top_k)]
+    np.testing.assert_array_equal(*map(np.asarray, grads))

@@ -33,12 +33,26 @@ def route(h: jax.Array, router: jax.Array, cfg: MoEConfig) -> tuple[jax.Array, j
     ``(tokens, top_k)`` int32 with their renormalised fp32 weights, and the load-balancing loss
     ``experts * sum_e(fraction of routed slots to e * mean probability of e)`` (1.0 when balanced)."""
     probs = jax.nn.softmax(h.astype(jnp.float32) @ router.astype(jnp.float32), axis=-1)
-    weights, experts = jax.lax.top_k(probs, cfg.top_k)
+    weights, experts = top_k(probs, cfg.top_k)
     weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
     counts = jnp.zeros((cfg.experts,), jnp.float32).at[experts.reshape(-1)].add(1.0)
     fraction = counts / experts.size
     aux = cfg.experts * jnp.sum(fraction * jnp.mean(probs, axis=0))
     return weights, experts.astype(jnp.int32), aux
+
+
+def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """``jax.lax.top_k(x, k)`` (the same values and indices, ties to the lower index) as ``k`` rounds of ``argmax``
+    over the last axis. XLA partitions each round along the rows, where its ``TopK`` op is not: under expert
+    parallelism (tokens split over devices) ``lax.top_k`` all-gathered every token's scores. ``k`` is a router's
+    (2 to 8), so the rounds cost little."""
+    values, indices = [], []
+    for _ in range(k):
+        index = jnp.argmax(x, axis=-1)
+        values.append(jnp.take_along_axis(x, index[..., None], axis=-1)[..., 0])
+        indices.append(index)
+        x = jnp.where(jax.nn.one_hot(index, x.shape[-1], dtype=jnp.bool_), -jnp.inf, x)
+    return jnp.stack(values, axis=-1), jnp.stack(indices, axis=-1).astype(jnp.int32)
 
 
 def swiglu(gate_up: jax.Array) -> jax.Array:
