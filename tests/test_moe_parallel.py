@@ -198,9 +198,9 @@ def test_tokens_move_by_all_to_all_and_the_expert_weights_stay_split(report, nam
     """The compiled forward and backward: the buffers go to their experts and back by all-to-all, and nothing is
     all-gathered: neither an expert's weights nor the router's (T, E) probabilities (``lax.top_k`` gathered them:
     XLA does not partition its TopK op along the rows, so ``layer.top_k`` takes rounds of ``argmax``). Both
-    partitioned functions split the
-    expert factor over ``model`` (and the source shards over ``data`` where the tokens are split over both:
-    the weights' gradients are then all-reduced over ``data``) and need no operand moved."""
+    partitioned functions split the expert factor over ``model`` (and the source shards over ``data`` where the
+    tokens are split over both: the weights' gradients are then all-reduced over ``data``) and need no operand
+    moved."""
     entry = case_ran(report, name)
     ops = {op for op, _ in entry["collectives"]}
     assert "all-to-all" in ops, entry["collectives"]
