@@ -54,7 +54,9 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     (how ``jax.vmap`` batches the call, in ``jax.ffi.ffi_call``'s words: ``"sequential"``, the default,
     ``"sequential_unrolled"``, ``"expand_dims"``, ``"broadcast_all"``; docs/vmap.md), ``autotune`` (what an
     autotuned call without a tuning record compiles: ``"runtime"``, the default, every configuration, timed by
-    jaxlib at the first run; ``"first"``, the first that survives pruning, until ``tritonplug.tune`` records one)).
+    jaxlib at the first run; ``"first"``, the first that survives pruning, until ``tritonplug.tune`` records one),
+    ``inline`` (``True``: lowered as its translation to XLA ops on every platform, with no custom call, so
+    XLA may fuse it with its neighbours; needs the CPU backend's plugin; docs/using.md)).
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """

@@ -62,6 +62,10 @@ class BackendInfo:
       jaxlib's does; the host then compiles a kernel whose signature puts an output pointer before an
       input pointer with its outputs moved last (``tritonplug.compile.kernel_abi``), and the launch lists the
       parameters in the compiled kernel's order.
+    * ``inlines``: the backend's kernels are JAX functions (:class:`JaxKernel`) that XLA compiles for any
+      platform, so a call given ``inline=True`` on another platform is lowered by it: ``detect_target`` is asked
+      with that platform and ``requested["inline"] = True``, and ``make_kernel`` returns a ``JaxKernel`` or
+      raises ``NotImplementedError`` saying why the kernel cannot be inlined. One loaded backend at most.
     """
 
     name: str
@@ -79,6 +83,7 @@ class BackendInfo:
     max_grid: tuple[int, int, int] | None = None
     tensor_descriptors: str = "none"
     buffer_order: str = "signature"
+    inlines: bool = False
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ class Tuner:
         operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in args)
         device = _device_of(args)
         platform = jax_compat.lowering_platform(device.platform)
-        backend = state.host().backend_for(platform)
+        backend = state.host().backend_for(platform, call.options.inline)
         target = backend.detect_target(platform, device, call.options.target_hints())
         if target is None:  # as the lowering would refuse it
             raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")

@@ -62,6 +62,9 @@ class CallOptions:
     vmap_method: str = "sequential"
     #: One of :data:`AUTOTUNE_MODES`; a tuning record (``tritonplug.tune``) picks its configuration under either.
     autotune: str = "runtime"
+    #: Lower the kernel as its translation to XLA ops on every platform (no custom call: XLA may fuse it with its
+    #: neighbours), by the backend that declares ``inlines``; refused at lowering where the translation is not whole.
+    inline: bool = False
 
     @classmethod
     def take(cls, kwargs: dict[str, Any], n_outputs: int) -> CallOptions:
@@ -81,6 +84,9 @@ class CallOptions:
         if not isinstance(self.autotune, str) or self.autotune not in AUTOTUNE_MODES:
             raise ValueError(f"autotune must be one of {list(AUTOTUNE_MODES)} (what an autotuned call without a "
                              f"tuning record compiles), got {self.autotune!r}")
+        if not isinstance(self.inline, (bool, np.bool_)):
+            raise TypeError(f"inline must be True (the kernel lowered as its translation to XLA ops) or False, got "
+                            f"{type(self.inline).__name__}: {self.inline!r}")
         if self.custom_call_target_name not in (None, *GPU_TARGETS):
             raise ValueError(f"custom_call_target_name must be one of {GPU_TARGETS}, "
                              f"got {self.custom_call_target_name!r}")
@@ -110,7 +116,8 @@ class CallOptions:
             cost_estimate=tuple(sorted(dict(self.cost_estimate).items())) if self.cost_estimate else None,
             has_side_effect=bool(self.has_side_effect),
             enable_fp_fusion=None if self.enable_fp_fusion is None else bool(self.enable_fp_fusion),
-            vmap_method=vmap_method)
+            vmap_method=vmap_method,
+            inline=bool(self.inline))
 
     def compiler_options(self) -> dict[str, Any]:
         """What every backend's ``parse_options`` receives: the shared options (``None`` where unset) and
@@ -125,7 +132,7 @@ class CallOptions:
 
     def target_hints(self) -> dict[str, Any]:
         """What target detection receives: the call's hints about the machine to compile for."""
-        return {"compute_capability": self.compute_capability}
+        return {"compute_capability": self.compute_capability, **({"inline": True} if self.inline else {})}
 
 
 OPTION_FIELDS = dataclasses.fields(CallOptions)

@@ -199,8 +199,17 @@ class Host:
         """Every JAX platform some loaded backend declares."""
         return {p for backend in self.backends.values() for p in backend.info.platforms}
 
-    def backend_for(self, platform: str) -> Backend:
-        """The backend serving a JAX platform; errors name the candidates and the fix."""
+    def backend_for(self, platform: str, inline: bool = False) -> Backend:
+        """The backend serving a JAX platform, or with ``inline`` the one that declares ``inlines`` (a call's
+        ``inline=True``, on any platform); errors name the candidates and the fix."""
+        if inline:
+            inlining = [b for b in self.backends.values() if b.info.inlines]
+            if len(inlining) != 1:
+                raise PluginError(f"inline=True needs one loaded backend that translates kernels to XLA ops "
+                                  f"(BackendInfo.inlines), found {[b.name for b in inlining]}: install the CPU "
+                                  f"backend's plugin (`pip install ./plugins/interpret`, distribution "
+                                  f"tritonplug-interpret), or call without inline=True")
+            return inlining[0]
         chosen = settings.BACKENDS.get()
         if platform in chosen:
             name = chosen[platform]
@@ -235,7 +244,7 @@ def capability_problem(info: BackendInfo) -> str | None:
         return f"declares tensor_descriptors={info.tensor_descriptors!r}; expected one of {TENSOR_DESCRIPTOR_MODES}"
     if info.buffer_order not in BUFFER_ORDERS:
         return f"declares buffer_order={info.buffer_order!r}; expected one of {BUFFER_ORDERS}"
-    for flag in ("cache_binaries", "compile_in_worker", "specialize_ones"):
+    for flag in ("cache_binaries", "compile_in_worker", "specialize_ones", "inlines"):
         if not isinstance(getattr(info, flag), bool):
             return f"declares {flag}={getattr(info, flag)!r}; expected a bool"
     for field in ("pointer_divisibility", "integer_divisibility"):

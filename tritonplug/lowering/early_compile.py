@@ -50,7 +50,7 @@ def on_bind(call: CallSpec, arrays: Sequence[Any]) -> None:
         return
     try:
         platform = jax_compat.lowering_platform(jax.default_backend())
-        backend = state.host().backend_for(platform)
+        backend = state.host().backend_for(platform, call.options.inline)
     except Exception:  # no backend for the default platform: nothing to start
         return
     if not backend.compiles_in_worker:

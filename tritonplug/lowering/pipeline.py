@@ -42,7 +42,7 @@ class LoweringPlan:
 
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     check_not_partitioned(ctx, call)
-    backend = state.host().backend_for(platform)
+    backend = state.host().backend_for(platform, call.options.inline)
     check_backend_runs(backend, call, platform)
     target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
     if target is None:

@@ -41,15 +41,33 @@ def xla_kernel(binary: Binary, launch: Launch, check: bool) -> JaxKernel | None:
     """A :class:`JaxKernel` for the launch, or ``None`` (interpreter) with one log line saying why."""
     if chosen_path() != "xla":
         return None
+    kernel = translated(binary, launch, check)
+    if isinstance(kernel, str):
+        log.warning("kernel %r runs in Triton's interpreter: %s", launch.kernel_name, kernel)
+        return None
+    return kernel
+
+
+def inline_kernel(binary: Binary, launch: Launch, check: bool, platform: str) -> JaxKernel:
+    """The translation of a call inlined on ``platform`` (``inline=True``): there is no interpreter to fall back
+    to, so a kernel the XLA path cannot translate whole is refused, saying why."""
+    kernel = translated(binary, launch, check)
+    if isinstance(kernel, str):
+        raise NotImplementedError(f"kernel {launch.kernel_name!r} cannot be inlined on {platform!r} as XLA ops: "
+                                  f"{kernel}; call it without inline=True")
+    return kernel
+
+
+def translated(binary: Binary, launch: Launch, check: bool) -> JaxKernel | str:
+    """The launch's translation to XLA ops (memoised), or why there is none."""
     ttir = kernel_ttir(binary)
     if ttir is None:
-        log.warning("kernel %r runs in Triton's interpreter: its binary carries no TTIR", launch.kernel_name)
-        return None
+        return "its binary carries no TTIR"
     key = _memo_key(ttir, launch, check)
     kernel = _KERNELS.get(key) if key is not None else None
     if kernel is None:
         kernel = _translate(ttir, launch, check)
-        if kernel is not None and key is not None:
+        if not isinstance(kernel, str) and key is not None:
             _KERNELS.put(key, kernel)
     return kernel
 
@@ -69,18 +87,14 @@ def _memo_key(ttir: str, launch: Launch, check: bool) -> Hashable | None:
     return key
 
 
-def _translate(ttir: str, launch: Launch, check: bool) -> JaxKernel | None:
+def _translate(ttir: str, launch: Launch, check: bool) -> JaxKernel | str:
     from tritonplug_interpret.xla import Unsupported, translate
 
     try:
         translation = translate(ttir, launch, check)
         translation.trial()
     except Unsupported as exc:
-        log.warning("kernel %r runs in Triton's interpreter: the XLA path does not support %s",
-                    launch.kernel_name, exc)
-        return None
+        return f"the XLA path does not support {exc}"
     except Exception as exc:  # a gap in the translator must never cost the user the kernel
-        log.warning("kernel %r runs in Triton's interpreter: the XLA translation failed with %s: %s",
-                    launch.kernel_name, type(exc).__name__, exc)
-        return None
+        return f"the XLA translation failed with {type(exc).__name__}: {exc}"
     return JaxKernel(launch.kernel_name, translation, launch)

@@ -28,7 +28,7 @@ def tritonplug_backend_info() -> BackendInfo:
                        f"({paths.PATH_VARIABLE}=xla|interpret; bounds-checked when {CHECK_VARIABLE}=1)",
                        ir_stages=("ttir",), cache_binaries=True, compile_in_worker=False, autotune="first",
                        option_names=compat.GPU_OPTION_NAMES, max_grid=plugin_kit.CUDA_MAX_GRID,
-                       tensor_descriptors="kernel")
+                       tensor_descriptors="kernel", inlines=True)
 
 
 @hookimpl
@@ -39,9 +39,9 @@ def tritonplug_declare_settings() -> Sequence[plugin_kit.Setting]:
 @hookimpl
 def tritonplug_detect_target(platform: str, device: Any | None,
                              requested: Mapping[str, Any]) -> Target | None:
-    if platform != "cpu":
+    if platform != "cpu" and not requested.get("inline"):
         return None
-    return Target(backend="interpret", platform="cpu", arch=FRONT_END_ARCH, warp_size=32, triton_backend="cuda")
+    return Target(backend="interpret", platform=platform, arch=FRONT_END_ARCH, warp_size=32, triton_backend="cuda")
 
 
 @hookimpl
@@ -76,6 +76,8 @@ def tritonplug_compile(job: CompileJob) -> Binary:
 
 @hookimpl
 def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> HostKernel | JaxKernel:
+    if target.platform != "cpu":  # a call inlined on another platform (inline=True): the translation or nothing,
+        return paths.inline_kernel(binary, launch, False, target.platform)  # unchecked, as a launched kernel is
     check = settings.CHECK.get()
     compiled = paths.xla_kernel(binary, launch, check)
     if compiled is not None:
