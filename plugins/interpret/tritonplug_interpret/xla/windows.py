@@ -137,7 +137,7 @@ def program_axes(starts: np.ndarray) -> list[Axis] | None:
         step = int(current[1] - current[0])
         for count in sorted((d for d in range(2, n + 1) if n % d == 0), reverse=True):
             rows = current.reshape(n // count, count)
-            if np.array_equal(rows - rows[:, :1], step * np.arange(count, dtype=np.int64)[None, :]):
+            if np.all(rows - rows[:, :1] == step * np.arange(count, dtype=np.int64)[None, :]):
                 break
         else:
             return None
