@@ -17,7 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import requires_backend
-from xla_box_kernels import half_rows_kernel, narrow_rows_kernel, positions_kernel, tail_blocks_kernel
+from xla_box_kernels import (
+    half_rows_kernel,
+    narrow_rows_kernel,
+    positions_kernel,
+    ragged_rows_kernel,
+    tail_blocks_kernel,
+)
 from xla_hlo_support import count_unfusible
 
 import tritonplug
@@ -121,3 +127,20 @@ def test_half_rows_of_every_head_in_place(path, heads, head_dim, half, pad_heads
     a, b = q[..., :half], q[..., half:2 * half]
     want = np.concatenate([a + b, a - b, q[..., 2 * half:]], axis=-1)
     np.testing.assert_allclose(np.asarray(jax.jit(fn)(q)), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_mask_that_differs_per_row_leaves_the_rest_untouched(path, monkeypatch):
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", path)
+    rows, stride, n = 7, 40, 30
+    x = RNG.standard_normal((rows, stride)).astype(np.float32)
+    y0 = np.full((rows, stride), OLD, np.float32)
+
+    def fn(x, y0):
+        y = jax.new_ref(y0)
+        tritonplug.triton_call(x, y, stride, n, FILL, kernel=ragged_rows_kernel, out_type=(), grid=(rows,), BLOCK=64)
+        return y[...]
+    if path == "xla":
+        assert count_unfusible(fn, x, y0) == NONE
+    live = np.arange(stride)[None, :] < n - np.arange(rows)[:, None]
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x, y0)), np.where(live, x + np.float32(FILL), y0))

@@ -58,3 +58,14 @@ def half_rows_kernel(q_ptr, row_stride, n_heads, head_dim, half,
     b = tl.load(q_ptr + first + half, mask=mask, other=0.0)
     tl.store(q_ptr + first, a + b, mask=mask)
     tl.store(q_ptr + first + half, a - b, mask=mask)
+
+
+@triton.jit
+def ragged_rows_kernel(x_ptr, y_ptr, stride, n_cols, fill, BLOCK: tl.constexpr):
+    """Row ``r`` keeps its first ``n_cols - r`` columns (a mask that differs per program, so a window covers lanes
+    that some programs mask off): ``y = x + fill`` there, the rest of ``y`` left as it was."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols - row
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=fill)
+    tl.store(y_ptr + row * stride + cols, x + fill, mask=mask)
