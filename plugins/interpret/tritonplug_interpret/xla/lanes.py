@@ -9,7 +9,8 @@ relative to a loop value (``origin``): the induction variable, or an iter_arg th
 advances by a uniform, loop-invariant step (the ``a_ptrs += BLOCK_K * stride_ak`` of a matmul).
 Such a pointer iter_arg is not carried by the loop at all: its base is ``init + trip * step``.
 
-One walk over the ops (loops to a fixed point) applies one table of rules (:mod:`.lane_rules`); the
+One walk over the ops (loops to a fixed point) applies one table of rules (:mod:`.lane_rules`), and for
+i1 masks a second (:mod:`.mask_rules`: ``offs < n`` bounds the lanes a load or store may touch); the
 plan's passes are views of its :class:`Found`: :mod:`.windows` (top-level accesses as grid-wide slices),
 :mod:`.strided` (views and windows), :func:`within` (loads that need no bounds mask), :mod:`.tiles` (the
 stores' lanes), and :mod:`.control` uses :class:`Carried` and the trip counts. The same walk labels
