@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from tritonplug_interpret.xla import lane_rules, lanes
 from tritonplug_interpret.xla.ttir import parse_module, program_axis, walk
-from tritonplug_interpret.xla.windows import windows
+from tritonplug_interpret.xla.windows import Axis, windows
 
 TTIR = """
 module {
@@ -94,7 +94,8 @@ def test_one_evaluator_views():
     assert found.trips[_op(fn, "scf.for")] == 4
     store = _op(fn, "tt.store")
     slices = windows(fn, found, 3)
-    assert (slices[store].start, slices[store].step, slices[store].size) == (0, 512, 128)
+    window = slices[store]
+    assert (window.start, window.axes) == (0, (Axis(512, 3, 3), Axis(1, 128, 128)))
     assert load not in slices       # not top level: a strided view's window, not a grid-wide slice
 
 

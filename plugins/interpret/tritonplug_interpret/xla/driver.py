@@ -174,7 +174,7 @@ class Translation:
 
     def _hoisted(self, ctx: Context, buffers: list[Any], total: int) -> dict[Any, Any]:
         """Grid-wide slices of the top-level loads (a row per program) and the strided views, before the grid."""
-        rows = {op: read_window(buffers[w.buffer], w, total) for op, w in self.plan.windows.items()
+        rows = {op: read_window(buffers[w.buffer], w) for op, w in self.plan.windows.items()
                 if op in self.plan.hoisted}
         for access in self.plan.accesses.values():
             if access.view not in ctx.views:

@@ -9,7 +9,8 @@ relative to a loop value (``origin``): the induction variable, or an iter_arg th
 advances by a uniform, loop-invariant step (the ``a_ptrs += BLOCK_K * stride_ak`` of a matmul).
 Such a pointer iter_arg is not carried by the loop at all: its base is ``init + trip * step``.
 
-One walk over the ops (loops to a fixed point) applies one table of rules (:mod:`.lane_rules`); the
+One walk over the ops (loops to a fixed point) applies one table of rules (:mod:`.lane_rules`), and for
+i1 masks a second (:mod:`.mask_rules`: ``offs < n`` bounds the lanes a load or store may touch); the
 plan's passes are views of its :class:`Found`: :mod:`.windows` (top-level accesses as grid-wide slices),
 :mod:`.strided` (views and windows), :func:`within` (loads that need no bounds mask), :mod:`.tiles` (the
 stores' lanes), and :mod:`.control` uses :class:`Carried` and the trip counts. The same walk labels
@@ -24,11 +25,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tritonplug_interpret.xla.lane_rules import RULES, SOURCES, Lanes, checked, shape_of, uniform
+from tritonplug_interpret.xla.mask_rules import MASK_RULES, Limits, normal
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
 from tritonplug_interpret.xla.ttir import Block, Function, Op, walk
 
 __all__ = ["Carried", "Found", "Lanes", "LoadLanes", "Loop", "analyse", "shape_of", "within"]
 
+_MASK_OPERAND = {"tt.load": 1, "tt.store": 2}     # where an access's mask operand is
 _INT_SCALARS = frozenset({"i1", "i8", "i16", "i32", "i64", "index"})
 
 
@@ -80,6 +83,8 @@ class _Analysis:
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
         self.carried: dict[Op, dict[str, Carried]] = {}
         self.stores: dict[Op, Lanes] = {}
+        self.masks: dict[str, Limits] = {}      # i1 value → bound on its live lanes (mask_rules)
+        self.limits: dict[Op, Limits] = {}      # load/store → its mask's bound
         self.trips: dict[Op, int] = {}          # scf.for → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
@@ -94,6 +99,7 @@ class _Analysis:
                 for b in region:
                     for name, _ in b.args:
                         self.lanes.pop(name, None)
+                        self.masks.pop(name, None)
                     self.labels.set_unknown(name for name, _ in b.args)
                     self.block(b)
             if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
@@ -101,7 +107,18 @@ class _Analysis:
                 self.loads[op] = (lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
             if op.name == "tt.store" and self.lanes.get(op.operands[0]) is not None:
                 self.stores[op] = self.lanes[op.operands[0]]
+            at = _MASK_OPERAND.get(op.name)
+            if at is not None:
+                limits = self.masks.get(op.operands[at]) if len(op.operands) > at else None
+                if limits is None:
+                    self.limits.pop(op, None)
+                else:
+                    self.limits[op] = limits
             out = None
+            for name in op.results:     # (names are reused by sibling regions)
+                self.masks.pop(name, None)
+            if op.name in MASK_RULES and len(op.results) == 1:
+                self.mask(op)
             if len(op.results) == 1:
                 out = self.one(op)
                 if out is None:
@@ -111,6 +128,17 @@ class _Analysis:
             self.labels.after(op, None if out is None else out.value,
                               None if out is None or out.origin is None else out.origin[0])
         return []
+
+    def mask(self, op: Op) -> None:
+        """The bound on the live lanes of ``op``'s i1 result, by its rule in :data:`.mask_rules.MASK_RULES`."""
+        shape = shape_of(op.result_types[-1]) if op.result_types else None
+        limits = None
+        if shape:
+            rule = MASK_RULES[op.name]
+            limits = normal(rule(op, [self.lanes.get(n) for n in op.operands],
+                                 [self.masks.get(n) for n in op.operands], shape), shape)
+        if limits is not None:
+            self.masks[op.results[0]] = limits
 
     def _static(self, name: str) -> np.ndarray | None:
         lanes = self.lanes.get(name)
@@ -132,6 +160,8 @@ class _Analysis:
             if uniform(lower) is not None and uniform(upper) is not None:
                 self.trips[op] = trips
         zero = np.zeros((), np.int64)
+        for name in [iv, *(n for n, _ in bindings), *(n for n, _ in body.args)]:
+            self.masks.pop(name, None)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
         steps: dict[str, int] = {} if stride is None else {iv: stride}
         inits = {iv: lower}
@@ -216,6 +246,7 @@ class Found:
     trips: dict[Op, int] = field(default_factory=dict)    # scf.for → trip count, uniform over programs
     dots: dict[Op, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)   # tt.dot → operand labels
     stores: dict[Op, Lanes] = field(default_factory=dict)  # store → its pointer's lanes
+    limits: dict[Op, Limits] = field(default_factory=dict)  # load/store → bound on its mask's live lanes
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -226,7 +257,8 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     loads = {op: LoadLanes(op, lanes, _starts(lanes, loop))
              for op, (lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
     dots = dict(analysis.labels.dots) if analysis.labels.sound else {}
-    return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores))
+    return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores),
+                 dict(analysis.limits))
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:

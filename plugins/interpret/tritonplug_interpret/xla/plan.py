@@ -4,10 +4,10 @@ In order (as Triton's ``add_stages`` lists its passes, :data:`PASSES`): ``schedu
 the grid or programs in order, :func:`choose_parallel`), ``lanes`` (the one evaluator of pointer arithmetic:
 every pointer's lanes, loop trip counts, carried pointers and which programs share values, :mod:`.lanes`);
 then views of its result: ``bounds`` (loads whose every lane is inside its buffer: no bounds mask), and in the
-parallel schedule ``windows`` (top-level accesses as grid-wide slices, :mod:`.windows`), ``sharing`` (dots
-whose tiles repeat over the grid, :mod:`.gemm`), ``tiling`` (stores that tile their buffer, :mod:`.tiles`) and
-``strided`` (loads as windows of strided views, :mod:`.strided`). The plan's maps are keyed by the
-function's ops (which hash by identity), read-only.
+parallel schedule ``tiling`` (stores that tile their buffer, :mod:`.tiles`), ``windows`` (the other top-level
+accesses that are boxes of the reshaped buffer: slices, :mod:`.windows`), ``sharing`` (dots whose tiles repeat
+over the grid, :mod:`.gemm`) and ``strided`` (loads as windows of strided views, :mod:`.strided`). The plan's maps
+are keyed by the function's ops (which hash by identity), read-only.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def _bounds(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
 
 def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
     slices = windows(launch.fn, found["lanes"], launch.programs) if found["parallel"] else {}
+    slices = {op: w for op, w in slices.items() if op not in found["tilings"]}
     return {"windows": slices, "hoisted": frozenset(op for op in slices if op.name == "tt.load")}
 
 
@@ -89,7 +90,7 @@ def _tiling(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
         return {"tilings": {}}
     top = set(launch.fn.body.ops)   # top-level stores, applied after the grid
     laid = ((op, tiles.tiling(op, store, launch.buffers[store.buffer].size, launch.programs))
-            for op, store in found["lanes"].stores.items() if op in top and op not in found["windows"])
+            for op, store in found["lanes"].stores.items() if op in top)
     return {"tilings": {op: t for op, t in laid if t is not None}}
 
 
@@ -103,8 +104,8 @@ def _strided(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
 
 #: The passes in order: each reads the launch and what earlier passes found, and adds its own findings.
 PASSES: tuple[tuple[str, Callable[[Launch, dict[str, Any]], dict[str, Any]]], ...] = (
-    ("schedule", _schedule), ("lanes", _lanes), ("bounds", _bounds), ("windows", _windows),
-    ("sharing", _sharing), ("tiling", _tiling), ("strided", _strided),
+    ("schedule", _schedule), ("lanes", _lanes), ("bounds", _bounds), ("tiling", _tiling), ("windows", _windows),
+    ("sharing", _sharing), ("strided", _strided),
 )
 
 

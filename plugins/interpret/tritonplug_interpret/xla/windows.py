@@ -1,37 +1,87 @@
-"""Contiguous block accesses found statically, so the grid reads and writes them as slices.
+"""Top-level block accesses found statically as one box of the reshaped buffer, read and written as slices.
 
-Most kernels address memory as ``base + pid * P + tl.arange(0, S)`` with ``P >= S``: program
-``p`` touches the window ``[b + P*p, b + P*p + S)``. Vectorised over the grid that is a strided
-slice of the buffer, which XLA copies at memory speed, where a gather or scatter of every
-element is several times slower. :func:`windows` is a view of the pointer-lane evaluator's result
-(:mod:`.lanes`, which knows every top-level pointer's lanes as ``base[p] + Σ s_d i_d`` over the
-grid): per top-level 1-D ``tt.load``/``tt.store`` whose programs' windows form such a progression,
-a :class:`Window`. Everything else keeps the general gather/scatter.
+Most kernels address memory as ``base + pid * P + Σ_d s_d i_d``: program ``p`` touches a block at
+``b + P*p``. Vectorised over the grid, the lanes of all programs are an affine function of the indices
+``(p, i_0, …)``; when its strides, sorted, each divide the next larger and no dimension runs into the next
+(``extent * stride <= next stride``, the innermost stride 1), those lanes are exactly a box of the buffer
+reshaped to the strides' radices: one slice (and a transpose), which XLA copies at memory speed and fuses
+with its neighbours, where a gather or scatter of every element is several times slower and fuses with
+nothing. :func:`windows` is a view of the pointer-lane evaluator's result (:mod:`.lanes`) that finds, per
+top-level ``tt.load``/``tt.store``, such a :class:`Window`:
+
+* the program index may split into several axes (``pid // seq`` and ``pid % seq``: RoPE's cos rows are
+  ``(pid % seq) * stride``, the same for every batch row), each with its own step, 0 for a broadcast (every
+  program reads the same block: a weight row) — loads only;
+* a mask bounded by :mod:`.mask_rules` (``offs < n``: a row narrower than its power-of-two block) shrinks a
+  dimension to the lanes that may be live; the load still applies its mask and ``other``, a store merges
+  with the buffer's contents where its mask is off;
+* a 0-d access (a per-row scalar: RSTD, a row's loss) is a window of one element;
+* 2-D blocks that cover part of a row (RoPE's half rows of every head) are boxes too.
+
+Everything else keeps the general gather/scatter (or :mod:`.strided`'s views, :mod:`.tiles`' tilings).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tritonplug_interpret.xla.lanes import Found, Lanes, shape_of
+from tritonplug_interpret.xla.mask_rules import Limits
 from tritonplug_interpret.xla.ttir import Function, Op
+
+#: At most this many axes for the program index (``pid`` split as ``pid // a % b`` …).
+MAX_PROGRAM_AXES = 3
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of the accessed lanes: lanes step ``stride`` elements along it; only the first ``extent`` of its
+    ``size`` indices may touch memory (the rest are masked off)."""
+
+    stride: int
+    extent: int
+    size: int
 
 
 @dataclass(frozen=True)
 class Window:
-    """Program ``p`` of the flattened grid accesses ``[start + step*p, start + step*p + size)``."""
+    """Lane ``(q_1 … q_m, i_0 … i_r)`` (program axes, then the block's) is at ``start + Σ stride * index``."""
 
     buffer: int
     start: int
-    step: int
-    size: int
+    axes: tuple[Axis, ...]
+    program_axes: int       # how many of ``axes`` (the first) split the flattened program index
+
+    @property
+    def programs(self) -> int:
+        return int(np.prod([a.size for a in self.axes[:self.program_axes]], dtype=np.int64))
+
+    @property
+    def block(self) -> tuple[int, ...]:
+        return tuple(a.size for a in self.axes[self.program_axes:])
+
+    def moving(self) -> list[int]:
+        """The axes along which lanes move, outermost (largest stride) first."""
+        found = [k for k, a in enumerate(self.axes) if a.stride and a.extent > 1]
+        return sorted(found, key=lambda k: -self.axes[k].stride)
+
+    def region(self) -> tuple[int, tuple[int, ...]]:
+        """The flat length the box spans from ``start`` (whole rows of its outermost axis) and that length's
+        shape: the outermost axis's extent, then each next stride's radix."""
+        order = self.moving()
+        if not order:
+            return 1, ()
+        strides = [self.axes[k].stride for k in order]
+        shape = (self.axes[order[0]].extent, *(a // b for a, b in zip(strides, strides[1:], strict=False)))
+        return int(np.prod(shape, dtype=np.int64)), shape
 
 
 def windows(fn: Function, found: Found, programs: int) -> Mapping[Op, Window]:
-    """Each top-level 1-D load/store whose windows form a progression over the flattened grid → its :class:`Window`."""
+    """Each top-level load/store whose lanes over the grid form a box of the reshaped buffer → its :class:`Window`."""
     out = {}
     for op in fn.body.ops:
         if op.name == "tt.load" and op in found.loads:
@@ -41,50 +91,124 @@ def windows(fn: Function, found: Found, programs: int) -> Mapping[Op, Window]:
             lanes, shape = found.stores[op], shape_of(op.type_text) if op.type_text else None
         else:
             continue
-        window = _window(lanes, shape, programs)
+        window = _window(lanes, shape, found.limits.get(op), programs, op.name == "tt.store")
         if window is not None:
             out[op] = window
     return out
 
 
-def _window(lanes: Lanes, shape: tuple[int, ...] | None, programs: int) -> Window | None:
-    if shape is None or len(shape) != 1 or lanes.buffer is None or lanes.origin is not None or lanes.value is None:
+def _window(lanes: Lanes, shape: tuple[int, ...] | None, limits: Limits | None, programs: int,
+            store: bool) -> Window | None:
+    if shape is None or lanes.buffer is None or lanes.origin is not None or lanes.value is None:
         return None
-    if lanes.strides != (1,) and not (lanes.strides == (0,) and shape == (1,)):
+    if len(lanes.strides) != len(shape):
         return None
     starts = np.broadcast_to(lanes.value, (programs,)) if lanes.value.ndim == 0 else lanes.value.reshape(-1)
     if starts.shape[0] != programs:
         return None
-    step = int(starts[1] - starts[0]) if programs > 1 else shape[0]
-    if step < shape[0] or not np.array_equal(starts, starts[0] + step * np.arange(programs, dtype=np.int64)):
+    grid = program_axes(starts)
+    if grid is None:
         return None
-    return Window(lanes.buffer, int(starts[0]), step, shape[0])
+    bounds = limits if limits is not None else (None,) * len(shape)
+    block = [Axis(s, n if m is None else min(m, n), n) for s, n, m in zip(lanes.strides, shape, bounds, strict=True)]
+    axes = (*grid, *block)
+    if any(a.extent < 1 or a.stride < 0 for a in axes):
+        return None     # (no lane live, or lanes running backwards: the general path)
+    if store and any(a.stride == 0 and a.extent > 1 for a in axes):
+        return None     # several lanes or programs write one element: the general scatter orders them
+    window = Window(lanes.buffer, int(starts[0]), axes, len(grid))
+    order = window.moving()
+    for outer, inner in zip(order, order[1:], strict=False):
+        a, b = axes[outer], axes[inner]
+        if a.stride % b.stride or b.extent * b.stride > a.stride:
+            return None     # dimensions that overlap or interleave: not a box of one reshape
+    if order and axes[order[-1]].stride != 1:
+        return None
+    return window
 
 
-def read_window(buffer, w: Window, programs: int):
-    """All programs' windows of ``buffer`` as a (programs, size) array (out-of-range lanes are zero)."""
+def program_axes(starts: np.ndarray) -> list[Axis] | None:
+    """``starts`` (one per program of the flattened grid) as ``starts[0] + Σ step_k q_k`` over the digits of
+    the program index in a mixed radix (outermost first), or None."""
+    axes: list[Axis] = []
+    current = starts - starts[0]
+    while current.shape[0] > 1:
+        n = current.shape[0]
+        step = int(current[1] - current[0])
+        for count in sorted((d for d in range(2, n + 1) if n % d == 0), reverse=True):
+            rows = current.reshape(n // count, count)
+            if np.all(rows - rows[:, :1] == step * np.arange(count, dtype=np.int64)[None, :]):
+                break
+        else:
+            return None
+        axes.insert(0, Axis(step, count, count))
+        current = rows[:, 0]
+        if len(axes) > MAX_PROGRAM_AXES:
+            return None
+    return axes or [Axis(0, 1, 1)]
+
+
+# ------------------------------------------------------------------ runtime
+
+
+def _segment(buffer: Any, w: Window) -> tuple[Any, int, int, int]:
+    """The buffer padded so that the window's region lies inside it; (padded, begin, lo, length)."""
+    import jax.numpy as jnp
+
+    size, _ = w.region()
+    length = buffer.shape[0]
+    lo, hi = max(0, -w.start), max(0, w.start + size - length)
+    padded = jnp.pad(buffer, (lo, hi)) if lo or hi else buffer
+    return padded, w.start + lo, lo, length
+
+
+def _box(w: Window) -> tuple[slice, ...]:
+    """The live part of the region's shape (every axis but the outermost cut to its extent)."""
+    order = w.moving()
+    return tuple(slice(0, w.axes[k].extent) for k in order)
+
+
+def read_window(buffer: Any, w: Window) -> Any:
+    """All programs' blocks of ``buffer`` as a ``(programs, *block)`` array; lanes past the buffer or past an
+    extent (masked off) read zero, lanes along a stride-0 axis repeat."""
     import jax.numpy as jnp
     from jax import lax
 
-    length = buffer.shape[0]
-    lo, hi = max(0, -w.start), max(0, w.start + w.step * programs - length)
-    padded = jnp.pad(buffer, (lo, hi)) if lo or hi else buffer
-    flat = lax.slice_in_dim(padded, w.start + lo, w.start + lo + w.step * programs)
-    return flat.reshape(programs, w.step)[:, :w.size]
+    padded, begin, _, _ = _segment(buffer, w)
+    size, shape = w.region()
+    box = lax.slice_in_dim(padded, begin, begin + size).reshape(shape)[_box(w)]
+    order = w.moving()
+    # the box's axes are the moving axes, outermost first: put them in the window's axis order
+    box = jnp.transpose(box, np.argsort(order).tolist()) if order else box
+    full = [w.axes[k].extent if k in order else 1 for k in range(len(w.axes))]
+    box = box.reshape(full)
+    pads = [(0, a.size - a.extent) if k in order else (0, 0) for k, a in enumerate(w.axes)]
+    if any(p for _, p in pads):
+        box = jnp.pad(box, pads)
+    box = jnp.broadcast_to(box, tuple(a.size for a in w.axes))
+    return box.reshape(w.programs, *w.block)
 
 
-def write_window(buffer, w: Window, values, active):
-    """Write (programs, size) ``values`` where ``active`` into ``buffer``'s windows."""
+def write_window(buffer: Any, w: Window, values: Any, active: Any) -> Any:
+    """Write ``(programs, *block)`` ``values`` where ``active`` into ``buffer``'s window (elsewhere it keeps its
+    contents)."""
     import jax.numpy as jnp
     from jax import lax
 
-    programs = values.shape[0]
-    length = buffer.shape[0]
-    lo, hi = max(0, -w.start), max(0, w.start + w.step * programs - length)
-    padded = jnp.pad(buffer, (lo, hi)) if lo or hi else buffer
-    begin = w.start + lo
-    segment = lax.slice_in_dim(padded, begin, begin + w.step * programs).reshape(programs, w.step)
-    merged = jnp.where(active, values, segment[:, :w.size])
-    segment = merged if w.step == w.size else segment.at[:, :w.size].set(merged)
+    padded, begin, lo, length = _segment(buffer, w)
+    size, shape = w.region()
+    order = w.moving()
+    sizes = tuple(a.size for a in w.axes)
+    live = tuple(slice(0, w.axes[k].extent if k in order else 1) for k in range(len(w.axes)))
+
+    def boxed(x: Any) -> Any:
+        x = jnp.broadcast_to(x, (w.programs, *w.block)).reshape(sizes)[live]
+        x = x.reshape([w.axes[k].extent for k in range(len(w.axes)) if k in order])
+        return jnp.transpose(x, np.argsort(np.argsort(order)).tolist()) if order else x
+
+    segment = lax.slice_in_dim(padded, begin, begin + size).reshape(shape)
+    box = _box(w)
+    merged = jnp.where(boxed(active), boxed(values).astype(segment.dtype), segment[box])
+    segment = lax.dynamic_update_slice(segment, merged, (0,) * len(shape)) if merged.shape != shape else merged
     padded = lax.dynamic_update_slice_in_dim(padded, segment.reshape(-1), begin, axis=0)
-    return lax.slice_in_dim(padded, lo, lo + length) if lo or hi else padded
+    return lax.slice_in_dim(padded, lo, lo + length) if padded.shape[0] != length else padded

@@ -1,0 +1,106 @@
+"""Masks the pointer-lane evaluator can bound: ``offs < n`` and their conjunctions, as a box of live lanes.
+
+A row narrower than its power-of-two block is loaded and stored under ``mask = tl.arange(0, BLOCK) < n``
+(RMSNorm at hidden 3072 in a block of 4096; RoPE's ``(heads[:, None] < n_h) & (cols[None, :] < d)``). What
+:mod:`.windows` needs from such a mask is a bound: along block dimension ``d`` no lane at index ``>=
+limits[d]`` is live, in any program. The load still applies the mask itself (lanes inside the bound may be
+off); the bound only says which lanes may touch memory, so a window need only cover those.
+
+:data:`MASK_RULES` maps an op name to ``rule(op, args, masks, shape) -> Limits | None``: ``args`` are the
+operands' integer :class:`.lane_rules.Lanes` (None where unknown), ``masks`` the operands' limits (None where
+unknown). Sound by construction: an op's limits are never tighter than its live lanes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tritonplug_interpret.xla.lane_rules import Lanes
+from tritonplug_interpret.xla.ttir import Op
+
+#: Per block dimension, an exclusive upper bound on the index of a live lane (None: no bound known).
+Limits = tuple[int | None, ...]
+MaskRule = Callable[[Op, list["Lanes | None"], list["Limits | None"], tuple[int, ...]], "Limits | None"]
+
+_LESS = {"slt": False, "ult": False, "sle": True, "ule": True}           # predicate → inclusive
+_GREATER = {"sgt": False, "ugt": False, "sge": True, "uge": True}        # b > a, b >= a: the same, swapped
+
+
+def _bound(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned: bool, rank: int) -> Limits | None:
+    """Limits of ``lanes < limit`` (``<=`` when ``inclusive``): lanes moving along one dimension only, by a
+    positive stride, from a known base; ``limit`` known and the same for every lane."""
+    if lanes is None or limit is None or lanes.value is None or lanes.origin is not None or lanes.buffer is not None:
+        return None
+    if limit.value is None or limit.origin is not None or limit.buffer is not None or any(limit.strides):
+        return None
+    moving = [(d, s) for d, s in enumerate(lanes.strides) if s]
+    if len(moving) != 1 or moving[0][1] < 0:
+        return None
+    (dim, stride), = moving
+    base, bound = np.asarray(lanes.value, np.int64), np.asarray(limit.value, np.int64)
+    if unsigned and (np.any(base < 0) or np.any(bound < 0)):
+        return None     # as unsigned, a negative value is huge: leave it unknown
+    room = bound - base + (1 if inclusive else 0)          # lanes i with base + stride * i < room + base
+    count = int(np.max(-(-room // stride)))                 # the largest over programs: a bound for all
+    limits: list[int | None] = [None] * rank
+    limits[dim] = max(0, count)
+    return tuple(limits)
+
+
+def _cmpi(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
+    if len(args) != 2:
+        return None
+    predicate = op.keyword or ""
+    if predicate in _LESS:
+        return _bound(args[0], args[1], _LESS[predicate], predicate[0] == "u", len(shape))
+    if predicate in _GREATER:
+        return _bound(args[1], args[0], _GREATER[predicate], predicate[0] == "u", len(shape))
+    return None
+
+
+def _and(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
+    known = [m for m in masks if m is not None and len(m) == len(shape)]
+    if not known:
+        return None
+    return tuple(_tightest([m[d] for m in known]) for d in range(len(shape)))
+
+
+def _or(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
+    if any(m is None or len(m) != len(shape) for m in masks):
+        return None
+    return tuple(None if any(m[d] is None for m in masks) else max(m[d] for m in masks) for d in range(len(shape)))
+
+
+def _tightest(limits: list[int | None]) -> int | None:
+    known = [x for x in limits if x is not None]
+    return min(known) if known else None
+
+
+def _broadcast(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
+    # limits are normal (:func:`normal`): a size-1 dimension's is None or 0 (no lane live), true after broadcast too
+    mask = masks[0] if masks else None
+    return mask if mask is not None and len(mask) == len(shape) else None
+
+
+def _expand_dims(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
+    mask, axis = (masks[0] if masks else None), op.int_attr("axis")
+    if mask is None or axis is None:
+        return None
+    return mask[:axis] + (None,) + mask[axis:]
+
+
+def normal(limits: Limits | None, shape: tuple[int, ...]) -> Limits | None:
+    """``limits`` with a bound no tighter than the block's own dropped (None when no dimension keeps one)."""
+    if limits is None or len(limits) != len(shape):
+        return None
+    out = tuple(None if m is None or m >= n else m for m, n in zip(limits, shape, strict=True))
+    return None if all(m is None for m in out) else out
+
+
+#: Op name → how its result bounds live lanes (an i1 tensor's). Any other op's result bounds nothing.
+MASK_RULES: dict[str, MaskRule] = {
+    "arith.cmpi": _cmpi, "arith.andi": _and, "arith.ori": _or,
+    "tt.broadcast": _broadcast, "tt.expand_dims": _expand_dims,
+}
