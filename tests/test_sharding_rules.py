@@ -54,6 +54,17 @@ def test_results_prefer_their_requested_split_and_operands_fill_the_rest():
     assert chosen == {"c": ("y",), "r": ("x",)}
 
 
+def test_the_first_operand_decides_a_factor_two_operands_split_differently():
+    b = bound("r c, r c -> r c", [(8, 4), (8, 4)], [(8, 4)])
+    mesh = {"x": 4, "y": 2}
+    assert rules.assign(b, mesh, (OPERANDS, [(("x",), ()), (("y",), ())])) == {"r": ("x",)}
+    assert rules.assign(b, mesh, (OPERANDS, [(("y",), ()), (("x",), ())])) == {"r": ("y",)}
+    # an operand that cannot have its split (4 columns over x) does not decide, and leaves x to the one after it
+    assert rules.assign(b, {"x": 8}, (OPERANDS, [((), ("x",)), (("x",), ())])) == {"r": ("x",)}
+    # a requested result split comes before both operands
+    assert rules.assign(b, mesh, (RESULTS, [(("y",), ())]), (OPERANDS, [(("x",), ()), None])) == {"r": ("y",)}
+
+
 def test_uneven_and_conflicting_splits_are_dropped():
     b = bound("r c, r c -> r c", [(6, 4), (6, 4)], [(6, 4)])
     assert rules.assign(b, {"x": 4}, (OPERANDS, [(("x",), ()), None])) == {}  # 6 rows over 4 devices
