@@ -117,6 +117,7 @@ def test_assigned_splits_are_always_sound(data):
      r"factor '...' \(its dimension 2 before the named ones\) has two sizes: 2 in operand 0 \(op0\) dimension 0"),
     ("...1 c, ...1 c -> c", [(2, 4), (5, 4)], [(4,)], r"factor '...1' \(its dimension 1 before the named ones\)"),
     ("... c, ... c -> ... c", [(4, 8, 16), (4, 16)], [(4, 8, 16)], r"has two sizes: 8 in operand 0"),
+    ("r n_cols, r n_cols -> r", [(8, 4), (8, 5)], [(8,)], r"factor 'n_cols' has two sizes"),
 ])
 def test_a_rule_that_does_not_fit_the_shapes_is_refused_naming_the_array(text, operands, results, message):
     with pytest.raises(ValueError, match=message):
