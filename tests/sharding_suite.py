@@ -59,6 +59,7 @@ def run(name, fn, args, reference, specs, mesh, tol=1e-5, **jit_kwargs):
         entry["out_specs"] = [_spec(g.sharding) for g in got]
         entry["transfers"] = sorted({(t.operand, t.factors, t.bytes_per_device) for r in inspection.partitions()
                                      for t in r.transfers})
+        entry["decisions"] = [[[f, list(axes)] for f, axes in r.factors] for r in inspection.partitions()]
         DECISIONS.extend({"function": r.function, "path": r.path, "factors": [list(f) for f in r.factors],
                           "transfers": [t.operand for t in r.transfers]} for r in inspection.partitions())
         entry["ok"] = True
@@ -99,6 +100,9 @@ def main(mode: str) -> None:
     run("add_rows/both_axes_on_rows", sk.add_rows, (x, y), add, (P(("x", "y")), P(("x", "y"))), grid)
     run("add_rows/operands_disagree", sk.add_rows, (x, y), add, (P("x"), P(None, "x")), line)
     run("add_rows/one_sharded_one_local", sk.add_rows, (x, y), add, (P("x"), None), line)
+    # both split the rows, over different axes: the first operand decides (each way round), XLA moves the other
+    run("add_rows/rows_split_differently_x_first", sk.add_rows, (x, y), add, (P("x"), P("y")), grid)
+    run("add_rows/rows_split_differently_y_first", sk.add_rows, (x, y), add, (P("y"), P("x")), grid)
     run("add_rows/keyword_operands", lambda a, b: sk.add_rows(y=b, x=a), (x, y), add, (P("x"), P("x")), line)
     run("add_rows/out_shardings_flow_back", sk.add_rows, (x, y), add, (None, None), line,
         out_shardings=NamedSharding(line, P("x")))

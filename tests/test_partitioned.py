@@ -73,6 +73,10 @@ CASES = {
     "donation/add_rows": ((), [["x"]]),
     "add_rows/operands_disagree": (("all-to-all", "collective-permute", "all-gather"), [["x"]]),
     "add_rows/one_sharded_one_local": ((), [["x"]]),
+    # two operands split one factor over different axes (test_the_first_operand_decides_...): where the result
+    # lands is the partitioner's (Shardy leaves it replicated, GSPMD and explicit axes split it as the call ran)
+    "add_rows/rows_split_differently_x_first": (("all-to-all", "collective-permute", "all-gather"), None),
+    "add_rows/rows_split_differently_y_first": (("all-to-all", "collective-permute", "all-gather"), None),
     # a split reduction factor: the shards' partial sums are added
     "column_sum/rows_reduced": (("all-reduce",), [[]]),
     "grad_rms_norm/rows": (("all-reduce",), [["x"], []]),
@@ -139,3 +143,13 @@ def test_decisions_are_recorded_for_inspection(report):
     path = "shard_map" if report["mode"] == "explicit" else "custom_partitioning"
     assert report["partitions"] and all(p["path"] == path for p in report["partitions"])
     assert any(p["factors"] for p in report["partitions"])
+
+
+@pytest.mark.parametrize(("case", "axis"), [("add_rows/rows_split_differently_x_first", "x"),
+                                            ("add_rows/rows_split_differently_y_first", "y")])
+def test_the_first_operand_decides_a_factor_two_operands_split_differently(report, case, axis):
+    """Both operands split the rows, over mesh axes x and y, one way round and the other: the call runs with the
+    rows split as the first operand (``x``) has them, and the second (``y``) is the one moved (docs/partitioned.md)."""
+    entry = ran(report, case)
+    assert entry["decisions"] and all(d == [["r", [axis]]] for d in entry["decisions"]), entry["decisions"]
+    assert [t[:2] for t in entry["transfers"]] == [["y", ["r"]]], entry["transfers"]

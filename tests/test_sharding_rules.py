@@ -54,6 +54,17 @@ def test_results_prefer_their_requested_split_and_operands_fill_the_rest():
     assert chosen == {"c": ("y",), "r": ("x",)}
 
 
+def test_the_first_operand_decides_a_factor_two_operands_split_differently():
+    b = bound("r c, r c -> r c", [(8, 4), (8, 4)], [(8, 4)])
+    mesh = {"x": 4, "y": 2}
+    assert rules.assign(b, mesh, (OPERANDS, [(("x",), ()), (("y",), ())])) == {"r": ("x",)}
+    assert rules.assign(b, mesh, (OPERANDS, [(("y",), ()), (("x",), ())])) == {"r": ("y",)}
+    # an operand that cannot have its split (4 columns over x) does not decide, and leaves x to the one after it
+    assert rules.assign(b, {"x": 8}, (OPERANDS, [((), ("x",)), (("x",), ())])) == {"r": ("x",)}
+    # a requested result split comes before both operands
+    assert rules.assign(b, mesh, (RESULTS, [(("y",), ())]), (OPERANDS, [(("x",), ()), None])) == {"r": ("y",)}
+
+
 def test_uneven_and_conflicting_splits_are_dropped():
     b = bound("r c, r c -> r c", [(6, 4), (6, 4)], [(6, 4)])
     assert rules.assign(b, {"x": 4}, (OPERANDS, [(("x",), ()), None])) == {}  # 6 rows over 4 devices
@@ -92,3 +103,68 @@ def test_assigned_splits_are_always_sound(data):
     for factor, split in chosen.items():
         assert b.shardable(factor) and factor not in whole
         assert sizes[factor] % math.prod(MESH[a] for a in split) == 0
+
+
+@pytest.mark.parametrize("text, operands, results, message", [
+    ("r c -> r c", [(8, 4), (8, 4)], [(8, 4)],
+     r"has 1 operand group\(s\), but the function has 2 array operand\(s\) \(op0, op1\)"),
+    ("r c -> r c, r", [(8, 4)], [(8, 4)], r"has 2 result group\(s\), but the function has 1 array result\(s\)"),
+    ("r c -> r c", [(8,)], [(8, 4)], r"operand 0 \(op0\) has rank 1 \(shape \(8,\)\), but its group 'r c' names 2"),
+    ("... r c -> r c", [(8,)], [(8, 4)], r"has rank 1 \(shape \(8,\)\), but its group '...0 r c' names 2 dimensions"),
+    ("r c, r c -> r c", [(8, 4), (8, 5)], [(8, 4)],
+     r"factor 'c' has two sizes: 4 in operand 0 \(op0\) dimension 1 and 5 in operand 1 \(op1\) dimension 1"),
+    ("... c, ... c -> ... c", [(2, 3, 4), (5, 3, 4)], [(2, 3, 4)],
+     r"factor '...' \(its dimension 2 before the named ones\) has two sizes: 2 in operand 0 \(op0\) dimension 0"),
+    ("...1 c, ...1 c -> c", [(2, 4), (5, 4)], [(4,)], r"factor '...1' \(its dimension 1 before the named ones\)"),
+    ("... c, ... c -> ... c", [(4, 8, 16), (4, 16)], [(4, 8, 16)], r"has two sizes: 8 in operand 0"),
+    ("r n_cols, r n_cols -> r", [(8, 4), (8, 5)], [(8,)], r"factor 'n_cols' has two sizes"),
+])
+def test_a_rule_that_does_not_fit_the_shapes_is_refused_naming_the_array(text, operands, results, message):
+    with pytest.raises(ValueError, match=message):
+        bound(text, operands, results)
+
+
+def test_an_ellipsis_may_cover_no_dimension_and_aligns_groups_of_other_ranks_from_the_right():
+    b = bound("... d, ... d -> ... d", [(4, 8, 16), (8, 16)], [(16,)])
+    assert b.operands[1][0] == b.operands[0][1] != b.operands[0][0] and b.results[0] == ("d",)
+    assert [b.sizes[f] for f in b.operands[0]] == [4, 8, 16]
+
+
+def test_ellipses_kept_whole_or_reduced_by_name():
+    b = bound("... a -> ... a", [(4, 8)], [(4, 8)], need_replication=("...",))
+    dots = b.operands[0][0]
+    assert not b.shardable(dots) and b.shardable("a") and b.kept_whole() == (dots,)
+    numbered = bound("...1 a, ...2 a -> ...1 a, ...2 a", [(3, 8), (5, 8)], [(3, 8), (5, 8)],
+                     need_replication=("...1",))
+    first, second = numbered.operands[0][0], numbered.operands[1][0]
+    assert (numbered.sizes[first], numbered.sizes[second]) == (3, 5)
+    assert not numbered.shardable(first) and numbered.shardable(second)
+    reduced = bound("... a -> a", [(4, 8)], [(8,)], reduction=("...",))
+    assert reduced.shardable(reduced.operands[0][0]) and reduced.kept_whole() == ()
+    assert rules.reduced_axes(reduced, {reduced.operands[0][0]: ("x",)}) == (("x",),)
+    with pytest.raises(ValueError, match="does not use"):  # '...' is the unnumbered ellipsis only
+        rules.parse("...1 a -> ...1 a", need_replication=("...",))
+
+
+@pytest.mark.parametrize("text", ["a (b c -> a", "a b) -> a"])
+def test_a_parenthesis_is_refused(text):
+    with pytest.raises(ValueError, match="compound factors"):
+        rules.parse(text)
+
+
+def test_an_operand_without_a_spec_or_with_an_uneven_split_leaves_the_rest_to_decide():
+    b = bound("r c, r c -> r c", [(6, 4), (6, 4)], [(6, 4)])
+    assert rules.assign(b, {"x": 2}, (OPERANDS, [None, (("x",), ())])) == {"r": ("x",)}
+    # rows 6 over 4 devices: dropped, and the columns of the same operand still split
+    assert rules.assign(b, {"x": 4, "y": 2}, (OPERANDS, [(("x",), ("y",)), None])) == {"c": ("y",)}
+
+
+@pytest.mark.parametrize("operands, results, grid, whole", [
+    ([(8, 64), (64,)], [(8, 64), (8,)], (8,), ["b"]),   # rows: a grid axis; the 64 columns: whole in each program
+    ([(1, 64)], [(1, 64)], (4,), ["b"]),                 # a factor of size 1 is not worth keeping whole
+    ([(2, 64)], [(2, 64)], (1,), ["a", "b"]),
+    ([(8, 64)], [(8,)], (8,), []),                       # the 64 columns are reduced away: not in a result
+])
+def test_whole_per_program_names_the_factors_no_grid_axis_covers(operands, results, grid, whole):
+    rule = rules.suggest(operands, results)
+    assert rules.whole_per_program(rule, operands, results, grid) == whole
