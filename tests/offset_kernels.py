@@ -40,6 +40,10 @@ def positions(x):
                                   grid=(rows, tritonplug.cdiv(n, 16)), BLOCK=16)
 
 
+#: the same function with ``n`` kept whole: an operand split along it is gathered, and the offset is 0
+positions_kept_whole = tritonplug.partitioned("b n -> b n", need_replication=("n",))(positions.fn)
+
+
 def positions_reference(x):
     return jnp.broadcast_to(jnp.arange(x.shape[1], dtype=jnp.int32), x.shape)
 

@@ -50,6 +50,7 @@ def main(mode: str) -> None:
     case("positions/two_axes_yx", ok.positions, (x,), ok.positions_reference, (P(None, ("y", "x")),), grid)
     case("positions/rows_x_cols_y", ok.positions, (x,), ok.positions_reference, (P("x", "y"),), grid)
     case("positions/rows_y_cols_x", ok.positions, (x,), ok.positions_reference, (P("y", "x"),), grid)
+    case("positions/kept_whole", ok.positions_kept_whole, (x,), ok.positions_reference, (P(None, "x"),), line(n))
     case("positions/vmap", jax.vmap(ok.positions), (np.zeros((3, 4, 64), np.float32),),
          jax.vmap(ok.positions_reference), (P(None, None, "x"),), line(n))
 

@@ -77,6 +77,11 @@ def test_offset_plus_local_index_is_the_global_position(report, case):
     assert entry["collectives"] == [] and entry["transfers"] == [], entry
 
 
+def test_a_factor_the_rule_keeps_whole_is_gathered_and_its_offset_is_zero(report):
+    entry = ran(report, "positions/kept_whole", [])
+    assert entry["transfers"] == [["x", ["n"], 4 * 64 * 4]], entry["transfers"]  # x gathered along n
+
+
 @pytest.mark.parametrize("case", sorted(CROSS_ENTROPY))
 def test_vocabulary_parallel_cross_entropy(report, case):
     entry = ran(report, case, CROSS_ENTROPY[case])
