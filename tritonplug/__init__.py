@@ -53,6 +53,7 @@ _LAZY = {
     "launch": "tritonplug.porting.launcher",
     "partitioned": "tritonplug.sharding.launcher",
     "sharding_rule": "tritonplug.sharding.launcher",
+    "shard_offset": "tritonplug.sharding.offsets",
     "Launcher": "tritonplug.porting.launcher",
     "Tensor": "tritonplug.porting.launcher",
     "tensor": "tritonplug.porting.launcher",
@@ -77,7 +78,7 @@ __all__ = [
     "compile_stats",
     "debug", "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection",
     "kernels_from_file", "kernels_of", "launch", "next_power_of_2", "partitioned", "register_plugin",
-    "sharding_rule", "strides_from_shape", "tensor",
+    "shard_offset", "sharding_rule", "strides_from_shape", "tensor",
     "torch_launcher", "triton_call", "tune", "zeros", "zeros_like", "__version__", "__version_info__",
 ]
 
@@ -91,6 +92,7 @@ if TYPE_CHECKING:
     from tritonplug.porting.ported import torch_launcher
     from tritonplug.process.state import backend_for, backends, compile_stats, register_plugin
     from tritonplug.sharding.launcher import partitioned, sharding_rule
+    from tritonplug.sharding.offsets import shard_offset
     from tritonplug.tuner import tune
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape
     from tritonplug.version import __version__, __version_info__

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 
 from tritonplug.calls import sharding_rules as rules
-from tritonplug.sharding import paths
+from tritonplug.sharding import offsets, paths
 
 _EAGER_JITS = 64
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -274,20 +274,24 @@ class Partitioned:
 
 
 def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Sequence[str], function: str,
-         closure: Callable[[], list[str]] = list) -> tuple:
+         closure: Callable[[], list[str]] = list, factors: Sequence[str] | None = None) -> tuple:
     """``body`` (arrays in, a tuple of arrays out) partitioned by ``rule``: checked against the shapes, then
     run on one of the two paths, under ``custom_vmap`` so that ``jax.vmap`` adds a batch factor (explicit axes
     included: the batched body runs under ``shard_map`` on each device's part of the batch). ``closure()`` names
-    the arrays the function closes over, for the error that refuses them."""
+    the arrays the function closes over, for the error that refuses them. ``factors``: those ``shard_offset``
+    may be asked (the rule's named ones; the batched rule passes the user's rule's)."""
+    factors = offsets.named_factors(rule.operands + rule.results) if factors is None else tuple(factors)
+    manual = bool(getattr(jax.sharding.get_abstract_mesh(), "manual_axes", ()))  # inside the user's shard_map
     # traced with unsharded types: under vmap over explicit axes, the whole batched body would loop over a split axis
-    closed, results = jax.make_jaxpr(body, return_shape=True)(*[jax.ShapeDtypeStruct(a.shape, a.dtype)
-                                                                 for a in arrays])
+    whole = offsets.scoped(body, offsets.Scope(function, factors, manual=manual))
+    closed, results = jax.make_jaxpr(whole, return_shape=True)(*[jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                                                  for a in arrays])
     if closed.consts and _explicit_mesh(arrays) is None:  # custom_partitioning takes no constants (shard_map does)
         _refuse_closure(function, closed.consts, closure())
     result_names = [f"result {k}" for k in range(len(results))]
     bound = rules.bind(rule, [tuple(a.shape) for a in arrays], [tuple(r.shape) for r in results], names,
                        result_names)
-    info = paths.CallInfo(function, names, result_names, paths.host_callbacks(closed))
+    info = paths.CallInfo(function, names, result_names, paths.host_callbacks(closed), factors, manual)
 
     @jax.custom_batching.custom_vmap
     def run(*arrs: Any) -> tuple[Any, ...]:
@@ -297,7 +301,7 @@ def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Seque
     def batched(axis_size: int, in_batched: Sequence[bool], *arrs: Any) -> tuple[tuple[Any, ...], tuple[bool, ...]]:
         batch_rule = _with_batch_factor(bound, in_batched)
         vbody = jax.vmap(body, in_axes=tuple(0 if b else None for b in in_batched))
-        outs = call(batch_rule, lambda *xs: tuple(vbody(*xs)), arrs, names, function)
+        outs = call(batch_rule, lambda *xs: tuple(vbody(*xs)), arrs, names, function, factors=factors)
         return outs, tuple(True for _ in outs)
 
     if _explicit_mesh(arrays) is None:
@@ -347,7 +351,7 @@ def _dispatch(body: paths.Body, arrays: Sequence[Any], bound: rules.BoundRule, i
             f"and automatic ones {list(mesh.auto_axes)}; a partitioned launcher runs on a mesh whose axes are all "
             f"explicit or all automatic")
     if mesh.are_all_axes_manual:
-        return tuple(body(*arrays))
+        return tuple(paths.whole(body, info)(*arrays))
     return paths.explicit(body, arrays, bound, info, mesh)
 
 

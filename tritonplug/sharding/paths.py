@@ -32,6 +32,7 @@ from tritonplug.adapters import jax_compat
 from tritonplug.calls.sharding_rules import OPERANDS, RESULTS, BoundRule, Spec, assign, reduced_axes, specs_of
 from tritonplug.errors import PartitionError
 from tritonplug.process.state import state
+from tritonplug.sharding import offsets
 
 Body = Callable[..., tuple[Any, ...]]
 
@@ -117,20 +118,21 @@ def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) ->
         chosen = assign(bound, dict(mesh.shape), (RESULTS, _specs(result_shape)), (OPERANDS, incoming))
         record(call, bound, dict(mesh.shape), chosen, incoming, [a.dtype for a in arg_shapes], "custom_partitioning")
         try:
-            local = trace_shard(body, _local_shapes(jax.tree.leaves(arg_shapes), bound, chosen, dict(mesh.shape)),
-                                call)
+            shapes = _local_shapes(jax.tree.leaves(arg_shapes), bound, chosen, dict(mesh.shape))
+            local = trace_shard(whole(body, call), shapes, call)
         except PartitionError as exc:
             _failures[:] = [exc]  # XLA reports it wrapped: an eager call raises it as it is (take_failure)
             raise
         if {d.platform for d in mesh.devices.flat} == {"cpu"}:
             check_no_host_callbacks(sorted(host_callbacks(local)), call)
-        per_shard = jax_compat.without_internal_refs(with_sums(body, reduced_axes(bound, chosen)))
+        per_shard = jax_compat.without_internal_refs(with_sums(split(body, call, bound, chosen, dict(mesh.shape)),
+                                                               reduced_axes(bound, chosen)))
         return mesh, per_shard, shardings(mesh, bound.results, chosen), shardings(mesh, bound.operands, chosen)
 
     platform, devices = jax_compat.operand_mesh(arrays)
     if platform == "cpu" and devices > 1:  # refused now, at the call, rather than when XLA partitions it
         check_no_host_callbacks(call.callbacks, call)
-    op = custom_partitioning(body)
+    op = custom_partitioning(whole(body, call))
     op.def_partition(partition, infer_sharding_from_operands=infer, propagate_user_sharding=propagate,
                      sharding_rule=sdy_rule(bound))
     return tuple(not_differentiable(op, call)(*arrays))
@@ -217,19 +219,34 @@ def explicit(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo
     arrays = [a if spec == partition_spec(s or ()) else jax.sharding.reshard(a, NamedSharding(mesh, spec))
               for a, spec, s in zip(arrays, in_specs, incoming, strict=True)]
     out_specs = tuple(partition_spec(s) for s in specs_of(bound.results, chosen))
-    mapped = jax.shard_map(with_sums(body, reduced_axes(bound, chosen)), mesh=mesh, in_specs=tuple(in_specs),
+    mapped = jax.shard_map(with_sums(split(body, call, bound, chosen, dict(mesh.shape)), reduced_axes(bound, chosen)),
+                           mesh=mesh, in_specs=tuple(in_specs),
                            out_specs=out_specs, check_vma=False)
     return tuple(mapped(*arrays))
 
 
 class CallInfo:
-    """What the records and errors name: the function and its arrays; and the callback primitives its body
-    holds (traced with the whole arrays), which XLA:CPU cannot run per shard."""
+    """What the records and errors name: the function and its arrays; the callback primitives its body holds
+    (traced with the whole arrays), which XLA:CPU cannot run per shard; the factors its rule names, which
+    ``tritonplug.shard_offset`` may be asked, and whether the call is inside the user's own ``shard_map``."""
 
     def __init__(self, function: str, operand_names: Sequence[str], result_names: Sequence[str],
-                 callbacks: Iterable[str] = ()) -> None:
+                 callbacks: Iterable[str] = (), factors: Sequence[str] = (), manual: bool = False) -> None:
         self.function, self.operand_names, self.result_names = function, tuple(operand_names), tuple(result_names)
         self.callbacks = tuple(sorted(callbacks))
+        self.factors, self.manual = tuple(factors), manual
+
+
+def whole(body: Body, call: CallInfo) -> Body:
+    """``body`` on whole arrays (the call's trace, the program on one device): ``shard_offset`` is 0."""
+    return offsets.scoped(body, offsets.Scope(call.function, call.factors, manual=call.manual))
+
+
+def split(body: Body, call: CallInfo, bound: BoundRule, chosen: dict[str, tuple[str, ...]],
+          mesh: dict[str, int]) -> Body:
+    """``body`` on one shard of the call split as ``chosen`` says: ``shard_offset`` from the mesh position."""
+    return offsets.scoped(body, offsets.Scope(call.function, call.factors, dict(bound.sizes), dict(chosen), mesh,
+                                              call.manual))
 
 
 def _local_shapes(shapes: Sequence[Any], bound: BoundRule, chosen: dict[str, tuple[str, ...]],
