@@ -170,6 +170,8 @@ class _Analysis:
         for name in [iv, *(n for n, _ in bindings), *(n for n, _ in body.args)]:
             self.masks.pop(name, None)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
+        if self.counts.get(op) == 1 and lower is not None:
+            self.lanes[iv] = Lanes((), None, lower)    # one trip: the induction variable is its lower bound
         steps: dict[str, int] = {} if stride is None else {iv: stride}
         inits = {iv: lower}
         assumed = {}

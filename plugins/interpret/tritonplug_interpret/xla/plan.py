@@ -84,7 +84,8 @@ def _bounds(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
 
 def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
     loops = {op: v.trips for op, v in found["vectorised"].items()}
-    slices = windows(launch.fn, found["lanes"], launch.programs, loops) if found["parallel"] else {}
+    top = straight_line(launch.fn.body)     # (with the branches' sides)
+    slices = windows(launch.fn, found["lanes"], launch.programs, loops, top) if found["parallel"] else {}
     slices = {op: w for op, w in slices.items() if op not in found["tilings"]}
     return {"windows": slices, "hoisted": frozenset(op for op in slices if op.name == "tt.load")}
 

@@ -23,7 +23,7 @@ Everything else keeps the general gather/scatter (or :mod:`.strided`'s views, :m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,12 +80,16 @@ class Window:
         return int(np.prod(shape, dtype=np.int64)), shape
 
 
-def windows(fn: Function, found: Found, programs: int, loops: Mapping[Op, int] | None = None) -> Mapping[Op, Window]:
-    """Each top-level load/store whose lanes over the grid form a box of the reshaped buffer → its :class:`Window`;
-    ``loops`` (a vectorised ``scf.for`` → its trip count, :mod:`.vectorise`) adds the accesses of their bodies,
-    whose lanes over the grid and the trips (program-major) form a box: a window of ``programs * trips`` rows."""
+def windows(fn: Function, found: Found, programs: int, loops: Mapping[Op, int] | None = None,
+            top: Sequence[Op] | None = None) -> Mapping[Op, Window]:
+    """Each top-level load/store whose lanes over the grid form a box of the reshaped buffer → its :class:`Window`.
+
+    ``top``: the ops every program runs once (default: the function's block; the plan adds its branches' sides,
+    whose accesses are masked by the branch's predicate); ``loops`` (a vectorised ``scf.for`` → its trip count,
+    :mod:`.vectorise`) adds the accesses of their bodies, whose lanes over the grid and the trips (program-major)
+    form a box: a window of ``programs * trips`` rows."""
     out = {}
-    candidates = [(op, None, 1) for op in fn.body.ops]
+    candidates = [(op, None, 1) for op in (fn.body.ops if top is None else top)]
     for loop, trips in (loops or {}).items():
         names = {loop.loop.iv, *(n for n, _ in loop.loop.iter_args)}
         candidates += [(op, names, trips) for op in loop.regions[0][0].ops]
