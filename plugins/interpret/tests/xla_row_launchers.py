@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import triton
 
 import tritonplug
 
@@ -80,12 +81,17 @@ def geglu_backward(a, b, dc):
     return a, b
 
 
+def _settings(n_cols):
+    """``calculate_settings`` (whose 32 warps for blocks of 32768 or more ask torch whether this is ROCm): 32."""
+    return calculate_settings(n_cols) if n_cols <= 16384 else (triton.next_power_of_2(n_cols), 32)
+
+
 @tritonplug.torch_launcher
 def softmax_forward(x):
     """Liger's ``_softmax_forward``: one block per row up to 65536 columns (``calculate_settings``), else blocks
     along the row."""
     n_rows, n_cols = x.shape
-    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    BLOCK_SIZE, num_warps = _settings(n_cols)
     y = tritonplug.empty_like(x)
     kernel = _softmax_single if n_cols <= BLOCK_SIZE else _softmax_multi
     kernel[(n_rows,)](y, y.stride(0), x, x.stride(0), n_cols, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)

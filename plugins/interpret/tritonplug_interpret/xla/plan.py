@@ -59,7 +59,12 @@ class Launch:
 def _vectorise(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
     roots = _roots(launch.fn, dict(launch.pointer_args))
     result = found["lanes"]
-    planned = ((op, vectorise.vectorisable(op, result.counts.get(op), result.carried.get(op, {}), roots))
+
+    def buffer_of(op: Op) -> int | None:
+        lanes_of = result.loads[op].lanes if op in result.loads else result.stores.get(op)
+        return None if lanes_of is None else lanes_of.buffer
+
+    planned = ((op, vectorise.vectorisable(op, result.counts.get(op), result.carried.get(op, {}), roots, buffer_of))
                for op in straight_line(launch.fn.body) if op.name == "scf.for")
     return {"vectorised": {op: v for op, v in planned if v is not None}}
 

@@ -44,9 +44,11 @@ class Vectorised:
     sums: Mapping[int, Op]
 
 
-def vectorisable(op: Op, trips: int | None, carried: Mapping[str, Any],
-                 roots: Mapping[str, frozenset[int]]) -> Vectorised | None:
-    """How ``op`` (an ``scf.for``) runs vectorised over its ``trips``, or None (as before: a loop)."""
+def vectorisable(op: Op, trips: int | None, carried: Mapping[str, Any], roots: Mapping[str, frozenset[int]],
+                 buffer_of: Callable[[Op], int | None]) -> Vectorised | None:
+    """How ``op`` (an ``scf.for``) runs vectorised over its ``trips``, or None (as before: a loop). ``buffer_of``:
+    an access's buffer where the pointer-lane evaluator knows it, else the value's ``roots`` (which buffers a
+    value may point into) over-approximate it."""
     if op.name != "scf.for" or op.loop is None or op.loop.iv is None or not trips or not op.regions:
         return None
     body = op.regions[0][0]
@@ -60,8 +62,12 @@ def vectorisable(op: Op, trips: int | None, carried: Mapping[str, Any],
     for index, name in enumerate(names):
         if index not in sums and (name not in carried or carried[name].step is None):
             return None     # carried from trip to trip: not independent
-    written = frozenset().union(*(roots.get(o.operands[0], frozenset()) for o in ops if o.name == "tt.store"))
-    if any(o.name in _LOADS and roots.get(o.operands[0], frozenset({-1})) & (written | {-1}) for o in ops):
+    def buffers(o: Op) -> frozenset[int]:
+        known = buffer_of(o)
+        return frozenset({known}) if known is not None else roots.get(o.operands[0], frozenset({-1}))
+
+    written = frozenset().union(*(buffers(o) for o in ops if o.name == "tt.store"))
+    if any(o.name in _LOADS and buffers(o) & (written | {-1}) for o in ops):
         return None     # a trip might read what an earlier one wrote (or a load whose buffer is unknown)
     return Vectorised(trips, sums)
 
@@ -124,7 +130,8 @@ def run(f: Frame, op: Op, plan: Vectorised, start: Callable[[int], list[Any]]) -
         return out, [(i, v, a) for _, _, i, v, a in entries], (s.bad_site, s.bad_offset, s.bad_lane)
 
     if plan.trips == 1:
-        out, entries, _ = trip(jnp.int32(0), list(mine.values()))   # (a trip's rows are the program's; f.state: its record)
+        # (one trip's rows are the program's; f.state keeps the trip's record)
+        out, entries, _ = trip(jnp.int32(0), list(mine.values()))
         log.extend((kind, b, *entry) for (kind, b), entry in zip(kinds, entries, strict=True))
         return out
     for index, add in plan.sums.items():   # the trip yields its term; the sum is added after the loop
