@@ -69,3 +69,22 @@ def ragged_rows_kernel(x_ptr, y_ptr, stride, n_cols, fill, BLOCK: tl.constexpr):
     mask = cols < n_cols - row
     x = tl.load(x_ptr + row * stride + cols, mask=mask, other=fill)
     tl.store(y_ptr + row * stride + cols, x + fill, mask=mask)
+
+
+@triton.jit
+def row_loop_kernel(x_ptr, w_ptr, y_ptr, colsum_ptr, n_rows, rows_per_program, n_cols, BLOCK: tl.constexpr):
+    """Each program walks its ``rows_per_program`` rows in a loop (Liger's backward kernels off the GPU):
+    ``y = x * w`` stored inside the loop, a pointer advanced by a static step, and the rows' sum carried to a
+    per-program store after the loop."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    y_row = y_ptr + pid * rows_per_program * n_cols + cols
+    for row in range(pid * rows_per_program, tl.minimum((pid + 1) * rows_per_program, n_rows)):
+        x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+        tl.store(y_row, x * w, mask=mask)
+        acc += x
+        y_row += n_cols
+    tl.store(colsum_ptr + pid * n_cols + cols, acc, mask=mask)

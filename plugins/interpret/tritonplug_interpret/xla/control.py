@@ -25,7 +25,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
-from tritonplug_interpret.xla import blocks
+from tritonplug_interpret.xla import blocks, vectorise
 from tritonplug_interpret.xla.memory import Pointer, select_pointers
 from tritonplug_interpret.xla.program import Frame, State, Unsupported, family, writes_memory
 from tritonplug_interpret.xla.ttir import Op, walk
@@ -148,6 +148,9 @@ def _for(f: Frame, op: Op):
         out = [_like(o, t) for o, t in zip(out, values, strict=True)]
         return i + stride, trip + 1, out, _pack(f, carry_buffers, carry_check)
 
+    vectorised = f.ctx.plan.vectorised.get(op)
+    if vectorised is not None:     # independent trips: the body vmap-ed over them (.vectorise)
+        return vectorise.run(f, op, vectorised, lambda trip: bind(trip, carry(init)))
     start = (jnp.asarray(lower), jnp.int32(0), carry(init), _pack(f, carry_buffers, carry_check))
     static_trips = f.ctx.plan.trips.get(op)
     sums: list[_Sum] = _accumulated_dots(block, names) if static_trips is not None else []

@@ -176,6 +176,8 @@ class Translation:
         """Grid-wide slices of the top-level loads (a row per program) and the strided views, before the grid."""
         rows = {op: read_window(buffers[w.buffer], w) for op, w in self.plan.windows.items()
                 if op in self.plan.hoisted}
+        # a vectorised loop's (programs * trips) rows as (programs, trips, *block): each program's trips
+        rows = {op: r.reshape(total, -1, *r.shape[1:]) if r.shape[0] != total else r for op, r in rows.items()}
         for access in self.plan.accesses.values():
             if access.view not in ctx.views:
                 ctx.views[access.view] = strided.build_view(buffers[access.view.buffer], access.view)

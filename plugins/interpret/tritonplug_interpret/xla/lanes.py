@@ -83,6 +83,8 @@ class _Analysis:
         self.loops: dict[str, Loop] = {}        # loop value → its loop (names are reused by sibling regions)
         self.carried: dict[Op, dict[str, Carried]] = {}
         self.stores: dict[Op, Lanes] = {}
+        self.store_loops: dict[Op, Loop | None] = {}   # store → the loop of its lanes' origin (as loads')
+        self.counts: dict[Op, int] = {}         # scf.for → its trip count where every program makes as many
         self.masks: dict[str, Limits] = {}      # i1 value → bound on its live lanes (mask_rules)
         self.limits: dict[Op, Limits] = {}      # load/store → its mask's bound
         self.trips: dict[Op, int] = {}          # scf.for → its trip count, the same in every program
@@ -106,7 +108,9 @@ class _Analysis:
                 lanes = self.lanes[op.operands[0]]
                 self.loads[op] = (lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
             if op.name == "tt.store" and self.lanes.get(op.operands[0]) is not None:
-                self.stores[op] = self.lanes[op.operands[0]]
+                lanes = self.lanes[op.operands[0]]
+                self.stores[op] = lanes
+                self.store_loops[op] = None if lanes.origin is None else self.loops.get(lanes.origin[0])
             at = _MASK_OPERAND.get(op.name)
             if at is not None:
                 limits = self.masks.get(op.operands[at]) if len(op.operands) > at else None
@@ -156,13 +160,18 @@ class _Analysis:
         lower, upper, stride = self._static(lb), self._static(ub), uniform(self._static(step))
         trips = None
         if lower is not None and upper is not None and stride:
-            trips = max(0, int(np.max(-((lower - upper) // stride))))
+            count = np.maximum(0, -((lower - upper) // stride))
+            trips = int(np.max(count))
+            if uniform(count) is not None:
+                self.counts[op] = trips
             if uniform(lower) is not None and uniform(upper) is not None:
                 self.trips[op] = trips
         zero = np.zeros((), np.int64)
         for name in [iv, *(n for n, _ in bindings), *(n for n, _ in body.args)]:
             self.masks.pop(name, None)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
+        if self.counts.get(op) == 1 and lower is not None:
+            self.lanes[iv] = Lanes((), None, lower)    # one trip: the induction variable is its lower bound
         steps: dict[str, int] = {} if stride is None else {iv: stride}
         inits = {iv: lower}
         assumed = {}
@@ -247,6 +256,8 @@ class Found:
     dots: dict[Op, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)   # tt.dot → operand labels
     stores: dict[Op, Lanes] = field(default_factory=dict)  # store → its pointer's lanes
     limits: dict[Op, Limits] = field(default_factory=dict)  # load/store → bound on its mask's live lanes
+    counts: dict[Op, int] = field(default_factory=dict)    # scf.for → trip count, the same in every program
+    store_starts: dict[Op, np.ndarray] = field(default_factory=dict)   # store → every lane-0 offset (as loads')
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -257,13 +268,15 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     loads = {op: LoadLanes(op, lanes, _starts(lanes, loop))
              for op, (lanes, loop) in analysis.loads.items() if lanes.buffer is not None}
     dots = dict(analysis.labels.dots) if analysis.labels.sound else {}
+    store_starts = {op: starts for op, lanes in analysis.stores.items()
+                    if (starts := _starts(lanes, analysis.store_loops.get(op))) is not None}
     return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores),
-                 dict(analysis.limits))
+                 dict(analysis.limits), dict(analysis.counts), store_starts)
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:
-    """Every lane-0 offset the load may read from (over programs and the trips of ``loop``, the
-    loop of the lanes' origin), or None."""
+    """Every lane-0 offset the access may touch (over the trips of ``loop``, the loop of the lanes' origin,
+    then the programs: trip-major), or None."""
     if lanes.value is None:
         return None
     if lanes.origin is None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonplug_interpret.xla import gemm, lanes, strided, tiles
+from tritonplug_interpret.xla import gemm, lanes, strided, tiles, vectorise
 from tritonplug_interpret.xla.program import WRITES, BufferInfo
 from tritonplug_interpret.xla.ttir import Function, Op, walk
 from tritonplug_interpret.xla.windows import Window, windows
@@ -30,6 +30,7 @@ class Plan:
     """What the passes decided; every map is keyed by an op of the function."""
 
     parallel: bool                               # programs vectorised over the grid (else in order)
+    vectorised: Mapping[Op, vectorise.Vectorised]   # scf.for → run vmap-ed over its independent trips
     windows: Mapping[Op, Window]                 # top-level access → grid-wide slice
     hoisted: frozenset[Op]                       # top-level tt.load ops with a window (read before the grid)
     carried: Mapping[Op, Mapping[str, lanes.Carried]]   # scf.for → {pointer iter_arg: how the loop carries it}
@@ -55,8 +56,22 @@ class Launch:
         return int(np.prod(self.grid))
 
 
+def _vectorise(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
+    roots = _roots(launch.fn, dict(launch.pointer_args))
+    result = found["lanes"]
+
+    def buffer_of(op: Op) -> int | None:
+        lanes_of = result.loads[op].lanes if op in result.loads else result.stores.get(op)
+        return None if lanes_of is None else lanes_of.buffer
+
+    planned = ((op, vectorise.vectorisable(op, result.counts.get(op), result.carried.get(op, {}), roots, buffer_of))
+               for op in straight_line(launch.fn.body) if op.name == "scf.for")
+    return {"vectorised": {op: v for op, v in planned if v is not None}}
+
+
 def _schedule(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
-    return {"parallel": choose_parallel(launch.fn, dict(launch.pointer_args))}
+    parallel = choose_parallel(launch.fn, dict(launch.pointer_args), frozenset(found["vectorised"]))
+    return {"parallel": parallel, "vectorised": found["vectorised"] if parallel else {}}
 
 
 def _lanes(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +88,9 @@ def _bounds(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
 
 
 def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
-    slices = windows(launch.fn, found["lanes"], launch.programs) if found["parallel"] else {}
+    loops = {op: v.trips for op, v in found["vectorised"].items()}
+    top = straight_line(launch.fn.body)     # (with the branches' sides)
+    slices = windows(launch.fn, found["lanes"], launch.programs, loops, top) if found["parallel"] else {}
     slices = {op: w for op, w in slices.items() if op not in found["tilings"]}
     return {"windows": slices, "hoisted": frozenset(op for op in slices if op.name == "tt.load")}
 
@@ -104,7 +121,8 @@ def _strided(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
 
 #: The passes in order: each reads the launch and what earlier passes found, and adds its own findings.
 PASSES: tuple[tuple[str, Callable[[Launch, dict[str, Any]], dict[str, Any]]], ...] = (
-    ("schedule", _schedule), ("lanes", _lanes), ("bounds", _bounds), ("tiling", _tiling), ("windows", _windows),
+    ("lanes", _lanes), ("vectorise", _vectorise), ("schedule", _schedule), ("bounds", _bounds),
+    ("tiling", _tiling), ("windows", _windows),
     ("sharing", _sharing), ("strided", _strided),
 )
 
@@ -121,7 +139,7 @@ def make(fn: Function, pointer_args: Mapping[str, int], arguments: Sequence[tupl
     for _, run in PASSES:
         found.update(run(launch, found))
     frozen = MappingProxyType
-    return Plan(found["parallel"], frozen(dict(found["windows"])), found["hoisted"],
+    return Plan(found["parallel"], frozen(dict(found["vectorised"])), frozen(dict(found["windows"])), found["hoisted"],
                 frozen({op: frozen(dict(c)) for op, c in found["carried"].items()}), frozen(dict(found["trips"])),
                 frozen(found["shared_dots"]), frozen(found["tilings"]), frozen(found["accesses"]), found["inside"])
 
@@ -163,38 +181,52 @@ def _roots(fn: Function, pointer_args: dict[str, int]) -> dict[str, frozenset[in
     return roots
 
 
-def straight_line(block) -> list[Op]:
+def straight_line(block, loops: frozenset[Op] = frozenset()) -> list[Op]:
     """The ops every program runs at most once, in order: the block's, and those of its branches (``scf.if``,
-    ``cf.cond_br``: in parallel mode both sides run masked), not those of loops."""
+    ``cf.cond_br``: in parallel mode both sides run masked) and of the ``loops`` run vectorised (their trips run
+    at once, :mod:`.vectorise`), not those of other loops."""
     out = []
     for op in block.ops:
         out.append(op)
-        if op.name in ("scf.if", "cf.cond_br"):
-            out += [o for region in op.regions for b in region for o in straight_line(b)]
+        if op.name in ("scf.if", "cf.cond_br") or op in loops:
+            out += [o for region in op.regions for b in region for o in straight_line(b, loops)]
     return out
 
 
-def choose_parallel(fn: Function, pointer_args: dict[str, int]) -> bool:
+def choose_parallel(fn: Function, pointer_args: dict[str, int], loops: frozenset[Op] = frozenset()) -> bool:
     used = _used_names(fn)
     for op in walk(fn.body):
         if op.name == "tt.atomic_cas" or (op.name == "tt.atomic_rmw" and any(r in used for r in op.results)):
             return False
         if op.name == "tt.atomic_rmw" and op.keyword in ("and", "or", "xor"):
             return False  # no scatter combines bits: these run lane by lane, programs in order
-    top = straight_line(fn.body)
-    top_set = set(top)
+    top_set = set(straight_line(fn.body, loops))
     if any(op.name in WRITES and op not in top_set for op in walk(fn.body)):
         return False
-    roots = _roots(fn, pointer_args)
-    written: set[int] = set()
-    for op in top:
-        nested = [op] + [o for region in op.regions for b in region for o in walk(b)]
-        for o in nested:
-            if o.name in ("tt.load", "tt.descriptor_load") and roots.get(o.operands[0], frozenset()) & written:
-                return False
+    return _reads_after_writes(fn.body, _roots(fn, pointer_args), set(), loops) is not None
+
+
+def _reads_after_writes(block, roots: dict[str, frozenset[int]], written: set[int],
+                        loops: frozenset[Op]) -> set[int] | None:
+    """The buffers written after ``block`` runs (from ``written`` before it), or None where a load may read a
+    buffer the program wrote before it. A branch's sides start from the same buffers (only one runs)."""
+    for op in block.ops:
+        nested = [o for region in op.regions for b in region for o in walk(b)]
+        if any(o.name in ("tt.load", "tt.descriptor_load") and roots.get(o.operands[0], frozenset()) & written
+               for o in [op, *nested]):
+            return None
         if op.name in WRITES:
             target = roots.get(op.operands[0])
             if not target:
-                return False
-            written |= target
-    return True
+                return None
+            written = written | target
+        if op.name in ("scf.if", "cf.cond_br") or op in loops:
+            after = set(written)
+            for region in op.regions:
+                for b in region:
+                    side = _reads_after_writes(b, roots, set(written) if op not in loops else after, loops)
+                    if side is None:
+                        return None
+                    after |= side
+            written = after
+    return written

@@ -23,7 +23,7 @@ Everything else keeps the general gather/scatter (or :mod:`.strided`'s views, :m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,31 +80,57 @@ class Window:
         return int(np.prod(shape, dtype=np.int64)), shape
 
 
-def windows(fn: Function, found: Found, programs: int) -> Mapping[Op, Window]:
-    """Each top-level load/store whose lanes over the grid form a box of the reshaped buffer → its :class:`Window`."""
+def windows(fn: Function, found: Found, programs: int, loops: Mapping[Op, int] | None = None,
+            top: Sequence[Op] | None = None) -> Mapping[Op, Window]:
+    """Each top-level load/store whose lanes over the grid form a box of the reshaped buffer → its :class:`Window`.
+
+    ``top``: the ops every program runs once (default: the function's block; the plan adds its branches' sides,
+    whose accesses are masked by the branch's predicate); ``loops`` (a vectorised ``scf.for`` → its trip count,
+    :mod:`.vectorise`) adds the accesses of their bodies, whose lanes over the grid and the trips (program-major)
+    form a box: a window of ``programs * trips`` rows."""
     out = {}
-    for op in fn.body.ops:
+    candidates = [(op, None, 1) for op in (fn.body.ops if top is None else top)]
+    for loop, trips in (loops or {}).items():
+        names = {loop.loop.iv, *(n for n, _ in loop.loop.iter_args)}
+        candidates += [(op, names, trips) for op in loop.regions[0][0].ops]
+    for op, names, trips in candidates:
         if op.name == "tt.load" and op in found.loads:
             lanes, types = found.loads[op].lanes, op.result_types
             shape = shape_of(types[-1]) if types else None
+            starts = found.loads[op].starts
         elif op.name == "tt.store" and op in found.stores:
             lanes, shape = found.stores[op], shape_of(op.type_text) if op.type_text else None
+            starts = found.store_starts.get(op)
         else:
             continue
-        window = _window(lanes, shape, found.limits.get(op), programs, op.name == "tt.store")
+        starts = _grid_starts(lanes, starts, names, programs, trips)
+        window = None if starts is None else _window(lanes, shape, found.limits.get(op), starts, op.name == "tt.store")
         if window is not None:
             out[op] = window
     return out
 
 
-def _window(lanes: Lanes, shape: tuple[int, ...] | None, limits: Limits | None, programs: int,
+def _grid_starts(lanes: Lanes, starts: np.ndarray | None, names: set | None, programs: int,
+                 trips: int) -> np.ndarray | None:
+    """Lane 0's offset in every program (and, in a vectorised loop's body, every trip: program-major), or None."""
+    if lanes.buffer is None or lanes.value is None:
+        return None
+    if lanes.origin is None:
+        value = np.broadcast_to(lanes.value, (programs,)) if lanes.value.ndim == 0 else lanes.value.reshape(-1)
+        if value.shape[0] != programs:
+            return None
+        return np.repeat(value, trips)
+    if names is None or lanes.origin[0] not in names or starts is None or starts.size % trips:
+        return None     # relative to a value of a loop that is not vectorised
+    by_trip = starts.reshape(trips, -1)      # (lanes._starts: trip-major)
+    if by_trip.shape[1] not in (1, programs):
+        return None
+    return np.broadcast_to(by_trip, (trips, programs)).T.reshape(-1)
+
+
+def _window(lanes: Lanes, shape: tuple[int, ...] | None, limits: Limits | None, starts: np.ndarray,
             store: bool) -> Window | None:
-    if shape is None or lanes.buffer is None or lanes.origin is not None or lanes.value is None:
-        return None
-    if len(lanes.strides) != len(shape):
-        return None
-    starts = np.broadcast_to(lanes.value, (programs,)) if lanes.value.ndim == 0 else lanes.value.reshape(-1)
-    if starts.shape[0] != programs:
+    if shape is None or lanes.buffer is None or len(lanes.strides) != len(shape):
         return None
     grid = program_axes(starts)
     if grid is None:
@@ -202,6 +228,9 @@ def write_window(buffer: Any, w: Window, values: Any, active: Any) -> Any:
     live = tuple(slice(0, w.axes[k].extent if k in order else 1) for k in range(len(w.axes)))
 
     def boxed(x: Any) -> Any:
+        x = jnp.asarray(x)
+        lead = x.ndim - len(w.block)    # (programs, trips, *block) from a vectorised loop: one axis of rows
+        x = x.reshape(-1, *x.shape[lead:]) if lead > 1 else x
         x = jnp.broadcast_to(x, (w.programs, *w.block)).reshape(sizes)[live]
         x = x.reshape([w.axes[k].extent for k in range(len(w.axes)) if k in order])
         return jnp.transpose(x, np.argsort(np.argsort(order)).tolist()) if order else x

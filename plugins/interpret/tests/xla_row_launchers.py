@@ -1,0 +1,98 @@
+"""Launchers of Liger-Kernel 0.8.5's row kernels that ``examples/ports/`` does not port (LayerNorm, GeGLU,
+Softmax), for counting what their translations compile to on the CPU (``test_xla_row_kernels.py``).
+
+Each launches the installed kernel (``tritonplug.kernels_of``, never copied) as Liger's own launcher does
+(``liger_kernel.ops.layer_norm.layer_norm_forward`` …): one program per row, ``calculate_settings`` for the
+block; LayerNorm's backward as Liger launches it off the GPU (``sm_count`` 1: one program that loops over
+every row). Outputs are fresh arrays where Liger writes in place (GeGLU's backward).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import triton
+
+import tritonplug
+
+_utils = tritonplug.kernels_of("liger_kernel.ops.utils")
+_layer_norm = tritonplug.kernels_of("liger_kernel.ops.layer_norm")
+_geglu = tritonplug.kernels_of("liger_kernel.ops.geglu")
+_softmax = tritonplug.kernels_of("liger_kernel.ops.softmax")
+calculate_settings = _utils.calculate_settings
+_layer_norm_forward_kernel = tritonplug.launch(_layer_norm._layer_norm_forward_kernel)
+_layer_norm_backward_kernel = tritonplug.launch(_layer_norm._layer_norm_backward_kernel)
+_geglu_forward_kernel = tritonplug.launch(_geglu._geglu_tanh_forward_kernel)
+_geglu_backward_kernel = tritonplug.launch(_geglu._geglu_tanh_backward_kernel)
+_softmax_single = tritonplug.launch(_softmax._softmax_single_block_forward_kernel)
+_softmax_multi = tritonplug.launch(_softmax._softmax_multi_block_forward_kernel)
+
+
+@tritonplug.torch_launcher
+def layer_norm_forward(X, W, B, eps):
+    """Liger's ``layer_norm_forward``: (Y, Mean, RSTD)."""
+    n_rows, n_cols = X.shape
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    Y = tritonplug.empty((n_rows, n_cols), dtype=X.dtype)
+    Mean = tritonplug.empty(n_rows, dtype=jnp.float32)
+    RSTD = tritonplug.empty(n_rows, dtype=jnp.float32)
+    _layer_norm_forward_kernel[(n_rows,)](
+        Y, Y.stride(0), X, X.stride(0), W, W.stride(0), B, B.stride(0), Mean, Mean.stride(0), RSTD, RSTD.stride(0),
+        n_cols, eps, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return Y, Mean, RSTD
+
+
+@tritonplug.torch_launcher
+def layer_norm_backward(dY, X, W, Mean, RSTD):
+    """Liger's ``layer_norm_backward`` with one program (``sm_count`` 1 off the GPU): (dX, dW, dB)."""
+    n_rows, n_cols = dY.shape
+    sm_count = 1
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    DX = tritonplug.empty((n_rows, n_cols), dtype=X.dtype)
+    _DW = tritonplug.empty((sm_count, n_cols), dtype=jnp.float32)
+    _DB = tritonplug.empty((sm_count, n_cols), dtype=jnp.float32)
+    rows_per_program = math.ceil(n_rows / sm_count)
+    _layer_norm_backward_kernel[(sm_count,)](
+        X, X.stride(0), W, Mean, Mean.stride(0), RSTD, RSTD.stride(0), DX, DX.stride(0), _DW, _DW.stride(0),
+        _DB, _DB.stride(0), dY, dY.stride(0), n_rows, n_cols, rows_per_program=rows_per_program,
+        BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return DX, jnp.sum(_DW[...], axis=0), jnp.sum(_DB[...], axis=0)
+
+
+@tritonplug.torch_launcher
+def geglu_forward(a, b):
+    """Liger's ``geglu_forward``: c."""
+    n_rows, n_cols = a.shape
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    c = tritonplug.empty_like(a)
+    _geglu_forward_kernel[(n_rows,)](a, b, c, c.stride(-2), n_cols=n_cols, BLOCK_SIZE=BLOCK_SIZE,
+                                     num_warps=num_warps)
+    return c
+
+
+@tritonplug.torch_launcher(writes=("a", "b"))
+def geglu_backward(a, b, dc):
+    """Liger's ``geglu_backward`` (in place over ``a`` and ``b``): (da, db)."""
+    n_rows, n_cols = dc.shape
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    _geglu_backward_kernel[(n_rows,)](dc, a, b, dc.stride(-2), n_cols=n_cols, BLOCK_SIZE=BLOCK_SIZE,
+                                      num_warps=num_warps)
+    return a, b
+
+
+def _settings(n_cols):
+    """``calculate_settings`` (whose 32 warps for blocks of 32768 or more ask torch whether this is ROCm): 32."""
+    return calculate_settings(n_cols) if n_cols <= 16384 else (triton.next_power_of_2(n_cols), 32)
+
+
+@tritonplug.torch_launcher
+def softmax_forward(x):
+    """Liger's ``_softmax_forward``: one block per row up to 65536 columns (``calculate_settings``), else blocks
+    along the row."""
+    n_rows, n_cols = x.shape
+    BLOCK_SIZE, num_warps = _settings(n_cols)
+    y = tritonplug.empty_like(x)
+    kernel = _softmax_single if n_cols <= BLOCK_SIZE else _softmax_multi
+    kernel[(n_rows,)](y, y.stride(0), x, x.stride(0), n_cols, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return y
