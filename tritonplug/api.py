@@ -116,7 +116,7 @@ def _call(args: tuple[Any, ...], kernel: Any, out_shape: Any, out_type: Any, kwa
     call = CallSpec(kernel=facts, bound=bound, metaparams=tuple(sorted(constexprs.items())),
                     out_specs=out_specs, options=options)
     resolver.resolve(call, binding.operand_specs(arrays))  # the call's checks; its lowering reads the result
-    ensure_lowering_rules(state.host().platforms())
+    ensure_lowering_rules(state.host().lowered_platforms())
     dispatch = None
     if not bound.refs:
         dispatch = eager_dispatcher(call)

@@ -48,6 +48,11 @@ REQUIRED_HOOKS = (
 USER_ERRORS = (ValueError, TypeError, NotImplementedError)
 
 
+#: Where a backend that declares ``inlines`` lowers a call given ``inline=True``: the CPU and the GPUs Triton
+#: compiles for (its translation is XLA ops, which each of them compiles).
+INLINE_PLATFORMS = ("cpu", "cuda", "rocm")
+
+
 class Backend:
     """One loaded plugin: its description and typed access to its hooks."""
 
@@ -198,6 +203,12 @@ class Host:
     def platforms(self) -> set[str]:
         """Every JAX platform some loaded backend declares."""
         return {p for backend in self.backends.values() for p in backend.info.platforms}
+
+    def lowered_platforms(self) -> set[str]:
+        """The platforms calls are lowered for: those declared, and :data:`INLINE_PLATFORMS` where a backend
+        declares ``inlines`` (a call given ``inline=True`` needs no backend of the platform itself)."""
+        inlining = any(backend.info.inlines for backend in self.backends.values())
+        return self.platforms() | (set(INLINE_PLATFORMS) if inlining else set())
 
     def backend_for(self, platform: str, inline: bool = False) -> Backend:
         """The backend serving a JAX platform, or with ``inline`` the one that declares ``inlines`` (a call's
