@@ -4,6 +4,7 @@ marks that skip (with a reason) what this environment cannot run. Fixtures live 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -106,3 +107,17 @@ def run_exported(script: str, exported_path: Path) -> list[str]:
                           env=env, cwd=exported_path.parent, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.split()
+
+
+def run_sharding_suite(script: str, mode: str, *args: str) -> dict:
+    """``tests/<script> mode *args`` in a child on 8 CPU devices: its last ``REPORT {json}`` line, checked to come
+    from 8 devices in ``mode``. Checked mode is off there: its debug callback crashes XLA:CPU inside a partitioned
+    body (jax 0.10.2; docs/partitioned.md)."""
+    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0")
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / script), mode, *args], capture_output=True,
+                          text=True, timeout=900, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and lines, f"suite failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+    report = json.loads(lines[-1].removeprefix("REPORT "))
+    assert report["devices"] == 8 and report["mode"] == mode
+    return report

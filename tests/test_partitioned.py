@@ -9,12 +9,8 @@ reduction factor is split) and the results' shardings. The same suite runs on GP
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
-from helpers import ROOT, cpu_devices_env, requires_backend
+from helpers import requires_backend, run_sharding_suite
 
 pytestmark = requires_backend("interpret")
 
@@ -22,15 +18,7 @@ MODES = ("shardy", "gspmd", "explicit")
 
 
 def _run_suite(mode: str) -> dict:
-    # Checked mode off: its debug callback crashes XLA:CPU inside a partitioned body (jax 0.10.2; docs/partitioned.md).
-    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0")
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "sharding_suite.py"), mode], capture_output=True,
-                          text=True, timeout=900, env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert done.returncode == 0 and lines, f"suite failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
-    report = json.loads(lines[-1].removeprefix("REPORT "))
-    assert report["devices"] == 8 and report["mode"] == mode
-    return report
+    return run_sharding_suite("sharding_suite.py", mode)
 
 
 @pytest.fixture(scope="module", params=MODES)

@@ -11,14 +11,11 @@ and explicit axes; the hypothesis cases here draw signatures and spellings (``ke
 from __future__ import annotations
 
 import inspect
-import json
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
-from helpers import ROOT, cpu_devices_env, requires_backend
+from helpers import requires_backend, run_sharding_suite
 from hypothesis import given, settings
 from keyword_cases import cases
 
@@ -35,14 +32,7 @@ FIXED = [f"{launcher}/{s}" for launcher in ("string_rule", "torch_launcher") for
 
 @pytest.fixture(scope="module", params=MODES)
 def report(request):
-    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0")
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "keyword_suite.py"), request.param, "25"],
-                          capture_output=True, text=True, timeout=900, env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert done.returncode == 0 and lines, f"suite failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
-    report = json.loads(lines[-1].removeprefix("REPORT "))
-    assert report["devices"] == 8 and report["mode"] == request.param
-    return report
+    return run_sharding_suite("keyword_suite.py", request.param, "25")
 
 
 @pytest.mark.parametrize("case", FIXED)

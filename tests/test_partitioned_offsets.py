@@ -8,16 +8,12 @@ The one-device cases and the refusals run here.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import offset_kernels as ok
 import pytest
-from helpers import ROOT, cpu_devices_env, requires_backend
+from helpers import requires_backend, run_sharding_suite
 from jax.sharding import PartitionSpec as P
 
 import tritonplug
@@ -29,14 +25,7 @@ MODES = ("shardy", "gspmd", "explicit")
 
 @pytest.fixture(scope="module", params=MODES)
 def report(request):
-    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0")
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "offset_suite.py"), request.param],
-                          capture_output=True, text=True, timeout=900, env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert done.returncode == 0 and lines, f"suite failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
-    report = json.loads(lines[-1].removeprefix("REPORT "))
-    assert report["devices"] == 8 and report["mode"] == request.param
-    return report
+    return run_sharding_suite("offset_suite.py", request.param)
 
 
 def ran(report: dict, case: str, factors: list) -> dict:
