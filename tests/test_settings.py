@@ -18,6 +18,7 @@ import tritonplug
 from tritonplug import settings
 from tritonplug.cache import disk as cache
 from tritonplug.cache import remote as remote_cache
+from tritonplug.cli import settings_table
 from tritonplug.cli import tune as tuning_cli
 from tritonplug.settings import OFF_WORDS, ON_WORDS, SettingError
 
@@ -202,7 +203,7 @@ def test_kernel_environment_undeclared_and_in_effect(clean: pytest.MonkeyPatch, 
     clean.setenv("TRITONPLUG_COMPILE_TIMEOUT", "soon")
     assert settings.kernel_environment() == [("TRITONPLUG_INTERPRET_CHECK", "1"), ("TRITONPLUG_THIRD_PARTY_MODE", "x")]
     assert settings.undeclared() == ["TRITONPLUG_THIRD_PARTY_MODE"]
-    shown = settings.in_effect()
+    shown = settings_table.in_effect()
     assert list(shown) == [s.name for s in settings.declared()]
     assert settings.lookup("TRITONPLUG_INTERPRET_CHECK").owner == "interpret"
     assert shown["TRITONPLUG_CACHE_DIR"] == f"{tmp_path} (set)"
@@ -224,7 +225,7 @@ def documented_table() -> str:
 
 def test_the_documented_table_is_the_generated_one() -> None:
     """docs/configuration.md documents the host and the plugins this repository ships, read from their source."""
-    assert documented_table() == settings.markdown(every_setting()), (
+    assert documented_table() == settings_table.markdown(every_setting()), (
         "docs/configuration.md's settings table differs from the declarations (tritonplug/settings.py and each "
         "bundled plugin's settings module): with every bundled plugin installed, paste the output of "
         "`tritonplug settings --markdown` between its markers")
@@ -241,7 +242,7 @@ def test_the_command_prints_the_table_of_the_installed_plugins() -> None:
     done = subprocess.run([sys.executable, "-m", "tritonplug", "settings", "--markdown"], capture_output=True,
                           text=True, timeout=120, env=environment)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == settings.markdown() + "\n"
+    assert done.stdout == settings_table.markdown() + "\n"
     listed = subprocess.run([sys.executable, "-m", "tritonplug", "--json", "settings"], capture_output=True,
                             text=True, timeout=120, env={**environment, "TRITONPLUG_CPU_PATH": "interpret"})
     assert listed.returncode == 0, listed.stderr

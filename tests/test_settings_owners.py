@@ -20,6 +20,7 @@ from test_plugins_register import Hooks
 from tritonplug import cache_hookspecs, settings
 from tritonplug.cache.plugins import CachePlugins
 from tritonplug.cache_records import RemoteCacheInfo
+from tritonplug.cli import settings_table
 from tritonplug.compile.backends import Host
 from tritonplug.errors import PluginError
 from tritonplug.hookspecs import hookimpl
@@ -70,7 +71,7 @@ def test_a_plugin_declares_its_settings_and_they_leave_the_typo_list(host: Host,
     (declared,) = settings.declared(["owner_a"])
     assert declared.owner == "owner_a" and declared.get() is True and settings.lookup(declared.name) == declared
     assert "TRITONPLUG_OWNER_A_SWITCH" not in settings.undeclared()
-    assert settings.in_effect()["TRITONPLUG_OWNER_A_SWITCH"] == "on (set)"
+    assert settings_table.in_effect()["TRITONPLUG_OWNER_A_SWITCH"] == "on (set)"
     monkeypatch.setenv("TRITONPLUG_OWNER_A_SWITCH", "maybe")
     assert settings.invalid(["owner_a"]) == [
         "TRITONPLUG_OWNER_A_SWITCH must be on or off: one of 1, true, yes, on, 0, false, no, off (any case), "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tritonplug import settings
+from tritonplug.cli import settings_table
 
 
 def collect_info() -> dict[str, Any]:
@@ -50,7 +51,7 @@ def collect_info() -> dict[str, Any]:
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),
         # every setting the host and the loaded plugins declare: its value now and whether it was set or is the default
-        "settings": {name: redact(text) for name, text in settings.in_effect().items()},
+        "settings": {name: redact(text) for name, text in settings_table.in_effect().items()},
         "setting owners": _owners(),
         "undeclared variables": ", ".join(settings.undeclared()) or "none",  # a typo, or an unloaded plugin's
     }
@@ -70,7 +71,7 @@ def collect_settings() -> dict[str, Any]:
     from tritonplug.cache.plugins import redact
 
     loaded_plugins()
-    shown = settings.in_effect()
+    shown = settings_table.in_effect()
     return {s.name: {"owner": s.owner, "value": redact(shown[s.name]), "meaning": s.doc} for s in settings.declared()}
 
 

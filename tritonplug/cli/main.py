@@ -68,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
 
         report, status = collect_info(), 0
     elif args.command == "settings":
-        from tritonplug import settings
+        from tritonplug.cli import settings_table
         from tritonplug.cli.info import collect_settings, loaded_plugins
 
         if args.markdown:
             loaded_plugins()
-            print(settings.markdown())
+            print(settings_table.markdown())
             return 0
         report, status = collect_settings(), 0
     elif args.command == "tune":
