@@ -17,6 +17,8 @@ Parts (``--parts``, comma-separated):
   choice (``jax``, ``jax-dense``, ``tritonplug``) at the shapes above, tokens x top-k = 65,536 rows.
 * ``model``: ``examples/moe/train.py`` per choice, each in its own process (tokens/s, device peak, losses).
 * ``grads``: the model's loss gradients per choice against the ``jax`` choice in fp32 (one layer).
+* ``first-steps``: each choice's first two training steps against the same losses computed apart (the first
+  step's learning rate is 0: it must change nothing).
 
 Tuning: before a shape is timed, ``tritonplug.tune`` times each kernel configuration of the ``tritonplug`` calls as
 a program of its own and records the fastest, which the timed programs then run (``--no-tune``: the first).
@@ -252,7 +254,46 @@ def part_grads(results: Results, args) -> None:
                         worst_rel_l2=max(v["rel_l2"] for v in per.values()))
 
 
-PARTS = {"gmm": part_gmm, "layer": part_layer, "model": part_model, "grads": part_grads}
+def part_first_steps(results: Results, args) -> None:
+    """Where the ``jax`` choice's loss curve leaves the others' (docs/moe.md): each choice's trainer takes two steps
+    as ``train.py`` does. The first step's learning rate is 0 (warm-up from 0), so its update must leave the
+    parameters as they were, and the second step's loss must equal the loss of the initial parameters on the
+    second batch, computed apart by a plain ``jit`` (no donation). Per choice: both losses, and the largest change
+    of any parameter over the first step."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from examples.llama.data import MarkovText
+    from examples.llama.step import Trainer
+    from examples.moe import model
+    from examples.moe.config import CONFIGS
+
+    cfg = CONFIGS["tiny-bf16" if args.smoke else args.model_config]
+    bench = f"first steps {'tiny-bf16' if args.smoke else args.model_config}"
+    for choice in args.first_steps_choices.split(","):
+        with results.guard(bench, choice):
+            params = model.init(cfg, jax.random.key(args.seed))
+            data = MarkovText(cfg.vocab, seed=args.seed)
+            batches = [data.batch(cfg.batch, cfg.seq) for _ in range(2)]
+            ops = model.MoEOps(choice)
+            plain = jax.jit(functools.partial(model.loss, cfg=cfg, ops=ops))
+            apart = [float(plain(params, *b)) for b in batches]
+            trainer = Trainer(cfg, ops, params, loss=model.loss, param_specs=model.PARAM_SPECS)
+            first = trainer.step(*batches[0])
+            moved = {jax.tree_util.keystr(k): float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))))
+                     for (k, a), b in zip(jax.tree_util.tree_leaves_with_path(trainer.params),
+                                          jax.tree_util.tree_leaves(params), strict=True)}
+            after = float(plain(trainer.params, *batches[1]))
+            second = trainer.step(*batches[1])
+            results.add(bench, choice, median_us=None, step_losses=[first, second], apart_losses=apart,
+                        loss_after_first_step_apart=after, largest_change=max(moved.values()),
+                        changed=[k for k, v in moved.items() if v != 0.0 or not np.isfinite(v)])
+            del trainer, plain
+
+
+PARTS = {"gmm": part_gmm, "layer": part_layer, "model": part_model, "grads": part_grads,
+         "first-steps": part_first_steps}
 
 
 def main(argv=None) -> None:
@@ -278,6 +319,7 @@ def main(argv=None) -> None:
     p.add_argument("--grads-layers", type=int, default=1, help="layers of the grads part's model")
     p.add_argument("--grads-ref", default="jax", help="the grads part's reference choice")
     p.add_argument("--grads-ref-dtype", default="float32", help="the grads part's reference dtype")
+    p.add_argument("--first-steps-choices", default="jax,jax-dense,tritonplug", help="first-steps part: the choices")
     p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)

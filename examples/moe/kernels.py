@@ -159,6 +159,33 @@ def grouped_matmul_dw_kernel(a_ptr, b_ptr, c_ptr, sorted_token_ids_ptr, expert_o
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_k[:, None] < K) & (offs_n[None, :] < N))
 
 
+@triton.jit
+def grouped_matmul_dw_rows_kernel(a_ptr, b_ptr, c_ptr, group_ends_ptr, K, N, stride_am, stride_ak, stride_bm,
+                                  stride_bn, stride_ce, stride_ck, stride_cn, BLOCK_SIZE_K: tl.constexpr,
+                                  BLOCK_SIZE_N: tl.constexpr, BLOCK_ROWS: tl.constexpr):
+    """:func:`grouped_matmul_dw_kernel` for rows already in group order (``ragged_dot``'s ``lhs``): the rows of
+    group ``e`` are ``group_ends[e - 1] .. group_ends[e]`` of ``A`` and ``B`` themselves, read without the plan's
+    row ids."""
+    pid = tl.program_id(0)
+    expert = tl.program_id(1)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    offs_k = (pid // num_pid_n) * BLOCK_SIZE_K + tl.arange(0, BLOCK_SIZE_K)
+    offs_n = (pid % num_pid_n) * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    start = tl.load(group_ends_ptr + expert - 1, mask=expert > 0, other=0).to(tl.int64)
+    end = tl.load(group_ends_ptr + expert).to(tl.int64)
+    acc = tl.zeros((BLOCK_SIZE_K, BLOCK_SIZE_N), dtype=tl.float32)
+    for row in range(start, end, BLOCK_ROWS):
+        offs_row = row + tl.arange(0, BLOCK_ROWS)
+        in_group = offs_row < end
+        a = tl.load(a_ptr + offs_row[None, :] * stride_am + offs_k[:, None] * stride_ak,
+                    mask=in_group[None, :] & (offs_k[:, None] < K), other=0.0)
+        b = tl.load(b_ptr + offs_row[:, None] * stride_bm + offs_n[None, :] * stride_bn,
+                    mask=in_group[:, None] & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    c_ptrs = c_ptr + expert.to(tl.int64) * stride_ce + offs_k[:, None] * stride_ck + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_k[:, None] < K) & (offs_n[None, :] < N))
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockPlan:
     """Where each expert's rows go, block by block (vLLM's ``moe_align_block_size`` outputs, plus offsets).
