@@ -271,22 +271,24 @@ def part_first_steps(results: Results, args) -> None:
 
     cfg = CONFIGS["tiny-bf16" if args.smoke else args.model_config]
     bench = f"first steps {'tiny-bf16' if args.smoke else args.model_config}"
-    for choice in args.first_steps_choices.split(","):
-        with results.guard(bench, choice):
+    for choice, donate in ((c, d) for c in args.first_steps_choices.split(",") for d in args.first_steps_donate):
+        impl = choice if donate else f"{choice} (no donation)"
+        with results.guard(bench, impl):
             params = model.init(cfg, jax.random.key(args.seed))
             data = MarkovText(cfg.vocab, seed=args.seed)
             batches = [data.batch(cfg.batch, cfg.seq) for _ in range(2)]
             ops = model.MoEOps(choice)
             plain = jax.jit(functools.partial(model.loss, cfg=cfg, ops=ops))
             apart = [float(plain(params, *b)) for b in batches]
-            trainer = Trainer(cfg, ops, params, loss=model.loss, param_specs=model.PARAM_SPECS)
+            trainer = Trainer(cfg, ops, params, loss=model.loss, param_specs=model.PARAM_SPECS, donate=donate)
             first = trainer.step(*batches[0])
+            counts = [int(c) for c in jax.tree_util.tree_leaves(trainer.opt_state) if jnp.ndim(c) == 0]
             moved = {jax.tree_util.keystr(k): float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))))
                      for (k, a), b in zip(jax.tree_util.tree_leaves_with_path(trainer.params),
                                           jax.tree_util.tree_leaves(params), strict=True)}
             after = float(plain(trainer.params, *batches[1]))
             second = trainer.step(*batches[1])
-            results.add(bench, choice, median_us=None, step_losses=[first, second], apart_losses=apart,
+            results.add(bench, impl, median_us=None, step_losses=[first, second], apart_losses=apart, counts=counts,
                         loss_after_first_step_apart=after, largest_change=max(moved.values()),
                         changed=[k for k, v in moved.items() if v != 0.0 or not np.isfinite(v)])
             del trainer, plain
@@ -320,6 +322,8 @@ def main(argv=None) -> None:
     p.add_argument("--grads-ref", default="jax", help="the grads part's reference choice")
     p.add_argument("--grads-ref-dtype", default="float32", help="the grads part's reference dtype")
     p.add_argument("--first-steps-choices", default="jax,jax-dense,tritonplug", help="first-steps part: the choices")
+    p.add_argument("--first-steps-donate", default=[True], type=lambda s: [w == "on" for w in s.split(",")],
+                   help="first-steps part: `on`, `off` or `on,off`: whether the step donates its inputs")
     p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)

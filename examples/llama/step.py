@@ -33,11 +33,12 @@ def optimizer(cfg: Config) -> optax.GradientTransformation:
 
 class Trainer:
     """``loss(params, tokens, targets, cfg, ops, constrain)`` and ``param_specs`` (a leaf's name → its
-    ``PartitionSpec`` on a mesh) default to this model's; ``examples/moe`` passes its own."""
+    ``PartitionSpec`` on a mesh) default to this model's; ``examples/moe`` passes its own. ``donate=False`` keeps
+    the step from donating the parameters and optimizer state (more memory; ``train.py --no-donate``)."""
 
     def __init__(self, cfg: Config, ops: Ops, params: dict, mesh: jax.sharding.Mesh | None = None,
-                 loss=model.loss, param_specs=PARAM_SPECS):
-        self.cfg, self.ops, self.mesh = cfg, ops, mesh
+                 loss=model.loss, param_specs=PARAM_SPECS, donate: bool = True):
+        self.cfg, self.ops, self.mesh, self.donate = cfg, ops, mesh, donate
         self.loss, self.param_specs = loss, param_specs
         self.opt = optimizer(cfg)
         params = jax.tree.map(jnp.copy, params)  # our own buffers: the step donates them
@@ -91,7 +92,7 @@ class Trainer:
             batch = NamedSharding(self.mesh, P("data", None))
             kwargs = {"in_shardings": (*state, batch, batch),
                       "out_shardings": (*state, NamedSharding(self.mesh, P()))}
-        step = jax.jit(self._step, donate_argnums=(0, 1), **kwargs)
+        step = jax.jit(self._step, donate_argnums=(0, 1) if self.donate else (), **kwargs)
         return step.lower(self.params, self.opt_state, tokens, targets).compile()
 
     def step(self, tokens: np.ndarray, targets: np.ndarray) -> float:

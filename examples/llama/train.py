@@ -48,6 +48,7 @@ def parser(description: str, configs: dict, ops_help: str) -> argparse.ArgumentP
     p.add_argument("--tune", action="store_true", help="tritonplug.tune each choice's step once before training "
                                                        "(its kernels' fastest configurations, recorded)")
     p.add_argument("--plan-only", action="store_true", help="compile the step, report XLA's memory plan, run nothing")
+    p.add_argument("--no-donate", dest="donate", action="store_false", help="the step keeps its inputs (more memory)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the final JSON object to this file")
     return p
@@ -71,7 +72,7 @@ def main(argv=None) -> dict:
     choices = [Ops.of("jax"), Ops.of("tritonplug")] if args.ops == "compare" else [Ops.parse(args.ops)]
     mesh = mesh_of(args.mesh, cfg.batch) if args.mesh else None
     params = init(cfg, jax.random.key(args.seed))
-    return train(args, cfg, [Trainer(cfg, ops, params, mesh) for ops in choices], mesh, argv)
+    return train(args, cfg, [Trainer(cfg, ops, params, mesh, donate=args.donate) for ops in choices], mesh, argv)
 
 
 def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, argv=None) -> dict:

@@ -52,7 +52,8 @@ def main(argv=None) -> dict:
     mesh = llama_train.mesh_of(args.mesh, cfg.batch) if args.mesh else None
     choices = [model.MoEOps(c, dense, mesh) for c in (CHOICES if args.ops == "compare" else (args.ops,))]
     params = model.init(cfg, jax.random.key(args.seed))
-    trainers = [Trainer(cfg, ops, params, mesh, loss=model.loss, param_specs=model.PARAM_SPECS) for ops in choices]
+    trainers = [Trainer(cfg, ops, params, mesh, loss=model.loss, param_specs=model.PARAM_SPECS, donate=args.donate)
+                for ops in choices]
     return llama_train.train(args, cfg, trainers, mesh, argv)
 
 
