@@ -49,7 +49,7 @@ def part_torch(results, args, group_sizes) -> None:
     t = {name: torch.from_dlpack(x) for name, x in (("lhs", lhs), ("rhs", rhs), ("dout", dout))}
     # the same plan, its arrays as torch tensors (one launch's arguments: kernels.fused_moe_launch / dw_launch)
     t_plan = dataclasses.replace(plan, **{f: torch.from_dlpack(getattr(plan, f)) for f in (
-        "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets")})
+        "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets", "group_ends")})
     fused = kernels.vllm_kernels().fused_moe_kernel
 
     def forward(config, a, n_out, transpose_b):
@@ -62,7 +62,7 @@ def part_torch(results, args, group_sizes) -> None:
     def dw(config):
         c = torch.empty((g, k, n), dtype=torch.bfloat16, device="cuda")
         grid, launch_args, kwargs = kernels.dw_launch(t["lhs"], t["dout"], c, t_plan, g, 1)
-        _torch_launch(kernels.grouped_matmul_dw_kernel, grid, config, *launch_args, **kwargs)
+        _torch_launch(kernels.dw_kernel(t_plan, 1), grid, config, *launch_args, **kwargs)
         return c
 
     launches = {"forward": (kernels.FORWARD_CONFIGS, lambda c: forward(c, t["lhs"], n, False)),

@@ -133,17 +133,22 @@ def test_gradients_match_ragged_dot():
             assert not np.any(drhs[e]), f"{case}: group {e} has no rows, yet its dW is not exactly zero"
 
 
-def test_dw_row_blocks_longer_than_an_experts_padded_rows(monkeypatch):
+@pytest.mark.parametrize("in_order", [True, False], ids=["rows-kernel", "plan-kernel"])
+def test_dw_row_blocks_longer_than_an_experts_padded_rows(monkeypatch, in_order):
     """The GPU's dW configurations walk 32-64 rows at a time over experts padded to 16: the mask on the rows
-    (``offs_row < end``) keeps the next expert's rows out. The CPU's (16 rows, the CPU's block) never needs it."""
+    (``offs_row < end``) keeps the next expert's rows out. The CPU's (16 rows, the CPU's block) never needs it.
+    Both dW kernels: rows in group order (``grouped_matmul``'s plan) and rows through the plan's ids (an explicit
+    order, here the identity)."""
     import triton
 
-    forward, _ = kernels.tuned_kernels(True)
+    forward = kernels.tuned_kernels(True)[0]
     config = triton.Config({"BLOCK_SIZE_K": 32, "BLOCK_SIZE_N": 32, "BLOCK_ROWS": 64})
-    dw_kernel = triton.autotune(configs=[config], key=["K", "N"])(kernels.grouped_matmul_dw_kernel)
-    monkeypatch.setitem(kernels._TUNED, True, (forward, dw_kernel))
+    dw_kernels = [triton.autotune(configs=[config], key=["K", "N"])(k)
+                  for k in (kernels.grouped_matmul_dw_kernel, kernels.grouped_matmul_dw_rows_kernel)]
+    monkeypatch.setitem(kernels._TUNED, True, (forward, *dw_kernels))
     sizes = np.array([10, 0, 20, 7], np.int32)
-    plan = kernels.block_plan(jnp.asarray(sizes), M, 16)
+    plan = kernels.block_plan(jnp.asarray(sizes), M, 16, order=None if in_order else jnp.arange(M))
+    assert kernels.uses_dw_rows(plan, 1) is in_order
     dw = np.asarray(kernels.grouped_dw(jnp.asarray(LHS), jnp.asarray(WEIGHTS), plan, G, 1, True))
     ends = np.cumsum(sizes)
     for e, (start, end) in enumerate(zip(ends - sizes, ends, strict=True)):
@@ -289,7 +294,7 @@ def test_lowers_for_sm90_without_a_gpu(monkeypatch):
                     argnums=(0, 1))
     text = jax.jit(grad).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert sorted(call["name"] for call in kernel_calls(text)) == ["fused_moe_kernel", "fused_moe_kernel",
-                                                                   "grouped_matmul_dw_kernel"]
+                                                                   "grouped_matmul_dw_rows_kernel"]
 
 
 def _shared_memory(node) -> list[int]:
@@ -319,7 +324,8 @@ def test_every_gpu_configuration_fits_hopper_shared_memory_in_fp32(monkeypatch):
     args = (spec((rows, k), jnp.float32), spec((g, k, n), jnp.float32), spec((g,), jnp.int32))
     text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     calls = kernel_calls(text)
-    assert sorted(c["name"] for c in calls) == ["fused_moe_kernel", "fused_moe_kernel", "grouped_matmul_dw_kernel"]
+    assert sorted(c["name"] for c in calls) == ["fused_moe_kernel", "fused_moe_kernel",
+                                                "grouped_matmul_dw_rows_kernel"]
     for call in calls:
         sizes = _shared_memory(call)
         assert len(call["autotuned_kernel_call"]["configs"]) > 1 and sizes

@@ -12,7 +12,9 @@ block plan both read, computed on the device from group sizes that are traced va
   ``A[r // top_k]`` and written to ``C[r]``. So the permutation of tokens to expert order is fused into the
   kernel's loads (``top_k`` > 1: each token read once per expert it is routed to, never copied).
 * :func:`grouped_matmul_dw_kernel` is ours (vLLM has no backward): ``dW[e] = A[rows of e]^T @ dC[rows of e]``,
-  one program per (expert, tile of dW), looping over the expert's rows through the same plan.
+  one program per (expert, tile of dW), looping over the expert's rows through the same plan;
+  :func:`grouped_matmul_dw_rows_kernel` the same for rows already in group order (``grouped_matmul``), reading
+  them directly.
 * :func:`block_plan` is vLLM's ``moe_align_block_size`` (a CUDA op there) written in ``jnp``: each expert's
   rows padded to a multiple of ``BLOCK_SIZE_M``. Sizes are traced, so the kernels' grids are sized by the
   bound on the padded rows, ``(cdiv(rows, BLOCK_SIZE_M) + experts) * BLOCK_SIZE_M``, and programs past the
@@ -115,18 +117,23 @@ def vllm_kernels():
     return tritonplug.kernels_of(VLLM_MODULE, use_import=False)
 
 
-_TUNED: dict[bool, tuple[object, object]] = {}
+_TUNED: dict[bool, tuple[object, object, object]] = {}
 
 
 def tuned_kernels(on_cpu: bool):
-    """``(forward, dw)``: vLLM's kernel and ours, each under ``triton.autotune`` with its configurations."""
+    """``(forward, dw, dw_rows)``: vLLM's kernel and our two, each under ``triton.autotune`` with its
+    configurations."""
     if on_cpu not in _TUNED:
         fwd, dw = (CPU_FORWARD_CONFIGS, CPU_DW_CONFIGS) if on_cpu else (FORWARD_CONFIGS, DW_CONFIGS)
+
+        def tuned_dw(kernel):
+            return triton.autotune(configs=dw, key=["K", "N"], prune_configs_by={
+                "early_config_prune": fit_dw_configs})(kernel)
+
         _TUNED[on_cpu] = (
             triton.autotune(configs=fwd, key=["N", "K", "EM"], prune_configs_by={
                 "early_config_prune": fit_forward_configs})(vllm_kernels().fused_moe_kernel),
-            triton.autotune(configs=dw, key=["K", "N"], prune_configs_by={
-                "early_config_prune": fit_dw_configs})(grouped_matmul_dw_kernel))
+            tuned_dw(grouped_matmul_dw_kernel), tuned_dw(grouped_matmul_dw_rows_kernel))
     return _TUNED[on_cpu]
 
 
@@ -192,15 +199,19 @@ class BlockPlan:
 
     ``sorted_token_ids[p]``: the row (of ``top_k``-expanded rows) at padded position ``p``, or ``num_rows`` for
     padding; ``expert_ids[b]``: the expert of block ``b``; ``num_tokens_post_padded``: ``(1,)``, the padded rows
-    in use; ``expert_offsets``: ``(experts + 1,)``, each expert's first padded position.
+    in use; ``expert_offsets``: ``(experts + 1,)``, each expert's first padded position; ``group_ends``:
+    ``(experts,)``, each group's end in the rows as given, which ``in_order`` plans (rows already sorted by group,
+    ``ragged_dot``'s) use to read a group's rows directly (:func:`grouped_matmul_dw_rows_kernel`).
     """
 
     sorted_token_ids: jax.Array
     expert_ids: jax.Array
     num_tokens_post_padded: jax.Array
     expert_offsets: jax.Array
+    group_ends: jax.Array
     num_rows: int
     block_size_m: int
+    in_order: bool
 
     @property
     def padded_rows(self) -> int:
@@ -208,8 +219,9 @@ class BlockPlan:
 
 
 jax.tree_util.register_dataclass(
-    BlockPlan, data_fields=["sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets"],
-    meta_fields=["num_rows", "block_size_m"])
+    BlockPlan, data_fields=["sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets",
+                            "group_ends"],
+    meta_fields=["num_rows", "block_size_m", "in_order"])
 
 
 def block_size_m(rows: int, experts: int, on_cpu: bool) -> int:
@@ -241,7 +253,8 @@ def block_plan(group_sizes: jax.Array, num_rows: int, block_m: int, order: jax.A
     sorted_ids = jnp.where(valid, rows, num_rows).astype(jnp.int32)
     block_expert = expert[::block_m]
     expert_ids = jnp.where(block_expert < experts, block_expert, -1).astype(jnp.int32)
-    return BlockPlan(sorted_ids, expert_ids, padded_ends[-1:].astype(jnp.int32), offsets, num_rows, block_m)
+    return BlockPlan(sorted_ids, expert_ids, padded_ends[-1:].astype(jnp.int32), offsets, ends, num_rows, block_m,
+                     order is None)
 
 
 def fused_moe_launch(A, B, C, topk_weights, plan: BlockPlan, mul_routed_weight: bool, top_k: int, compute_type,
@@ -280,24 +293,40 @@ def invoke_fused_moe_triton_kernel(A, B, C, topk_weights, plan: BlockPlan, mul_r
     which the launch returns written); the configuration comes from ``triton.autotune`` instead of vLLM's tuned
     JSON files; ``EM`` is the plan's bound (sizes are traced).
     """
-    forward, _ = tuned_kernels(on_cpu)
+    forward = tuned_kernels(on_cpu)[0]
     grid, args, kwargs = fused_moe_launch(A, B, C, topk_weights, plan, mul_routed_weight, top_k, compute_type,
                                           transpose_b)
     return tritonplug.launch(forward)[grid](*args, **kwargs, autotune=autotune_mode())
 
 
+def uses_dw_rows(plan: BlockPlan, top_k: int) -> bool:
+    """Whether dW reads each group's rows directly (:func:`grouped_matmul_dw_rows_kernel`: rows in group order,
+    one per token) rather than through the plan's row ids (:func:`grouped_matmul_dw_kernel`). The direct reads
+    measured 1.0-1.5x cuBLAS where the row ids measured 1.8-2.2x (``bench/moe_kernels.py``, docs/moe.md)."""
+    return plan.in_order and top_k == 1
+
+
 def dw_launch(a, dc, c, plan: BlockPlan, experts: int, top_k: int):
-    """``(grid, args, kwargs)`` of one :func:`grouped_matmul_dw_kernel` launch writing ``c`` ``(experts, K, N)``,
-    for row-major arrays of any library."""
+    """``(grid, args, kwargs)`` of one dW launch writing ``c`` ``(experts, K, N)``, for row-major arrays of any
+    library: :func:`grouped_matmul_dw_rows_kernel`'s where :func:`uses_dw_rows`, else
+    :func:`grouped_matmul_dw_kernel`'s."""
     K, N = a.shape[1], dc.shape[1]
     grid = lambda META: (triton.cdiv(K, META["BLOCK_SIZE_K"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]), experts)  # noqa: E731
+    if uses_dw_rows(plan, top_k):
+        return grid, (a, dc, c, plan.group_ends, K, N, K, 1, N, 1, K * N, N, 1), {}
     args = (a, dc, c, plan.sorted_token_ids, plan.expert_offsets, K, N, plan.num_rows, K, 1, N, 1, K * N, N, 1)
     return grid, args, {"top_k": top_k}
 
 
+def dw_kernel(plan: BlockPlan, top_k: int):
+    """The (untuned) kernel :func:`dw_launch` launches."""
+    return grouped_matmul_dw_rows_kernel if uses_dw_rows(plan, top_k) else grouped_matmul_dw_kernel
+
+
 def grouped_dw(a, dc, plan: BlockPlan, experts: int, top_k: int, on_cpu: bool):
     """``dW[e] = a[rows of e // top_k]^T @ dc[rows of e]``, ``(experts, a.shape[1], dc.shape[1])`` in ``a``'s dtype."""
-    _, dw = tuned_kernels(on_cpu)
+    _, dw, dw_rows = tuned_kernels(on_cpu)
     c = tritonplug.empty(experts, a.shape[1], dc.shape[1], dtype=a.dtype)
     grid, args, kwargs = dw_launch(a, dc, c, plan, experts, top_k)
-    return tritonplug.launch(dw)[grid](*args, **kwargs, autotune=autotune_mode())
+    kernel = dw_rows if uses_dw_rows(plan, top_k) else dw
+    return tritonplug.launch(kernel)[grid](*args, **kwargs, autotune=autotune_mode())
