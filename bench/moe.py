@@ -189,14 +189,16 @@ def part_model(results: Results, args) -> None:
     train = ROOT / "examples" / "moe" / "train.py"
     config = "tiny" if args.smoke else args.model_config
     bench = f"model {config} steps={args.steps}"
-    choices = ("jax", "jax-dense", "tritonplug")
+    choices = args.model_choices.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        def start(i: int, choice: str):
+        def start(i: int, entry: str):
+            choice, _, how = entry.partition(":")
             cmd = [sys.executable, str(train), "--config", config, "--ops", choice, "--steps", str(args.steps),
-                   "--json", str(Path(tmp) / f"{choice}.json"),
-                   *(["--tune"] if choice == "tritonplug" and not args.no_tune else [])]
+                   "--json", str(Path(tmp) / f"{entry}.json"),
+                   *(["--tune"] if choice == "tritonplug" and not args.no_tune else []),
+                   *(["--no-donate"] if how == "no-donate" else [])]
             env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": gpus[i]} if args.model_gpus else {}))
-            with open(Path(tmp) / f"{choice}.log", "w") as log:
+            with open(Path(tmp) / f"{entry}.log", "w") as log:
                 return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
         gpus = args.model_gpus or [None] * len(choices)
@@ -205,13 +207,15 @@ def part_model(results: Results, args) -> None:
             procs[choice] = start(i, choice)
             if not args.model_gpus:
                 procs[choice].wait(timeout=1800)
-        for i, (choice, proc) in enumerate(procs.items()):
+        for i, (entry, proc) in enumerate(procs.items()):
             proc.wait(timeout=1800)
+            choice, _, how = entry.partition(":")
+            impl = f"{choice} (no donation)" if how == "no-donate" else choice
             if proc.returncode != 0:
-                results.add(bench, choice, median_us=None, error=(Path(tmp) / f"{choice}.log").read_text()[-3000:])
+                results.add(bench, impl, median_us=None, error=(Path(tmp) / f"{entry}.log").read_text()[-3000:])
                 continue
-            (run,) = json.loads((Path(tmp) / f"{choice}.json").read_text())["runs"].values()
-            results.add(bench, choice, median_us=run["step_seconds_median"] * 1e6, tokens_per_s=run["tokens_per_s"],
+            (run,) = json.loads((Path(tmp) / f"{entry}.json").read_text())["runs"].values()
+            results.add(bench, impl, median_us=run["step_seconds_median"] * 1e6, tokens_per_s=run["tokens_per_s"],
                         device_peak_bytes=run.get("device_peak_bytes"), plan_bytes=run.get("plan_bytes"),
                         losses=run["losses"], gpu=gpus[i])
 
@@ -315,6 +319,8 @@ def main(argv=None) -> None:
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--steps", type=int, default=12, help="training steps per choice (model part)")
     p.add_argument("--model-config", default="qwen3-64e")
+    p.add_argument("--model-choices", default="jax,jax-dense,tritonplug", help="model part: the choices; "
+                   "`CHOICE:no-donate` runs one whose step keeps its inputs (train.py --no-donate)")
     p.add_argument("--model-gpus", type=lambda s: s.split(","), help="model part: the choices at once, the i-th on "
                    "GPU i of this list (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--grads-batch", type=int, default=2, help="sequences of the grads part's batch")

@@ -29,10 +29,13 @@ BEGIN, END = "<!-- moe-report: begin (bench/moe_report.py writes this part) -->"
 
 
 def _load(kind: str) -> list[tuple[str, dict]]:
+    """``kind``: ``bench`` (bench/moe.py runs), ``kernels`` (bench/moe_kernels.py runs) or ``train``
+    (examples/moe/train.py reports)."""
     found = []
     for path in sorted(RESULTS.glob("moe-*/**/*.json")):
         data = json.loads(path.read_text())
-        if (kind == "bench" and "records" in data and "bench/moe.py" in data.get("command", "")) or (
+        script = f"bench/moe{'_kernels' if kind == 'kernels' else ''}.py"
+        if (kind in ("bench", "kernels") and "records" in data and script in data.get("command", "")) or (
                 kind == "train" and "runs" in data and data.get("command", "").startswith("train.py")):
             found.append((str(path.relative_to(RESULTS)), data))
     return found
@@ -113,6 +116,11 @@ def layer_table(recorded) -> str:
     return "\n".join(lines)
 
 
+#: The model part's choices in the table's order; ``jax (no donation)``: the ``jax`` choice whose step keeps its
+#: inputs (``bench/moe.py --model-choices jax:no-donate``).
+MODEL_CHOICES = ("jax", "jax (no donation)", "jax-dense", "tritonplug")
+
+
 def model_table(recorded) -> str:
     lines = ["| model | choice | tokens/s (range over runs) | × `jax` (same run) | device peak GB | "
              "largest loss difference from `tritonplug` (same run) | runs |", "|---|---|---|---|---|---|---|"]
@@ -124,8 +132,10 @@ def model_table(recorded) -> str:
         if impls:
             by_bench.setdefault(next(iter(impls.values()))["bench"], []).append(impls)
     for bench, entries in sorted(by_bench.items()):
-        for choice in ("jax", "jax-dense", "tritonplug"):
+        for choice in MODEL_CHOICES:
             rows = [impls for impls in entries if choice in impls]
+            if not rows:
+                continue
             tps = [i[choice]["tokens_per_s"] for i in rows]
             ratio = [i[choice]["tokens_per_s"] / i["jax"]["tokens_per_s"] for i in rows if "jax" in i]
             peak = [i[choice]["device_peak_bytes"] / 1e9 for i in rows if i[choice].get("device_peak_bytes")]
@@ -190,9 +200,12 @@ def goals_table(recorded, reports) -> str:
     lines.append(_goal("model qwen3-64e: device peak ≤ 1.0× `jax`'s",
                        [m["tritonplug"]["device_peak_bytes"] / m["jax"]["device_peak_bytes"] for m in models],
                        lambda x: x <= 1.0))
-    lines.append(_goal("model qwen3-64e over 50 steps: losses agree with `jax`'s (largest difference; bf16: ≤ 0.05)",
-                       [max(abs(a - b) for a, b in zip(m["tritonplug"]["losses"], m["jax"]["losses"], strict=True))
-                        for m in models if len(m["jax"]["losses"]) >= 50], lambda x: x <= 0.05, 3))
+    for ref, why in (("jax", " (its donating step changes the parameters at learning rate 0: the first-steps table)"),
+                     ("jax (no donation)", "")):
+        lines.append(_goal(f"model qwen3-64e over 50 steps: losses agree with `{ref}`'s{why} (largest difference; "
+                           f"bf16: ≤ 0.05)",
+                           [max(abs(a - b) for a, b in zip(m["tritonplug"]["losses"], m[ref]["losses"], strict=True))
+                            for m in models if ref in m and len(m[ref]["losses"]) >= 50], lambda x: x <= 0.05, 3))
     per_device = {data["machine"]["devices"]: run["tokens_per_s"] / data["machine"]["devices"]
                   for _, data in reports for label, run in data["runs"].items() if label == "tritonplug-ep"}
     one = [r["tokens_per_s"] for _, data in reports if data["machine"]["devices"] == 1
@@ -202,6 +215,41 @@ def goals_table(recorded, reports) -> str:
                            [per_device[4] / per_device[1]], lambda x: x >= 0.85))
         lines.append(_goal("the same against one GPU's `tritonplug` (no capacity dispatch)",
                            [per_device[4] / x for x in one], lambda x: x >= 0.85))
+    return "\n".join(lines)
+
+
+def first_steps_table(recorded) -> str:
+    lines = ["| run (bench/results/) | choice | step losses | the same losses computed apart | largest parameter "
+             "change at learning rate 0 |", "|---|---|---|---|---|"]
+    for path, data in recorded:
+        for r in data["records"]:
+            if r["bench"].startswith("first steps") and "step_losses" in r:
+                losses = lambda xs: ", ".join(f"{x:.4f}" for x in xs)  # noqa: E731
+                lines.append(f"| `{path}` | {r['impl']} | {losses(r['step_losses'])} | {losses(r['apart_losses'])} | "
+                             f"{r['largest_change']:.3g} |")
+    return "\n".join(lines)
+
+
+def kernels_table(kernel_runs) -> str:
+    """Per shape and kernel: its fastest configuration over cuBLAS's matmul of the same shape (same run), median
+    and range over runs."""
+    lines = ["| shape | kernel | fastest configuration, × cuBLAS (range over runs) | checked | runs |",
+             "|---|---|---|---|---|"]
+    best: dict[tuple[str, str], list[float]] = {}
+    checks: dict[tuple[str, str], list[str]] = {}
+    for _, data in kernel_runs:
+        per: dict[tuple[str, str], list[float]] = {}
+        for r in data["records"]:
+            if r.get("over_dense") is not None:
+                key = (r["bench"].removeprefix("kernels "), r["impl"].rsplit(" config ", 1)[0])
+                per.setdefault(key, []).append(r["over_dense"])
+                if r.get("check"):
+                    checks.setdefault(key, []).append(r["check"])
+        for key, ratios in per.items():
+            best.setdefault(key, []).append(min(ratios))
+    for (shape, kernel), ratios in best.items():
+        verdict = ", ".join(sorted(set(checks.get((shape, kernel), [])))) or "no"
+        lines.append(f"| {shape} | {kernel} | {_median_range(ratios, 2)} | {verdict} | {len(ratios)} |")
     return "\n".join(lines)
 
 
@@ -226,9 +274,14 @@ def render() -> str:
     return "\n\n".join([BEGIN, "The goals:", goals_table(recorded, reports),
                         "Every run of `bench/moe.py`:", run_table(recorded),
                         "The grouped matmul (`gmm`):", gmm_table(recorded),
+                        "Its kernels one by one (`bench/moe_kernels.py`: launched by Triton on torch tensors, each "
+                        "configuration timed against cuBLAS's matmul of the same shape):",
+                        kernels_table(_load("kernels")),
                         "The MoE layer:", layer_table(recorded),
                         "The model (`examples/moe/train.py`, one process per choice, same init and batches):",
                         model_table(recorded),
+                        "The first two training steps (`--parts first-steps`; the first step's learning rate is 0):",
+                        first_steps_table(recorded),
                         "Gradients (`--parts grads`: one step's gradients against a reference, per parameter):",
                         grads_table(recorded),
                         "Expert parallel (`examples/moe/train.py` reports):", scaling_table(reports), END])
