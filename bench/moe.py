@@ -196,7 +196,7 @@ def part_model(results: Results, args) -> None:
             cmd = [sys.executable, str(train), "--config", config, "--ops", choice, "--steps", str(args.steps),
                    "--json", str(Path(tmp) / f"{entry}.json"),
                    *(["--tune"] if choice == "tritonplug" and not args.no_tune else []),
-                   *(["--no-donate"] if how == "no-donate" else [])]
+                   *(["--no-donate"] if how == "no-donate" else []), *args.model_train_args.split()]
             env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": gpus[i]} if args.model_gpus else {}))
             with open(Path(tmp) / f"{entry}.log", "w") as log:
                 return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -319,6 +319,7 @@ def main(argv=None) -> None:
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--steps", type=int, default=12, help="training steps per choice (model part)")
     p.add_argument("--model-config", default="qwen3-64e")
+    p.add_argument("--model-train-args", default="", help="model part: more arguments of train.py ('--lr 1e-4')")
     p.add_argument("--model-choices", default="jax,jax-dense,tritonplug", help="model part: the choices; "
                    "`CHOICE:no-donate` runs one whose step keeps its inputs (train.py --no-donate)")
     p.add_argument("--model-gpus", type=lambda s: s.split(","), help="model part: the choices at once, the i-th on "

@@ -43,6 +43,8 @@ def parser(description: str, configs: dict, ops_help: str) -> argparse.ArgumentP
     p.add_argument("--seq", type=int, help="tokens per sequence (default: the config's)")
     p.add_argument("--layers", type=int, help="override the config's layer count")
     p.add_argument("--remat", choices=("full", "dots", "none"), help="override the config's rematerialisation")
+    p.add_argument("--lr", type=float, help="override the config's peak learning rate")
+    p.add_argument("--warmup", type=int, help="override the config's warm-up steps (from a learning rate of 0)")
     p.add_argument("--mesh", type=mesh_shape, help="shard over devices as one jit: 'data=2,model=2' "
                                                    "(data x tensor parallel)")
     p.add_argument("--tune", action="store_true", help="tritonplug.tune each choice's step once before training "
@@ -62,7 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def configure(args: argparse.Namespace, configs: dict = CONFIGS) -> Config:
     cfg = configs[args.config]
     changes = {k: v for k, v in (("batch", args.batch), ("seq", args.seq), ("layers", args.layers),
-                                 ("remat", args.remat)) if v is not None}
+                                 ("remat", args.remat), ("lr", args.lr),
+                                 ("warmup", args.warmup)) if v is not None}
     return cfg.replace(**changes)
 
 
