@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -64,15 +66,35 @@ def _mode(data: dict) -> str:
     return f"configs {data['configs']}" if data.get("configs") else "first config"
 
 
+#: From this run on (its folder's number), ``grouped_matmul``'s dW reads each group's rows directly
+#: (``kernels.grouped_matmul_dw_rows_kernel``); the runs before read them through the plan's row ids. The gmm
+#: figures of the two are different code, never one median; the layer and the model (``gathered_matmul``, top-k
+#: rows through the plan) run the same kernels in both.
+DW_ON_ROWS_FROM_RUN = 14
+
+
+def _run_number(path: str) -> int:
+    found = re.search(r"/run(\d+)", path)
+    return int(found.group(1)) if found else 0
+
+
+def _code(path: str, bench: str) -> str:
+    """The kernels a run's benchmark ran, where they changed between runs (``DW_ON_ROWS_FROM_RUN``)."""
+    if not bench.startswith("gmm"):
+        return ""
+    return "dW on rows" if _run_number(path) >= DW_ON_ROWS_FROM_RUN else "dW via row ids"
+
+
 def _median_range(values: list[float], digits: int = 1) -> str:
     return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
             if values else "–")
 
 
 def _timed(recorded, prefix: str) -> dict[tuple[str, str], list[tuple[dict, dict]]]:
-    """``(bench, mode) -> [(run's records by impl, run)]`` for the usable runs' timed records of ``prefix``."""
+    """``(bench, mode) -> [(run's records by impl, run)]`` for the usable runs' timed records of ``prefix``; the
+    mode names the configurations and, where they changed, the kernels (:func:`_code`)."""
     out: dict[tuple[str, str], list[tuple[dict, dict]]] = {}
-    for _, data in recorded:
+    for path, data in recorded:
         if not _usable(data):
             continue
         by_bench: dict[str, dict] = {}
@@ -80,7 +102,8 @@ def _timed(recorded, prefix: str) -> dict[tuple[str, str], list[tuple[dict, dict
             if r["bench"].startswith(prefix) and r.get("median_us") is not None:
                 by_bench.setdefault(r["bench"], {})[r["impl"]] = r
         for bench, impls in by_bench.items():
-            out.setdefault((bench, _mode(data)), []).append((impls, data))
+            mode = ", ".join(filter(None, (_mode(data), _code(path, bench))))
+            out.setdefault((bench, mode), []).append((impls, data))
     return out
 
 
@@ -121,16 +144,37 @@ def layer_table(recorded) -> str:
 MODEL_CHOICES = ("jax", "jax (no donation)", "jax-dense", "tritonplug")
 
 
+def _model_bench(record: dict, data: dict) -> str:
+    """A model record's benchmark with the training arguments its command added (``--model-train-args``)."""
+    words = shlex.split(data["command"])
+    extra = words[words.index("--model-train-args") + 1] if "--model-train-args" in words else ""
+    return f"{record['bench']} {extra}".strip()
+
+
+def _models(recorded, prefix: str = "model") -> list[dict[str, dict]]:
+    """Per usable run with model records: ``{impl: record}``, each record's ``bench`` with its training arguments."""
+    found = []
+    for _, data in recorded:
+        if _usable(data):
+            impls = {r["impl"]: {**r, "bench": _model_bench(r, data)} for r in data["records"]
+                     if r["bench"].startswith(prefix) and r.get("tokens_per_s")}
+            if impls:
+                found.append(impls)
+    return found
+
+
+def _parting_step(a: list[float], b: list[float], tolerance: float = 0.05) -> str:
+    """The first step whose losses differ by more than ``tolerance``, or ``none``."""
+    return next((str(i) for i, (x, y) in enumerate(zip(a, b, strict=True)) if abs(x - y) > tolerance), "none")
+
+
 def model_table(recorded) -> str:
     lines = ["| model | choice | tokens/s (range over runs) | × `jax` (same run) | device peak GB | "
-             "largest loss difference from `tritonplug` (same run) | runs |", "|---|---|---|---|---|---|---|"]
+             "largest loss difference from `tritonplug` (same run) | first step differing by > 0.05 | runs |",
+             "|---|---|---|---|---|---|---|---|"]
     by_bench: dict[str, list[dict]] = {}
-    for _, data in recorded:
-        if not _usable(data):
-            continue
-        impls = {r["impl"]: r for r in data["records"] if r["bench"].startswith("model") and r.get("tokens_per_s")}
-        if impls:
-            by_bench.setdefault(next(iter(impls.values()))["bench"], []).append(impls)
+    for impls in _models(recorded):
+        by_bench.setdefault(next(iter(impls.values()))["bench"], []).append(impls)
     for bench, entries in sorted(by_bench.items()):
         for choice in MODEL_CHOICES:
             rows = [impls for impls in entries if choice in impls]
@@ -139,10 +183,11 @@ def model_table(recorded) -> str:
             tps = [i[choice]["tokens_per_s"] for i in rows]
             ratio = [i[choice]["tokens_per_s"] / i["jax"]["tokens_per_s"] for i in rows if "jax" in i]
             peak = [i[choice]["device_peak_bytes"] / 1e9 for i in rows if i[choice].get("device_peak_bytes")]
-            diff = [max(abs(a - b) for a, b in zip(i[choice]["losses"], i["tritonplug"]["losses"], strict=True))
-                    for i in rows if "tritonplug" in i]
+            pairs = [(i[choice]["losses"], i["tritonplug"]["losses"]) for i in rows if "tritonplug" in i]
+            diff = [max(abs(a - b) for a, b in zip(x, y, strict=True)) for x, y in pairs]
+            parting = ", ".join(_parting_step(x, y) for x, y in pairs) if choice != "tritonplug" else "–"
             lines.append(f"| {bench} | {choice} | {_median_range(tps, 0)} | {_median_range(ratio, 2)} | "
-                         f"{_median_range(peak, 1)} | {_median_range(diff, 3)} | {len(rows)} |")
+                         f"{_median_range(peak, 1)} | {_median_range(diff, 3)} | {parting} | {len(rows)} |")
     return "\n".join(lines)
 
 
@@ -177,7 +222,8 @@ def _goal(text: str, values: list[float], met, digits: int = 2) -> str:
 def goals_table(recorded, reports) -> str:
     """Issue 36's goals, each from the tuned runs' side-by-side ratios (medians over runs, their range)."""
     lines = ["| goal (issue 36) | measured: median (range over runs) | |", "|---|---|---|"]
-    timed = {(bench, mode): entries for (bench, mode), entries in _timed(recorded, "").items() if mode == "tuned"}
+    timed = {(bench, mode): entries for (bench, mode), entries in _timed(recorded, "").items()
+             if mode in ("tuned", "tuned, dW on rows")}  # the current kernels, tuned
     for (bench, _), entries in sorted(timed.items()):
         if bench.startswith("gmm") and bench.endswith("forward+backward"):
             ratios = [i["grouped_matmul"]["median_us"] / i["dense"]["median_us"] for i, _ in entries
@@ -192,20 +238,22 @@ def goals_table(recorded, reports) -> str:
             if "experts=64 " in bench:
                 over = [i["jax"]["median_us"] / i["tritonplug"]["median_us"] for i in full]
                 lines.append(_goal(f"{bench}: `tritonplug` ≥ 3× `ragged_dot`", over, lambda x: x >= 3))
-    models = [{r["impl"]: r for r in data["records"] if r["bench"].startswith("model qwen3-64e")}
-              for _, data in recorded if _usable(data)]
-    models = [m for m in models if {"jax", "tritonplug"} <= set(m)]
+    models = [m for m in _models(recorded, "model qwen3-64e") if {"jax", "tritonplug"} <= set(m)]
     speed = [m["tritonplug"]["tokens_per_s"] / m["jax"]["tokens_per_s"] for m in models]
     lines.append(_goal("model qwen3-64e: tokens/s ≥ 2.5× `jax`", speed, lambda x: x >= 2.5))
     lines.append(_goal("model qwen3-64e: device peak ≤ 1.0× `jax`'s",
                        [m["tritonplug"]["device_peak_bytes"] / m["jax"]["device_peak_bytes"] for m in models],
                        lambda x: x <= 1.0))
-    for ref, why in (("jax", " (its donating step changes the parameters at learning rate 0: the first-steps table)"),
-                     ("jax (no donation)", "")):
-        lines.append(_goal(f"model qwen3-64e over 50 steps: losses agree with `{ref}`'s{why} (largest difference; "
-                           f"bf16: ≤ 0.05)",
-                           [max(abs(a - b) for a, b in zip(m["tritonplug"]["losses"], m[ref]["losses"], strict=True))
-                            for m in models if ref in m and len(m[ref]["losses"]) >= 50], lambda x: x <= 0.05, 3))
+    curves: dict[tuple[str, str], list[float]] = {}
+    for m in _models(recorded, "model qwen3-64e"):
+        for ref in ("jax", "jax (no donation)"):
+            if ref in m and "tritonplug" in m and len(m[ref]["losses"]) >= 50:
+                curves.setdefault((m[ref]["bench"], ref), []).append(
+                    max(abs(a - b) for a, b in zip(m["tritonplug"]["losses"], m[ref]["losses"], strict=True)))
+    for (bench, ref), diffs in sorted(curves.items()):
+        why = " (its donating step changes the parameters at learning rate 0: the first-steps table)" * (ref == "jax")
+        lines.append(_goal(f"{bench}: losses agree with `{ref}`'s{why} (largest difference; bf16: ≤ 0.05)",
+                           diffs, lambda x: x <= 0.05, 3))
     per_device = {data["machine"]["devices"]: run["tokens_per_s"] / data["machine"]["devices"]
                   for _, data in reports for label, run in data["runs"].items() if label == "tritonplug-ep"}
     one = [r["tokens_per_s"] for _, data in reports if data["machine"]["devices"] == 1
@@ -271,7 +319,8 @@ def run_table(recorded: list[tuple[str, dict]]) -> str:
 
 def render() -> str:
     recorded, reports = runs(), _load("train")
-    return "\n\n".join([BEGIN, "The goals:", goals_table(recorded, reports),
+    return "\n\n".join([BEGIN, "The goals (the current kernels: gmm from the runs with dW on rows):",
+                        goals_table(recorded, reports),
                         "Every run of `bench/moe.py`:", run_table(recorded),
                         "The grouped matmul (`gmm`):", gmm_table(recorded),
                         "Its kernels one by one (`bench/moe_kernels.py`: launched by Triton on torch tensors, each "
