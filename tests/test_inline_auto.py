@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import pytest
 import triton
 import triton.language as tl
-from helpers import for_backend, requires_backend
+from helpers import for_backend, requires_backend, requires_cuda_device
 
 import tritonplug
 from tritonplug.adapters import triton_compat
@@ -242,3 +242,22 @@ def test_auto_on_the_cpu_is_its_backend_s_translation_with_nothing_to_choose():
     assert jnp.allclose(program(x, x), 3 * x)
     report = tritonplug.tune(auto_scaled_add, x, x)  # nothing to time on the CPU
     assert report.calls == ()
+
+
+@cuda
+@requires_cuda_device
+def test_tune_on_a_gpu_times_both_paths_and_the_lowering_follows_the_faster(private_cache):
+    x = jnp.arange(N, dtype=jnp.float32)  # on the GPU, JAX's default device
+    (tuned,) = tritonplug.tune(auto_scaled_add, x, x).calls
+    assert sorted(t.description for t in tuned.timings) == ["inline", "launch"], tuned
+    assert all(t.median_us is not None and t.median_us > 0 for t in tuned.timings) and tuned.persisted
+    fastest = min(tuned.timings, key=lambda t: t.median_us)
+    assert tuned.winner == fastest.description and tuned.key["choice"] == "path"
+    program = jax.jit(lambda x, y: auto_scaled_add(x, y))
+    assert bool(kernel_calls(program.lower(x, x).as_text())) == (fastest.description == "launch")
+    path = paths()[-1]
+    assert path.path == {"launch": "launched", "inline": "inlined"}[fastest.description], path
+    assert set(path.times_us) == {"launch", "inline"}
+    assert jnp.allclose(program(x, x), 3 * x)
+    (cas_tuned,) = tritonplug.tune(lambda: cas(inline="auto")).calls  # untranslatable: launched, untimed
+    assert cas_tuned.winner == "launch" and cas_tuned.timings == ()
