@@ -256,10 +256,13 @@ def part_step(results: Results, opts, cfg) -> None:
             compiled[choice], info[choice] = build(step, (params, tokens, targets), swapped,
                                                    MODES[mode] if mode else None)
     timed(results, "step", compiled, (params, tokens, targets), opts, info)
+    xla = results.find("step", "jax")
     for choice in compiled:
         record = results.find("step", choice)
         if record and record.get("median_us"):
             record["tokens_per_s"] = cfg.batch * cfg.seq / (record["median_us"] * 1e-6)
+            if xla and xla.get("median_us"):
+                record["vs_xla"] = record["median_us"] / xla["median_us"]  # < 1: faster than XLA's ops
     set_mode(("rms_norm", "rope", "swiglu"), "auto")
 
 
