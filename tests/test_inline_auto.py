@@ -140,6 +140,19 @@ def test_the_setting_takes_the_on_off_words_and_auto(monkeypatch, word, mode):
     assert settings.INLINE.get() == mode
 
 
+def test_unfusible_ops_counts_gathers_scatters_and_while_loops_in_sub_jaxprs_too():
+    from tritonplug.inspection import unfusible_ops
+
+    x, idx = jnp.arange(8.0), jnp.array([3, 1, 2], jnp.int32)
+    assert unfusible_ops(lambda x: jnp.tanh(x[2:6]) * 2, x) == {"gather": 0, "scatter": 0, "while": 0}
+    assert unfusible_ops(lambda x, i: x[i], x, idx)["gather"] == 1
+    assert unfusible_ops(lambda x, i: x.at[i].add(1.0), x, idx)["scatter"] == 1
+    loop = lambda x: jax.lax.fori_loop(0, jnp.int32(x[0]), lambda i, c: c + 1.0, x)  # noqa: E731
+    assert unfusible_ops(loop, x)["while"] == 1
+    branches = lambda x, i: jax.lax.cond(x[0] > 0, lambda: x[i].sum(), lambda: x.at[i].set(0.0).sum())  # noqa: E731
+    assert unfusible_ops(jax.jit(branches), x, idx) == {"gather": 1, "scatter": 1, "while": 0}  # in the branches
+
+
 def path_record(kernel, path: str, args: dict, dtypes: list, constexprs: dict, **info) -> dict:
     """A path record written by hand (docs/using.md: the format), for sm_90."""
     return {"kernel": kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__,
