@@ -44,3 +44,13 @@ def test_the_smoke_run_times_every_variant_and_counts_the_translations(tmp_path)
         record = records[(f"swiglu {program} cpu translation", "inline")]
         assert record["unfusible"] == {"gather": 0, "scatter": 0, "while": 0}
         assert len(record["kernels"]) == (1 if program == "forward" else 2)
+
+
+def test_docs_quote_the_recorded_cpu_translations():
+    """docs/benchmarks.md's sentence on the 1b translations against the run it quotes."""
+    report = json.loads((ROOT / "bench/results/fusion-cpu/translations-1b.json").read_text())
+    records = [r for r in report["records"] if r["bench"].endswith("cpu translation")]
+    assert len(records) == 6 and all(r["unfusible"] == {"gather": 0, "scatter": 0, "while": 0} for r in records)
+    calls = sum(len(r["kernels"]) for r in records)
+    assert report["config"] == "1b" and f"({calls} kernel calls in the six programs)" in (
+        ROOT / "docs/benchmarks.md").read_text()
