@@ -119,6 +119,19 @@ def test_a_bad_inline_is_refused_at_the_call_naming_it(value):
         scaled_add(x, x, inline=value)
 
 
+def test_a_kernel_default_set_on_the_jit_function_holds_for_its_autotuner():
+    from tritonplug.calls.inline_mode import kernel_default
+
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 128})], key=["n"])(scaled_add_kernel)
+    try:
+        tritonplug.set_inline(scaled_add_kernel, "auto")
+        assert kernel_default(tuned) == "auto"
+        tritonplug.set_inline(tuned, False)  # the wrapper's own wins
+        assert kernel_default(tuned) is False and kernel_default(scaled_add_kernel) == "auto"
+    finally:
+        tritonplug.set_inline(scaled_add_kernel, None)
+
+
 def test_a_bad_kernel_default_and_a_bad_setting_are_refused_naming_them(monkeypatch):
     with pytest.raises(ValueError, match=r"set_inline\(kernel, mode\): mode must be True"):
         tritonplug.set_inline(scaled_add_kernel, "sometimes")

@@ -53,7 +53,14 @@ def set_kernel_default(kernel: Any, mode: Any) -> None:
 
 
 def kernel_default(kernel: Any) -> bool | str | None:
-    return getattr(kernel, _ATTRIBUTE, None)
+    """The default set on ``kernel`` or, when none, on the kernel it wraps (an autotuner's, a heuristic's ``.fn``):
+    a default set on the ``@triton.jit`` function holds for its wrappers, one set on a wrapper wins."""
+    for _ in range(4):  # autotune(heuristics(jit(function))) at most
+        value = getattr(kernel, _ATTRIBUTE, None)
+        if value is not None or not hasattr(kernel, "fn"):
+            return value
+        kernel = kernel.fn
+    return None
 
 
 def resolve(call_value: bool | str | None, kernel: Any) -> tuple[bool | str, str]:
