@@ -98,9 +98,10 @@ class TuningReport:
 
 
 def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningReport:
-    """Time every configuration of every autotuned ``triton_call`` that ``fn(*args, **kwargs)`` makes, on
-    the device its arguments live on, and record the fastest for later lowerings (in this process and,
-    through the cache directory, in others). Returns what was measured."""
+    """Time every configuration of every autotuned ``triton_call`` that ``fn(*args, **kwargs)`` makes, and every
+    ``inline="auto"`` call launched and inlined (on a GPU, where its translation may fuse), on the device its
+    arguments live on, and record the fastest for later lowerings (in this process and, through the cache
+    directory, in others). Returns what was measured."""
     return Tuner().run(fn, *args, **kwargs)
 
 

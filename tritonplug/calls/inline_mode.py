@@ -7,7 +7,7 @@ A call's mode comes from the first of (precedence call > kernel > setting):
   launcher or module that owns a kernel says it once);
 * the setting ``TRITONPLUG_INLINE`` (``on``, ``off`` or ``auto``; off when unset).
 
-The mode is resolved when the call is made (traced), checked there with the others options, and carried by the
+The mode is resolved when the call is made (traced), checked there with the other options, and carried by the
 call (``CallSpec.inline_from`` says by whom); the lowering decides the path from it (``lowering/path_choice.py``).
 """
 
