@@ -45,6 +45,7 @@ _LAZY = {
     "backend_for": "tritonplug.process.state",
     "register_plugin": "tritonplug.process.state",
     "tune": "tritonplug.tuner",
+    "set_inline": "tritonplug.api",
     "kernels_of": "tritonplug.porting.kernel_source",
     "kernels_from_file": "tritonplug.porting.kernel_source",
     "export_disabled_checks": "tritonplug.adapters.jaxlib_compat",
@@ -78,14 +79,14 @@ __all__ = [
     "compile_stats",
     "debug", "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection",
     "kernels_from_file", "kernels_of", "launch", "next_power_of_2", "partitioned", "register_plugin",
-    "shard_offset", "sharding_rule", "strides_from_shape", "tensor",
+    "set_inline", "shard_offset", "sharding_rule", "strides_from_shape", "tensor",
     "torch_launcher", "triton_call", "tune", "zeros", "zeros_like", "__version__", "__version_info__",
 ]
 
 if TYPE_CHECKING:
     from tritonplug import debug, inspection
     from tritonplug.adapters.jaxlib_compat import export_disabled_checks
-    from tritonplug.api import triton_call
+    from tritonplug.api import set_inline, triton_call
     from tritonplug.calls.tensor_descriptor import TensorDescriptor
     from tritonplug.porting.kernel_source import kernels_from_file, kernels_of
     from tritonplug.porting.launcher import Launcher, Tensor, empty, empty_like, launch, tensor, zeros, zeros_like

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from typing import Any
@@ -11,7 +12,7 @@ import numpy as np
 
 from tritonplug.adapters import jax_compat
 from tritonplug.adapters.triton_compat import KernelFacts
-from tritonplug.calls import annotation_checks, binding, user_warnings
+from tritonplug.calls import annotation_checks, binding, inline_mode, user_warnings
 from tritonplug.calls.call import CallSpec, pointer_type
 from tritonplug.calls.options import (
     TRITON_COMPILE_OPTIONS,
@@ -56,7 +57,9 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     autotuned call without a tuning record compiles: ``"runtime"``, the default, every configuration, timed by
     jaxlib at the first run; ``"first"``, the first that survives pruning, until ``tritonplug.tune`` records one),
     ``inline`` (``True``: lowered as its translation to XLA ops on every platform, with no custom call, so
-    XLA may fuse it with its neighbours; needs the CPU backend's plugin; docs/using.md)).
+    XLA may fuse it with its neighbours; needs the CPU backend's plugin; ``False``: launched; ``"auto"``: inlined
+    where the translation fuses and a tuning record measured it faster; ``None``, the default: the kernel's
+    default (:func:`set_inline`), else ``TRITONPLUG_INLINE``; docs/using.md)).
     Every other keyword is a ``tl.constexpr`` value; missing ones take the kernel's defaults or
     come from ``triton.autotune``/``triton.heuristics``.
     """
@@ -78,6 +81,14 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
                 return _dispatch(entry, entry.gather(args, kwargs))
     _warn_deprecated(out_shape, kwargs)
     return _call(args, kernel, out_shape, out_type, kwargs)
+
+
+def set_inline(kernel: Any, mode: bool | str | None) -> Any:
+    """Give ``kernel`` a default inline mode (``True``, ``False``, ``"auto"``; ``None`` removes it): its calls that
+    pass no ``inline=`` take it, before ``TRITONPLUG_INLINE``. Returns ``kernel`` (usable as a decorator's call)."""
+    inline_mode.set_kernel_default(kernel, mode)
+    state.memo.clear()  # memoised calls of the kernel resolved their mode without it
+    return kernel
 
 
 def call_kernel(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, **kwargs: Any) -> Any:
@@ -103,6 +114,8 @@ def _call(args: tuple[Any, ...], kernel: Any, out_shape: Any, out_type: Any, kwa
     spelled = "out_type" if out_shape is None else "out_shape"  # errors name the keyword the caller used
     out_specs = tuple(_buffer_spec(leaf, i, spelled) for i, leaf in enumerate(out_leaves))
     options, operand_kwargs, constexprs = _options_and_keywords(facts, kwargs, len(out_specs))
+    mode, inline_from = inline_mode.resolve(options.inline, kernel)  # call > kernel > TRITONPLUG_INLINE
+    options = dataclasses.replace(options, inline=mode)
     sources: list[tuple[str, tuple[int, ...]]] = []
     bound, arrays = binding.bind(facts, args, operand_kwargs, out_specs, dict(options.input_output_aliases),
                                  constexprs, sources, aliases_count_scalars=out_shape is None)
@@ -114,7 +127,7 @@ def _call(args: tuple[Any, ...], kernel: Any, out_shape: Any, out_type: Any, kwa
     if nothing is not None:  # as Triton: an empty grid launches nothing (refs keep their values)
         return jax.tree_util.tree_unflatten(out_tree, nothing)
     call = CallSpec(kernel=facts, bound=bound, metaparams=tuple(sorted(constexprs.items())),
-                    out_specs=out_specs, options=options)
+                    out_specs=out_specs, options=options, inline_from=inline_from)
     resolver.resolve(call, binding.operand_specs(arrays))  # the call's checks; its lowering reads the result
     ensure_lowering_rules(state.host().lowered_platforms())
     dispatch = None

@@ -2,8 +2,8 @@
 
 For tests, debugging and ``jax.export`` users who want to see which kernels a program
 carries: ``kernel_calls(jax.jit(f).lower(...).as_text())``. Also what the process decided: the partitioning of
-partitioned launchers (``partitions``) and the generated function that runs a kernel's eager repeats
-(``eager_runner_source``).
+partitioned launchers (``partitions``), the path each call's lowering took, launched or inlined, and why
+(``paths``), and the generated function that runs a kernel's eager repeats (``eager_runner_source``).
 """
 
 from __future__ import annotations
@@ -115,6 +115,27 @@ def partitions() -> list:
     from tritonplug.process.state import state
 
     return list(state.partitions)
+
+
+def paths() -> list:
+    """The latest lowerings' paths in this process, oldest first (``lowering.inline_choice.PathChoice``): per
+    lowering of a call, the kernel, the platform, the path (``"launched"`` or ``"inlined"``), the call's inline mode
+    and who set it (``"call"``, ``"kernel"``, ``"setting"``, ``"default"``), the reason in words (under ``"auto"``:
+    the path record says faster or slower, no record, untranslatable, its translation holds gathers...), the
+    translation's gathers, scatters and while loops where one was checked (``unfusible``) and the record's
+    ``times_us``."""
+    from tritonplug.process.state import state
+
+    return list(state.paths)
+
+
+def unfusible_ops(fn: object, *args: object) -> dict[str, int]:
+    """How many gathers, scatters and while loops the jaxpr of ``fn`` at ``args`` holds (sub-jaxprs included): the
+    check ``inline="auto"`` applies to a kernel's translation (``paths()`` reports a call's), for a function of your
+    own, such as the XLA op a kernel replaces."""
+    from tritonplug.lowering import fusion
+
+    return fusion.unfusible_ops(fn, *args)  # type: ignore[arg-type]
 
 
 def eager_runner_source(kernel: object) -> str | None:

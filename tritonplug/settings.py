@@ -171,6 +171,12 @@ def _pairs(text: str) -> dict[str, str]:
     return pairs
 
 
+def _inline_mode(text: str) -> bool | str:
+    if text.lower() == "auto":
+        return "auto"
+    return on_off(text)
+
+
 def _url_or_off(text: str) -> str:
     if text.lower() in NONE_WORDS:
         return OFF
@@ -253,6 +259,10 @@ EARLY_COMPILE = boolean("TRITONPLUG_EARLY_COMPILE", "compile already when a call
 TUNING_FILE: Setting[str | None] = Setting(
     "TRITONPLUG_TUNING_FILE", "a tuning file whose records take precedence over those tuned here (read-only)",
     "path", "a file", "none", _file, _const(None), host_only=True)
+INLINE: Setting[bool | str] = Setting(
+    "TRITONPLUG_INLINE", "the inline mode of calls whose call and kernel set none: on (lowered as their translation "
+    "to XLA ops), off (launched) or auto (docs/using.md)", "choice", "on/off, `auto`", "off", _inline_mode,
+    _const(False), f"on, off or auto: one of {', '.join(ON_WORDS + OFF_WORDS)}, auto (any case)", host_only=True)
 REMOTE_CACHE: Setting[str | None] = Setting(
     "TRITONPLUG_REMOTE_CACHE", "remote kernel cache: `redis://[user:pw@]host:port/db[?mode=read&max_entry_bytes=N"
     "&ttl_s=S&timeout_s=S]`, `rediss://` (TLS) or `jax://` (the job's coordination service)", "url",
@@ -267,7 +277,7 @@ REMOTE_WAIT_S = seconds("TRITONPLUG_REMOTE_WAIT_S", "how long the other hosts wa
 #: The host's own settings, in the table's order (docs/configuration.md).
 ALL: tuple[Setting[Any], ...] = (
     CACHE_DIR, CACHE_MAX_BYTES, CACHE, COMPILE_WORKERS, COMPILE_TIMEOUT, LOG, DISABLE_PLUGINS, BACKENDS,
-    EARLY_COMPILE, TUNING_FILE, REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S)
+    EARLY_COMPILE, TUNING_FILE, INLINE, REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S)
 BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in ALL}
 
 

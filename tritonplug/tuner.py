@@ -9,6 +9,11 @@ then a median over ``runs`` samples, each sample a batch of back-to-back calls l
 :mod:`tritonplug.tuning.store`) and the call then runs as any later lowering will: with that one
 configuration.
 
+Each ``inline="auto"`` call on a GPU is then timed the same way launched and inlined (as its translation to XLA
+ops, alone in its program), when its translation holds no gather, scatter or while loop; the faster is recorded
+in a path record (:mod:`tritonplug.tuning.path_records`), or, without timing, that it launches and why. On the
+CPU there is nothing to choose (its backend runs kernels as their translations).
+
 Triton's autotuner semantics, in JAX terms: each timed run gets fresh outputs and pristine inputs (the
 jitted call donates nothing, so an input aliased to an output is copied before the kernel writes it):
 ``restore_value`` holds by construction. ``reset_to_zero`` outputs (or in-place operands) are zeroed
@@ -37,10 +42,14 @@ from tritonplug.adapters import jax_compat, triton_compat
 from tritonplug.calls.call import CallSpec, OutputArg
 from tritonplug.compile import frontend, resolver
 from tritonplug.errors import PluginError
+from tritonplug.lowering.fusion import describe
+from tritonplug.lowering.inline_choice import decide
+from tritonplug.lowering.pipeline import kernels_on_path
 from tritonplug.lowering.primitive import triton_call_p
 from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
-from tritonplug.tuning.records import TuningRecord
+from tritonplug.tuning.path_records import path_identity, path_record
+from tritonplug.tuning.records import PATHS, TuningRecord
 from tritonplug.tuning.select import active_session, call_identity, call_key, config_of, target_of
 
 
@@ -89,9 +98,10 @@ class TuningReport:
 
 
 def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningReport:
-    """Time every configuration of every autotuned ``triton_call`` that ``fn(*args, **kwargs)`` makes, on
-    the device its arguments live on, and record the fastest for later lowerings (in this process and,
-    through the cache directory, in others). Returns what was measured."""
+    """Time every configuration of every autotuned ``triton_call`` that ``fn(*args, **kwargs)`` makes, and every
+    ``inline="auto"`` call launched and inlined (on a GPU, where its translation may fuse), on the device its
+    arguments live on, and record the fastest for later lowerings (in this process and, through the cache
+    directory, in others). Returns what was measured."""
     return Tuner().run(fn, *args, **kwargs)
 
 
@@ -131,8 +141,8 @@ class Tuner:
         operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in args)
         device = _device_of(args)
         platform = jax_compat.lowering_platform(device.platform)
-        backend = state.host().backend_for(platform, call.options.inline)
-        target = backend.detect_target(platform, device, call.options.target_hints())
+        backend = state.host().backend_for(platform, call.options.inline is True)
+        target = backend.detect_target(platform, device, call.options.target_hints(call.options.inline is True))
         if target is None:  # as the lowering would refuse it
             raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
         identity = call_identity(call, operands, backend.name, target)
@@ -159,6 +169,38 @@ class Tuner:
         self._tuned[identity] = TunedCall(call.kernel.name, backend.name, target.describe(), record.key,
                                           best.description, timings, persisted, identity)
 
+    def observe_path(self, args: Sequence[Any], call: CallSpec) -> None:
+        """Called by the primitive's eager rule for an ``inline="auto"`` call about to run on ``args``: where its
+        translation holds no gather, scatter or while loop, time it launched and inlined; record the faster (or,
+        without timing, why it launches). Nothing on a platform whose backend runs translations already (the CPU)."""
+        operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in args)
+        device = _device_of(args)
+        platform = jax_compat.lowering_platform(device.platform)
+        own = state.host().backend_for(platform)
+        target = own.detect_target(platform, device, call.options.target_hints())
+        if own.info.inlines or target is None:
+            return
+        identity = path_identity(call, operands, own.name, target)
+        if identity in self._tuned:
+            return
+        paths = {path: dataclasses.replace(call, options=dataclasses.replace(call.options, inline=path == "inline"))
+                 for path in PATHS}
+        with jax.disable_jit(False):
+            reason = _untranslatable(paths["inline"], platform, device, operands)
+            timings = () if reason else tuple(self._time(paths[p], args, p, {"path": p}) for p in PATHS)
+        finished = [t for t in timings if t.median_us is not None]
+        if not reason and not finished:
+            raise RuntimeError(f"tritonplug.tune: kernel {call.kernel.name!r} ran neither launched nor inlined:\n"
+                               + "\n".join(f"  [{t.description}] {t.error}" for t in timings))
+        best = "launch" if reason else min(finished, key=lambda t: t.median_us or 0.0).description
+        info = {"times_us": {t.description: t.median_us for t in finished}, "reason": reason,
+                "device": str(getattr(device, "device_kind", device.platform)),
+                "tritonplug": frontend.TRITONPLUG_VERSION}
+        record = path_record(call, operands, own.name, target, best, {k: v for k, v in info.items() if v})
+        persisted = state.tuning.put(record)
+        self._tuned[identity] = TunedCall(call.kernel.name, own.name, target.describe(), record.key, best, timings,
+                                          persisted, identity)
+
     def _time(self, call: CallSpec, args: Sequence[Any], description: str, config: dict[str, Any]) -> ConfigTiming:
         run = jax.jit(functools.partial(triton_call_p.bind, call=call))
         try:
@@ -180,6 +222,17 @@ class Tuner:
         except Exception as exc:  # one configuration that cannot compile or run does not end the tuning
             return ConfigTiming(description, config, None, f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}")
         return ConfigTiming(description, config, statistics.median(samples) * 1e6)
+
+
+def _untranslatable(call: CallSpec, platform: str, device: Any, operands: tuple[BufferSpec, ...]) -> str:
+    """Why ``call`` (given ``inline=True``) may not be inlined by ``"auto"``: no translation, or one holding a
+    gather, scatter or while loop (``lowering.fusion``); ``""`` when it may."""
+    try:
+        _, choice = kernels_on_path(decide(call, platform, device, operands), call, platform, device, operands)
+    except NotImplementedError as exc:
+        return f"untranslatable: {exc}"
+    counts = choice.unfusible or {}
+    return f"its translation holds {describe(counts)}" if any(counts.values()) else ""
 
 
 def _device_of(args: Sequence[Any]) -> Any:

@@ -4,7 +4,9 @@
 on a CUDA GPU in bf16/fp16, XLA's otherwise). ``tritonplug``: Triton kernels from PyTorch libraries, run
 through tritonplug: Liger-Kernel's RMSNorm, RoPE, SwiGLU and fused linear cross entropy, and
 flash-linear-attention's flash attention, forward and backward each (``examples/ports``). The ports are
-imported on first use, so the ``jax`` ops need neither library.
+imported on first use, so the ``jax`` ops need neither library. The Liger kernels are ``inline="auto"``
+(``tritonplug.set_inline``): launched, or, once ``train.py --tune`` measured it faster on the GPU, inlined into
+the step as XLA ops that fuse with their neighbours; on the CPU they are their translations either way.
 
 Layouts, as the model holds them: activations ``(batch, seq, hidden)``; ``q`` ``(batch, seq, heads,
 head_dim)``, ``k``/``v`` with ``kv_heads`` (grouped-query attention); the loss takes the final hidden states

@@ -48,7 +48,8 @@ def parser(description: str, configs: dict, ops_help: str) -> argparse.ArgumentP
     p.add_argument("--mesh", type=mesh_shape, help="shard over devices as one jit: 'data=2,model=2' "
                                                    "(data x tensor parallel)")
     p.add_argument("--tune", action="store_true", help="tritonplug.tune each choice's step once before training "
-                                                       "(its kernels' fastest configurations, recorded)")
+                                                       "(its kernels' fastest configurations, and launched or "
+                                                       "inlined for the ports' inline='auto' kernels, recorded)")
     p.add_argument("--plan-only", action="store_true", help="compile the step, report XLA's memory plan, run nothing")
     p.add_argument("--no-donate", dest="donate", action="store_false", help="the step keeps its inputs (more memory)")
     p.add_argument("--seed", type=int, default=0)

@@ -43,7 +43,8 @@ import triton
 import tritonplug
 
 _lib = tritonplug.kernels_of("liger_kernel.ops.cross_entropy")
-liger_cross_entropy_kernel = tritonplug.launch(_lib.liger_cross_entropy_kernel)
+# inline="auto": launched, or inlined as XLA ops where tritonplug.tune measured that faster (docs/using.md)
+liger_cross_entropy_kernel = tritonplug.launch(tritonplug.set_inline(_lib.liger_cross_entropy_kernel, "auto"))
 element_mul_kernel = tritonplug.launch(tritonplug.kernels_of("liger_kernel.ops.utils").element_mul_kernel)
 MAX_FUSED_SIZE = 65536 // 2
 ROCM = jax.default_backend() == "gpu" and "rocm" in jax.devices()[0].client.platform_version.lower()

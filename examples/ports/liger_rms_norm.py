@@ -41,10 +41,11 @@ import tritonplug
 _lib = tritonplug.kernels_of("liger_kernel.ops.rms_norm")
 _utils = tritonplug.kernels_of("liger_kernel.ops.utils")
 calculate_settings, set_large_grf_mode = _utils.calculate_settings, _utils.set_large_grf_mode
-_rms_norm_forward_kernel = tritonplug.launch(_lib._rms_norm_forward_kernel)
-_rms_norm_backward_kernel = tritonplug.launch(_lib._rms_norm_backward_kernel)
-_block_rms_norm_forward_kernel = tritonplug.launch(_lib._block_rms_norm_forward_kernel)
-_block_rms_norm_backward_kernel = tritonplug.launch(_lib._block_rms_norm_backward_kernel)
+# inline="auto": launched, or inlined as XLA ops where tritonplug.tune measured that faster (docs/using.md)
+_rms_norm_forward_kernel = tritonplug.launch(tritonplug.set_inline(_lib._rms_norm_forward_kernel, "auto"))
+_rms_norm_backward_kernel = tritonplug.launch(tritonplug.set_inline(_lib._rms_norm_backward_kernel, "auto"))
+_block_rms_norm_forward_kernel = tritonplug.launch(tritonplug.set_inline(_lib._block_rms_norm_forward_kernel, "auto"))
+_block_rms_norm_backward_kernel = tritonplug.launch(tritonplug.set_inline(_lib._block_rms_norm_backward_kernel, "auto"))
 _str_to_casting_mode = _lib._str_to_casting_mode
 _CASTING_MODE_LLAMA, _CASTING_MODE_GEMMA = _lib._CASTING_MODE_LLAMA, _lib._CASTING_MODE_GEMMA
 torch_to_triton_dtype = {np.dtype(jnp.float32): tl.float32, np.dtype(jnp.float16): tl.float16,

@@ -32,7 +32,8 @@ import triton
 import tritonplug
 
 _lib = tritonplug.kernels_of("liger_kernel.ops.rope")
-_triton_rope = tritonplug.launch(_lib._triton_rope)
+# inline="auto": launched, or inlined as XLA ops where tritonplug.tune measured that faster (docs/using.md)
+_triton_rope = tritonplug.launch(tritonplug.set_inline(_lib._triton_rope, "auto"))
 _resolve_rotary_dim = _lib._resolve_rotary_dim
 
 

@@ -35,8 +35,9 @@ import tritonplug
 
 _lib = tritonplug.kernels_of("liger_kernel.ops.swiglu")
 calculate_settings = tritonplug.kernels_of("liger_kernel.ops.utils").calculate_settings
-_swiglu_forward_kernel = tritonplug.launch(_lib._swiglu_forward_kernel)
-_swiglu_backward_kernel = tritonplug.launch(_lib._swiglu_backward_kernel)
+# inline="auto": launched, or inlined as XLA ops where tritonplug.tune measured that faster (docs/using.md)
+_swiglu_forward_kernel = tritonplug.launch(tritonplug.set_inline(_lib._swiglu_forward_kernel, "auto"))
+_swiglu_backward_kernel = tritonplug.launch(tritonplug.set_inline(_lib._swiglu_backward_kernel, "auto"))
 
 
 @tritonplug.partitioned("r n, r n -> r n, r n, r n")

@@ -98,9 +98,12 @@ class CallSpec:
     options: CallOptions
     #: One autotune configuration (``Configuration.autotune_config``) to lower alone, for ``tritonplug.tune``.
     pinned_config: tuple[tuple[str, Any], ...] | None = None
+    #: Who set ``options.inline`` (``calls.inline_mode.SOURCES``): the call, the kernel's default, the setting.
+    inline_from: str = "call"
 
     def _fields(self) -> tuple:
-        return (self.kernel, self.bound, self.metaparams, self.out_specs, self.options, self.pinned_config)
+        return (self.kernel, self.bound, self.metaparams, self.out_specs, self.options, self.pinned_config,
+                self.inline_from)
 
     def __eq__(self, other: object) -> bool:
         if self is other:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tritonplug.adapters.jaxlib_compat import GPU_TARGETS
+from tritonplug.calls import inline_mode
 from tritonplug.calls.user_code import call_user
 from tritonplug.records import BackendInfo
 
@@ -62,9 +63,12 @@ class CallOptions:
     vmap_method: str = "sequential"
     #: One of :data:`AUTOTUNE_MODES`; a tuning record (``tritonplug.tune``) picks its configuration under either.
     autotune: str = "runtime"
-    #: Lower the kernel as its translation to XLA ops on every platform (no custom call: XLA may fuse it with its
-    #: neighbours), by the backend that declares ``inlines``; refused at lowering where the translation is not whole.
-    inline: bool = False
+    #: ``True``: lower the kernel as its translation to XLA ops on every platform (no custom call: XLA may fuse it
+    #: with its neighbours), by the backend that declares ``inlines``; refused at lowering where the translation is
+    #: not whole. ``False``: launch it. ``"auto"``: inline where the translation fuses and a tuning record measured
+    #: it faster. ``None``: the kernel's default, else ``TRITONPLUG_INLINE`` (``calls/inline_mode.py``); the call
+    #: resolves it, so a ``CallSpec``'s options hold one of :data:`inline_mode.MODES`.
+    inline: bool | str | None = None
 
     @classmethod
     def take(cls, kwargs: dict[str, Any], n_outputs: int) -> CallOptions:
@@ -84,9 +88,6 @@ class CallOptions:
         if not isinstance(self.autotune, str) or self.autotune not in AUTOTUNE_MODES:
             raise ValueError(f"autotune must be one of {list(AUTOTUNE_MODES)} (what an autotuned call without a "
                              f"tuning record compiles), got {self.autotune!r}")
-        if not isinstance(self.inline, (bool, np.bool_)):
-            raise TypeError(f"inline must be True (the kernel lowered as its translation to XLA ops) or False, got "
-                            f"{type(self.inline).__name__}: {self.inline!r}")
         if self.custom_call_target_name not in (None, *GPU_TARGETS):
             raise ValueError(f"custom_call_target_name must be one of {GPU_TARGETS}, "
                              f"got {self.custom_call_target_name!r}")
@@ -117,7 +118,7 @@ class CallOptions:
             has_side_effect=bool(self.has_side_effect),
             enable_fp_fusion=None if self.enable_fp_fusion is None else bool(self.enable_fp_fusion),
             vmap_method=vmap_method,
-            inline=bool(self.inline))
+            inline=inline_mode.checked(self.inline, "inline"))
 
     def compiler_options(self) -> dict[str, Any]:
         """What every backend's ``parse_options`` receives: the shared options (``None`` where unset) and
@@ -130,9 +131,10 @@ class CallOptions:
         defaults = {"num_ctas": 1, "enable_fp_fusion": None, "debug": False, "num_warps": None, "num_stages": None}
         return {**defaults, **{k: v for k, v in explicit.items() if v is not None}, **extra}
 
-    def target_hints(self) -> dict[str, Any]:
-        """What target detection receives: the call's hints about the machine to compile for."""
-        return {"compute_capability": self.compute_capability, **({"inline": True} if self.inline else {})}
+    def target_hints(self, inline: bool = False) -> dict[str, Any]:
+        """What target detection receives: the call's hints about the machine to compile for (``inline``: the
+        call is lowered as its translation, by the backend that declares ``inlines``)."""
+        return {"compute_capability": self.compute_capability, **({"inline": True} if inline else {})}
 
 
 OPTION_FIELDS = dataclasses.fields(CallOptions)

@@ -21,7 +21,8 @@ from tritonplug.tuning.store import TuningStore
 
 _DESCRIPTION = """The tuning records of the cache directory: which configuration of each autotuned call
 `tritonplug.tune(fn, *args)` found fastest, per kernel source, autotune key values, target and backend.
-A lowering that finds a record compiles and runs only that configuration."""
+A lowering that finds a record compiles and runs only that configuration. Path records (key "choice": "path")
+say whether an inline="auto" call is launched or inlined as XLA ops (config "path")."""
 
 
 def add_parser(commands: Any, json_flag: argparse.ArgumentParser) -> None:

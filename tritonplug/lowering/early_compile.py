@@ -50,7 +50,7 @@ def on_bind(call: CallSpec, arrays: Sequence[Any]) -> None:
         return
     try:
         platform = jax_compat.lowering_platform(jax.default_backend())
-        backend = state.host().backend_for(platform, call.options.inline)
+        backend = state.host().backend_for(platform, call.options.inline is True)
     except Exception:  # no backend for the default platform: nothing to start
         return
     if not backend.compiles_in_worker:
@@ -72,7 +72,7 @@ def _compile(backend: Backend, platform: str, call: CallSpec, operands: tuple[Bu
             device = jax.devices(platform)[0]
         except (RuntimeError, IndexError):  # lowering for a platform this process has no device of
             device = None
-        target = backend.detect_target(platform, device, call.options.target_hints())
+        target = backend.detect_target(platform, device, call.options.target_hints(call.options.inline is True))
         if target is None:
             return
         environment = fingerprint()

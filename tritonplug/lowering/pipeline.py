@@ -7,6 +7,7 @@ check the grid against the backend's limits, specialise, cache lookup, compile o
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,10 +23,9 @@ from tritonplug.calls.options import check_grid_limits
 from tritonplug.compile import frontend, kernel_abi, resolver
 from tritonplug.compile.backends import Backend
 from tritonplug.compile.compiler import CompileRequest
-from tritonplug.errors import PluginError
-from tritonplug.lowering import emitters
+from tritonplug.lowering import emitters, fusion, inline_choice
 from tritonplug.process.state import state
-from tritonplug.records import BufferSpec, CompileJob, Launch, Options, Target
+from tritonplug.records import BufferSpec, CompileJob, JaxKernel, Launch, Options, Target
 from tritonplug.tuning import select as tuning_select
 
 
@@ -42,15 +42,39 @@ class LoweringPlan:
 
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
     check_not_partitioned(ctx, call)
-    backend = state.host().backend_for(platform, call.options.inline)
-    check_backend_runs(backend, call, platform)
-    target = backend.detect_target(platform, _device_of(ctx, platform), call.options.target_hints())
-    if target is None:
-        raise PluginError(f"backend {backend.name!r} claims platform {platform!r} but detected no target for it")
+    device = _device_of(ctx, platform)
     operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in ctx.avals_in)
     environment = fingerprint()
-    kernels = kernel_objects(backend, target, call, operands, environment)
+    decision = inline_choice.decide(call, platform, device, operands)
+    kernels, choice = kernels_on_path(decision, call, platform, device, operands, environment)
+    state.paths.append(choice)
     return emitters.emit(ctx, args, kernels, call, platform, environment.tritonplug)
+
+
+def kernels_on_path(decision: inline_choice.Decision, call: CallSpec, platform: str, device: Any | None,
+                    operands: tuple[BufferSpec, ...], environment: Environment | None = None
+                    ) -> tuple[list[Any], inline_choice.PathChoice]:
+    """The kernel objects of the decided path, and the choice as taken: an ``"auto"`` inlining whose translation
+    is missing or holds a gather, scatter or while loop (``fusion``) is launched instead. A translation made for
+    ``inline=True`` or ``"auto"`` has its counts in the choice."""
+    check_backend_runs(decision.backend, call, platform)
+    try:
+        kernels = kernel_objects(decision.backend, decision.target, call, operands, environment)
+    except NotImplementedError as exc:
+        if not decision.check:
+            raise
+        return kernels_on_path(inline_choice.launch_instead(decision, call, platform, device, f"untranslatable: {exc}"),
+                               call, platform, device, operands, environment)
+    inlined = len(kernels) == 1 and isinstance(kernels[0], JaxKernel)
+    counts = fusion.translation_ops(kernels[0]) if inlined and (decision.check or call.options.inline is True) \
+        else None
+    if decision.check and counts and any(counts.values()):
+        why = f"its translation holds {fusion.describe(counts)}"
+        kernels, choice = kernels_on_path(inline_choice.launch_instead(decision, call, platform, device, why),
+                                          call, platform, device, operands, environment)
+        return kernels, dataclasses.replace(choice, unfusible=counts)
+    path = inline_choice.INLINED if inlined else inline_choice.LAUNCHED
+    return kernels, dataclasses.replace(decision.choice, path=path, unfusible=counts)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ def _impl(*args: Any, call: CallSpec) -> Any:
     session = active_session.get()
     if session is not None and call.kernel.autotuner is not None and call.pinned_config is None:
         session.observe(args, call)  # tritonplug.tune: time every configuration first
+    if session is not None and call.options.inline == "auto":
+        session.observe_path(args, call)  # then the launched path against the inlined one
     if call.bound.refs:  # refs are discharged into aliased outputs, which needs tracing
         with jax.disable_jit(False):
             return jax.jit(functools.partial(triton_call_p.bind, call=call))(*args)

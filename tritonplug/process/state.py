@@ -86,6 +86,8 @@ class ProcessState:
         self.tuning = TuningStore()
         #: the latest partitioning decisions of partitioned launchers (``tritonplug.inspection.partitions``)
         self.partitions: collections.deque[Any] = collections.deque(maxlen=256)
+        #: the latest lowerings' paths, launched or inlined, and why (``tritonplug.inspection.paths``)
+        self.paths: collections.deque[Any] = collections.deque(maxlen=256)
 
     def host(self) -> Host:
         """The plugin host, loading the entry points on first use."""
@@ -143,6 +145,7 @@ class ProcessState:
         self.memo.clear()
         self.plans.clear()
         self.partitions.clear()
+        self.paths.clear()
         if plugins:
             with self._lock:
                 self._host = None

@@ -17,6 +17,12 @@ function and global it uses) is ``source``, called with the autotune key values 
      "times_us": {"<config description>": 12.5, ...},   optional: what tune() measured
      "device": "NVIDIA H200", "triton": "3.6.0", "tritonplug": "0.1.0", "created": "2026-05-01T12:00:00Z"}
 
+A *path record* says whether an ``inline="auto"`` call is inlined: its ``key`` holds every argument by name
+(``args``: arrays as ``"float16[512,512]"``, scalars by value), ``dtypes``, ``constexprs`` and ``"choice": "path"``;
+its ``backend`` and ``target`` are the launching backend's; its ``config`` is ``{"path": "inline"}`` or
+``{"path": "launch"}``; ``times_us`` holds ``launch`` and ``inline`` where both were measured, and ``reason`` why
+it launches without measurement (the translation holds gathers, scatters or while loops, or there is none).
+
 ``arch`` is compared as a string; array values in ``key.args`` are written ``"float16[512,512]"``.
 The identity of a record (:func:`identity`) is the sha256 of the canonical JSON (sorted keys, no spaces)
 of ``[source, backend, target, key]``; the on-disk store files records under it.
@@ -40,7 +46,10 @@ from typing import Any
 FILE_FORMAT = "tritonplug-tuning"
 FILE_VERSION = 1
 #: Fields that are informational: kept and exported, never part of the identity.
-INFO_FIELDS = ("kernel", "times_us", "device", "triton", "tritonplug", "created")
+INFO_FIELDS = ("kernel", "times_us", "device", "triton", "tritonplug", "created", "reason")
+#: ``key.choice`` of a path record (whether an ``inline="auto"`` call is inlined), and the paths it names.
+PATH_CHOICE = "path"
+PATHS = ("inline", "launch")
 
 
 def canonical(value: Any) -> str:
@@ -107,10 +116,16 @@ def parse_record(raw: Any, where: str = "record") -> TuningRecord:
     key = dict(raw["key"])
     if not isinstance(key.get("args", {}), Mapping) or not isinstance(key.get("dtypes", []), list):
         raise ValueError(f"{where}: 'key' must hold an 'args' object and a 'dtypes' list, got {key!r:.120}")
+    choice = key.get("choice")
+    if choice is not None and choice != PATH_CHOICE:
+        raise ValueError(f"{where}: 'key.choice' must be {PATH_CHOICE!r} (a path record) or absent, got {choice!r}")
     key = {"args": dict(key.get("args", {})), "dtypes": list(key.get("dtypes", [])),
-           "constexprs": dict(key.get("constexprs", {}))}
+           "constexprs": dict(key.get("constexprs", {})), **({"choice": choice} if choice else {})}
     if not raw["config"]:
         raise ValueError(f"{where}: 'config' is empty")
+    if choice and raw["config"].get("path") not in PATHS:
+        raise ValueError(f"{where}: a path record's 'config' must be {{\"path\": one of {list(PATHS)}}}, "
+                         f"got {raw['config']!r:.120}")
     info = {k: raw[k] for k in INFO_FIELDS if k in raw}
     return TuningRecord(raw["source"], raw["backend"], target, key, dict(raw["config"]), info)
 

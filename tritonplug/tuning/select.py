@@ -27,7 +27,7 @@ log = logging.getLogger("tritonplug.tuner")
 active_session: ContextVar[Any] = ContextVar("tritonplug_tuning_session", default=None)
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return triton_compat.source_key(value)
@@ -35,39 +35,51 @@ def _plain(value: Any) -> Any:
 
 def call_key(call: CallSpec, operands: Sequence[BufferSpec]) -> dict[str, Any]:
     """The autotune key of ``call`` on operands of these shapes and dtypes (``key`` of a record)."""
-    def spec(node: Any) -> BufferSpec | None:
-        if isinstance(node, ArrayArg):
-            return operands[node.index]
-        if isinstance(node, OutputArg):
-            return call.out_specs[node.index]
-        return None
-
-    def value(node: Any) -> Any:
-        if isinstance(node, tuple):
-            return [value(n) for n in node]
-        buffer = spec(node)
-        if buffer is not None:
-            return f"{buffer.dtype}[{','.join(map(str, buffer.shape))}]"
-        if isinstance(node, (ScalarArg, ConstArg)):
-            return _plain(node.value)
-        return None
-
-    def dtypes(node: Any) -> list[str]:
-        if isinstance(node, tuple):
-            return [d for n in node for d in dtypes(n)]
-        buffer = spec(node)
-        return [buffer.dtype] if buffer is not None else []
-
-    nodes = dict(zip(call.bound.names, call.bound.nodes, strict=True))
+    values = argument_values(call, operands)
     metaparams = dict(call.metaparams)
     args = {}
     for name in triton_compat.autotune_key_names(call.kernel.autotuner):
         if name in metaparams:
-            args[name] = _plain(metaparams[name])
-        elif name in nodes:
-            args[name] = value(nodes[name])
-    return normalized({"args": args, "dtypes": [d for node in call.bound.nodes for d in dtypes(node)],
-                       "constexprs": {k: _plain(v) for k, v in call.metaparams}})
+            args[name] = plain_value(metaparams[name])
+        elif name in values:
+            args[name] = values[name]
+    return normalized({"args": args, "dtypes": argument_dtypes(call, operands),
+                       "constexprs": {k: plain_value(v) for k, v in call.metaparams}})
+
+
+def argument_values(call: CallSpec, operands: Sequence[BufferSpec]) -> dict[str, Any]:
+    """Each kernel parameter's value as a key holds it: a buffer as ``"dtype[shape]"``, a scalar or constexpr by
+    value (``None`` for what has none, such as a tensor descriptor)."""
+    def value(node: Any) -> Any:
+        if isinstance(node, tuple):
+            return [value(n) for n in node]
+        buffer = _buffer(call, operands, node)
+        if buffer is not None:
+            return f"{buffer.dtype}[{','.join(map(str, buffer.shape))}]"
+        if isinstance(node, (ScalarArg, ConstArg)):
+            return plain_value(node.value)
+        return None
+
+    return {name: value(node) for name, node in zip(call.bound.names, call.bound.nodes, strict=True)}
+
+
+def argument_dtypes(call: CallSpec, operands: Sequence[BufferSpec]) -> list[str]:
+    """Every array argument's dtype, in parameter order."""
+    def dtypes(node: Any) -> list[str]:
+        if isinstance(node, tuple):
+            return [d for n in node for d in dtypes(n)]
+        buffer = _buffer(call, operands, node)
+        return [buffer.dtype] if buffer is not None else []
+
+    return [d for node in call.bound.nodes for d in dtypes(node)]
+
+
+def _buffer(call: CallSpec, operands: Sequence[BufferSpec], node: Any) -> BufferSpec | None:
+    if isinstance(node, ArrayArg):
+        return operands[node.index]
+    if isinstance(node, OutputArg):
+        return call.out_specs[node.index]
+    return None
 
 
 def call_identity(call: CallSpec, operands: Sequence[BufferSpec], backend: str, target: Target) -> str:
