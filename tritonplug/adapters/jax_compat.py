@@ -259,6 +259,16 @@ def primitive_names(closed: Any) -> set[str]:
     return names
 
 
+def operand_mesh_shape(values: Sequence[Any]) -> dict[str, int] | None:
+    """The axis sizes of the mesh the operands' types name while tracing (automatic axes included); ``None``
+    when they name none."""
+    for value in values:
+        mesh = getattr(getattr(jax.typeof(value), "sharding", None), "mesh", None)
+        if mesh is not None and not mesh.empty:
+            return {str(name): int(size) for name, size in mesh.shape.items()}
+    return None
+
+
 def operand_mesh(values: Sequence[Any]) -> tuple[str | None, int]:
     """The platform and device count of the mesh the operands' types name while tracing (jit records it even for
     automatic axes, whose specs it leaves out); ``(None, 1)`` when they name none (single-device or NumPy)."""

@@ -29,10 +29,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 
 from tritonplug.calls import sharding_rules as rules
-from tritonplug.sharding import offsets, paths
+from tritonplug.sharding import paths
+from tritonplug.sharding.per_shard import call, is_array
 
 _EAGER_JITS = 64
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -149,16 +149,33 @@ class Partitioned:
         return f"partitioned({rule!r})({self.__name__})"
 
     def _rule_for(self, args: tuple, kwargs: dict) -> rules.Rule:
-        """The call's rule; a rule function gets the bound arguments (``args``, ``kwargs``), defaults filled in."""
+        """The call's rule; a rule function is called as the function is (``args``, ``kwargs``: the call's own
+        spelling, positional and keyword arguments as given, omitted parameters' defaults by keyword)."""
         if isinstance(self.rule, rules.Rule):
             return self.rule
-        chosen = self.rule(*args, **kwargs)
+        try:
+            chosen = self.rule(*args, **kwargs)
+        except TypeError as exc:  # most often its parameters do not take the call's arguments
+            given = ", ".join([_shown(a) for a in args] + [f"{k}={_shown(v)}" for k, v in kwargs.items()])
+            raise TypeError(f"partitioned {self.__name__}: its rule function "
+                            f"{getattr(self.rule, '__qualname__', self.rule)!s} is called as the function is, "
+                            f"({given}), and raised: {exc}") from exc
         if isinstance(chosen, str):
             return _parse(chosen, (), ())
         if not isinstance(chosen, rules.Rule):
             raise TypeError(f"partitioned {self.__name__}: the rule function {self.rule!r} returned {chosen!r} "
                             f"({type(chosen).__name__}); it returns a rule string or a tritonplug.sharding_rule(...)")
         return chosen
+
+    def rule_for_call(self, args: tuple, kwargs: dict) -> rules.Rule:
+        """The rule of a call with these arguments (a rule function is called as the function is)."""
+        return self._rule_for(*self._spelled(self._bind(args, kwargs), len(args)))
+
+    def operands(self, args: tuple, kwargs: dict) -> tuple[list[Any], list[str]]:
+        """A call's array operands in the rule's order, and the argument each came in (``x``, ``params['w']``)."""
+        leaves, _ = jax.tree_util.tree_flatten_with_path(self._bind(args, kwargs))
+        return ([leaf for _, leaf in leaves if _is_array(leaf)],
+                [self._name(path) for path, leaf in leaves if _is_array(leaf)])
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else functools.partial(self, instance)
@@ -199,6 +216,25 @@ class Partitioned:
                 kwargs.update(value)
         return tuple(args), kwargs
 
+    def _spelled(self, arguments: tuple, positional: int) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` as the call spelled them (``positional``: how many it gave by position), with
+        ``arguments`` (``_bind``'s order) in them: what a rule function is called with."""
+        if self._signature is None:
+            return arguments
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for index, (p, value) in enumerate(zip(self._params, arguments, strict=True)):
+            if p.kind == inspect.Parameter.POSITIONAL_ONLY or (p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
+                                                               and index < positional):
+                args.append(value)
+            elif p.kind == inspect.Parameter.VAR_POSITIONAL:
+                args.extend(value)
+            elif p.kind == inspect.Parameter.VAR_KEYWORD:
+                kwargs.update(value)
+            else:
+                kwargs[p.name] = value
+        return tuple(args), kwargs
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, treedef = jax.tree_util.tree_flatten_with_path(self._bind(args, kwargs))
         where = [i for i, (_, leaf) in enumerate(leaves) if _is_array(leaf)]
@@ -206,11 +242,11 @@ class Partitioned:
         names = [self._name(leaves[i][0]) for i in where]
         values = [None if i in where else leaf for i, (_, leaf) in enumerate(leaves)]  # the constants alone
         if any(isinstance(a, jax.core.Tracer) for a in arrays):
-            return self._traced(arrays, values, where, treedef, names)
-        key = self._eager_key(values, where, treedef)
+            return self._traced(arrays, values, where, treedef, names, len(args))
+        key = self._eager_key(values, where, treedef, len(args))
         run = self._eager.get(key) if key is not None else None
         if run is None:
-            run = jax.jit(lambda *arrs: self._traced(list(arrs), values, where, treedef, names))
+            run = jax.jit(lambda *arrs: self._traced(list(arrs), values, where, treedef, names, len(args)))
             if key is not None:
                 if len(self._eager) >= _EAGER_JITS:
                     self._eager.clear()
@@ -225,7 +261,7 @@ class Partitioned:
             raise failure from failure.__cause__
 
     def _traced(self, arrays: list[Any], values: list[Any], where: list[int], treedef: Any,
-                names: list[str]) -> Any:
+                names: list[str], positional: int) -> Any:
         out: dict[str, Any] = {}  # the first (whole-array) trace's result tree and non-array results
 
         def body(*arrs: Any) -> tuple[Any, ...]:
@@ -235,7 +271,7 @@ class Partitioned:
             out.setdefault("values", flat)
             return tuple(leaf for leaf in flat if _is_array(leaf))
 
-        rule = self._rule_for(*self._unbind(_rebuild(treedef, values, where, arrays)))
+        rule = self._rule_for(*self._spelled(_rebuild(treedef, values, where, arrays), positional))
         arrays_out = iter(call(rule, body, arrays, names, self.__name__, self._closed_over))
         return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
 
@@ -263,106 +299,14 @@ class Partitioned:
         return param.name + jax.tree_util.keystr(tuple(rest))
 
     @staticmethod
-    def _eager_key(values: list[Any], where: list[int], treedef: Any) -> Any:
+    def _eager_key(values: list[Any], where: list[int], treedef: Any, positional: int) -> Any:
         statics = tuple(v for i, v in enumerate(values) if i not in set(where))
         try:
-            key = (treedef, tuple(where), tuple((type(v), v) for v in statics))
+            key = (treedef, tuple(where), positional, tuple((type(v), v) for v in statics))
             hash(key)
         except TypeError:
             return None
         return key
-
-
-def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Sequence[str], function: str,
-         closure: Callable[[], list[str]] = list, factors: Sequence[str] | None = None) -> tuple:
-    """``body`` (arrays in, a tuple of arrays out) partitioned by ``rule``: checked against the shapes, then
-    run on one of the two paths, under ``custom_vmap`` so that ``jax.vmap`` adds a batch factor (explicit axes
-    included: the batched body runs under ``shard_map`` on each device's part of the batch). ``closure()`` names
-    the arrays the function closes over, for the error that refuses them. ``factors``: those ``shard_offset``
-    may be asked (the rule's named ones; the batched rule passes the user's rule's)."""
-    factors = offsets.named_factors(rule.operands + rule.results) if factors is None else tuple(factors)
-    manual = bool(getattr(jax.sharding.get_abstract_mesh(), "manual_axes", ()))  # inside the user's shard_map
-    # traced with unsharded types: under vmap over explicit axes, the whole batched body would loop over a split axis
-    whole = offsets.scoped(body, offsets.Scope(function, factors, manual=manual))
-    closed, results = jax.make_jaxpr(whole, return_shape=True)(*[jax.ShapeDtypeStruct(a.shape, a.dtype)
-                                                                  for a in arrays])
-    if closed.consts and _explicit_mesh(arrays) is None:  # custom_partitioning takes no constants (shard_map does)
-        _refuse_closure(function, closed.consts, closure())
-    result_names = [f"result {k}" for k in range(len(results))]
-    bound = rules.bind(rule, [tuple(a.shape) for a in arrays], [tuple(r.shape) for r in results], names,
-                       result_names)
-    info = paths.CallInfo(function, names, result_names, paths.host_callbacks(closed), factors, manual)
-
-    @jax.custom_batching.custom_vmap
-    def run(*arrs: Any) -> tuple[Any, ...]:
-        return _dispatch(body, arrs, bound, info)
-
-    @run.def_vmap
-    def batched(axis_size: int, in_batched: Sequence[bool], *arrs: Any) -> tuple[tuple[Any, ...], tuple[bool, ...]]:
-        batch_rule = _with_batch_factor(bound, in_batched)
-        vbody = jax.vmap(body, in_axes=tuple(0 if b else None for b in in_batched))
-        outs = call(batch_rule, lambda *xs: tuple(vbody(*xs)), arrs, names, function, factors=factors)
-        return outs, tuple(True for _ in outs)
-
-    if _explicit_mesh(arrays) is None:
-        return tuple(run(*arrays))
-
-    # custom_vmap does not linearize: under explicit axes jax.grad differentiates the shard_map itself
-    @jax.custom_jvp
-    def differentiable(*arrs: Any) -> tuple[Any, ...]:
-        return tuple(run(*arrs))
-
-    @differentiable.defjvp
-    def jvp(primals: Any, tangents: Any) -> Any:
-        return jax.jvp(lambda *arrs: _dispatch(body, arrs, bound, info), primals, tangents)
-
-    return tuple(differentiable(*arrays))
-
-
-def _refuse_closure(function: str, consts: Sequence[Any], named: list[str]) -> None:
-    shapes = ", ".join(f"{jax.typeof(c).dtype}{list(jax.typeof(c).shape)}" for c in consts)
-    which = f" ({', '.join(named)})" if named else " (none of its own names: one a function it calls closes over, " \
-                                                   "or a NumPy array it makes)"
-    raise TypeError(f"partitioned {function}: the function closes over {len(consts)} array(s){which}: {shapes}. A "
-                    f"partitioned function's arrays are its arguments, each with a group in the rule (a closed-over "
-                    f"array cannot be split or placed): pass it as an argument and give it a group, e.g. its "
-                    f"factors listed in need_replication to keep it whole on every device; make a constant with "
-                    f"jax.numpy inside the function")
-
-
-def _explicit_mesh(arrays: Sequence[Any]) -> Any | None:
-    """The mesh with explicit axes that the operands' types (or the context) are sharded over, if any."""
-    mesh = jax.sharding.get_abstract_mesh()
-    types = [jax.typeof(a) for a in arrays]
-    explicit = [t.sharding.mesh for t in types
-                if getattr(t, "sharding", None) is not None and t.sharding.mesh._any_axis_explicit]
-    if explicit:
-        return explicit[0]
-    return None if mesh.empty or not mesh._any_axis_explicit else mesh
-
-
-def _dispatch(body: paths.Body, arrays: Sequence[Any], bound: rules.BoundRule, info: paths.CallInfo) -> tuple:
-    mesh = _explicit_mesh(arrays)
-    if mesh is None:
-        return paths.auto(body, arrays, bound, info)
-    if mesh._any_axis_auto:
-        raise NotImplementedError(
-            f"partitioned {info.function}: the mesh {dict(mesh.shape)} mixes explicit axes {list(mesh.explicit_axes)} "
-            f"and automatic ones {list(mesh.auto_axes)}; a partitioned launcher runs on a mesh whose axes are all "
-            f"explicit or all automatic")
-    if mesh.are_all_axes_manual:
-        return tuple(paths.whole(body, info)(*arrays))
-    return paths.explicit(body, arrays, bound, info, mesh)
-
-
-def _with_batch_factor(bound: rules.BoundRule, in_batched: Sequence[bool]) -> rules.Rule:
-    """The bound rule with a new leading factor on the batched operands and on every result."""
-    used = {f for g in bound.operands + bound.results for f in g}
-    factor = next(f"vmap{k}" for k in range(len(used) + 1) if f"vmap{k}" not in used)
-    operands = tuple((factor, *g) if b else g for g, b in zip(bound.operands, in_batched, strict=True))
-    results = tuple((factor, *g) for g in bound.results)
-    text = ", ".join(" ".join(g) for g in operands) + " -> " + ", ".join(" ".join(g) for g in results)
-    return rules.Rule(text, operands, results, bound.need_replication, bound.reduction)
 
 
 def _rebuild(treedef: Any, values: list[Any], where: list[int], arrays: Sequence[Any]) -> tuple:
@@ -381,5 +325,10 @@ def _filled(cell: Any) -> bool:
         return False
 
 
-def _is_array(leaf: Any) -> bool:
-    return isinstance(leaf, (jax.Array, np.ndarray))
+def _shown(value: Any) -> str:
+    return f"{value.dtype}{list(value.shape)}" if hasattr(value, "shape") and hasattr(value, "dtype") else \
+        f"{value!r:.40}"
+
+
+_is_array = is_array
+
