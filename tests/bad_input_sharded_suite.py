@@ -89,6 +89,7 @@ def others() -> None:
     case("grad_auto", lambda: jax.jit(jax.grad(lambda a: jnp.sum(sk.add_rows(a, a))))(x).shape)
     case("jvp_auto", lambda: jax.jit(lambda a: jax.jvp(lambda b: sk.add_rows(b, b), (a,), (a,)))(x)[1].shape)
     case("unpartitioned_reduction", lambda: jax.jit(rms_norm_unpartitioned)(x, w)[0].shape)
+    case("unpartitioned_elementwise", lambda: jax.jit(sk.add_rows.fn)(x, x).shape)
     explicit = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
     batch = np.arange(8 * 16 * 32, dtype=np.float32).reshape(8, 16, 32) / 1000
     with jax.set_mesh(explicit):

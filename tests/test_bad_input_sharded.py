@@ -85,3 +85,12 @@ def test_an_unpartitioned_reducing_kernel_is_told_which_factor_to_keep_whole(oth
     message = refused(others, "unpartitioned_reduction", "ValueError", "@tritonplug.partitioned(RULE)",
                       "the kernel reduces (tl.sum)")
     assert "@tritonplug.partitioned('a b, b -> a b, c', need_replication=('b',))" in message
+    assert "tritonplug.check_rule(your_function, *example_args, rule='a b, b -> a b, c')" in message
+
+
+def test_an_unpartitioned_call_is_pointed_to_check_rule_and_offered_no_bare_rule(others):
+    # issue 37: a bare rule here lets XLA split what the kernel may reduce over, silently wrong if it does
+    message = refused(others, "unpartitioned_elementwise", "ValueError", "@tritonplug.partitioned(RULE)",
+                      "tritonplug.check_rule(your_function, *example_args, rule='a b, a b -> a b')",
+                      "which factors may be split depends on the kernel")
+    assert "@tritonplug.partitioned('a b" not in message

@@ -259,6 +259,13 @@ def primitive_names(closed: Any) -> set[str]:
     return names
 
 
+def eval_context() -> Any:
+    """A context in which JAX runs operations on concrete arrays as they come, even while a jit traces the caller
+    (``tritonplug.check_rule`` at a partitioned function's first call): ``jax._src.core.eval_context``. Unlike
+    ``jax.ensure_compile_time_eval`` it does not fold constants inside the traces made under it."""
+    return core.eval_context()
+
+
 def operand_mesh_shape(values: Sequence[Any]) -> dict[str, int] | None:
     """The axis sizes of the mesh the operands' types name while tracing (automatic axes included); ``None``
     when they name none."""

@@ -29,9 +29,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
+from tritonplug import settings
 from tritonplug.calls import sharding_rules as rules
-from tritonplug.sharding import paths
+from tritonplug.sharding import paths, rule_check
 from tritonplug.sharding.per_shard import call, is_array
 
 _EAGER_JITS = 64
@@ -130,7 +132,8 @@ def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule] = _NO_R
 class Partitioned:
     """A function under a sharding rule; calling it runs it per shard (see the module's docstring)."""
 
-    def __init__(self, fn: Callable[..., Any], rule: rules.Rule | Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], rule: rules.Rule | Callable[..., Any], checked: bool = False) -> None:
+        """``checked``: its rule needs no check at its first call (``check_rule``'s own runs)."""
         self.fn, self.rule = fn, rule
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn)
@@ -143,6 +146,7 @@ class Partitioned:
         # a call that gives every parameter by position binds as it is (the common case, no inspect.bind)
         self._plain = self._signature is not None and all(p.kind in _POSITIONAL for p in params)
         self._eager: dict[Any, Callable[..., Any]] = {}
+        self._rule_checked = checked  # TRITONPLUG_CHECK_RULES: checked at the first call
 
     def __repr__(self) -> str:
         rule = self.rule.text if isinstance(self.rule, rules.Rule) else getattr(self.rule, "__name__", self.rule)
@@ -236,6 +240,9 @@ class Partitioned:
         return tuple(args), kwargs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._rule_checked and settings.CHECK_RULES.get():
+            self._rule_checked = True
+            _check_first_call(self, args, kwargs)
         leaves, treedef = jax.tree_util.tree_flatten_with_path(self._bind(args, kwargs))
         where = [i for i, (_, leaf) in enumerate(leaves) if _is_array(leaf)]
         arrays = [leaves[i][1] for i in where]
@@ -332,3 +339,37 @@ def _shown(value: Any) -> str:
 
 _is_array = is_array
 
+
+def check_rule(fn: Callable[..., Any], *example_args: Any, rule: Any = None, rtol: float = 1e-5, atol: float = 1e-5,
+               **example_kwargs: Any) -> rule_check.RuleCheck:
+    """Run ``fn`` on the example arguments unsharded and with each factor of its rule split over the devices
+    (CPU devices included), and report what holds (docs/partitioned.md, 'Checking a rule').
+
+    ``fn``: a ``@tritonplug.partitioned`` function, whose rule is checked unless ``rule`` is given, or the plain
+    function that makes the Triton calls. ``rule``: a rule string, a ``tritonplug.sharding_rule(...)``, a function
+    choosing one, or ``None`` for a plain function: one is proposed from the arrays' shapes, and checked. Each
+    factor is split alone over the most devices that divide it, under the rule (the result against the unsharded
+    call's, within ``rtol``/``atol``; the compiled program's collectives) and, where the rule keeps it whole,
+    letting it split. The returned ``RuleCheck`` (a frozen record; ``str()`` is a report) lists per factor
+    whether its split changes the result, the factors the rule splits unsafely (``unsafe``; ``holds`` is whether
+    there are none), those it could split, and ``proposed``: a rule that holds, as the decorator spells it.
+    Needs two or more devices (on the CPU: ``XLA_FLAGS=--xla_force_host_platform_device_count=8``).
+    """
+    return rule_check.check(fn, example_args, example_kwargs, rule, rtol, atol, Partitioned)
+
+
+def _check_first_call(fn: Partitioned, args: tuple, kwargs: dict) -> None:
+    """``TRITONPLUG_CHECK_RULES``: check the rule once, on the call's arrays (inside a jit, made-up values of their
+    shapes: normal floats, zero integers), and refuse the call if a split the rule allows changes the result."""
+    def example(leaf: Any) -> Any:
+        if not isinstance(leaf, jax.core.Tracer):
+            return leaf
+        kind = jax.typeof(leaf)
+        if np.issubdtype(kind.dtype, np.floating):
+            return np.random.default_rng(0).standard_normal(kind.shape).astype(kind.dtype)
+        return np.zeros(kind.shape, kind.dtype)
+    found = check_rule(fn, *jax.tree.map(example, args), **jax.tree.map(example, kwargs))
+    if not found.holds:
+        raise ValueError(f"partitioned {fn.__name__} (TRITONPLUG_CHECK_RULES=1): its rule lets XLA split "
+                         f"{list(found.unsafe)}, and a split along them changes the result; a rule that holds: "
+                         f"{found.proposed}\n{found}")
