@@ -203,14 +203,18 @@ def test_a_compound_dimension_splits_its_major_factor_first():
     assert rules.assign(g, {"x": 4}, (OPERANDS, [(("x",), ()), None])) == {"k": ("x",)}
 
 
-@settings(max_examples=60, deadline=None)
+SPECS = [None, ((), ()), (("x",), ()), (("y",), ()), (("x", "y"), ()), (("y", "x"), ()), ((), ("x",))]
+
+
+@settings(max_examples=100, deadline=None)
 @given(k=st.sampled_from([1, 2, 4, 8]), g=st.sampled_from([1, 2, 3, 4]), x=st.sampled_from([2, 4]),
-       y=st.sampled_from([1, 2]))
-def test_every_compound_split_assign_makes_is_one_block_per_device(k, g, x, y):
-    b = bound("(k g) d, k d -> (k g) d", [(k * g, 8), (k, 8)], [(k * g, 8)])
+       y=st.sampled_from([1, 2, 3]), specs=st.lists(st.sampled_from(SPECS), min_size=3, max_size=3))
+def test_every_compound_split_assign_makes_is_one_block_per_device(k, g, x, y, specs):
+    """Whatever the operands' splits (g's own operand split while k is whole included), a compound dimension's
+    minor factor g is split only under k in pieces of one head, and every split divides its factor."""
+    b = bound("(k g) d, k d, g d -> (k g) d", [(k * g, 8), (k, 8), (g, 8)], [(k * g, 8)])
     mesh = {"x": x, "y": y}
-    for spec in [(("x",), ()), (("x", "y"), ()), (("y", "x"), ()), ((), ("x",))]:
-        chosen = rules.assign(b, mesh, (OPERANDS, [spec, None]))
-        pieces = {f: math.prod(mesh[a] for a in chosen.get(f, ())) for f in ("k", "g")}
-        assert all(b.sizes[f] % pieces[f] == 0 for f in pieces)
-        assert pieces["g"] == 1 or pieces["k"] == b.sizes["k"]  # g split only under k in pieces of one
+    chosen = rules.assign(b, mesh, (OPERANDS, specs))
+    pieces = {f: math.prod(mesh[a] for a in chosen.get(f, ())) for f in ("k", "g", "d")}
+    assert all(b.sizes[f] % pieces[f] == 0 for f in pieces)
+    assert pieces["g"] == 1 or pieces["k"] == b.sizes["k"]
