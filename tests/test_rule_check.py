@@ -12,8 +12,12 @@ from __future__ import annotations
 import importlib.machinery
 import re
 
+import jax
+import numpy as np
 import pytest
 from helpers import requires_backend, run_sharding_suite
+
+import tritonplug
 
 pytestmark = [
     requires_backend("interpret"),
@@ -88,3 +92,10 @@ def test_the_first_call_checks_the_rule_when_asked(report):
     assert not wrong["ok"] and wrong["error"].startswith("ValueError: partitioned softmax (TRITONPLUG_CHECK_RULES=1)")
     assert "need_replication=('c',)" in wrong["error"]
     assert report["first_call/right"] == {"ok": True, "correct": True}
+
+
+def test_on_one_device_check_rule_says_how_to_get_several():
+    if len(jax.devices()) > 1 or len(jax.devices("cpu")) > 1:
+        pytest.skip("this process sees several devices")
+    with pytest.raises(RuntimeError, match="XLA_FLAGS=--xla_force_host_platform_device_count=8"):
+        tritonplug.check_rule(lambda x: x, np.ones(4, np.float32))

@@ -137,9 +137,7 @@ def _letting_split(bound: rules.BoundRule, factor: str) -> rules.Rule:
     keep = {f for f in rule.need_replication if f != _named(factor)}
     reduce = set(rule.reduction)
     if not any(factor in g for g in bound.results):
-        reduce.add(_named(factor))
-    if factor.startswith("dots"):  # '...' names every ellipsis dimension: let them all split
-        keep.discard("...")
+        reduce.add(_named(factor))  # '...' names every dimension of its ellipsis: they all may split then
     return rules.parse(rule.text, need_replication=sorted(keep), reduction=sorted(reduce - keep))
 
 
