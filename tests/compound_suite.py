@@ -8,6 +8,8 @@ the same function on one device, the compiled program's collectives, the factors
   of ``g`` q heads each; q head ``h`` reads kv head ``h // g``, whose softmax over ``d`` (kept whole) scales it.
   Splitting ``k`` hands each device its kv heads and their q heads, with no reshape and no collective.
 * ``merge_heads``: ``b s h d -> b s (h d)``: heads flattened into the result's last dimension, doubled.
+* ``global_heads``: each q head's global index, from ``shard_offset`` of ``k`` and of ``g`` (each in its own
+  factor's units: q head ``(k0 + i) * G + g0 + j`` for the shard's kv head ``i`` and group member ``j``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,26 @@ def merge_heads_reference(x):
     return 2 * x.reshape(*x.shape[:2], -1)
 
 
+@triton.jit
+def global_heads_kernel(k_offset_ptr, g_offset_ptr, out_ptr, heads, local_group, group, D: tl.constexpr):
+    row = tl.program_id(0)  # one (batch, local q head) row
+    head = row % heads
+    index = (tl.load(k_offset_ptr) + head // local_group) * group + tl.load(g_offset_ptr) + head % local_group
+    tl.store(out_ptr + row * D + tl.arange(0, D), index + tl.zeros((D,), tl.int32))
+
+
+@tritonplug.partitioned("b (k g) d, b k d -> b (k g) d")
+def global_heads(q, kv, group):
+    batch, heads, d = q.shape
+    return tritonplug.triton_call(tritonplug.shard_offset("k"), tritonplug.shard_offset("g"), heads=heads,
+                                  local_group=heads // kv.shape[1], group=group, kernel=global_heads_kernel,
+                                  out_type=jax.ShapeDtypeStruct(q.shape, jnp.int32), grid=(batch * heads,), D=d)
+
+
+def global_heads_reference(q, kv):
+    return jnp.broadcast_to(jnp.arange(q.shape[1], dtype=jnp.int32)[None, :, None], q.shape)
+
+
 def case(name, fn, args, reference, specs, mesh):
     ss.run(name, fn, args, reference, specs, mesh)
     if ss.REPORT[name].get("ok"):
@@ -91,6 +113,11 @@ def main(mode: str) -> None:
     q2, kv2 = rng.standard_normal((2, 8, 32), np.float32), rng.standard_normal((2, 2, 32), np.float32)
     case(f"{mode}/grouped/k_and_g", grouped_scale, (q2, kv2), grouped_scale_reference,
          (P(None, ("x", "y")), None), pair)
+    for name, (qs, kvs), specs, mesh in (("heads", (q, kv), (P(None, "x"), None), line),
+                                         ("k_and_g", (q2, kv2), (P(None, ("x", "y")), None), pair)):
+        group = qs.shape[1] // kvs.shape[1]
+        case(f"{mode}/global_heads/{name}", lambda a, b, g=group: global_heads(a, b, g), (qs, kvs),
+             global_heads_reference, specs, mesh)
     x = rng.standard_normal((2, 8, 8, 16), np.float32)
     case(f"{mode}/merge/heads", merge_heads, (x,), merge_heads_reference, (P(None, None, "x"),), line)
     case(f"{mode}/merge/seq_x_heads_y", merge_heads, (x,), merge_heads_reference, (P(None, "x", "y"),), grid)

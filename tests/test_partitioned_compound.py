@@ -18,6 +18,8 @@ CASES = {
     "grouped/heads": ([["k", ["x"]]], []),
     "grouped/batch_y_heads_x": ([["b", ["y"]], ["k", ["x"]]], []),
     "grouped/k_and_g": ([["g", ["y"]], ["k", ["x"]]], []),  # k in pieces of one, then g
+    "global_heads/heads": ([["k", ["x"]]], []),  # shard_offset('k') in kv heads
+    "global_heads/k_and_g": ([["g", ["y"]], ["k", ["x"]]], []),  # and shard_offset('g') in group members
     "merge/heads": ([["h", ["x"]]], []),
     "merge/seq_x_heads_y": ([["h", ["y"]], ["s", ["x"]]], []),
     "merge/minor_gathered": ([], ["all-gather"]),  # d alone cannot split (h d): gathered
