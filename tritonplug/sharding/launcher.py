@@ -119,7 +119,7 @@ def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule] = _NO_R
                                need_replication_factors=need_replication_factors, reduction_factors=reduction_factors)
 
     def decorate(*args: Any, **kwargs: Any) -> Partitioned:
-        if len(args) == 1 and not kwargs and callable(args[0]) and not _is_array(args[0]):
+        if len(args) == 1 and not kwargs and callable(args[0]) and not is_array(args[0]):
             return Partitioned(args[0], parsed)
         if callable(rule) and not isinstance(rule, rules.Rule):  # the rule function was the decorated function
             raise TypeError(f"{getattr(rule, '__name__', rule)!s} was decorated with a bare @tritonplug.partitioned, "
@@ -178,8 +178,8 @@ class Partitioned:
     def operands(self, args: tuple, kwargs: dict) -> tuple[list[Any], list[str]]:
         """A call's array operands in the rule's order, and the argument each came in (``x``, ``params['w']``)."""
         leaves, _ = jax.tree_util.tree_flatten_with_path(self._bind(args, kwargs))
-        return ([leaf for _, leaf in leaves if _is_array(leaf)],
-                [self._name(path) for path, leaf in leaves if _is_array(leaf)])
+        return ([leaf for _, leaf in leaves if is_array(leaf)],
+                [self._name(path) for path, leaf in leaves if is_array(leaf)])
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else functools.partial(self, instance)
@@ -191,7 +191,7 @@ class Partitioned:
         if self._plain and not kwargs and len(args) == len(self._params):
             return args
         if self._signature is None:  # no signature to order keywords by: positional arrays only
-            if any(_is_array(leaf) for leaf in jax.tree.leaves(kwargs)):
+            if any(is_array(leaf) for leaf in jax.tree.leaves(kwargs)):
                 raise TypeError(f"partitioned {self.__name__}: its signature cannot be read, so the order of "
                                 f"array arguments given by keyword ({sorted(kwargs)}) is unknown; pass them "
                                 f"by position")
@@ -244,7 +244,7 @@ class Partitioned:
             self._rule_checked = True
             _check_first_call(self, args, kwargs)
         leaves, treedef = jax.tree_util.tree_flatten_with_path(self._bind(args, kwargs))
-        where = [i for i, (_, leaf) in enumerate(leaves) if _is_array(leaf)]
+        where = [i for i, (_, leaf) in enumerate(leaves) if is_array(leaf)]
         arrays = [leaves[i][1] for i in where]
         names = [self._name(leaves[i][0]) for i in where]
         values = [None if i in where else leaf for i, (_, leaf) in enumerate(leaves)]  # the constants alone
@@ -276,11 +276,11 @@ class Partitioned:
             flat, tree = jax.tree.flatten(self.fn(*args, **kwargs))
             out.setdefault("tree", tree)
             out.setdefault("values", flat)
-            return tuple(leaf for leaf in flat if _is_array(leaf))
+            return tuple(leaf for leaf in flat if is_array(leaf))
 
         rule = self._rule_for(*self._spelled(_rebuild(treedef, values, where, arrays), positional))
         arrays_out = iter(call(rule, body, arrays, names, self.__name__, self._closed_over))
-        return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
+        return jax.tree.unflatten(out["tree"], [next(arrays_out) if is_array(v) else v for v in out["values"]])
 
     def _closed_over(self) -> list[str]:
         """The names of the arrays the function reads from its closure or its module's globals."""
@@ -291,7 +291,7 @@ class Partitioned:
                                                                 strict=False) if _filled(cell)}
         scope = {**{n: getattr(self.fn, "__globals__", {}).get(n) for n in code.co_names}, **cells}
         return [name for name, value in scope.items()
-                if any(_is_array(leaf) or isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))]
+                if any(is_array(leaf) or isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))]
 
     def _name(self, path: tuple) -> str:
         """``x``, ``params['w']``, ``rest[0]``, ``w`` (a ``**kwargs`` keyword): the argument an operand came in."""
@@ -335,9 +335,6 @@ def _filled(cell: Any) -> bool:
 def _shown(value: Any) -> str:
     return f"{value.dtype}{list(value.shape)}" if hasattr(value, "shape") and hasattr(value, "dtype") else \
         f"{value!r:.40}"
-
-
-_is_array = is_array
 
 
 def check_rule(fn: Callable[..., Any], *example_args: Any, rule: Any = None, rtol: float = 1e-5, atol: float = 1e-5,
