@@ -83,9 +83,13 @@ def others() -> None:
     w = jax.device_put(X[0], NamedSharding(mesh, P()))
     case("shard_mistake_jit", lambda: jax.jit(wrong_on_a_shard)(x, x).shape)
     case("shard_mistake_eager", lambda: wrong_on_a_shard(x, x).shape)
+    # operands whose types name no mesh, split only by out_shardings: found when XLA partitions the program
+    split_later = jax.jit(lambda a: wrong_on_a_shard(a, a), out_shardings=NamedSharding(mesh, P("x")))
+    case("shard_mistake_split_later", lambda: split_later(X).shape)
     case("grad_auto", lambda: jax.jit(jax.grad(lambda a: jnp.sum(sk.add_rows(a, a))))(x).shape)
     case("jvp_auto", lambda: jax.jit(lambda a: jax.jvp(lambda b: sk.add_rows(b, b), (a,), (a,)))(x)[1].shape)
     case("unpartitioned_reduction", lambda: jax.jit(rms_norm_unpartitioned)(x, w)[0].shape)
+    case("unpartitioned_elementwise", lambda: jax.jit(sk.add_rows.fn)(x, x).shape)
     explicit = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
     batch = np.arange(8 * 16 * 32, dtype=np.float32).reshape(8, 16, 32) / 1000
     with jax.set_mesh(explicit):
@@ -93,6 +97,7 @@ def others() -> None:
         case("vmap_explicit_batch_split", lambda: _vmapped(xb, batch))
         xe, we = jax.device_put(X, NamedSharding(explicit, P("x"))), jax.device_put(X[0], NamedSharding(explicit, P()))
         case("grad_explicit_through_the_shard_map", lambda: _grads_agree(xe, we))
+        case("shard_mistake_explicit", lambda: jax.jit(wrong_on_a_shard)(xe, xe).shape)
 
 
 def _vmapped(xb, batch) -> dict:

@@ -57,11 +57,16 @@ def test_a_debug_print_split_only_by_out_shardings_is_refused_when_xla_partition
             "NotImplementedError: partitioned printing: the function calls back into Python (debug_print")
 
 
-def test_a_mistake_only_a_shards_shapes_reveal_names_the_function_and_the_shapes(others):
+def test_a_mistake_only_a_shards_shapes_reveal_is_raised_at_trace_time_naming_the_function_and_the_shapes(others):
     words = ("partitioned wrong_on_a_shard: the function failed when traced with one shard's shapes",
-             "a: float32[2, 32], b: float32[2, 32]", "Incompatible shapes for broadcasting")
-    refused(others, "shard_mistake_eager", "PartitionError", *words)  # an eager call: the error itself
-    refused(others, "shard_mistake_jit", "JaxRuntimeError", *words)  # in a jit, XLA wraps it: the message is in
+             "a: float32[2, 32], b: float32[2, 32]; split: 'r' over ('x',)", "Incompatible shapes for broadcasting")
+    # the operands' types name the mesh: each layout of the rule is traced at the call, not left to XLA
+    refused(others, "shard_mistake_eager", "PartitionError", *words)
+    refused(others, "shard_mistake_jit", "PartitionError", *words)
+    refused(others, "shard_mistake_explicit", "PartitionError", "a: float32[4, 32], b: float32[4, 32]",
+            "'r' over ('x',)")
+    # no mesh in the operands' types (split by out_shardings only): XLA's partitioner finds it, and wraps it
+    refused(others, "shard_mistake_split_later", "JaxRuntimeError", "INTERNAL: custom_partitioner", *words)
 
 
 @pytest.mark.parametrize("case", ["grad_auto", "jvp_auto"])
@@ -80,3 +85,12 @@ def test_an_unpartitioned_reducing_kernel_is_told_which_factor_to_keep_whole(oth
     message = refused(others, "unpartitioned_reduction", "ValueError", "@tritonplug.partitioned(RULE)",
                       "the kernel reduces (tl.sum)")
     assert "@tritonplug.partitioned('a b, b -> a b, c', need_replication=('b',))" in message
+    assert "tritonplug.check_rule(your_function, *example_args, rule='a b, b -> a b, c')" in message
+
+
+def test_an_unpartitioned_call_is_pointed_to_check_rule_and_offered_no_bare_rule(others):
+    # issue 37: a bare rule here lets XLA split what the kernel may reduce over, silently wrong if it does
+    message = refused(others, "unpartitioned_elementwise", "ValueError", "@tritonplug.partitioned(RULE)",
+                      "tritonplug.check_rule(your_function, *example_args, rule='a b, a b -> a b')",
+                      "which factors may be split depends on the kernel")
+    assert "@tritonplug.partitioned('a b" not in message

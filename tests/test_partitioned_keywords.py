@@ -106,3 +106,30 @@ def test_a_method_and_varargs_bind_like_python():
     np.testing.assert_allclose(jax.jit(lambda a, b: Layer()(a, b, w=w, v=v))(x, y), x + y + w.sum(0))
     with pytest.raises(TypeError, match="missing a required argument: 'x'"):
         Layer()(y=y)
+
+
+def test_a_rule_function_is_called_as_the_function_is():
+    """Keywords stay keywords (a ``**kwargs`` rule works), positional arguments stay positional, and an omitted
+    parameter's default comes by keyword; a rule whose parameters do not take the call is named in the error."""
+    seen = []
+
+    def by_keyword(**arrays):
+        seen.append(sorted(arrays))
+        return "r c, r c -> r c"
+
+    def first_and_rest(x, **rest):
+        seen.append(sorted(rest))
+        return "r c, r c -> r c"
+
+    def add(x, y, scale=2.0):
+        return x * scale + y
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_allclose(tritonplug.partitioned(by_keyword)(add)(y=x, x=x), 3 * x)
+    np.testing.assert_allclose(jax.jit(lambda a: tritonplug.partitioned(by_keyword)(add)(x=a, y=a, scale=1.0))(x),
+                               2 * x)
+    np.testing.assert_allclose(tritonplug.partitioned(first_and_rest)(add)(x, y=x), 3 * x)
+    assert seen == [["scale", "x", "y"], ["scale", "x", "y"], ["scale", "y"]]
+    with pytest.raises(TypeError, match=r"partitioned add: its rule function .*by_keyword is called as the function "
+                                        r"is, \(float32\[4, 8\], float32\[4, 8\], scale=2.0\), and raised: "):
+        tritonplug.partitioned(by_keyword)(add)(x, x)

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Every setting's default, as the modules that read the variables had them before the settings module.
 DEFAULTS = {
-    "TRITONPLUG_CACHE_MAX_BYTES": 1 << 30, "TRITONPLUG_CACHE": True,
+    "TRITONPLUG_CACHE_MAX_BYTES": 1 << 30, "TRITONPLUG_CACHE": True, "TRITONPLUG_CHECK_RULES": False,
     "TRITONPLUG_COMPILE_WORKERS": min(os.cpu_count() or 1, 8), "TRITONPLUG_COMPILE_TIMEOUT": 600.0,
     "TRITONPLUG_LOG": None, "TRITONPLUG_CUDA_ARCH": None, "TRITONPLUG_ROCM_ARCH": None,
     "TRITONPLUG_DISABLE_PLUGINS": frozenset(), "TRITONPLUG_BACKENDS": {}, "TRITONPLUG_INTERPRET_CHECK": False,
@@ -40,7 +40,7 @@ OWNERS = {"TRITONPLUG_CUDA_ARCH": "cuda", "TRITONPLUG_CUDA_MODULE_IMAGE": "cuda"
 #: The settings that never change what a kernel does, left out of a host kernel's identity (as before).
 HOST_ONLY = {"TRITONPLUG_CACHE", "TRITONPLUG_CACHE_DIR", "TRITONPLUG_CACHE_MAX_BYTES", "TRITONPLUG_COMPILE_WORKERS",
              "TRITONPLUG_COMPILE_TIMEOUT", "TRITONPLUG_LOG", "TRITONPLUG_TUNING_FILE", "TRITONPLUG_DISABLE_PLUGINS",
-             "TRITONPLUG_INLINE"}
+             "TRITONPLUG_INLINE", "TRITONPLUG_CHECK_RULES"}
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_settings_are_read_when_asked_not_at_import(clean: pytest.MonkeyPatch) -
 
 
 BOOLEANS = {"TRITONPLUG_CACHE", "TRITONPLUG_INTERPRET_CHECK", "TRITONPLUG_EARLY_COMPILE",
-            "TRITONPLUG_CUDA_MODULE_IMAGE"}
+            "TRITONPLUG_CUDA_MODULE_IMAGE", "TRITONPLUG_CHECK_RULES"}
 
 
 @pytest.mark.parametrize("name", sorted(BOOLEANS))

@@ -26,7 +26,10 @@ def test_ellipsis_dimensions_align_from_the_right_and_share_factors():
 
 @pytest.mark.parametrize("text, kinds, message", [
     ("a b, a b", {}, "one '->'"),
-    ("a (b c) -> a", {}, "compound factors"),
+    ("a ((b c)) -> a", {}, "do not nest"),
+    ("a (b) -> a", {}, "two or more names"),
+    ("(... b) -> b", {}, "outside parentheses"),
+    ("a (b a) -> a", {}, "names a factor twice"),
     ("a ... -> a", {}, "only at the front"),
     ("a 1b -> a", {}, "not a factor name"),
     ("a a -> a", {}, "names a factor twice"),
@@ -168,3 +171,50 @@ def test_an_operand_without_a_spec_or_with_an_uneven_split_leaves_the_rest_to_de
 def test_whole_per_program_names_the_factors_no_grid_axis_covers(operands, results, grid, whole):
     rule = rules.suggest(operands, results)
     assert rules.whole_per_program(rule, operands, results, grid) == whole
+
+
+def test_a_compound_factor_is_one_dimension_and_a_factor_only_there_takes_its_size_from_it():
+    b = bound("b (k g) d, b k d -> b (k g) d", [(2, 12, 8), (2, 4, 8)], [(2, 12, 8)])
+    assert b.sizes == {"b": 2, "k": 4, "g": 3, "d": 8}
+    assert b.operands[0] == ("b", "k", "g", "d") and b.operand_dims[0] == (("b",), ("k", "g"), ("d",))
+    assert b.compounds() == [("k", "g"), ("k", "g")]
+    assert rules.text_of(b.rule.operand_dims, b.rule.result_dims) == "b (k g) d, b k d -> b (k g) d"
+
+
+@pytest.mark.parametrize("text, operands, message", [
+    ("(k g), k -> (k g)", [(10,), (4,)], "not a multiple of 4"),
+    ("(k g), k, g -> (k g)", [(12,), (4,), (2,)], "product 8"),
+    ("(k g) -> (k g)", [(12,)], "are unknown"),
+])
+def test_a_compound_whose_size_does_not_fit_is_refused_naming_the_dimension(text, operands, message):
+    with pytest.raises(ValueError, match=message):
+        bound(text, operands, [operands[0]])
+
+
+def test_a_compound_dimension_splits_its_major_factor_first():
+    b = bound("(k g) d, k d -> (k g) d", [(12, 8), (4, 8)], [(12, 8)])
+    assert rules.assign(b, {"x": 2, "y": 2}, (OPERANDS, [(("x",), ()), None])) == {"k": ("x",)}
+    # k in pieces of one element: the rest of the dimension's axes go to g
+    assert rules.assign(b, {"x": 4, "y": 3}, (OPERANDS, [(("x", "y"), ()), None])) == {"k": ("x",), "g": ("y",)}
+    assert rules.specs_of(b.operand_dims, {"k": ("x",), "g": ("y",)})[0] == (("x", "y"), ())
+    # g split by itself while k is whole would give a device a strided part of the dimension: dropped
+    g = bound("(k g) d, g d -> (k g) d", [(12, 8), (3, 8)], [(12, 8)])
+    assert rules.assign(g, {"x": 3}, (OPERANDS, [None, (("x",), ())])) == {}
+    assert rules.assign(g, {"x": 4}, (OPERANDS, [(("x",), ()), None])) == {"k": ("x",)}
+
+
+SPECS = [None, ((), ()), (("x",), ()), (("y",), ()), (("x", "y"), ()), (("y", "x"), ()), ((), ("x",))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(k=st.sampled_from([1, 2, 4, 8]), g=st.sampled_from([1, 2, 3, 4]), x=st.sampled_from([2, 4]),
+       y=st.sampled_from([1, 2, 3]), specs=st.lists(st.sampled_from(SPECS), min_size=3, max_size=3))
+def test_every_compound_split_assign_makes_is_one_block_per_device(k, g, x, y, specs):
+    """Whatever the operands' splits (g's own operand split while k is whole included), a compound dimension's
+    minor factor g is split only under k in pieces of one head, and every split divides its factor."""
+    b = bound("(k g) d, k d, g d -> (k g) d", [(k * g, 8), (k, 8), (g, 8)], [(k * g, 8)])
+    mesh = {"x": x, "y": y}
+    chosen = rules.assign(b, mesh, (OPERANDS, specs))
+    pieces = {f: math.prod(mesh[a] for a in chosen.get(f, ())) for f in ("k", "g", "d")}
+    assert all(b.sizes[f] % pieces[f] == 0 for f in pieces)
+    assert pieces["g"] == 1 or pieces["k"] == b.sizes["k"]

@@ -55,6 +55,7 @@ _LAZY = {
     "partitioned": "tritonplug.sharding.launcher",
     "sharding_rule": "tritonplug.sharding.launcher",
     "shard_offset": "tritonplug.sharding.offsets",
+    "check_rule": "tritonplug.sharding.launcher",
     "Launcher": "tritonplug.porting.launcher",
     "Tensor": "tritonplug.porting.launcher",
     "tensor": "tritonplug.porting.launcher",
@@ -76,7 +77,7 @@ CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 __all__ = [
     "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelImportError", "KernelSourceError", "Launcher", "PartitionError",
     "PluginError", "Tensor", "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv",
-    "compile_stats",
+    "check_rule", "compile_stats",
     "debug", "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection",
     "kernels_from_file", "kernels_of", "launch", "next_power_of_2", "partitioned", "register_plugin",
     "set_inline", "shard_offset", "sharding_rule", "strides_from_shape", "tensor",
@@ -92,7 +93,7 @@ if TYPE_CHECKING:
     from tritonplug.porting.launcher import Launcher, Tensor, empty, empty_like, launch, tensor, zeros, zeros_like
     from tritonplug.porting.ported import torch_launcher
     from tritonplug.process.state import backend_for, backends, compile_stats, register_plugin
-    from tritonplug.sharding.launcher import partitioned, sharding_rule
+    from tritonplug.sharding.launcher import check_rule, partitioned, sharding_rule
     from tritonplug.sharding.offsets import shard_offset
     from tritonplug.tuner import tune
     from tritonplug.utils import cdiv, get_compute_capability, next_power_of_2, strides_from_shape

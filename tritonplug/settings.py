@@ -256,6 +256,9 @@ BACKENDS: Setting[dict[str, str]] = Setting(
     _pairs, dict)  # a new dict each time: callers may change theirs
 EARLY_COMPILE = boolean("TRITONPLUG_EARLY_COMPILE", "compile already when a call is traced (off: when it is "
                         "lowered)", True)
+CHECK_RULES = boolean("TRITONPLUG_CHECK_RULES", "a partitioned function checks its rule at its first call "
+                      "(`tritonplug.check_rule` on the call's arrays, or made-up values of their shapes inside a "
+                      "jit) and refuses a rule under which a split changes the result", False, host_only=True)
 TUNING_FILE: Setting[str | None] = Setting(
     "TRITONPLUG_TUNING_FILE", "a tuning file whose records take precedence over those tuned here (read-only)",
     "path", "a file", "none", _file, _const(None), host_only=True)
@@ -277,7 +280,7 @@ REMOTE_WAIT_S = seconds("TRITONPLUG_REMOTE_WAIT_S", "how long the other hosts wa
 #: The host's own settings, in the table's order (docs/configuration.md).
 ALL: tuple[Setting[Any], ...] = (
     CACHE_DIR, CACHE_MAX_BYTES, CACHE, COMPILE_WORKERS, COMPILE_TIMEOUT, LOG, DISABLE_PLUGINS, BACKENDS,
-    EARLY_COMPILE, TUNING_FILE, INLINE, REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S)
+    EARLY_COMPILE, CHECK_RULES, TUNING_FILE, INLINE, REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S)
 BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in ALL}
 
 

@@ -259,6 +259,23 @@ def primitive_names(closed: Any) -> set[str]:
     return names
 
 
+def eval_context() -> Any:
+    """A context in which JAX runs operations on concrete arrays as they come, even while a jit traces the caller
+    (``tritonplug.check_rule`` at a partitioned function's first call): ``jax._src.core.eval_context``. Unlike
+    ``jax.ensure_compile_time_eval`` it does not fold constants inside the traces made under it."""
+    return core.eval_context()
+
+
+def operand_mesh_shape(values: Sequence[Any]) -> dict[str, int] | None:
+    """The axis sizes of the mesh the operands' types name while tracing (automatic axes included); ``None``
+    when they name none."""
+    for value in values:
+        mesh = getattr(getattr(jax.typeof(value), "sharding", None), "mesh", None)
+        if mesh is not None and not mesh.empty:
+            return {str(name): int(size) for name, size in mesh.shape.items()}
+    return None
+
+
 def operand_mesh(values: Sequence[Any]) -> tuple[str | None, int]:
     """The platform and device count of the mesh the operands' types name while tracing (jit records it even for
     automatic axes, whose specs it leaves out); ``(None, 1)`` when they name none (single-device or NumPy)."""

@@ -3,7 +3,11 @@
 A rule is written as ``jax.experimental.custom_partitioning``'s ``sharding_rule`` (Shardy's einsum-like
 notation): one group of factors per array operand, ``->``, one group per result, e.g. ``"b n, n -> b n"``.
 ``...`` (or ``...0``, ``...1``) at the front of a group stands for the leading dimensions that the group's
-array has beyond its named ones; groups align them from the right, as NumPy broadcasting does.
+array has beyond its named ones; groups align them from the right, as NumPy broadcasting does. A compound
+factor ``(a b)`` (Shardy's notation) is one dimension holding the flattened ``a`` × ``b`` (``a`` major): grouped
+heads ``(k g)`` beside ``k`` kv heads. A compound dimension splits its factors major to minor: a minor factor is
+split only where every factor before it is split into pieces of one element (else a device's shard of the
+dimension would not be one block).
 
 Pure Python, no JAX: the lowering names a rule that would fit a refused call (:func:`suggest`), and the
 partitioner (``tritonplug.sharding``) resolves factors to mesh axes (:func:`assign`) with what XLA hands its callbacks.
@@ -22,20 +26,35 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 Spec = tuple[tuple[str, ...], ...]  # per dimension, the mesh axes it is split over
+Dims = tuple[tuple[str, ...], ...]  # one array's group: per dimension, its factors (several: a compound factor)
 
 _FACTOR = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _DOTS = re.compile(r"\.\.\.(\d*)\Z")
+_TOKEN = re.compile(r"\(|\)|[^\s()]+")
+
+
+def _flat(groups: Sequence[Dims]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(f for dim in dims for f in dim) for dims in groups)
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A parsed rule: per operand and per result, its factor names (``...N`` for a leading ellipsis)."""
+    """A parsed rule: per operand and per result, its dimensions' factor names (``...N``: a leading ellipsis)."""
 
     text: str
-    operands: tuple[tuple[str, ...], ...]
-    results: tuple[tuple[str, ...], ...]
+    operand_dims: tuple[Dims, ...]
+    result_dims: tuple[Dims, ...]
     need_replication: frozenset[str] = frozenset()
     reduction: frozenset[str] = frozenset()
+
+    @property
+    def operands(self) -> tuple[tuple[str, ...], ...]:
+        """Per operand, its factors in order (a compound's factors one after the other)."""
+        return _flat(self.operand_dims)
+
+    @property
+    def results(self) -> tuple[tuple[str, ...], ...]:
+        return _flat(self.result_dims)
 
 
 @dataclass(frozen=True)
@@ -43,11 +62,23 @@ class BoundRule:
     """A rule bound to one call's shapes: ellipses expanded, every factor with its size."""
 
     rule: Rule
-    operands: tuple[tuple[str, ...], ...]
-    results: tuple[tuple[str, ...], ...]
+    operand_dims: tuple[Dims, ...]
+    result_dims: tuple[Dims, ...]
     sizes: Mapping[str, int]
     need_replication: frozenset[str] = frozenset()  # the rule's, '...' expanded to its dimensions' factors
     reduction: frozenset[str] = frozenset()
+
+    @property
+    def operands(self) -> tuple[tuple[str, ...], ...]:
+        return _flat(self.operand_dims)
+
+    @property
+    def results(self) -> tuple[tuple[str, ...], ...]:
+        return _flat(self.result_dims)
+
+    def compounds(self) -> list[tuple[str, ...]]:
+        """Every compound dimension's factors, major to minor."""
+        return [dim for dims in self.operand_dims + self.result_dims for dim in dims if len(dim) > 1]
 
     def shardable(self, factor: str) -> bool:
         """Whether a shard of ``factor`` is a piece of the same problem: the factor is not kept whole, and it
@@ -74,7 +105,7 @@ def parse(text: str, *, need_replication: Sequence[str] = (), reduction: Sequenc
         raise ValueError(f"partitioned: rule {text!r} needs one '->' between the operands' and the results' factors")
     left, right = text.split("->")
     operands, results = _groups(left, text, "operand"), _groups(right, text, "result")
-    named = {f for group in operands + results for f in group}
+    named = {f for group in _flat(operands + results) for f in group}
     named |= {"..." for f in named if f == "...0"}  # '...' names the unnumbered ellipsis's dimensions
     for kind, factors in (("need_replication", need_replication), ("reduction_factors", reduction)):
         if isinstance(factors, str):
@@ -89,78 +120,153 @@ def parse(text: str, *, need_replication: Sequence[str] = (), reduction: Sequenc
     return Rule(text, operands, results, frozenset(need_replication), frozenset(reduction))
 
 
-def _groups(side: str, text: str, kind: str) -> tuple[tuple[str, ...], ...]:
+def _groups(side: str, text: str, kind: str) -> tuple[Dims, ...]:
     side = side.strip()
     if not side:
         return ((),)  # as in Shardy's notation: an empty side is one scalar
     groups = []
     for index, group in enumerate(side.split(",")):
-        if "(" in group or ")" in group:
-            raise ValueError(f"partitioned: rule {text!r}, {kind} {index}: compound factors '(a b)' are not "
-                             f"supported; give each dimension a factor of its own")
-        factors = tuple(group.split())
-        for position, factor in enumerate(factors):
-            dots = _DOTS.match(factor)
-            if dots:
-                if position:
-                    raise ValueError(f"partitioned: rule {text!r}, {kind} {index}: '...' stands only at the "
-                                     f"front of a group")
-                factors = (f"...{dots.group(1) or '0'}", *factors[1:])
-            elif not _FACTOR.match(factor):
-                raise ValueError(f"partitioned: rule {text!r}, {kind} {index}: {factor!r} is not a factor name "
-                                 f"(a letter, then letters, digits or '_')")
+        where = f"partitioned: rule {text!r}, {kind} {index}"
+        dims = _dims(group, where)
+        for position, dim in enumerate(dims):
+            for factor in dim:
+                dots = _DOTS.match(factor)
+                if dots and (position or len(dim) > 1):
+                    raise ValueError(f"{where}: '...' stands only at the front of a group, outside parentheses")
+                if dots:
+                    dims[0] = (f"...{dots.group(1) or '0'}",)
+                elif not _FACTOR.match(factor):
+                    raise ValueError(f"{where}: {factor!r} is not a factor name (a letter, then letters, digits "
+                                     f"or '_')")
+        factors = [f for dim in dims for f in dim]
         if len(set(factors)) != len(factors):
-            raise ValueError(f"partitioned: rule {text!r}, {kind} {index} names a factor twice: {' '.join(factors)}")
-        groups.append(factors)
+            raise ValueError(f"{where} names a factor twice: {group.strip()}")
+        groups.append(tuple(dims))
     return tuple(groups)
+
+
+def _dims(group: str, where: str) -> list[tuple[str, ...]]:
+    """A group's dimensions: a name, or a compound factor ``(a b)`` of two or more names."""
+    dims: list[tuple[str, ...]] = []
+    compound: list[str] | None = None
+    for token in _TOKEN.findall(group):
+        if token == "(":
+            if compound is not None:
+                raise ValueError(f"{where}: compound factors '(a b)' do not nest: {group.strip()!r}")
+            compound = []
+        elif token == ")":
+            if compound is None:
+                raise ValueError(f"{where}: a ')' closes no compound factors '(a b)': {group.strip()!r}")
+            if len(compound) < 2:
+                raise ValueError(f"{where}: compound factors '(a b)' hold two or more names, got "
+                                 f"({' '.join(compound)}) in {group.strip()!r}")
+            dims.append(tuple(compound))
+            compound = None
+        elif compound is not None:
+            compound.append(token)
+        else:
+            dims.append((token,))
+    if compound is not None:
+        raise ValueError(f"{where}: a '(' opens compound factors '(a b)' that no ')' closes: {group.strip()!r}")
+    return dims
+
+
+def text_of(operands: Sequence[Dims], results: Sequence[Dims]) -> str:
+    """A rule's text from its groups (compound dimensions in parentheses)."""
+    def group(dims: Dims) -> str:
+        return " ".join(dim[0] if len(dim) == 1 else f"({' '.join(dim)})" for dim in dims)
+    return ", ".join(map(group, operands)) + " -> " + ", ".join(map(group, results))
 
 
 def bind(rule: Rule, operand_shapes: Sequence[tuple[int, ...]], result_shapes: Sequence[tuple[int, ...]],
          operand_names: Sequence[str], result_names: Sequence[str]) -> BoundRule:
-    """Bind ``rule`` to one call: arity, ranks and each factor's size are checked, naming the array."""
-    for kind, groups, shapes, names in (("operand", rule.operands, operand_shapes, operand_names),
-                                        ("result", rule.results, result_shapes, result_names)):
+    """Bind ``rule`` to one call: arity, ranks and each factor's size are checked, naming the array. A factor
+    that only compound dimensions hold takes its size from them (the dimension's size over its other factors')."""
+    sides = (("operand", rule.operand_dims, operand_shapes, operand_names),
+             ("result", rule.result_dims, result_shapes, result_names))
+    for kind, groups, shapes, names in sides:
         if len(groups) != len(shapes):
             raise ValueError(f"partitioned: rule {rule.text!r} has {len(groups)} {kind} group(s), but the function "
                              f"has {len(shapes)} array {kind}(s) ({', '.join(names) or 'none'})")
     used = {f for group in rule.operands + rule.results for f in group}
-    expanded: dict[int, list[tuple[str, ...]]] = {0: [], 1: []}
+    expanded: dict[int, list[Dims]] = {0: [], 1: []}
     sizes: dict[str, int] = {}
     seen: dict[str, str] = {}
-    for side, (kind, groups, shapes, names) in enumerate((("operand", rule.operands, operand_shapes, operand_names),
-                                                         ("result", rule.results, result_shapes, result_names))):
+    compound: list[tuple[tuple[str, ...], int, str]] = []
+    for side, (kind, groups, shapes, names) in enumerate(sides):
         for index, (group, shape, name) in enumerate(zip(groups, shapes, names, strict=True)):
-            factors = _expand(rule, group, tuple(shape), f"{kind} {index} ({name})", used)
-            expanded[side].append(factors)
-            for dim, (factor, size) in enumerate(zip(factors, shape, strict=True)):
+            dims = _expand(rule, group, tuple(shape), f"{kind} {index} ({name})", used)
+            expanded[side].append(dims)
+            for dim, (factors, size) in enumerate(zip(dims, shape, strict=True)):
                 where = f"{kind} {index} ({name}) dimension {dim}"
+                if len(factors) > 1:
+                    compound.append((factors, int(size), where))
+                    continue
+                factor = factors[0]
                 if factor in sizes and sizes[factor] != size:
                     raise ValueError(f"partitioned: rule {rule.text!r}: factor {_shown(factor)} has two sizes: "
                                      f"{sizes[factor]} in {seen[factor]} and {size} in {where}")
                 sizes.setdefault(factor, int(size))
                 seen.setdefault(factor, where)
+    _compound_sizes(rule, compound, sizes, seen)
+
     def resolve(factors: frozenset[str]) -> frozenset[str]:
         dots = {"..." + f[3:] if f != "..." else "...0" for f in factors if f.startswith("...")}
         return frozenset(f for f in factors if not f.startswith("...")) | frozenset(
-            f for group in expanded[0] + expanded[1] for f in group
+            f for group in _flat(expanded[0] + expanded[1]) for f in group
             if f.startswith("dots") and any(f.lstrip("x").startswith(f"dots{d[3:]}_") for d in dots))
     return BoundRule(rule, tuple(expanded[0]), tuple(expanded[1]), sizes, resolve(rule.need_replication),
                      resolve(rule.reduction))
 
 
-def _expand(rule: Rule, group: tuple[str, ...], shape: tuple[int, ...], where: str, used: set[str]) -> tuple[str, ...]:
-    if group and group[0].startswith("..."):
+def _compound_sizes(rule: Rule, compound: list[tuple[tuple[str, ...], int, str]], sizes: dict[str, int],
+                    seen: dict[str, str]) -> None:
+    """Each compound dimension's size is the product of its factors': a factor unknown elsewhere gets the
+    quotient (one unknown per dimension, resolved dimension by dimension); a size that does not fit is refused."""
+    pending = list(compound)
+    while pending:
+        progress = False
+        for item in list(pending):
+            factors, size, where = item
+            unknown = [f for f in factors if f not in sizes]
+            known = math.prod(sizes[f] for f in factors if f in sizes)
+            shown = f"({' '.join(factors)})"
+            if len(unknown) > 1:
+                continue
+            if unknown and (known == 0 or size % known):
+                raise ValueError(f"partitioned: rule {rule.text!r}: {where} has size {size}, which is not a "
+                                 f"multiple of {known}, the size of {shown} without {unknown[0]!r}")
+            if not unknown and known != size:
+                raise ValueError(f"partitioned: rule {rule.text!r}: {where} has size {size}, but its factors "
+                                 f"{shown} have sizes {[sizes[f] for f in factors]} (product {known})")
+            if unknown:
+                sizes[unknown[0]], seen[unknown[0]] = size // known, where
+            pending.remove(item)
+            progress = True
+        if not progress:
+            factors, size, where = pending[0]
+            raise ValueError(f"partitioned: rule {rule.text!r}: the sizes of {[f for f in factors if f not in sizes]} "
+                             f"in {where} ({' '.join(factors)}, size {size}) are unknown: name all but one of a "
+                             f"compound's factors alone in another group")
+
+
+def _expand(rule: Rule, group: Dims, shape: tuple[int, ...], where: str, used: set[str]) -> Dims:
+    if group and group[0][0].startswith("..."):
         named = group[1:]
         extra = len(shape) - len(named)
         if extra < 0:
             raise ValueError(f"partitioned: rule {rule.text!r}: {where} has rank {len(shape)} (shape {shape}), "
-                             f"but its group '{' '.join(group)}' names {len(named)} dimensions besides '...'")
-        tag = group[0][3:]
-        return tuple(_dots_factor(tag, extra - k, used) for k in range(extra)) + named
+                             f"but its group '{_group_text(group)}' names {len(named)} dimensions besides '...'")
+        tag = group[0][0][3:]
+        return tuple((_dots_factor(tag, extra - k, used),) for k in range(extra)) + named
     if len(group) != len(shape):
         raise ValueError(f"partitioned: rule {rule.text!r}: {where} has rank {len(shape)} (shape {shape}), but "
-                         f"its group '{' '.join(group)}' names {len(group)} dimension(s)")
+                         f"its group '{_group_text(group)}' names {len(group)} dimension(s)")
     return group
+
+
+def _group_text(group: Dims) -> str:
+    return text_of([group], []).split(" ->")[0]
 
 
 def _dots_factor(tag: str, from_right: int, used: set[str]) -> str:
@@ -187,28 +293,65 @@ def assign(bound: BoundRule, mesh_shape: Mapping[str, int],
     """The mesh axes each shardable factor is split over, taken from ``sources`` in order: each is
     ``(OPERANDS or RESULTS, specs)``, one spec (or ``None``: unknown) per array of that side. The first array
     that splits a factor decides it, unless its axes are taken by another factor or do not divide the
-    factor's size (XLA would pad the shard, and the kernel would see the padding)."""
-    groups = {OPERANDS: bound.operands, RESULTS: bound.results}
+    factor's size (XLA would pad the shard, and the kernel would see the padding). A compound dimension's axes
+    go to its factors major to minor (:func:`_compound_axes`)."""
+    groups = {OPERANDS: bound.operand_dims, RESULTS: bound.result_dims}
     chosen: dict[str, tuple[str, ...]] = {}
     taken: set[str] = set()
     for side, specs in sources:
-        for factors, spec in zip(groups[side], specs, strict=True):
+        for dims, spec in zip(groups[side], specs, strict=True):
             if spec is None:
                 continue
-            for factor, axes in zip(factors, spec, strict=True):
-                axes = tuple(axes)
-                if not axes or factor in chosen or not bound.shardable(factor) or taken & set(axes):
-                    continue
-                if bound.sizes[factor] % math.prod(mesh_shape[a] for a in axes):
-                    continue
-                chosen[factor] = axes
-                taken.update(axes)
+            for factors, axes in zip(dims, spec, strict=True):
+                for factor, its in _compound_axes(bound, factors, tuple(axes), mesh_shape):
+                    if factor in chosen or not bound.shardable(factor) or taken & set(its):
+                        break
+                    chosen[factor] = its
+                    taken.update(its)
+    return contiguous(bound, chosen, mesh_shape)
+
+
+def _compound_axes(bound: BoundRule, factors: tuple[str, ...], axes: tuple[str, ...],
+                   mesh_shape: Mapping[str, int]) -> list[tuple[str, tuple[str, ...]]]:
+    """A dimension's ``axes`` given to its factors, major to minor: the last takes all that are left or none
+    (they must divide it); one before it the longest run that divides it, and passes the rest on only if
+    that splits it into pieces of one element."""
+    given: list[tuple[str, tuple[str, ...]]] = []
+    for position, factor in enumerate(factors):
+        if not axes:
+            break
+        size = bound.sizes[factor]
+        runs = [axes] if position == len(factors) - 1 else [axes[:k] for k in range(len(axes), 0, -1)]
+        run = next((r for r in runs if size % math.prod(mesh_shape[a] for a in r) == 0), None)
+        if run is None:
+            break
+        given.append((factor, run))
+        if math.prod(mesh_shape[a] for a in run) != size:
+            break
+        axes = axes[len(run):]
+    return given
+
+
+def contiguous(bound: BoundRule, chosen: dict[str, tuple[str, ...]],
+               mesh_shape: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
+    """``chosen`` without the splits of a compound's minor factor where a factor before it is not in pieces of
+    one element (a device's part of the dimension would not be one block: XLA cannot lay it out)."""
+    def pieces(f: str) -> int:
+        return math.prod(mesh_shape[a] for a in chosen.get(f, ()))
+    changed = True
+    while changed:
+        changed = False
+        for dim in bound.compounds():
+            for position, factor in enumerate(dim[1:], 1):
+                if factor in chosen and any(pieces(m) != bound.sizes[m] for m in dim[:position]):
+                    del chosen[factor]
+                    changed = True
     return chosen
 
 
-def specs_of(groups: Sequence[tuple[str, ...]], chosen: Mapping[str, tuple[str, ...]]) -> list[Spec]:
-    """Each array's spec under ``chosen``: per dimension, its factor's axes."""
-    return [tuple(chosen.get(f, ()) for f in factors) for factors in groups]
+def specs_of(groups: Sequence[Dims], chosen: Mapping[str, tuple[str, ...]]) -> list[Spec]:
+    """Each array's spec under ``chosen``: per dimension, its factors' axes, major to minor."""
+    return [tuple(tuple(a for f in dim for a in chosen.get(f, ())) for dim in dims) for dims in groups]
 
 
 def reduced_axes(bound: BoundRule, chosen: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:

@@ -247,17 +247,20 @@ def check_not_partitioned(ctx: Any, call: CallSpec) -> None:
 
 
 def _suggested_rule(ctx: Any, call: CallSpec) -> str:
-    """A rule that fits the call's arrays; where the kernel reduces, with the factors each program covers whole
-    (no grid axis has their size) kept whole: those it likely reduces over."""
+    """The groups that fit the call's arrays, and the way to find out which factors may be split: a rule that lets
+    XLA split a factor the kernel reduces over is silently wrong, so none is offered bare. Where the kernel reduces,
+    the factors each program covers whole (no grid axis has their size) are named to keep whole."""
     shapes = [tuple(a.shape) for a in ctx.avals_in], [tuple(a.shape) for a in ctx.avals_out]
     rule = rules.suggest(*shapes)
     reductions = source_uses.reductions(call.kernel)
     grid = call.options.grid
     whole = rules.whole_per_program(rule, *shapes, grid) if reductions and isinstance(grid, tuple) else []
+    check = (f"tritonplug.check_rule(your_function, *example_args, rule={rule!r}) runs it with each factor split "
+             f"over the devices and proposes a rule that holds (docs/partitioned.md, 'Checking a rule')")
     if not whole:
-        return (f"a rule that fits this call's arrays is {rule!r} (add need_replication=(...) for the factors the "
-                f"kernel needs whole, such as an axis it reduces over)")
+        return (f"this call's arrays fit the groups {rule!r}, but which factors may be split depends on the kernel "
+                f"(one it reduces or normalises over must stay whole: need_replication); {check}")
     used = ", ".join(f"tl.{r}" for r in reductions)
-    return (f"a rule that fits this call's arrays is {rule!r}; the kernel reduces ({used}) and each program "
-            f"covers {', '.join(map(repr, whole))} whole, so keep the factors it reduces over whole: "
-            f"@tritonplug.partitioned({rule!r}, need_replication={tuple(whole)!r})")
+    return (f"this call's arrays fit the groups {rule!r}; the kernel reduces ({used}) and each program "
+            f"covers {', '.join(map(repr, whole))} whole, so keep at least those whole: "
+            f"@tritonplug.partitioned({rule!r}, need_replication={tuple(whole)!r}); {check}")

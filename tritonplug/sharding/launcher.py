@@ -31,8 +31,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from tritonplug import settings
 from tritonplug.calls import sharding_rules as rules
-from tritonplug.sharding import offsets, paths
+from tritonplug.sharding import paths, rule_check
+from tritonplug.sharding.per_shard import call, is_array
 
 _EAGER_JITS = 64
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -117,7 +119,7 @@ def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule] = _NO_R
                                need_replication_factors=need_replication_factors, reduction_factors=reduction_factors)
 
     def decorate(*args: Any, **kwargs: Any) -> Partitioned:
-        if len(args) == 1 and not kwargs and callable(args[0]) and not _is_array(args[0]):
+        if len(args) == 1 and not kwargs and callable(args[0]) and not is_array(args[0]):
             return Partitioned(args[0], parsed)
         if callable(rule) and not isinstance(rule, rules.Rule):  # the rule function was the decorated function
             raise TypeError(f"{getattr(rule, '__name__', rule)!s} was decorated with a bare @tritonplug.partitioned, "
@@ -130,7 +132,8 @@ def partitioned(rule: str | rules.Rule | Callable[..., str | rules.Rule] = _NO_R
 class Partitioned:
     """A function under a sharding rule; calling it runs it per shard (see the module's docstring)."""
 
-    def __init__(self, fn: Callable[..., Any], rule: rules.Rule | Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], rule: rules.Rule | Callable[..., Any], checked: bool = False) -> None:
+        """``checked``: its rule needs no check at its first call (``check_rule``'s own runs)."""
         self.fn, self.rule = fn, rule
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn)
@@ -143,22 +146,40 @@ class Partitioned:
         # a call that gives every parameter by position binds as it is (the common case, no inspect.bind)
         self._plain = self._signature is not None and all(p.kind in _POSITIONAL for p in params)
         self._eager: dict[Any, Callable[..., Any]] = {}
+        self._rule_checked = checked  # TRITONPLUG_CHECK_RULES: checked at the first call
 
     def __repr__(self) -> str:
         rule = self.rule.text if isinstance(self.rule, rules.Rule) else getattr(self.rule, "__name__", self.rule)
         return f"partitioned({rule!r})({self.__name__})"
 
     def _rule_for(self, args: tuple, kwargs: dict) -> rules.Rule:
-        """The call's rule; a rule function gets the bound arguments (``args``, ``kwargs``), defaults filled in."""
+        """The call's rule; a rule function is called as the function is (``args``, ``kwargs``: the call's own
+        spelling, positional and keyword arguments as given, omitted parameters' defaults by keyword)."""
         if isinstance(self.rule, rules.Rule):
             return self.rule
-        chosen = self.rule(*args, **kwargs)
+        try:
+            chosen = self.rule(*args, **kwargs)
+        except TypeError as exc:  # most often its parameters do not take the call's arguments
+            given = ", ".join([_shown(a) for a in args] + [f"{k}={_shown(v)}" for k, v in kwargs.items()])
+            raise TypeError(f"partitioned {self.__name__}: its rule function "
+                            f"{getattr(self.rule, '__qualname__', self.rule)!s} is called as the function is, "
+                            f"({given}), and raised: {exc}") from exc
         if isinstance(chosen, str):
             return _parse(chosen, (), ())
         if not isinstance(chosen, rules.Rule):
             raise TypeError(f"partitioned {self.__name__}: the rule function {self.rule!r} returned {chosen!r} "
                             f"({type(chosen).__name__}); it returns a rule string or a tritonplug.sharding_rule(...)")
         return chosen
+
+    def rule_for_call(self, args: tuple, kwargs: dict) -> rules.Rule:
+        """The rule of a call with these arguments (a rule function is called as the function is)."""
+        return self._rule_for(*self._spelled(self._bind(args, kwargs), len(args)))
+
+    def operands(self, args: tuple, kwargs: dict) -> tuple[list[Any], list[str]]:
+        """A call's array operands in the rule's order, and the argument each came in (``x``, ``params['w']``)."""
+        leaves, _ = jax.tree_util.tree_flatten_with_path(self._bind(args, kwargs))
+        return ([leaf for _, leaf in leaves if is_array(leaf)],
+                [self._name(path) for path, leaf in leaves if is_array(leaf)])
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else functools.partial(self, instance)
@@ -170,7 +191,7 @@ class Partitioned:
         if self._plain and not kwargs and len(args) == len(self._params):
             return args
         if self._signature is None:  # no signature to order keywords by: positional arrays only
-            if any(_is_array(leaf) for leaf in jax.tree.leaves(kwargs)):
+            if any(is_array(leaf) for leaf in jax.tree.leaves(kwargs)):
                 raise TypeError(f"partitioned {self.__name__}: its signature cannot be read, so the order of "
                                 f"array arguments given by keyword ({sorted(kwargs)}) is unknown; pass them "
                                 f"by position")
@@ -199,18 +220,40 @@ class Partitioned:
                 kwargs.update(value)
         return tuple(args), kwargs
 
+    def _spelled(self, arguments: tuple, positional: int) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` as the call spelled them (``positional``: how many it gave by position), with
+        ``arguments`` (``_bind``'s order) in them: what a rule function is called with."""
+        if self._signature is None:
+            return arguments
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for index, (p, value) in enumerate(zip(self._params, arguments, strict=True)):
+            if p.kind == inspect.Parameter.POSITIONAL_ONLY or (p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
+                                                               and index < positional):
+                args.append(value)
+            elif p.kind == inspect.Parameter.VAR_POSITIONAL:
+                args.extend(value)
+            elif p.kind == inspect.Parameter.VAR_KEYWORD:
+                kwargs.update(value)
+            else:
+                kwargs[p.name] = value
+        return tuple(args), kwargs
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._rule_checked and settings.CHECK_RULES.get():
+            self._rule_checked = True
+            _check_first_call(self, args, kwargs)
         leaves, treedef = jax.tree_util.tree_flatten_with_path(self._bind(args, kwargs))
-        where = [i for i, (_, leaf) in enumerate(leaves) if _is_array(leaf)]
+        where = [i for i, (_, leaf) in enumerate(leaves) if is_array(leaf)]
         arrays = [leaves[i][1] for i in where]
         names = [self._name(leaves[i][0]) for i in where]
         values = [None if i in where else leaf for i, (_, leaf) in enumerate(leaves)]  # the constants alone
         if any(isinstance(a, jax.core.Tracer) for a in arrays):
-            return self._traced(arrays, values, where, treedef, names)
-        key = self._eager_key(values, where, treedef)
+            return self._traced(arrays, values, where, treedef, names, len(args))
+        key = self._eager_key(values, where, treedef, len(args))
         run = self._eager.get(key) if key is not None else None
         if run is None:
-            run = jax.jit(lambda *arrs: self._traced(list(arrs), values, where, treedef, names))
+            run = jax.jit(lambda *arrs: self._traced(list(arrs), values, where, treedef, names, len(args)))
             if key is not None:
                 if len(self._eager) >= _EAGER_JITS:
                     self._eager.clear()
@@ -225,7 +268,7 @@ class Partitioned:
             raise failure from failure.__cause__
 
     def _traced(self, arrays: list[Any], values: list[Any], where: list[int], treedef: Any,
-                names: list[str]) -> Any:
+                names: list[str], positional: int) -> Any:
         out: dict[str, Any] = {}  # the first (whole-array) trace's result tree and non-array results
 
         def body(*arrs: Any) -> tuple[Any, ...]:
@@ -233,11 +276,11 @@ class Partitioned:
             flat, tree = jax.tree.flatten(self.fn(*args, **kwargs))
             out.setdefault("tree", tree)
             out.setdefault("values", flat)
-            return tuple(leaf for leaf in flat if _is_array(leaf))
+            return tuple(leaf for leaf in flat if is_array(leaf))
 
-        rule = self._rule_for(*self._unbind(_rebuild(treedef, values, where, arrays)))
+        rule = self._rule_for(*self._spelled(_rebuild(treedef, values, where, arrays), positional))
         arrays_out = iter(call(rule, body, arrays, names, self.__name__, self._closed_over))
-        return jax.tree.unflatten(out["tree"], [next(arrays_out) if _is_array(v) else v for v in out["values"]])
+        return jax.tree.unflatten(out["tree"], [next(arrays_out) if is_array(v) else v for v in out["values"]])
 
     def _closed_over(self) -> list[str]:
         """The names of the arrays the function reads from its closure or its module's globals."""
@@ -248,7 +291,7 @@ class Partitioned:
                                                                 strict=False) if _filled(cell)}
         scope = {**{n: getattr(self.fn, "__globals__", {}).get(n) for n in code.co_names}, **cells}
         return [name for name, value in scope.items()
-                if any(_is_array(leaf) or isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))]
+                if any(is_array(leaf) or isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))]
 
     def _name(self, path: tuple) -> str:
         """``x``, ``params['w']``, ``rest[0]``, ``w`` (a ``**kwargs`` keyword): the argument an operand came in."""
@@ -263,106 +306,14 @@ class Partitioned:
         return param.name + jax.tree_util.keystr(tuple(rest))
 
     @staticmethod
-    def _eager_key(values: list[Any], where: list[int], treedef: Any) -> Any:
+    def _eager_key(values: list[Any], where: list[int], treedef: Any, positional: int) -> Any:
         statics = tuple(v for i, v in enumerate(values) if i not in set(where))
         try:
-            key = (treedef, tuple(where), tuple((type(v), v) for v in statics))
+            key = (treedef, tuple(where), positional, tuple((type(v), v) for v in statics))
             hash(key)
         except TypeError:
             return None
         return key
-
-
-def call(rule: rules.Rule, body: paths.Body, arrays: Sequence[Any], names: Sequence[str], function: str,
-         closure: Callable[[], list[str]] = list, factors: Sequence[str] | None = None) -> tuple:
-    """``body`` (arrays in, a tuple of arrays out) partitioned by ``rule``: checked against the shapes, then
-    run on one of the two paths, under ``custom_vmap`` so that ``jax.vmap`` adds a batch factor (explicit axes
-    included: the batched body runs under ``shard_map`` on each device's part of the batch). ``closure()`` names
-    the arrays the function closes over, for the error that refuses them. ``factors``: those ``shard_offset``
-    may be asked (the rule's named ones; the batched rule passes the user's rule's)."""
-    factors = offsets.named_factors(rule.operands + rule.results) if factors is None else tuple(factors)
-    manual = bool(getattr(jax.sharding.get_abstract_mesh(), "manual_axes", ()))  # inside the user's shard_map
-    # traced with unsharded types: under vmap over explicit axes, the whole batched body would loop over a split axis
-    whole = offsets.scoped(body, offsets.Scope(function, factors, manual=manual))
-    closed, results = jax.make_jaxpr(whole, return_shape=True)(*[jax.ShapeDtypeStruct(a.shape, a.dtype)
-                                                                  for a in arrays])
-    if closed.consts and _explicit_mesh(arrays) is None:  # custom_partitioning takes no constants (shard_map does)
-        _refuse_closure(function, closed.consts, closure())
-    result_names = [f"result {k}" for k in range(len(results))]
-    bound = rules.bind(rule, [tuple(a.shape) for a in arrays], [tuple(r.shape) for r in results], names,
-                       result_names)
-    info = paths.CallInfo(function, names, result_names, paths.host_callbacks(closed), factors, manual)
-
-    @jax.custom_batching.custom_vmap
-    def run(*arrs: Any) -> tuple[Any, ...]:
-        return _dispatch(body, arrs, bound, info)
-
-    @run.def_vmap
-    def batched(axis_size: int, in_batched: Sequence[bool], *arrs: Any) -> tuple[tuple[Any, ...], tuple[bool, ...]]:
-        batch_rule = _with_batch_factor(bound, in_batched)
-        vbody = jax.vmap(body, in_axes=tuple(0 if b else None for b in in_batched))
-        outs = call(batch_rule, lambda *xs: tuple(vbody(*xs)), arrs, names, function, factors=factors)
-        return outs, tuple(True for _ in outs)
-
-    if _explicit_mesh(arrays) is None:
-        return tuple(run(*arrays))
-
-    # custom_vmap does not linearize: under explicit axes jax.grad differentiates the shard_map itself
-    @jax.custom_jvp
-    def differentiable(*arrs: Any) -> tuple[Any, ...]:
-        return tuple(run(*arrs))
-
-    @differentiable.defjvp
-    def jvp(primals: Any, tangents: Any) -> Any:
-        return jax.jvp(lambda *arrs: _dispatch(body, arrs, bound, info), primals, tangents)
-
-    return tuple(differentiable(*arrays))
-
-
-def _refuse_closure(function: str, consts: Sequence[Any], named: list[str]) -> None:
-    shapes = ", ".join(f"{jax.typeof(c).dtype}{list(jax.typeof(c).shape)}" for c in consts)
-    which = f" ({', '.join(named)})" if named else " (none of its own names: one a function it calls closes over, " \
-                                                   "or a NumPy array it makes)"
-    raise TypeError(f"partitioned {function}: the function closes over {len(consts)} array(s){which}: {shapes}. A "
-                    f"partitioned function's arrays are its arguments, each with a group in the rule (a closed-over "
-                    f"array cannot be split or placed): pass it as an argument and give it a group, e.g. its "
-                    f"factors listed in need_replication to keep it whole on every device; make a constant with "
-                    f"jax.numpy inside the function")
-
-
-def _explicit_mesh(arrays: Sequence[Any]) -> Any | None:
-    """The mesh with explicit axes that the operands' types (or the context) are sharded over, if any."""
-    mesh = jax.sharding.get_abstract_mesh()
-    types = [jax.typeof(a) for a in arrays]
-    explicit = [t.sharding.mesh for t in types
-                if getattr(t, "sharding", None) is not None and t.sharding.mesh._any_axis_explicit]
-    if explicit:
-        return explicit[0]
-    return None if mesh.empty or not mesh._any_axis_explicit else mesh
-
-
-def _dispatch(body: paths.Body, arrays: Sequence[Any], bound: rules.BoundRule, info: paths.CallInfo) -> tuple:
-    mesh = _explicit_mesh(arrays)
-    if mesh is None:
-        return paths.auto(body, arrays, bound, info)
-    if mesh._any_axis_auto:
-        raise NotImplementedError(
-            f"partitioned {info.function}: the mesh {dict(mesh.shape)} mixes explicit axes {list(mesh.explicit_axes)} "
-            f"and automatic ones {list(mesh.auto_axes)}; a partitioned launcher runs on a mesh whose axes are all "
-            f"explicit or all automatic")
-    if mesh.are_all_axes_manual:
-        return tuple(paths.whole(body, info)(*arrays))
-    return paths.explicit(body, arrays, bound, info, mesh)
-
-
-def _with_batch_factor(bound: rules.BoundRule, in_batched: Sequence[bool]) -> rules.Rule:
-    """The bound rule with a new leading factor on the batched operands and on every result."""
-    used = {f for g in bound.operands + bound.results for f in g}
-    factor = next(f"vmap{k}" for k in range(len(used) + 1) if f"vmap{k}" not in used)
-    operands = tuple((factor, *g) if b else g for g, b in zip(bound.operands, in_batched, strict=True))
-    results = tuple((factor, *g) for g in bound.results)
-    text = ", ".join(" ".join(g) for g in operands) + " -> " + ", ".join(" ".join(g) for g in results)
-    return rules.Rule(text, operands, results, bound.need_replication, bound.reduction)
 
 
 def _rebuild(treedef: Any, values: list[Any], where: list[int], arrays: Sequence[Any]) -> tuple:
@@ -381,5 +332,41 @@ def _filled(cell: Any) -> bool:
         return False
 
 
-def _is_array(leaf: Any) -> bool:
-    return isinstance(leaf, (jax.Array, np.ndarray))
+def _shown(value: Any) -> str:
+    return f"{value.dtype}{list(value.shape)}" if hasattr(value, "shape") and hasattr(value, "dtype") else \
+        f"{value!r:.40}"
+
+
+def check_rule(fn: Callable[..., Any], *example_args: Any, rule: Any = None, rtol: float = 1e-5, atol: float = 1e-5,
+               **example_kwargs: Any) -> rule_check.RuleCheck:
+    """Run ``fn`` on the example arguments unsharded and with each factor of its rule split over the devices
+    (CPU devices included), and report what holds (docs/partitioned.md, 'Checking a rule').
+
+    ``fn``: a ``@tritonplug.partitioned`` function, whose rule is checked unless ``rule`` is given, or the plain
+    function that makes the Triton calls. ``rule``: a rule string, a ``tritonplug.sharding_rule(...)``, a function
+    choosing one, or ``None`` for a plain function: one is proposed from the arrays' shapes, and checked. Each
+    factor is split alone over the most devices that divide it, under the rule (the result against the unsharded
+    call's, within ``rtol``/``atol``; the compiled program's collectives) and, where the rule keeps it whole,
+    letting it split. The returned ``RuleCheck`` (a frozen record; ``str()`` is a report) lists per factor
+    whether its split changes the result, the factors the rule splits unsafely (``unsafe``; ``holds`` is whether
+    there are none), those it could split, and ``proposed``: a rule that holds, as the decorator spells it.
+    Needs two or more devices (on the CPU: ``XLA_FLAGS=--xla_force_host_platform_device_count=8``).
+    """
+    return rule_check.check(fn, example_args, example_kwargs, rule, rtol, atol, Partitioned)
+
+
+def _check_first_call(fn: Partitioned, args: tuple, kwargs: dict) -> None:
+    """``TRITONPLUG_CHECK_RULES``: check the rule once, on the call's arrays (inside a jit, made-up values of their
+    shapes: normal floats, zero integers), and refuse the call if a split the rule allows changes the result."""
+    def example(leaf: Any) -> Any:
+        if not isinstance(leaf, jax.core.Tracer):
+            return leaf
+        kind = jax.typeof(leaf)
+        if np.issubdtype(kind.dtype, np.floating):
+            return np.random.default_rng(0).standard_normal(kind.shape).astype(kind.dtype)
+        return np.zeros(kind.shape, kind.dtype)
+    found = check_rule(fn, *jax.tree.map(example, args), **jax.tree.map(example, kwargs))
+    if not found.holds:
+        raise ValueError(f"partitioned {fn.__name__} (TRITONPLUG_CHECK_RULES=1): its rule lets XLA split "
+                         f"{list(found.unsafe)}, and a split along them changes the result; a rule that holds: "
+                         f"{found.proposed}\n{found}")

@@ -24,15 +24,15 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
+from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, SdyShardingRule, custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
 from tritonplug import settings
 from tritonplug.adapters import jax_compat
-from tritonplug.calls.sharding_rules import OPERANDS, RESULTS, BoundRule, Spec, assign, reduced_axes, specs_of
+from tritonplug.calls.sharding_rules import OPERANDS, RESULTS, BoundRule, Dims, Spec, assign, reduced_axes, specs_of
 from tritonplug.errors import PartitionError
 from tritonplug.process.state import state
-from tritonplug.sharding import offsets
+from tritonplug.sharding import layouts, offsets
 
 Body = Callable[..., tuple[Any, ...]]
 
@@ -76,12 +76,17 @@ def partition_spec(spec: Spec) -> PartitionSpec:
 
 
 def sdy_rule(bound: BoundRule) -> SdyShardingRule:
-    """The bound rule as Shardy's: every factor named, the implied kept-whole ones listed too."""
-    return SdyShardingRule(tuple(ArrayMapping(*g) for g in bound.operands),
-                           tuple(ArrayMapping(*g) for g in bound.results),
+    """The bound rule as Shardy's: every factor named, the implied kept-whole ones listed too, and the sizes of
+    those that only compound dimensions hold."""
+    def mapping(dims: Dims) -> ArrayMapping:
+        return ArrayMapping(*(d[0] if len(d) == 1 else CompoundFactor(*d) for d in dims))
+    whole_dims = {d[0] for dims in bound.operand_dims + bound.result_dims for d in dims if len(d) == 1}
+    only_compound: dict[str, Any] = {f: bound.sizes[f] for dim in bound.compounds() for f in dim if f not in whole_dims}
+    return SdyShardingRule(tuple(mapping(g) for g in bound.operand_dims),
+                           tuple(mapping(g) for g in bound.result_dims),
                            need_replication_factors=bound.kept_whole(),
                            reduction_factors=tuple(f for f in sorted(bound.reduction)
-                                                   if not any(f in g for g in bound.results)))
+                                                   if not any(f in g for g in bound.results)), **only_compound)
 
 
 def with_sums(body: Body, axes: Sequence[tuple[str, ...]]) -> Body:
@@ -102,24 +107,24 @@ def with_sums(body: Body, axes: Sequence[tuple[str, ...]]) -> Body:
 def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) -> tuple[Any, ...]:
     """Run ``body`` as a custom-partitioned op (automatic mesh axes); see the module's docstring."""
 
-    def shardings(mesh: Any, groups: Sequence[tuple[str, ...]], chosen: dict) -> tuple[NamedSharding, ...]:
+    def shardings(mesh: Any, groups: Sequence[Dims], chosen: dict) -> tuple[NamedSharding, ...]:
         return tuple(NamedSharding(mesh, partition_spec(s)) for s in specs_of(groups, chosen))
 
     def infer(mesh: Any, arg_shapes: Any, result_shape: Any) -> tuple[NamedSharding, ...]:
         chosen = assign(bound, dict(mesh.shape), (OPERANDS, _specs(arg_shapes)))
-        return shardings(mesh, bound.results, chosen)
+        return shardings(mesh, bound.result_dims, chosen)
 
     def propagate(mesh: Any, user_shape: Any) -> tuple[NamedSharding, ...]:
         chosen = assign(bound, dict(mesh.shape), (RESULTS, _specs(user_shape)))
-        return shardings(mesh, bound.results, chosen)
+        return shardings(mesh, bound.result_dims, chosen)
 
     def partition(mesh: Any, arg_shapes: Any, result_shape: Any) -> tuple:
         incoming = _specs(arg_shapes)
         chosen = assign(bound, dict(mesh.shape), (RESULTS, _specs(result_shape)), (OPERANDS, incoming))
         record(call, bound, dict(mesh.shape), chosen, incoming, [a.dtype for a in arg_shapes], "custom_partitioning")
         try:
-            shapes = _local_shapes(jax.tree.leaves(arg_shapes), bound, chosen, dict(mesh.shape))
-            local = trace_shard(whole(body, call), shapes, call)
+            shapes = layouts.shard_shapes(jax.tree.leaves(arg_shapes), bound.operand_dims, chosen, dict(mesh.shape))
+            local = trace_shard(whole(body, call), shapes, call, chosen)
         except PartitionError as exc:
             _failures[:] = [exc]  # XLA reports it wrapped: an eager call raises it as it is (take_failure)
             raise
@@ -127,11 +132,15 @@ def auto(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo) ->
             check_no_host_callbacks(sorted(host_callbacks(local)), call)
         per_shard = jax_compat.without_internal_refs(with_sums(split(body, call, bound, chosen, dict(mesh.shape)),
                                                                reduced_axes(bound, chosen)))
-        return mesh, per_shard, shardings(mesh, bound.results, chosen), shardings(mesh, bound.operands, chosen)
+        return mesh, per_shard, shardings(mesh, bound.result_dims, chosen), shardings(mesh, bound.operand_dims, chosen)
 
     platform, devices = jax_compat.operand_mesh(arrays)
     if platform == "cpu" and devices > 1:  # refused now, at the call, rather than when XLA partitions it
         check_no_host_callbacks(call.callbacks, call)
+    mesh_shape = jax_compat.operand_mesh_shape(arrays)
+    if mesh_shape is not None:  # the mesh is known now: a mistake only a shard reveals is raised at the call
+        for layout, local in layouts.distinct_shard_shapes(bound, arrays, mesh_shape):
+            trace_shard(whole(body, call), local, call, layout)
     op = custom_partitioning(whole(body, call))
     op.def_partition(partition, infer_sharding_from_operands=infer, propagate_user_sharding=propagate,
                      sharding_rule=sdy_rule(bound))
@@ -157,17 +166,20 @@ def not_differentiable(op: Body, call: CallInfo) -> Body:
     return run
 
 
-def trace_shard(body: Body, shapes: Sequence[jax.ShapeDtypeStruct], call: CallInfo) -> Any:
-    """``body`` traced on one shard's shapes, as JAX will lower it; a mistake in the function that only these
-    shapes reveal is raised naming the function and the shapes (XLA reports it as ``INTERNAL: custom_partitioner``
-    followed by this message)."""
+def trace_shard(body: Body, shapes: Sequence[jax.ShapeDtypeStruct], call: CallInfo,
+                layout: dict[str, tuple[str, ...]]) -> Any:
+    """``body`` traced on one shard's shapes (those of ``layout``, each split factor's mesh axes), as JAX will
+    lower it; a mistake in the function that only these shapes reveal is raised naming the function, the shapes
+    and the split (at the call where the mesh is known then; else XLA reports it as ``INTERNAL:
+    custom_partitioner`` followed by this message, and an eager call raises it as it is)."""
     try:
         return jax.make_jaxpr(body)(*shapes)
     except Exception as exc:
         given = ", ".join(f"{name}: {s.dtype}{list(s.shape)}" for name, s in zip(call.operand_names, shapes,
                                                                                   strict=True))
+        split = ", ".join(f"{f!r} over {axes}" for f, axes in sorted(layout.items())) or "nothing"
         raise PartitionError(f"partitioned {call.function}: the function failed when traced with one shard's shapes "
-                             f"({given}): {type(exc).__name__}: {exc}") from exc
+                             f"({given}; split: {split}): {type(exc).__name__}: {exc}") from exc
 
 
 _failures: list[PartitionError] = []
@@ -215,10 +227,12 @@ def explicit(body: Body, arrays: Sequence[Any], bound: BoundRule, call: CallInfo
     incoming = [spec_of(t.sharding, t.ndim) for t in types]
     chosen = assign(bound, dict(mesh.shape), (OPERANDS, incoming))
     record(call, bound, dict(mesh.shape), chosen, incoming, [t.dtype for t in types], "shard_map")
-    in_specs = [partition_spec(s) for s in specs_of(bound.operands, chosen)]
+    trace_shard(whole(body, call), layouts.shard_shapes(types, bound.operand_dims, chosen, dict(mesh.shape)), call,
+                chosen)
+    in_specs = [partition_spec(s) for s in specs_of(bound.operand_dims, chosen)]
     arrays = [a if spec == partition_spec(s or ()) else jax.sharding.reshard(a, NamedSharding(mesh, spec))
               for a, spec, s in zip(arrays, in_specs, incoming, strict=True)]
-    out_specs = tuple(partition_spec(s) for s in specs_of(bound.results, chosen))
+    out_specs = tuple(partition_spec(s) for s in specs_of(bound.result_dims, chosen))
     mapped = jax.shard_map(with_sums(split(body, call, bound, chosen, dict(mesh.shape)), reduced_axes(bound, chosen)),
                            mesh=mesh, in_specs=tuple(in_specs),
                            out_specs=out_specs, check_vma=False)
@@ -249,14 +263,6 @@ def split(body: Body, call: CallInfo, bound: BoundRule, chosen: dict[str, tuple[
                                               call.manual))
 
 
-def _local_shapes(shapes: Sequence[Any], bound: BoundRule, chosen: dict[str, tuple[str, ...]],
-                  mesh: dict[str, int]) -> list[jax.ShapeDtypeStruct]:
-    """Each operand's shape on one device once split as ``chosen`` says."""
-    return [jax.ShapeDtypeStruct(tuple(d // math.prod(mesh[a] for a in axes) for d, axes in zip(s.shape, spec,
-                                                                                                  strict=True)),
-                                 s.dtype) for s, spec in zip(shapes, specs_of(bound.operands, chosen), strict=True)]
-
-
 def _specs(shapes: Any) -> list[Spec | None]:
     return [spec_of(getattr(s, "sharding", None), len(s.shape)) for s in jax.tree.leaves(shapes)]
 
@@ -266,16 +272,16 @@ def record(call: CallInfo, bound: BoundRule, mesh: dict[str, int], chosen: dict[
     """Note what was decided for one partitioning: the split factors and every operand XLA must gather or
     move because the call's spec differs from the one it arrived with."""
     transfers = []
-    wanted = specs_of(bound.operands, chosen)
-    for index, (factors, before, after, dtype) in enumerate(zip(bound.operands, incoming, wanted, dtypes,
-                                                                strict=True)):
+    wanted = specs_of(bound.operand_dims, chosen)
+    for index, (dims, before, after, dtype) in enumerate(zip(bound.operand_dims, incoming, wanted, dtypes,
+                                                             strict=True)):
         if before is None or tuple(before) == tuple(after):
             continue
-        shape = tuple(bound.sizes[f] for f in factors)
+        shape = tuple(math.prod(bound.sizes[f] for f in dim) for dim in dims)
         pieces = math.prod(mesh[a] for axes in after for a in axes)
         transfers.append(PartitionTransfer(
-            operand=call.operand_names[index], factors=tuple(f for f, b, a in zip(factors, before, after, strict=True)
-                                                           if tuple(b) != tuple(a)),
+            operand=call.operand_names[index], factors=tuple(f for dim, b, a in zip(dims, before, after, strict=True)
+                                                           if tuple(b) != tuple(a) for f in dim),
             before=tuple(before), after=tuple(after),
             bytes_per_device=math.prod(shape) * np.dtype(dtype).itemsize // max(pieces, 1)))
     state.partitions.append(PartitionRecord(
