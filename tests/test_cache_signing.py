@@ -255,3 +255,20 @@ def test_a_linked_directory_in_the_cache_is_refused_never_followed(linked: str, 
     assert len(caught) == 1 and str(link) in str(caught[0].message)
     assert not link.is_symlink() and planted.get(k) == BINARY, "the link is removed, what it pointed to left alone"
     assert cache.put(k, BINARY) and cache.get(k) == BINARY and not link.is_symlink()
+
+
+def test_tuning_records_are_signed_too(private_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record picks which of a call's configurations runs: one written before the key was set is refused, named
+    once, and treated as missing; one written with the key is read back."""
+    from tritonplug.tuning.records import TuningRecord, target_fields
+    from tritonplug.tuning.store import TuningStore
+
+    record = TuningRecord("src", "cuda", target_fields("cuda", 90, 32), {"args": {}, "dtypes": [], "constexprs": {}},
+                          {"BLOCK": 128}, {"kernel": "k"})
+    assert TuningStore().put(record) and TuningStore().lookup(record.identity) == record
+    monkeypatch.setenv("TRITONPLUG_FLEET_KEY", str(write_key(tmp_path / "fleet.key")))
+    store = TuningStore()
+    with pytest.warns(RuntimeWarning, match="refused the cache entry .*tuning.*: unsigned") as caught:
+        assert store.lookup(record.identity) is None
+    assert len(caught) == 1 and "records them anew" in str(caught[0].message)
+    assert store.put(record) and TuningStore().lookup(record.identity) == record
