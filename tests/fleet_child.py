@@ -6,7 +6,9 @@ Usage: python fleet_child.py CONFIGS SALT [--twice-with-pause FILE]
 has keys of its own. With ``--twice-with-pause FILE`` it lowers, writes FILE, waits until FILE is deleted, then
 lowers a second kernel (for killing the server mid-run). With ``FLEET_COORDINATOR=host:port``, ``FLEET_PROCESSES``
 and ``FLEET_RANK`` set, it first joins a ``jax.distributed`` job; with ``FLEET_RANK_0_FIRST=1`` too, rank 0 lowers
-first and waits (at most 60 s) until it has published ``CONFIGS`` entries, and the other ranks lower after that.
+first and waits (at most 60 s) until it has published ``CONFIGS`` entries, and the other ranks lower after that; with
+``FLEET_PLANT=FILE`` (a JSON object of store key → hex bytes), rank 0 first puts those values in the coordination
+service (forged entries).
 """
 
 from __future__ import annotations
@@ -73,6 +75,17 @@ def rank_0_done(configs: int) -> None:
     jax_compat.distributed_runtime().client.key_value_set("fleet-test/rank-0-done", "1")
 
 
+def plant(path: str) -> None:
+    from tritonplug.adapters import jax_compat
+    from tritonplug.cache.jax_coordination import NAMESPACE
+
+    with open(path) as f:
+        values = json.load(f)
+    for name, data in values.items():
+        jax_compat.distributed_runtime().client.key_value_set_bytes(NAMESPACE + name, bytes.fromhex(data),
+                                                                     allow_overwrite=True)
+
+
 def wait_for_rank_0() -> None:
     from tritonplug.adapters import jax_compat
 
@@ -89,6 +102,8 @@ def main() -> None:
     ordered = bool(os.environ.get("FLEET_RANK_0_FIRST")) and os.environ.get("FLEET_RANK", "0") != "0"
     if ordered:
         wait_for_rank_0()
+    elif os.environ.get("FLEET_PLANT"):
+        plant(os.environ["FLEET_PLANT"])
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
