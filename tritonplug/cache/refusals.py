@@ -1,9 +1,9 @@
 """Cache entries refused by the fleet key, and links refused in the cache directory: each named once.
 
 One :class:`Refusals` per store (a disk cache, a remote tier): a refused entry is warned about once per key, naming
-the store (the entry's file, or the remote URL without its password) and the reason, then logged each time it is
-met again. A refused entry is never run; the caller treats it as a miss, so the kernel is compiled again and the
-good entry written over it.
+the store (the entry's file, or the remote URL without its password) and the reason (and logged at warning level),
+then logged at info level each time it is met again. A refused entry is never run; the caller treats it as a miss,
+so the kernel is compiled again and the good entry written over it.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ class Refusals:
                           f"one could make this process run their files); it is removed")
 
     def _name(self, what: str, message: str) -> None:
-        log.warning("%s", message)
         with self._lock:
-            if what in self._named:
-                return
+            again = what in self._named
             self._named.add(what)
+        if again:  # a host waiting for a peer's entry meets the refused one at every poll: logged, not warned
+            log.info("%s", message)
+            return
+        log.warning("%s", message)
         user_warnings.warn(f"tritonplug: {message}", RuntimeWarning)
