@@ -272,3 +272,17 @@ def test_tuning_records_are_signed_too(private_cache: Path, tmp_path: Path, monk
         assert store.lookup(record.identity) is None
     assert len(caught) == 1 and "records them anew" in str(caught[0].message)
     assert store.put(record) and TuningStore().lookup(record.identity) == record
+
+
+def test_an_entry_file_linked_to_a_real_entry_is_refused_never_followed(tmp_path: Path) -> None:
+    """A link to another key's good entry, at this key's path: named once, removed, a miss (a dangling link is damage,
+    healed silently as before: tests/test_cache_safety.py)."""
+    k, other = hashlib.sha256(b"mine").hexdigest(), hashlib.sha256(b"theirs").hexdigest()
+    cache = DiskCache(tmp_path / "cache")
+    assert cache.put(other, BINARY) and cache.put(k, Binary("mine", "cubin", {"cubin": b"\x02"}, {}))
+    link = cache.directory / "entries" / k[:2] / f"{k}.bin"
+    link.unlink()
+    link.symlink_to(cache.directory / "entries" / other[:2] / f"{other}.bin")
+    with pytest.warns(RuntimeWarning, match="a symbolic link where the cache keeps an entry file") as caught:
+        assert cache.get(k) is None
+    assert len(caught) == 1 and str(link) in str(caught[0].message) and not link.exists() and cache.get(other) == BINARY

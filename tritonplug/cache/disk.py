@@ -83,7 +83,7 @@ class DiskCache:
         try:
             cache_fs.makedirs(self.directory)
         except OSError as exc:
-            why = _dangling(self.directory) or exc
+            why = cache_fs.dangling(self.directory) or exc
             raise CacheDirError(f"cannot create the cache directory {self.directory}: {why}") from exc
         cache_fs.check_safe(self.directory)
 
@@ -94,8 +94,7 @@ class DiskCache:
 
     def get(self, key: str) -> Binary | None:
         """The entry for ``key``, or ``None``; a damaged or refused entry is removed and counts as a miss."""
-        found = self.get_entry(key)
-        return None if found is None else found[0]
+        return (self.get_entry(key) or (None,))[0]
 
     def get_entry(self, key: str) -> tuple[Binary, bytes] | None:
         """The entry for ``key`` and its bytes as stored (signature included), or ``None`` (see :meth:`get`)."""
@@ -103,20 +102,19 @@ class DiskCache:
         keys = signing.fleet_keys()  # a bad key file raises here, naming its variable, before anything is read
         try:
             fd = cache_fs.open_entry_dir(self.directory, key[:2], create=False)
-        except cache_fs.LinkedDir as exc:
+        except cache_fs.Linked as exc:
             self._refuse_link(exc)
             return None
         except OSError as exc:
             log.debug("cannot open the bucket of %s: %s", key[:12], exc)
             return None
-        if fd is None:
+        found = None if fd is None else self._read(path, fd)
+        if fd is None or found is None:
             log.debug("miss %s", key[:12])
+            if fd is not None:
+                os.close(fd)
             return None
         try:
-            found = cache_fs.read_regular_file(path.name, fd)  # removes a non-file at the path
-            if found is None:
-                log.debug("miss %s", key[:12])
-                return None
             data, inode = found
             try:
                 binary = decode_entry(key, data, keys)
@@ -129,6 +127,20 @@ class DiskCache:
             os.close(fd)
         log.debug("hit %s (%s, %d bytes)", key[:12], binary.kernel_name, len(data))
         return binary, data
+
+    def _read(self, path: Path, fd: int) -> tuple[bytes, int] | None:
+        """An entry file's bytes and inode (``fd``: its bucket). A non-file there is removed; a link to something is
+        also named (:meth:`_refuse_link`), a dangling one is damage like the rest."""
+        try:
+            return cache_fs.read_regular_file(path.name, fd, refuse_links=True)
+        except cache_fs.Linked:
+            try:
+                os.stat(path.name, dir_fd=fd)  # where the link leads (never opened)
+            except OSError:
+                cache_fs.remove_non_file(path.name, fd)  # dangling: damage, healed as the rest
+                return None
+            self._refuse_link(cache_fs.Linked(path, "an entry file"))
+            return None
 
     def _drop(self, path: Path, fd: int, inode: int, exc: Exception, keys: signing.FleetKeys) -> None:
         """Remove an entry that did not decode (unless another process just published a good one there): damage is
@@ -144,15 +156,14 @@ class DiskCache:
             if os.stat(path.name, dir_fd=fd, follow_symlinks=False).st_ino == inode:
                 os.unlink(path.name, dir_fd=fd)
 
-    def _refuse_link(self, exc: cache_fs.LinkedDir) -> None:
-        """A link (or a non-directory) where ``entries/`` or a bucket belongs: never followed; named once, removed
-        (the link itself), and the next put makes a directory there."""
+    def _refuse_link(self, exc: cache_fs.Linked) -> None:
+        """A link where ``entries/``, a bucket or an entry file belongs: never followed; named once, removed (the link
+        itself), and the next put makes a directory (or an entry) there."""
         self.refusals.link(str(exc), str(self.directory))
         cache_fs.remove_non_file(exc.path)
 
     def put(self, key: str, binary: Binary) -> bool:
-        """Store ``binary`` under ``key`` (signed if a fleet key is set); ``False`` if it was not written (too big, or
-        the disk refused)."""
+        """Store ``binary`` under ``key`` (signed if a fleet key is set); ``False`` if not written (too big...)."""
         return self.put_entry(key, encode_entry(key, binary), checked=True)
 
     def put_entry(self, key: str, blob: bytes, checked: bool = False) -> bool:
@@ -170,7 +181,7 @@ class DiskCache:
             return False
         try:
             self._publish(path, key, blob)
-        except cache_fs.LinkedDir as exc:
+        except cache_fs.Linked as exc:
             self._refuse_link(exc)
             return False
         except OSError as exc:
@@ -386,13 +397,3 @@ def cache_from_env() -> DiskCache | None:
     except CacheDirError as exc:
         warn(f"tritonplug: not using the kernel cache: {exc}")
         return None
-
-
-def _dangling(directory: Path) -> str:
-    """Why a path on the way to ``directory`` cannot be created when it is a symbolic link to nothing
-    (``os.makedirs`` says only ``File exists``); "" otherwise."""
-    for path in (directory, *directory.parents):
-        if path.is_symlink() and not path.exists():
-            return (f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; create that directory "
-                    f"or point TRITONPLUG_CACHE_DIR elsewhere")
-    return ""

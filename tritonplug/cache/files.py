@@ -97,6 +97,16 @@ def _check_owned_private(path: Path, directory: Path, top: bool = False) -> None
                              f"{fix} to use it")
 
 
+def dangling(directory: Path) -> str:
+    """Why a path on the way to ``directory`` cannot be created when it is a symbolic link to nothing
+    (``os.makedirs`` says only ``File exists``); "" otherwise."""
+    for path in (directory, *directory.parents):
+        if path.is_symlink() and not path.exists():
+            return (f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; create that directory "
+                    f"or point TRITONPLUG_CACHE_DIR elsewhere")
+    return ""
+
+
 def makedirs(path: Path) -> None:
     """``os.makedirs`` whose created parents also get mode 0700 (``os.makedirs`` gives them the umask's)."""
     if path.is_dir():
@@ -111,15 +121,19 @@ def makedirs(path: Path) -> None:
 
 # --- reading and healing --------------------------------------------------------------------------
 
-def read_regular_file(path: str | Path, dir_fd: int | None = None) -> tuple[bytes, int] | None:
+def read_regular_file(path: str | Path, dir_fd: int | None = None,
+                      refuse_links: bool = False) -> tuple[bytes, int] | None:
     """``(contents, inode)`` of the regular file at ``path`` (relative to ``dir_fd`` if given); ``None`` if absent or
-    unreadable. Never follows a symlink and never blocks on a fifo; a non-file found at ``path`` is removed.
+    unreadable. Never follows a symlink and never blocks on a fifo; a non-file found at ``path`` is removed, except a
+    symlink when ``refuse_links``: that raises :class:`Linked` (for the caller to name).
     """
     try:
         fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:  # ELOOP (a symlink), ENXIO (a socket), EACCES (unreadable)...
+        if refuse_links and exc.errno == errno.ELOOP:
+            raise Linked(Path(path), "an entry file") from None
         log.debug("cannot open %s: %s", path, exc.strerror)
         remove_non_file(path, dir_fd)
         return None
@@ -139,11 +153,12 @@ def read_regular_file(path: str | Path, dir_fd: int | None = None) -> tuple[byte
         os.close(fd)
 
 
-class LinkedDir(Exception):
-    """``entries/`` or one of its buckets is a symbolic link: never followed, whoever made it."""
+class Linked(Exception):
+    """A symbolic link where the cache keeps a directory (``entries/``, a bucket) or an entry file: never followed,
+    whoever made it."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(f"{path}, a symbolic link where the cache keeps a directory")
+    def __init__(self, path: Path, what: str = "a directory") -> None:
+        super().__init__(f"{path}, a symbolic link where the cache keeps {what}")
         self.path = path
 
 
@@ -151,7 +166,7 @@ def open_entry_dir(directory: Path, bucket: str, create: bool) -> int | None:
     """A descriptor of ``<directory>/entries/<bucket>``, ``entries`` and the bucket each opened without following a
     link (the cache directory itself may be reached through one: the user chose it); entries are then opened
     relative to it, so nothing swapped in meanwhile is followed either. ``None`` when absent and not ``create``;
-    :class:`LinkedDir` for a link there; ``OSError`` when it cannot be created."""
+    :class:`Linked` for a link there; ``OSError`` when it cannot be created."""
     top = os.open(directory, _DIR_FLAGS)
     try:
         entries = _open_dir("entries", top, directory / "entries", create)
@@ -179,7 +194,7 @@ def _open_dir(name: str, dir_fd: int, shown: Path, create: bool) -> int | None:
                 raise
             with contextlib.suppress(OSError):
                 if stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode):
-                    raise LinkedDir(shown) from None
+                    raise Linked(shown) from None
             raise  # a file where the directory belongs: damage that scans remove, as ever
     return None
 
