@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,18 @@ def test_a_bad_key_file_is_refused_at_the_call_naming_the_variable(make: Callabl
         run(gapped_add_kernel)
     assert words in str(caught.value)
     assert not list(private_cache.glob("entries/*/*")), "nothing was compiled or cached"
+
+
+@given(mode=st.integers(min_value=0o400, max_value=0o777))
+def test_a_key_file_is_accepted_exactly_when_group_and_others_have_no_access(mode: int) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_key(Path(directory) / "fleet.key", mode=mode)
+        with settings.FLEET_KEY.overridden(str(path)):
+            if mode & 0o077:
+                with pytest.raises(settings.SettingError, match="readable only by its owner"):
+                    signing.fleet_keys()
+            else:
+                assert signing.fleet_keys().signing
 
 
 def test_a_previous_key_alone_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
