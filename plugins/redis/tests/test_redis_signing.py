@@ -106,6 +106,10 @@ def test_unsigned_entries_then_a_rotated_key(server, tmp_path) -> None:
     assert dropped["stats"]["compiled"] == 2 and len(refusals(dropped)) == 2
     assert all("signed by an unknown key" in w for w in refusals(dropped))
     assert all(decode_entry(k, v, keys_of(new)) for k, v in entries(server).items()), "now signed by the new key"
+    stranger = write_key(tmp_path, "stranger.key")  # a read-only consumer with a key of its own: refuses, never writes
+    before = entries(server)
+    reader = run_host(server.url(query="mode=read"), 2, 302, TRITONPLUG_FLEET_KEY=str(stranger))
+    assert reader["stats"]["compiled"] == 2 and len(refusals(reader)) == 2 and entries(server) == before
 
 
 def test_disk_hits_are_published_where_the_store_lacks_them(server, tmp_path) -> None:
