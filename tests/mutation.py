@@ -45,8 +45,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "xla_tiles": ([f"{XLA}/tiles.py"], [f"{XLA_TESTS}/test_xla_masked_stores.py"]),
     "xla_windows": ([f"{XLA}/windows.py"], [f"{XLA_TESTS}/test_xla_masked_stores.py",
                                            f"{XLA_TESTS}/test_xla_typed_ops.py"]),
-    "disk_cache": (["tritonplug/cache/disk.py", "tritonplug/cache/files.py"],
-                   ["tests/test_cache.py", "tests/test_cache_faults.py", "tests/test_cache_heal.py"]),
+    "disk_cache": (["tritonplug/cache/disk.py", "tritonplug/cache/files.py", "tritonplug/cache/entries.py",
+                    "tritonplug/cache/signing.py"],
+                   ["tests/test_cache.py", "tests/test_cache_faults.py", "tests/test_cache_heal.py",
+                    "tests/test_cache_signing.py"]),
 }
 
 #: Operators left out: of each binary, comparison and unary operator, all replacements but one.

@@ -139,6 +139,17 @@ def test_info_lists_invalid_settings_under_problems(tmp_path: Path) -> None:
     assert any("TRITONPLUG_COMPILE_TIMEOUT" in p for p in problems), problems
 
 
+def test_info_says_whether_cache_entries_are_signed_and_by_which_key(tmp_path: Path) -> None:
+    from tritonplug.cache.signing import fingerprint
+
+    assert run_json("info", cache_dir=tmp_path / "cache")["cache entries"].startswith("unsigned")
+    key = tmp_path / "fleet.key"
+    key.write_bytes(b"a fleet key of the test's own, 42 bytes...")
+    key.chmod(0o600)
+    text = run("info", cache_dir=tmp_path / "cache", TRITONPLUG_FLEET_KEY=str(key)).stdout
+    assert f"signed with the fleet key {fingerprint(key.read_bytes())}" in text and "fleet key of the" not in text
+
+
 def test_tune_export_into_a_missing_folder_names_it(tmp_path: Path) -> None:
     target = tmp_path / "missing" / "tuning.json"
     done = run("tune", "export", str(target), cache_dir=tmp_path / "cache")

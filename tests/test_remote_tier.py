@@ -31,13 +31,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_job(processes: int, configs: int, salt: int, **env: str) -> list[dict]:
-    """``processes`` hosts of one jax.distributed job (CPU), each with a cache directory of its own."""
+def start_job(processes: int, configs: int, salt: int, cache_dirs: tuple[str, ...] = (), **env: str) -> list[dict]:
+    """``processes`` hosts of one jax.distributed job (CPU), each with a cache directory of its own (``cache_dirs``'
+    first ones, then new ones)."""
     coordinator = f"127.0.0.1:{free_port()}"
     children = []
     for rank in range(processes):
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONPLUG_REMOTE")}
-        child_env.update(TRITONPLUG_CACHE_DIR=tempfile.mkdtemp(prefix="tritonplug-host-"), FLEET_RANK=str(rank),
+        cache_dir = cache_dirs[rank] if rank < len(cache_dirs) else tempfile.mkdtemp(prefix="tritonplug-host-")
+        child_env.update(TRITONPLUG_CACHE_DIR=cache_dir, FLEET_RANK=str(rank),
                          FLEET_COORDINATOR=coordinator, FLEET_PROCESSES=str(processes),
                          TRITONPLUG_COMPILE_WORKERS="2", **env)
         children.append(subprocess.Popen([sys.executable, str(CHILD), str(configs), str(salt)], env=child_env,
@@ -57,6 +59,56 @@ def test_processes_of_one_jax_distributed_job_compile_each_key_once() -> None:
     assert sum(r["stats"]["remote_published"] for r in reports) == 4
     for r in reports:
         assert r["stats"]["compiled"] + r["stats"]["remote_hits"] == 4 and not r["warnings"]
+
+
+def warm_disk(tmp_path: Path, salt: int) -> tuple[Path, str]:
+    """A fleet key, and a cache directory that one host (no job) filled with the 2 configurations of ``salt``."""
+    key = tmp_path / "fleet.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    warm = str(tmp_path / "warm-cache")
+    before = subprocess.run([sys.executable, str(CHILD), "2", str(salt)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRITONPLUG_CACHE_DIR": warm, "TRITONPLUG_FLEET_KEY": str(key),
+                                 "TRITONPLUG_COMPILE_WORKERS": "2"})
+    assert before.returncode == 0 and json.loads(before.stdout.splitlines()[-1])["stats"]["compiled"] == 2
+    return key, warm
+
+
+@lowers_for_cuda
+def test_a_kernel_one_process_has_on_disk_is_offered_to_its_peers(tmp_path: Path) -> None:
+    """After a restart, rank 0 finds the kernels on its own disk: it publishes them through the coordination service,
+    and rank 1 (an empty disk) fetches them instead of compiling them again. Signed entries, as a fleet would have."""
+    key, warm = warm_disk(tmp_path, 203)
+    rank_0, rank_1 = start_job(2, 2, 203, (warm,), FLEET_RANK_0_FIRST="1", TRITONPLUG_FLEET_KEY=str(key))
+    assert rank_0["stats"]["disk_hits"] == 2 and rank_0["stats"]["remote_published"] == 2
+    assert rank_1["stats"]["compiled"] == 0 and rank_1["stats"]["remote_hits"] == 2
+    assert not rank_0["warnings"] and not rank_1["warnings"]
+
+
+@lowers_for_cuda
+def test_forged_entries_in_the_coordination_service_are_refused_and_replaced(tmp_path: Path) -> None:
+    """Rank 0 finds forged entries under both keys (another configuration's payload re-encoded unsigned, and signed
+    with a key of the forger's own): it names each once, compiles both and publishes them over the forgeries; rank 1
+    then fetches the good ones."""
+    from tritonplug.cache.entries import decode_entry, encode_entry
+    from tritonplug.cache.remote import namespace
+    from tritonplug.cache.signing import FleetKey, FleetKeys, fingerprint
+
+    key, warm = warm_disk(tmp_path, 204)
+    (k0, good0), (k1, good1) = sorted((p.stem, p.read_bytes()) for p in Path(warm).glob("entries/*/*.bin"))
+    other = decode_entry(k1, good1, FleetKeys(FleetKey(key.read_bytes(), fingerprint(key.read_bytes()), "TEST")))
+    secret = b"the forger's own key, 32 bytes.."
+    theirs = FleetKeys(FleetKey(secret, fingerprint(secret), "X"))
+    forged = {k0: encode_entry(k0, other, FleetKeys()), k1: encode_entry(k1, decode_entry(k0, good0), theirs)}
+    plant = tmp_path / "plant.json"
+    plant.write_text(json.dumps({f"{namespace()}/{k}": v.hex() for k, v in forged.items()}))
+    rank_0, rank_1 = start_job(2, 2, 204, FLEET_RANK_0_FIRST="1", FLEET_PLANT=str(plant), TRITONPLUG_FLEET_KEY=str(key))
+    assert rank_0["stats"]["compiled"] == 2 and rank_0["stats"]["remote_published"] == 2
+    named = sorted(w for w in rank_0["warnings"] if "refused the cache entry" in w)
+    assert len(named) == 2 and all("jax://" in w for w in named), rank_0["warnings"]
+    assert k0 in named[0] + named[1] and k1 in named[0] + named[1]
+    assert any("unsigned" in w for w in named) and any("signed by an unknown key" in w for w in named)
+    assert rank_1["stats"]["compiled"] == 0 and rank_1["stats"]["remote_hits"] == 2 and not rank_1["warnings"]
 
 
 @lowers_for_cuda

@@ -26,6 +26,7 @@ import contextlib
 import math
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -191,6 +192,24 @@ def _file(text: str) -> str:
     return text
 
 
+def _key_file(text: str) -> Path:
+    """A fleet key file: a regular file (a link to one is followed: secrets are often mounted so), not empty, that only
+    its owner may read or write (whoever can read it can sign entries every host of the fleet runs)."""
+    path = Path(text).expanduser()
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise _Refused(f"names {text}, which cannot be read ({exc.strerror}); it takes a key file") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _Refused(f"names {text}, which is not a regular file; it takes a key file")
+    if st.st_mode & 0o077:
+        raise _Refused(f"names {text}, which group or others may access (mode {stat.S_IMODE(st.st_mode):#o}); a "
+                       f"fleet key must be readable only by its owner: `chmod 600 {text}`")
+    if st.st_size == 0:
+        raise _Refused(f"names {text}, which is empty; it takes a key file (`head -c 32 /dev/urandom > {text}`)")
+    return path
+
+
 def _cache_directory() -> Path:
     """``$XDG_CACHE_HOME/tritonplug`` (an absolute one: XDG says to ignore a relative path), else
     ``~/.cache/tritonplug``."""
@@ -276,11 +295,20 @@ REMOTE_CLAIM_S = seconds("TRITONPLUG_REMOTE_CLAIM_S", "how long a host's claim o
                          "compiles)", 30.0)
 REMOTE_WAIT_S = seconds("TRITONPLUG_REMOTE_WAIT_S", "how long the other hosts wait for that entry before "
                         "compiling it themselves", 180.0)
+FLEET_KEY: Setting[Path | None] = Setting(
+    "TRITONPLUG_FLEET_KEY", "a key file (mode 0600, at least 16 bytes): every cache entry written is signed with it "
+    "(HMAC-SHA256), and an entry without a valid signature is never run (docs/remote-cache.md)", "path",
+    "a file only its owner can read", "none (entries are not signed)", _key_file, _const(None), host_only=True)
+FLEET_KEY_PREVIOUS: Setting[Path | None] = Setting(
+    "TRITONPLUG_FLEET_KEY_PREVIOUS", "the fleet key before the last rotation: entries it signed are still "
+    "accepted (never used to sign)", "path", "a file only its owner can read", "none", _key_file, _const(None),
+    host_only=True)
 
 #: The host's own settings, in the table's order (docs/configuration.md).
 ALL: tuple[Setting[Any], ...] = (
     CACHE_DIR, CACHE_MAX_BYTES, CACHE, COMPILE_WORKERS, COMPILE_TIMEOUT, LOG, DISABLE_PLUGINS, BACKENDS,
-    EARLY_COMPILE, CHECK_RULES, TUNING_FILE, INLINE, REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S)
+    EARLY_COMPILE, CHECK_RULES, TUNING_FILE, INLINE, REMOTE_CACHE, REMOTE_CLAIM_S, REMOTE_WAIT_S, FLEET_KEY,
+    FLEET_KEY_PREVIOUS)
 BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in ALL}
 
 

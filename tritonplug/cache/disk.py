@@ -1,12 +1,10 @@
 """The on-disk cache of compiled kernels, shared by every process of the user on the machine.
 
 One file per entry, ``<dir>/entries/<key[:2]>/<key>.bin``, published with ``os.replace`` so a
-reader sees either nothing or a whole entry. Entry format (no pickle)::
-
-    b"tritonplug-cache 1\\n"                   magic line
-    {"key", "kernel_name", "format", "metadata", "payload_size",
-     "images": [{"name", "offset", "size"}]}\\n   one line of JSON
-    <images back to back><sha256 of all the bytes before it, 32 raw bytes>
+reader sees either nothing or a whole entry; its bytes are :mod:`tritonplug.cache.entries`' (checksummed, signed
+when a fleet key is set, never pickled). An entry that is damaged is removed and counts as a miss; one the fleet
+key refuses (unsigned, signed by an unknown key, a bad signature) is never returned: it is warned about once per
+key, naming its file and why, removed, and the kernel is compiled again and written over it.
 
 A file's mtime is its LRU clock: a hit bumps it, and eviction removes the oldest first. Beside
 ``entries/`` live ``lock`` (the cache-wide lock for eviction), ``size`` (the running total that spares
@@ -19,15 +17,14 @@ fifo, a symlink...) is removed when a ``get``, ``put`` or lock meets it, and eve
 it cannot remove and keeps evicting until the total is within the bound. ``clear`` also removes the
 per-key lock files nobody holds. The directory, ``entries/``, ``locks/`` and their buckets must be the
 user's own and not writable by group or others, and no parent may be world-writable without the sticky
-bit (:class:`UnsafeCacheDir`). File-system details live in :mod:`tritonplug.cache.files`.
+bit (:class:`UnsafeCacheDir`). ``entries/`` and its buckets are opened without following links: a link there is
+refused (warned once, removed, a miss), never followed. File-system details live in :mod:`tritonplug.cache.files`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
-import json
 import logging
 import os
 import time
@@ -39,14 +36,15 @@ import filelock
 
 from tritonplug import settings
 from tritonplug.cache import files as cache_fs
+from tritonplug.cache import signing
+from tritonplug.cache.entries import MAGIC, EntryRefused, decode_entry, encode_entry
 from tritonplug.cache.files import CacheDirError, UnsafeCacheDir
+from tritonplug.cache.refusals import Refusals
 from tritonplug.calls.user_warnings import warn
 from tritonplug.records import Binary
 
 log = logging.getLogger("tritonplug.cache.disk")
 
-MAGIC = b"tritonplug-cache 1\n"
-_DIGEST = 32
 _LOW_WATER = 0.9  # a put that finds the cache full evicts down to 90%, so the next puts need no scan
 _EVICT_LOCK_TIMEOUT_S = 30.0  # a put gives up evicting (the next put retries) rather than hang
 
@@ -72,6 +70,9 @@ class DiskCache:
         self.directory = Path(directory).expanduser().absolute()
         self.max_bytes = int(max_bytes)
         self._warned = False
+        self.refusals = Refusals()
+        #: What happens after an entry is refused, for its warning (the tuning store's records are tuned, not compiled).
+        self.remade = "the kernel is compiled again and written over it"
         self._first_put = True
         #: Called with (path, error) for a damaged entry ``get`` removes (the tuning store warns: a lost record
         #: means tuning again, where a lost kernel is only compiled again).
@@ -82,7 +83,7 @@ class DiskCache:
         try:
             cache_fs.makedirs(self.directory)
         except OSError as exc:
-            why = _dangling(self.directory) or exc
+            why = cache_fs.dangling(self.directory) or exc
             raise CacheDirError(f"cannot create the cache directory {self.directory}: {why}") from exc
         cache_fs.check_safe(self.directory)
 
@@ -92,65 +93,134 @@ class DiskCache:
         return self.directory / "entries" / key[:2] / f"{key}.bin"
 
     def get(self, key: str) -> Binary | None:
-        """The entry for ``key``, or ``None``; a damaged entry is removed and counts as a miss."""
+        """The entry for ``key``, or ``None``; a damaged or refused entry is removed and counts as a miss."""
+        return (self.get_entry(key) or (None,))[0]
+
+    def get_entry(self, key: str) -> tuple[Binary, bytes] | None:
+        """The entry for ``key`` and its bytes as stored (signature included), or ``None`` (see :meth:`get`)."""
         path = self._path(key)
-        found = cache_fs.read_regular_file(path)  # removes a non-file at the path
-        if found is None:
-            log.debug("miss %s", key[:12])
-            return None
-        data, inode = found
+        keys = signing.fleet_keys()  # a bad key file raises here, naming its variable, before anything is read
         try:
-            binary = decode_entry(key, data)
-        except (ValueError, KeyError, TypeError) as exc:
+            fd = cache_fs.open_entry_dir(self.directory, key[:2], create=False)
+        except cache_fs.Linked as exc:
+            self._refuse_link(exc)
+            return None
+        except OSError as exc:
+            log.debug("cannot open the bucket of %s: %s", key[:12], exc)
+            return None
+        found = None if fd is None else self._read(path, fd)
+        if fd is None or found is None:
+            log.debug("miss %s", key[:12])
+            if fd is not None:
+                os.close(fd)
+            return None
+        try:
+            data, inode = found
+            try:
+                binary = decode_entry(key, data, keys)
+            except (ValueError, KeyError, TypeError) as exc:
+                self._drop(path, fd, inode, exc, keys)
+                return None
+            with contextlib.suppress(OSError):
+                os.utime(path.name, dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.close(fd)
+        log.debug("hit %s (%s, %d bytes)", key[:12], binary.kernel_name, len(data))
+        return binary, data
+
+    def _read(self, path: Path, fd: int) -> tuple[bytes, int] | None:
+        """An entry file's bytes and inode (``fd``: its bucket). A non-file there is removed; a link to something is
+        also named (:meth:`_refuse_link`), a dangling one is damage like the rest."""
+        try:
+            return cache_fs.read_regular_file(path.name, fd, refuse_links=True)
+        except cache_fs.Linked:
+            try:
+                os.stat(path.name, dir_fd=fd)  # where the link leads (never opened)
+            except OSError:
+                cache_fs.remove_non_file(path.name, fd)  # dangling: damage, healed as the rest
+                return None
+            self._refuse_link(cache_fs.Linked(path, "an entry file"))
+            return None
+
+    def _drop(self, path: Path, fd: int, inode: int, exc: Exception, keys: signing.FleetKeys) -> None:
+        """Remove an entry that did not decode (unless another process just published a good one there): damage is
+        logged (and reported to ``on_damaged``); with a fleet key set, any entry refused is warned once per key."""
+        if isinstance(exc, EntryRefused) or keys.signing:
+            self.refusals.entry(path.stem, str(path), exc if isinstance(exc, EntryRefused) else f"damaged ({exc})",
+                                self.remade)
+        else:
             log.info("removing damaged cache entry %s: %s", path, exc)
             if self.on_damaged is not None:
                 self.on_damaged(path, exc)
-            with contextlib.suppress(OSError):
-                if os.stat(path).st_ino == inode:  # not a good entry another process just published
-                    os.unlink(path)
-            return None
         with contextlib.suppress(OSError):
-            os.utime(path)
-        log.debug("hit %s (%s, %d bytes)", key[:12], binary.kernel_name, len(data))
-        return binary
+            if os.stat(path.name, dir_fd=fd, follow_symlinks=False).st_ino == inode:
+                os.unlink(path.name, dir_fd=fd)
+
+    def _refuse_link(self, exc: cache_fs.Linked) -> None:
+        """A link where ``entries/``, a bucket or an entry file belongs: never followed; named once, removed (the link
+        itself), and the next put makes a directory (or an entry) there."""
+        self.refusals.link(str(exc), str(self.directory))
+        cache_fs.remove_non_file(exc.path)
 
     def put(self, key: str, binary: Binary) -> bool:
-        """Store ``binary`` under ``key``; ``False`` if it was not written (too big, or the disk refused)."""
+        """Store ``binary`` under ``key`` (signed if a fleet key is set); ``False`` if not written (too big...)."""
+        return self.put_entry(key, encode_entry(key, binary), checked=True)
+
+    def put_entry(self, key: str, blob: bytes, checked: bool = False) -> bool:
+        """Store an entry's bytes as they are (a remote hit keeps its signature), checked again first unless
+        ``checked``; ``False`` if not written (refused, damaged, too big, or the disk refused)."""
         path = self._path(key)
-        blob = encode_entry(key, binary)
+        if not checked:
+            try:
+                decode_entry(key, blob)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.info("not caching %s: %s", key[:12], exc)
+                return False
         if len(blob) > self.max_bytes:
             log.info("not caching %s: %d bytes exceed the bound of %d", key[:12], len(blob), self.max_bytes)
             return False
-        tmp: Path | None = None
         try:
-            cache_fs.makedirs(path.parent)
-            tmp = path.with_name(cache_fs.temp_name(key))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.replace(tmp, path)
-            except IsADirectoryError:  # a directory where the entry belongs: remove it, publish again
-                if not cache_fs.remove_non_file(path):
-                    raise
-                os.replace(tmp, path)
-            tmp = None
+            self._publish(path, key, blob)
+        except cache_fs.Linked as exc:
+            self._refuse_link(exc)
+            return False
         except OSError as exc:
             self._warn_once(f"cannot write to the kernel cache at {self.directory} ({exc}); "
                             f"compiled kernels will not be cached")
             return False
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-        log.debug("put %s (%s, %d bytes)", key[:12], binary.kernel_name, len(blob))
+        log.debug("put %s (%d bytes)", key[:12], len(blob))
         try:
             self._account(len(blob))
         except OSError as exc:  # includes filelock.Timeout: the next put evicts instead
             log.info("skipped eviction after put: %s", exc)
         return True
+
+    def _publish(self, path: Path, key: str, blob: bytes) -> None:
+        """Write ``blob`` to a temp file in the entry's bucket and rename it over the entry, all relative to the
+        bucket's descriptor (opened without following links)."""
+        fd = cache_fs.open_entry_dir(self.directory, key[:2], create=True)
+        if fd is None:
+            raise OSError(errno.ENOENT, "cannot create the bucket", str(path.parent))
+        tmp, published = cache_fs.temp_name(key), False
+        try:
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | cache_fs.NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                          0o600, dir_fd=fd)
+            with os.fdopen(out, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+            except IsADirectoryError:  # a directory where the entry belongs: remove it, publish again
+                if not cache_fs.remove_non_file(path.name, fd):
+                    raise
+                os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+            published = True
+        finally:
+            if not published:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=fd)
+            os.close(fd)
 
     def _account(self, size: int) -> None:
         """Add a new entry to the ledger (``<dir>/size``); scan and evict only when it says we may be over.
@@ -300,47 +370,6 @@ class _Eviction:
         return f"{len(self.failures)} item(s) could not be removed (is it read-only?): {shown}"
 
 
-def encode_entry(key: str, binary: Binary) -> bytes:
-    """One entry's bytes (the format above); the remote tier stores exactly these."""
-    blobs = {str(name): bytes(image) for name, image in binary.images.items()}
-    images, offset = [], 0
-    for name, image in blobs.items():
-        images.append({"name": name, "offset": offset, "size": len(image)})
-        offset += len(image)
-    header = {"key": key, "kernel_name": binary.kernel_name, "format": binary.format,
-              "metadata": dict(binary.metadata), "images": images, "payload_size": offset}
-    try:
-        line = json.dumps(header, separators=(",", ":")).encode()
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"the metadata of kernel {binary.kernel_name!r} is not JSON-serialisable, so it "
-                        f"cannot be cached: {exc}") from exc
-    body = b"".join([MAGIC, line, b"\n", *blobs.values()])
-    return body + hashlib.sha256(body).digest()
-
-
-def decode_entry(key: str, data: bytes) -> Binary:
-    """Parse and check one entry (a file, or a remote value); any damage, or an entry made for another key,
-    raises ValueError (or KeyError/TypeError)."""
-    if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
-        raise ValueError("bad magic or truncated")
-    body = data[:-_DIGEST]
-    if hashlib.sha256(body).digest() != data[-_DIGEST:]:
-        raise ValueError("checksum mismatch")
-    end = body.index(b"\n", len(MAGIC))
-    header = json.loads(body[len(MAGIC):end])
-    payload = body[end + 1:]
-    if header["key"] != key or header["payload_size"] != len(payload):
-        raise ValueError("header does not match the file")
-    images = {}
-    for image in header["images"]:
-        start, size = int(image["offset"]), int(image["size"])
-        if start < 0 or size < 0 or start + size > len(payload):
-            raise ValueError(f"image {image['name']!r} lies outside the payload")
-        images[str(image["name"])] = payload[start:start + size]
-    return Binary(kernel_name=str(header["kernel_name"]), format=str(header["format"]), images=images,
-                  metadata=dict(header["metadata"]))
-
-
 def _read_int(path: Path) -> int | None:
     found = cache_fs.read_regular_file(path)
     try:
@@ -368,13 +397,3 @@ def cache_from_env() -> DiskCache | None:
     except CacheDirError as exc:
         warn(f"tritonplug: not using the kernel cache: {exc}")
         return None
-
-
-def _dangling(directory: Path) -> str:
-    """Why a path on the way to ``directory`` cannot be created when it is a symbolic link to nothing
-    (``os.makedirs`` says only ``File exists``); "" otherwise."""
-    for path in (directory, *directory.parents):
-        if path.is_symlink() and not path.exists():
-            return (f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; create that directory "
-                    f"or point TRITONPLUG_CACHE_DIR elsewhere")
-    return ""

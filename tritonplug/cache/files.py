@@ -38,8 +38,9 @@ log = logging.getLogger("tritonplug.cache.disk")
 KEY = re.compile(r"[0-9a-f]{16,128}")
 BUCKET = re.compile(r"[0-9a-f]{2}")
 ORPHAN_AGE_S = 600.0  # a temp file this old belongs to a writer that died, whatever its name says
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_READ_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_READ_FLAGS = os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class CacheDirError(TritonplugError):
@@ -96,6 +97,16 @@ def _check_owned_private(path: Path, directory: Path, top: bool = False) -> None
                              f"{fix} to use it")
 
 
+def dangling(directory: Path) -> str:
+    """Why a path on the way to ``directory`` cannot be created when it is a symbolic link to nothing
+    (``os.makedirs`` says only ``File exists``); "" otherwise."""
+    for path in (directory, *directory.parents):
+        if path.is_symlink() and not path.exists():
+            return (f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; create that directory "
+                    f"or point TRITONPLUG_CACHE_DIR elsewhere")
+    return ""
+
+
 def makedirs(path: Path) -> None:
     """``os.makedirs`` whose created parents also get mode 0700 (``os.makedirs`` gives them the umask's)."""
     if path.is_dir():
@@ -110,23 +121,26 @@ def makedirs(path: Path) -> None:
 
 # --- reading and healing --------------------------------------------------------------------------
 
-def read_regular_file(path: Path) -> tuple[bytes, int] | None:
-    """``(contents, inode)`` of the regular file at ``path``; ``None`` if absent or unreadable.
-
-    Never follows a symlink and never blocks on a fifo; a non-file found at ``path`` is removed.
+def read_regular_file(path: str | Path, dir_fd: int | None = None,
+                      refuse_links: bool = False) -> tuple[bytes, int] | None:
+    """``(contents, inode)`` of the regular file at ``path`` (relative to ``dir_fd`` if given); ``None`` if absent or
+    unreadable. Never follows a symlink and never blocks on a fifo; a non-file found at ``path`` is removed, except a
+    symlink when ``refuse_links``: that raises :class:`Linked` (for the caller to name).
     """
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:  # ELOOP (a symlink), ENXIO (a socket), EACCES (unreadable)...
+        if refuse_links and exc.errno == errno.ELOOP:
+            raise Linked(Path(path), "an entry file") from None
         log.debug("cannot open %s: %s", path, exc.strerror)
-        remove_non_file(path)
+        remove_non_file(path, dir_fd)
         return None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            remove_non_file(path)
+            remove_non_file(path, dir_fd)
             return None
         chunks = []
         while chunk := os.read(fd, 1 << 20):
@@ -139,6 +153,52 @@ def read_regular_file(path: Path) -> tuple[bytes, int] | None:
         os.close(fd)
 
 
+class Linked(Exception):
+    """A symbolic link where the cache keeps a directory (``entries/``, a bucket) or an entry file: never followed,
+    whoever made it."""
+
+    def __init__(self, path: Path, what: str = "a directory") -> None:
+        super().__init__(f"{path}, a symbolic link where the cache keeps {what}")
+        self.path = path
+
+
+def open_entry_dir(directory: Path, bucket: str, create: bool) -> int | None:
+    """A descriptor of ``<directory>/entries/<bucket>``, ``entries`` and the bucket each opened without following a
+    link (the cache directory itself may be reached through one: the user chose it); entries are then opened
+    relative to it, so nothing swapped in meanwhile is followed either. ``None`` when absent and not ``create``;
+    :class:`Linked` for a link there; ``OSError`` when it cannot be created."""
+    top = os.open(directory, _DIR_FLAGS)
+    try:
+        entries = _open_dir("entries", top, directory / "entries", create)
+    finally:
+        os.close(top)
+    if entries is None:
+        return None
+    try:
+        return _open_dir(bucket, entries, directory / "entries" / bucket, create)
+    finally:
+        os.close(entries)
+
+
+def _open_dir(name: str, dir_fd: int, shown: Path, create: bool) -> int | None:
+    for attempt in range(2):
+        try:
+            return os.open(name, _DIR_FLAGS | NOFOLLOW, dir_fd=dir_fd)
+        except FileNotFoundError:
+            if not create or attempt:
+                return None
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            with contextlib.suppress(OSError):
+                if stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode):
+                    raise Linked(shown) from None
+            raise  # a file where the directory belongs: damage that scans remove, as ever
+    return None
+
+
 def probe_writable(directory: Path) -> None:
     """Raise OSError unless a file can be created (and so removed) in ``directory``, creating it if need be.
 
@@ -146,14 +206,14 @@ def probe_writable(directory: Path) -> None:
     """
     makedirs(directory)
     probe = directory / f".probe.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600))
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(probe)
 
 
 def write_small_file(path: Path, text: str) -> None:
     """Overwrite a small bookkeeping file in place, replacing a non-file at ``path``; raises OSError."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags, 0o600)
     except OSError:
@@ -166,28 +226,29 @@ def write_small_file(path: Path, text: str) -> None:
         f.write(text)
 
 
-def remove_non_file(path: Path) -> bool:
-    """Remove whatever is at ``path`` unless it is a regular file; whether something was removed."""
+def remove_non_file(path: str | Path, dir_fd: int | None = None) -> bool:
+    """Remove whatever is at ``path`` (relative to ``dir_fd`` if given) unless it is a regular file; whether something
+    was removed."""
     try:
-        st = os.lstat(path)
+        st = os.lstat(path, dir_fd=dir_fd)
     except OSError:
         return False
     if stat.S_ISREG(st.st_mode):
         return False
-    if not remove_any(path, st):
+    if not remove_any(path, st, dir_fd):
         return False
     log.info("removed %s at %s: the cache keeps only regular files there", _describe(st.st_mode), path)
     return True
 
 
-def remove_any(path: str | Path, st: os.stat_result | None = None) -> bool:
+def remove_any(path: str | Path, st: os.stat_result | None = None, dir_fd: int | None = None) -> bool:
     """Remove a file or a whole directory tree (never following symlinks); whether it is gone now."""
     try:
-        st = st or os.lstat(path)
+        st = st or os.lstat(path, dir_fd=dir_fd)
         if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(path)
+            shutil.rmtree(path, dir_fd=dir_fd)
         else:
-            os.unlink(path)
+            os.unlink(path, dir_fd=dir_fd)
     except FileNotFoundError:
         return True
     except OSError as exc:

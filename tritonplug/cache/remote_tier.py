@@ -1,11 +1,15 @@
 """The remote tier behind the local disk cache: memory → disk → **remote** → compile (the store it uses is
 chosen by :mod:`tritonplug.cache.remote`).
 
-Values are the disk cache's own entries (:func:`tritonplug.cache.disk.encode_entry`: checksummed, versioned,
-never pickled), stored under ``tritonplug-<version>/triton-<version>/<key>``; a value that does not decode
+Values are the disk cache's own entries (:mod:`tritonplug.cache.entries`: checksummed, signed when a fleet key is
+set, never pickled), stored under ``tritonplug-<version>/triton-<version>/<key>``; a value that does not decode
 for its key (corrupt, truncated, foreign) is ignored with one warning, and replaced when this process
-compiles the key. A remote hit is also written to the local disk cache, by a background thread that the
-interpreter waits for at exit (the disk cache publishes atomically, so a reader never sees half an entry).
+compiles the key; with a fleet key set, a value refused (unsigned, signed by an unknown key, a bad signature) is
+named once per key and likewise replaced. A remote hit is also written, as the very bytes fetched (signature
+included, checked again), to the local disk cache, by a background thread that the interpreter waits for at exit
+(the disk cache publishes atomically, so a reader never sees half an entry). A disk hit is offered to the store
+(:meth:`RemoteTier.offer`), by another background thread, which puts it there if the store holds no valid entry
+for its key: so a process that restarts with a warm disk still serves its peers.
 
 Single flight across hosts: a host claims the keys still missing (an expiring claim, renewed while it
 compiles), in key order, stopping at the first key another host holds; it compiles what it claimed, publishes
@@ -29,7 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from tritonplug import settings
-from tritonplug.cache.disk import decode_entry, encode_entry
+from tritonplug.cache.entries import EntryRefused, decode_entry, encode_entry
+from tritonplug.cache.refusals import Refusals
 from tritonplug.cache_records import RemoteCacheError, RemoteStore
 from tritonplug.calls import user_warnings
 from tritonplug.records import Binary
@@ -66,6 +71,9 @@ class RemoteTier:
         self.wait_s = wait_s
         self.off = False
         self._disk_writer = ThreadPoolExecutor(1, thread_name_prefix="tritonplug-remote-hits")
+        self._offers = ThreadPoolExecutor(1, thread_name_prefix="tritonplug-remote-offers")
+        self._offered: set[str] = set()  # keys offered (once each per process)
+        self.refusals = Refusals()
         self._failures = 0
         self._warned: set[str] = set()
         self._lock = threading.Lock()
@@ -177,19 +185,44 @@ class RemoteTier:
         data = self._call("get", self.store.get, self._name(key), failed=None)
         if data is None:
             return None
-        try:
-            binary = decode_entry(key, bytes(data))
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
-            message = (f"ignoring a damaged or foreign entry under {self._name(key)} in the remote kernel cache "
-                       f"{self.location} ({exc}); it is replaced once compiled")
-            if warn_corrupt:
-                self._warn_once("corrupt", message)
+        binary = self._decode(key, bytes(data), warn_corrupt)
+        if binary is None:
             return None
         with self._lock:
             self.stats["remote_hits"] += 1
         if disk is not None:  # write-behind: the lowering need not wait for the fsync (done before exit)
-            self._disk_writer.submit(disk.put, key, binary)
+            self._disk_writer.submit(disk.put_entry, key, bytes(data))
         return binary
+
+    def _decode(self, key: str, data: bytes, warn_corrupt: bool) -> Binary | None:
+        """The entry ``data`` holds for ``key``; ``None`` (warned) if it is damaged, foreign or refused."""
+        try:
+            return decode_entry(key, data)
+        except settings.SettingError:
+            raise
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            if isinstance(exc, EntryRefused):
+                self.refusals.entry(key, f"{self._name(key)} in the remote kernel cache {self.location}", exc,
+                                    "the kernel is compiled here (and published over it where this process may write)")
+            elif warn_corrupt:
+                self._warn_once("corrupt", f"ignoring a damaged or foreign entry under {self._name(key)} in the remote "
+                                f"kernel cache {self.location} ({exc}); it is replaced once compiled")
+            return None
+
+    def offer(self, key: str, blob: bytes) -> None:
+        """A disk hit's entry (its bytes as stored): put it in the store, in the background, if the store holds no
+        valid entry for ``key``. At most once per key per process; never raises, never waits."""
+        with self._lock:
+            if not self.writable or key in self._offered:
+                return
+            self._offered.add(key)
+        self._offers.submit(self._offer_now, key, blob)
+
+    def _offer_now(self, key: str, blob: bytes) -> None:
+        data = self._call("get", self.store.get, self._name(key), failed=b"")
+        if data is not None and (data == b"" or self._decode(key, bytes(data), warn_corrupt=False) is not None):
+            return  # the store has it (or failed to answer: warned)
+        self._put_blob(key, blob)
 
     def _publish(self, key: str, binary: Binary) -> None:
         if not self.writable:
@@ -199,7 +232,12 @@ class RemoteTier:
         except TypeError as exc:
             log.info("not publishing %s: %s", key[:12], exc)
             return
+        self._put_blob(key, blob)
+
+    def _put_blob(self, key: str, blob: bytes) -> None:
         limit = self.description.max_entry_bytes
+        if not self.writable:
+            return
         if limit and len(blob) > limit:
             log.info("not publishing %s: %d bytes exceed the remote limit of %d", key[:12], len(blob), limit)
             return

@@ -15,6 +15,7 @@ def collect_info() -> dict[str, Any]:
 
     from tritonplug.cache.disk import CacheDirError, open_cache_from_env
     from tritonplug.cache.plugins import redact
+    from tritonplug.cache.signing import fleet_keys
     from tritonplug.compile import frontend
     from tritonplug.compile.workers import pool_size, pool_timeout
     from tritonplug.process.state import state
@@ -48,6 +49,7 @@ def collect_info() -> dict[str, Any]:
         "jax devices": ", ".join(str(d) for d in jax.devices()),
         "cache": cache_report,
         "remote cache": state.compiler.remote.status(),
+        "cache entries": _setting(lambda: fleet_keys().describe()),
         "compile workers": _setting(pool_size),
         "compile timeout (s)": _setting(pool_timeout),
         # every setting the host and the loaded plugins declare: its value now and whether it was set or is the default

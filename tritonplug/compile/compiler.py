@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonplug.cache import disk as disk_cache
+from tritonplug.cache import signing
 from tritonplug.cache.remote import RemoteCaches
 from tritonplug.compile import fd_capture, ir_rules
 from tritonplug.compile.backends import USER_ERRORS, Backend
@@ -124,6 +125,8 @@ class CompileService:
         return [found[r.key] for r in requests]
 
     def _resolve(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> dict[str, Binary]:
+        if backend.info.cache_binaries:
+            signing.fleet_keys()  # a bad TRITONPLUG_FLEET_KEY is the call's error, before anything is read or compiled
         cache = self.cache if backend.info.cache_binaries else None
         found = self._from_disk(cache, requests)
         missing = [r for r in requests if r.key not in found]
@@ -173,16 +176,22 @@ class CompileService:
         return found
 
     def _from_disk(self, cache: Any, requests: list[CompileRequest]) -> dict[str, Binary]:
+        """The disk's entries for ``requests``; each hit is offered to the remote tier, which publishes it in the
+        background where the store lacks it (so peers need not compile what this process had on disk)."""
         found: dict[str, Binary] = {}
         if cache is None:
             return found
+        remote = None
         for r in requests:
-            binary = cache.get(r.key)
-            if binary is not None:
+            entry = cache.get_entry(r.key)
+            if entry is not None:
                 log.info("disk cache hit for %s (key %s)", r.description, r.key[:12])
-                found[r.key] = binary
+                found[r.key] = entry[0]
                 with self._lock:
                     self.stats["disk_hits"] += 1
+                remote = remote or self.remote.current()
+                if remote is not None:
+                    remote.offer(r.key, entry[1])
         return found
 
     def _run(self, backend: Backend, target: Target, requests: list[CompileRequest]) -> list[Binary | Exception]:

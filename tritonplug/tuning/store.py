@@ -65,6 +65,8 @@ class TuningStore:
                     try:
                         self._disk = DiskCache(tuning_directory())
                         self._disk.on_damaged = _warn_damaged
+                        self._disk.remade = ("the calls it tuned use every configuration again until `tritonplug.tune` "
+                                             "records them anew")
                     except Exception as exc:  # CacheDirError and friends: tuning still works in memory
                         user_warnings.warn(f"tritonplug: tuning records are not persisted: {exc}", RuntimeWarning)
             return self._disk

@@ -11,7 +11,7 @@ import time
 from hosts import remote_warnings, result, run_host, start_host
 from redis_server import free_port
 
-from tritonplug.cache.disk import decode_entry
+from tritonplug.cache.entries import decode_entry
 
 
 def entry_keys(server) -> list[bytes]:
