@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent))  # for the _figures_* modules, when loaded by path (tests)
 import _figures_eager as eager  # noqa: E402
+import _figures_fusion as fusion  # noqa: E402
 import _figures_kernels as kernels  # noqa: E402
 import _figures_model as model  # noqa: E402
 import _figures_partitioned as partitioned  # noqa: E402
@@ -38,7 +39,8 @@ BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
         "h200-launch-ab": eager.h200_launch_ab, "eager-paired": eager.eager_paired, "eager-guards": eager.eager_guards,
         "eager-runners": eager.eager_runners, "eager-runners-summary": eager.eager_runners_summary,
         "compile-workers": kernels.compile_workers, "startup-cpu": lambda: kernels.startup("cpu"),
-        "startup-gpu": lambda: kernels.startup("gpu"), "hopper": kernels.hopper, "ports": kernels.ports},
+        "startup-gpu": lambda: kernels.startup("gpu"), "hopper": kernels.hopper, "ports": kernels.ports,
+        "fusion-ops": fusion.ops},
     "docs/model.md": {"one-gpu": model.one_gpu_tables, "largest-batch": model.largest_batch, "per-op": model.per_op,
                       "meshes": model.meshes, "loss-curves": model.loss_curves},
     "docs/partitioned.md": {"suite": partitioned.suite, "scaling": partitioned.scaling,

@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from _util import Results, batched_seconds, check, format_table, write_json  # noqa: E402
+from _util import Results, batched_seconds, format_table, write_json  # noqa: E402
 
 OPS = ("rms_norm", "rope", "swiglu", "loss")
 VARIANTS = ("xla", "launch", "inline", "auto")
@@ -178,19 +178,26 @@ def part_ops(results: Results, opts, cfg) -> None:
             want = compiled["xla"](*args) if "xla" in compiled else None
             for variant, fn in compiled.items():
                 if variant != "xla" and want is not None:
-                    check(info[variant], _flat(fn(*args)), _flat(want), opts.tol)
+                    check_relative(info[variant], fn(*args), want, opts.tol)
             timed(results, bench, compiled, args, opts, info)
             _auto_vs_best(results, bench)
             set_mode((op,), "auto")  # as the ports ship
             jax.clear_caches()
 
 
-def _flat(tree):
-    """Every leaf of ``tree`` in one float32 vector, for ``check``."""
+def check_relative(record: dict, got, want, tol: float) -> None:
+    """Note in ``record`` whether each output leaf is within ``tol`` of XLA's, relative to that leaf's largest
+    magnitude (at least 1): both are bf16, and a weight gradient summed over 16k rows is in the thousands, where
+    one bf16 step is 16-64 (run1's absolute tolerance flagged those)."""
     import jax
-    import jax.numpy as jnp
+    import numpy as np
 
-    return jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32) for leaf in jax.tree.leaves(tree)])
+    worst = 0.0
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+        worst = max(worst, float(np.max(np.abs(g - w))) / max(1.0, float(np.max(np.abs(w)))))
+    record["max_rel_diff"] = worst
+    record["check"] = "ok" if worst <= tol else f"MISMATCH (max relative diff {worst:.3g} > {tol})"
 
 
 def _auto_vs_best(results: Results, bench: str) -> None:
@@ -283,7 +290,8 @@ def main(argv=None) -> None:
     p.add_argument("--no-tune", action="store_true", help="no tritonplug.tune before timing: 'auto' launches")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=10)
-    p.add_argument("--tol", type=float, default=0.06, help="largest |variant - xla| that passes the check")
+    p.add_argument("--tol", type=float, default=0.02, help="largest |variant - xla| / max(1, |xla|) per output that "
+                   "passes the check")
     p.add_argument("--smoke", action="store_true", help="the tiny config, 2 rounds of 2 calls: checks the script")
     p.add_argument("--out", type=Path, required=True)
     opts = p.parse_args(argv)

@@ -1,0 +1,64 @@
+"""docs/benchmarks.md's figures of ``bench/fusion.py`` (issue 38): each op's programs launched, inlined and
+``"auto"`` against XLA's own op, from every run recorded under ``bench/results/fusion-h200/``.
+
+A figure is the median over the runs of a variant's time over XLA's, each ratio taken within its run, with the range;
+a run's output check (against XLA's op) is named beside it. The check of ``run1`` was an absolute tolerance of
+0.06, which bf16 outputs in the tens (SwiGLU) and weight gradients in the thousands (RMSNorm's dW) exceed by one
+bf16 step; later runs compare each output relative to its magnitude (``bench/fusion.py --tol``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from _report import RESULTS, cell, table
+
+FOLDER = "fusion-h200"
+VARIANTS = ("launch", "inline", "auto")
+
+
+def _runs() -> list[tuple[str, list[dict]]]:
+    """``(path relative to bench/results, records)`` of every recorded ``bench/fusion.py`` run of the ops part."""
+    found = []
+    for path in sorted((RESULTS / FOLDER).glob("**/*.json")):
+        data = json.loads(path.read_text())
+        if "bench/fusion.py" in data.get("command", ""):
+            found.append((str(path.relative_to(RESULTS)), data["records"]))
+    return found
+
+
+def _unfusible(record: dict) -> str:
+    """The kernels whose translation holds gathers, scatters or loops, by name (the check ``"auto"`` applies)."""
+    bad = [f"{p['kernel']} ({', '.join(f'{n} {k}' for k, n in p['unfusible'].items() if n)})"
+           for p in record.get("paths") or [] if p.get("unfusible") and any(p["unfusible"].values())]
+    return "; ".join(bad) or "none"
+
+
+def ops() -> str:
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    best: dict[str, list[float]] = defaultdict(list)
+    checks: dict[tuple[str, str], set[str]] = defaultdict(set)
+    xla_us: dict[str, list[float]] = defaultdict(list)
+    unfusible: dict[str, str] = {}
+    for path, records in _runs():
+        for r in records:
+            if r.get("median_us") is None or r["bench"].endswith((" tune", " build")):
+                continue
+            if r["impl"] == "xla":
+                xla_us[r["bench"]].append(r["median_us"])
+            elif r.get("vs_xla") is not None:
+                ratios[(r["bench"], r["impl"])].append(r["vs_xla"])
+                checks[(r["bench"], r["impl"])].add(f"{r.get('check', 'not checked')} (`{path}`)")
+                if r["impl"] == "inline":
+                    unfusible[r["bench"]] = _unfusible(r)
+            if r.get("auto_vs_best") is not None:
+                best[r["bench"]].append(r["auto_vs_best"])
+    rows = []
+    for bench in sorted(xla_us):
+        rows.append([bench, cell(xla_us[bench], "{:.0f}"),
+                     *(cell(ratios[(bench, v)], "{:.2f}", "×") for v in VARIANTS),
+                     cell(best[bench], "{:.2f}", "×"), unfusible.get(bench, "—"),
+                     "; ".join(sorted(checks[(bench, "launch")] | checks[(bench, "inline")]))])
+    return table(["op, program", "XLA µs", "launched", "inlined", "`auto`", "`auto` over the better path",
+                  "gathers, scatters, loops in the inlined translation", "outputs against XLA's"], rows)
