@@ -230,20 +230,21 @@ def test_gathered_matmul_top_k_in_router_order(experts):
 
 
 def numpy_block_plan(sizes, num_rows, block_m, order):
-    """vLLM's ``moe_align_block_size`` as a loop: ``(sorted_token_ids, expert_ids, expert_offsets)``."""
+    """vLLM's ``moe_align_block_size`` as a loop, the rows no group holds placed last in blocks of expert ``-1``:
+    ``(sorted_token_ids, expert_ids, expert_offsets, num_tokens_post_padded)``."""
     rows = np.arange(num_rows) if order is None else np.asarray(order)
-    bound = (-(-num_rows // block_m) + len(sizes)) * block_m
+    bound = (-(-num_rows // block_m) + len(sizes) + 1) * block_m
     ids, blocks, offsets, start = [], [], [0], 0
-    for e, size in enumerate(sizes):
+    for e, size in enumerate([*sizes, num_rows]):  # the last: every row left
         size = min(int(size), num_rows - start)  # sizes past the rows are cut
         padded = -(-size // block_m) * block_m
         ids += [*rows[start:start + size], *[num_rows] * (padded - size)]
-        blocks += [e] * (padded // block_m)
+        blocks += [e if e < len(sizes) else -1] * (padded // block_m)
         offsets.append(offsets[-1] + padded)
         start += size
     ids += [num_rows] * (bound - len(ids))
     blocks += [-1] * (bound // block_m - len(blocks))
-    return np.array(ids), np.array(blocks), np.array(offsets)
+    return np.array(ids), np.array(blocks), np.array(offsets[:-1]), offsets[-1]
 
 
 _PLAN = jax.jit(kernels.block_plan, static_argnums=(1, 2))
@@ -260,17 +261,23 @@ def test_block_plan_matches_a_numpy_loop(sizes, block_m, permute):
     order = np.random.default_rng(sum(sizes)).permutation(M).astype(np.int32) if permute else None
     plan = _PLAN(jnp.array(sizes, jnp.int32), M, block_m, None if order is None else jnp.asarray(order))
     ids, expert_ids, offsets = (np.asarray(x) for x in (plan.sorted_token_ids, plan.expert_ids, plan.expert_offsets))
-    want_ids, want_blocks, want_offsets = numpy_block_plan(sizes, M, block_m, order)
+    want_ids, want_blocks, want_offsets, want_used = numpy_block_plan(sizes, M, block_m, order)
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_array_equal(expert_ids, want_blocks)
     np.testing.assert_array_equal(offsets, want_offsets)
-    assert np.asarray(plan.num_tokens_post_padded).tolist() == [want_offsets[-1]]
+    assert np.asarray(plan.num_tokens_post_padded).tolist() == [want_used]
     assert (plan.num_rows, plan.block_size_m) == (M, block_m)
     # the properties the kernels rely on, stated directly
-    placed = min(sum(sizes), M)
-    valid = ids[ids != M]
+    used = ids[:want_used]
+    valid = used[used != M]
     rows = np.arange(M) if order is None else order
-    assert sorted(valid.tolist()) == sorted(rows[:placed].tolist())  # every valid row once; the rest padding (M)
+    assert sorted(valid.tolist()) == list(range(M))  # every row once within the used blocks: all written
+    assert not np.any(ids[want_used:] != M)  # past them, padding only
+    placed = min(sum(sizes), M)
+    for position, row in enumerate(ids[:want_used]):
+        expert = expert_ids[position // block_m]
+        if row != M:  # a grouped row in its group's block; a row no group holds in a block of expert -1
+            assert (expert >= 0) == (row in set(rows[:placed].tolist())), (position, row, expert)
     assert not np.any(np.diff(offsets) % block_m)
     for block, expert in enumerate(expert_ids):
         first = block * block_m

@@ -87,7 +87,8 @@ def gathered_matmul(a: jax.Array, b: jax.Array, plan: kernels.BlockPlan, top_k: 
 
 
 def _forward(a, b, plan, top_k, out_dtype, cpu):
-    c = tritonplug.zeros(plan.num_rows, b.shape[2], dtype=out_dtype)
+    # the plan writes every row (zeros past the groups): no zero fill
+    c = tritonplug.empty(plan.num_rows, b.shape[2], dtype=out_dtype)
     return kernels.invoke_fused_moe_triton_kernel(a, b, c, None, plan, False, top_k, _COMPUTE_TYPES[out_dtype], cpu)
 
 
@@ -106,7 +107,7 @@ def gathered_matmul_backward(a: jax.Array, b: jax.Array, plan: kernels.BlockPlan
     dc = dc.astype(a.dtype)
     # dA: each row of dc times its expert's transpose (the same plan: with top_k 1 row r is read from dc[r]),
     # then the top_k rows of one row of a summed.
-    da = tritonplug.zeros(plan.num_rows, b.shape[1], dtype=a.dtype)
+    da = tritonplug.empty(plan.num_rows, b.shape[1], dtype=a.dtype)
     da = kernels.invoke_fused_moe_triton_kernel(dc, b, da, None, plan, False, 1, _COMPUTE_TYPES[jnp.dtype(a.dtype)],
                                                 cpu, transpose_b=True)
     if top_k > 1:

@@ -16,8 +16,9 @@ block plan both read, computed on the device from group sizes that are traced va
   :func:`grouped_matmul_dw_rows_kernel` the same for rows already in group order (``grouped_matmul``), reading
   them directly.
 * :func:`block_plan` is vLLM's ``moe_align_block_size`` (a CUDA op there) written in ``jnp``: each expert's
-  rows padded to a multiple of ``BLOCK_SIZE_M``. Sizes are traced, so the kernels' grids are sized by the
-  bound on the padded rows, ``(cdiv(rows, BLOCK_SIZE_M) + experts) * BLOCK_SIZE_M``, and programs past the
+  rows padded to a multiple of ``BLOCK_SIZE_M``, the rows no expert holds after them (written zeros). Sizes are
+  traced, so the kernels' grids are sized by the bound on the padded rows,
+  ``(cdiv(rows, BLOCK_SIZE_M) + experts + 1) * BLOCK_SIZE_M``, and programs past the
   last expert's padded rows exit at once.
 """
 
@@ -198,8 +199,9 @@ class BlockPlan:
     """Where each expert's rows go, block by block (vLLM's ``moe_align_block_size`` outputs, plus offsets).
 
     ``sorted_token_ids[p]``: the row (of ``top_k``-expanded rows) at padded position ``p``, or ``num_rows`` for
-    padding; ``expert_ids[b]``: the expert of block ``b``; ``num_tokens_post_padded``: ``(1,)``, the padded rows
-    in use; ``expert_offsets``: ``(experts + 1,)``, each expert's first padded position; ``group_ends``:
+    padding; ``expert_ids[b]``: the expert of block ``b``, ``-1`` for the rows no group holds (written zeros);
+    ``num_tokens_post_padded``: ``(1,)``, the padded rows in use, those included; ``expert_offsets``:
+    ``(experts + 1,)``, each expert's first padded position (and the end of the last); ``group_ends``:
     ``(experts,)``, each group's end in the rows as given, which ``in_order`` plans (rows already sorted by group,
     ``ragged_dot``'s) use to read a group's rows directly (:func:`grouped_matmul_dw_rows_kernel`).
     """
@@ -235,26 +237,30 @@ def block_size_m(rows: int, experts: int, on_cpu: bool) -> int:
 def block_plan(group_sizes: jax.Array, num_rows: int, block_m: int, order: jax.Array | None = None) -> BlockPlan:
     """The plan for ``num_rows`` rows in groups of ``group_sizes`` (traced), in order (``order=None``: the rows
     are already sorted by group, as ``ragged_dot`` takes them) or ``order[i]``: the row at sorted position
-    ``i``. Rows past ``sum(group_sizes)`` belong to no group; sizes past ``num_rows`` are cut, as the rows end."""
+    ``i``. Sizes past ``num_rows`` are cut, as the rows end. The rows past ``sum(group_sizes)`` belong to no
+    group: the plan places them after the last group in blocks of expert ``-1``, for which vLLM's kernel writes
+    zeros, so every row of a result is written and its buffer needs no zero fill (``tritonplug.empty``)."""
     experts = group_sizes.shape[0]
     ends = jnp.minimum(jnp.cumsum(group_sizes.astype(jnp.int32)), num_rows)
     sizes = jnp.diff(ends, prepend=0)
-    starts = ends - sizes
-    padded_ends = jnp.cumsum((sizes + block_m - 1) // block_m * block_m)
+    # the groups, then the rows no group holds as one more group (index ``experts``)
+    every = jnp.concatenate([sizes, (num_rows - ends[-1:]).astype(sizes.dtype)])
+    starts = jnp.cumsum(every) - every
+    padded_ends = jnp.cumsum((every + block_m - 1) // block_m * block_m)
     offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), padded_ends]).astype(jnp.int32)
-    bound = (triton.cdiv(num_rows, block_m) + experts) * block_m
+    bound = (triton.cdiv(num_rows, block_m) + experts + 1) * block_m
     position = jnp.arange(bound, dtype=jnp.int32)
-    expert = jnp.searchsorted(padded_ends, position, side="right", method="compare_all")
-    expert_c = jnp.minimum(expert, experts - 1)
-    within = position - offsets[expert_c]
-    valid = (expert < experts) & (within < sizes[expert_c])
-    source = jnp.where(valid, starts[expert_c] + within, 0)
+    group = jnp.searchsorted(padded_ends, position, side="right", method="compare_all")
+    group_c = jnp.minimum(group, experts)
+    within = position - offsets[group_c]
+    valid = (group <= experts) & (within < every[group_c])
+    source = jnp.where(valid, starts[group_c] + within, 0)
     rows = source if order is None else order.astype(jnp.int32)[source]
     sorted_ids = jnp.where(valid, rows, num_rows).astype(jnp.int32)
-    block_expert = expert[::block_m]
-    expert_ids = jnp.where(block_expert < experts, block_expert, -1).astype(jnp.int32)
-    return BlockPlan(sorted_ids, expert_ids, padded_ends[-1:].astype(jnp.int32), offsets, ends, num_rows, block_m,
-                     order is None)
+    block_group = group[::block_m]
+    expert_ids = jnp.where(block_group < experts, block_group, -1).astype(jnp.int32)
+    return BlockPlan(sorted_ids, expert_ids, padded_ends[-1:].astype(jnp.int32), offsets[:experts + 1], ends,
+                     num_rows, block_m, order is None)
 
 
 def fused_moe_launch(A, B, C, topk_weights, plan: BlockPlan, mul_routed_weight: bool, top_k: int, compute_type,
