@@ -58,8 +58,11 @@ ZEROING = {
 }
 
 
+@pytest.mark.parametrize("cpu_path", ["xla", "interpret"])
 @pytest.mark.parametrize("make", ZEROING.values(), ids=ZEROING.keys())
-def test_a_zeroing_hook_zeroes_the_buffer_before_the_launch(make):
+def test_a_zeroing_hook_zeroes_the_buffer_before_the_launch(make, cpu_path, monkeypatch):
+    """On both CPU paths: the kernel translated to XLA ops and Triton's interpreter."""
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", cpu_path)
     x = x_values()
     got = run_in_ref(make(), x, START)
     np.testing.assert_allclose(got, reference(x, np.zeros(4)), rtol=1e-5, atol=1e-4)
