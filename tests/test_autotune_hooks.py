@@ -212,3 +212,12 @@ def test_each_config_zeroes_what_its_own_hook_zeroes_in_the_cuda_payload(monkeyp
     first, second = (c["kernel_call"]["parameters"][1] for c in call["autotuned_kernel_call"]["configs"])
     assert first == {"array": {"bytes_to_zero": 16, "ptr_divisibility": 16}}
     assert "bytes_to_zero" not in second["array"]
+
+
+def test_an_empty_grid_with_hooks_is_refused_rather_than_returning_an_unzeroed_buffer():
+    """Triton runs the hook, then launches nothing: the buffer ends zeroed. An empty grid skips the launch here,
+    and with it the zeroing, so it is refused (an unzeroed ``START`` would be a silent wrong result)."""
+    ref = jax.new_ref(jnp.asarray(START))
+    with pytest.raises(NotImplementedError, match=r"'_binned_sum': the grid \(0,\) is empty .*reset_to_zero"):
+        tritonplug.triton_call(jnp.asarray(x_values()), ref, N, kernel=binned(reset_to_zero=["bins_ptr"]),
+                               out_type=(), grid=(0,))

@@ -220,6 +220,18 @@ def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> li
     return compatible
 
 
+def hook_names(kernel: KernelFacts) -> list[str]:
+    """The autotune hooks a kernel carries, by what Triton calls them (for an error); none without autotune."""
+    if kernel.autotuner is None:
+        return []
+    names = list(triton_compat.autotuner_hooks(kernel.autotuner))
+    if triton_compat.autotune_resets(kernel.autotuner)[0]:
+        names.append("reset_to_zero")
+    if any(field.pre_hook is not None for field in check_kernel(kernel)):
+        names.append("a config's pre_hook")
+    return names
+
+
 def _hook_zeroed(call: CallSpec, nargs: Mapping[str, Any], config_hook: Any) -> frozenset[int]:
     """The outputs one configuration's autotune hooks zero before the launch, in the order Triton's autotuner
     runs them: the config's ``pre_hook``, then the autotuner's (a user's, or Triton's default one zeroing
