@@ -221,3 +221,10 @@ def test_an_empty_grid_with_hooks_is_refused_rather_than_returning_an_unzeroed_b
     with pytest.raises(NotImplementedError, match=r"'_binned_sum': the grid \(0,\) is empty .*reset_to_zero"):
         tritonplug.triton_call(jnp.asarray(x_values()), ref, N, kernel=binned(reset_to_zero=["bins_ptr"]),
                                out_type=(), grid=(0,))
+
+
+def test_a_users_autotuner_pre_hook_replaces_reset_to_zero_as_in_triton():
+    """Triton installs its reset_to_zero hook only when ``triton.autotune`` is given no ``pre_hook``."""
+    x = x_values()
+    kernel = binned(pre_hook=lambda nargs: None, reset_to_zero=["bins_ptr"])
+    np.testing.assert_allclose(run_in_ref(kernel, x, START), reference(x, START), rtol=1e-5, atol=1e-4)
