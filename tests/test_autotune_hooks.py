@@ -228,3 +228,17 @@ def test_a_users_autotuner_pre_hook_replaces_reset_to_zero_as_in_triton():
     x = x_values()
     kernel = binned(pre_hook=lambda nargs: None, reset_to_zero=["bins_ptr"])
     np.testing.assert_allclose(run_in_ref(kernel, x, START), reference(x, START), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_under_vmap_each_batch_elements_buffer_is_zeroed():
+    kernel = binned(init_to_zero(["bins_ptr"]))
+
+    def f(x, start):
+        return tritonplug.triton_call(x, start, N, kernel=kernel, out_type=jax.ShapeDtypeStruct((4,), jnp.float32),
+                                      input_output_aliases={1: 0}, grid=lambda m: (tritonplug.cdiv(N, m["BLOCK"]),))
+
+    x = np.stack([x_values(), x_values()[::-1] * 3])
+    got = np.asarray(jax.jit(jax.vmap(f))(jnp.asarray(x), jnp.asarray(np.stack([START, START[::-1]]))))
+    for i in range(2):
+        np.testing.assert_allclose(got[i], reference(x[i], np.zeros(4)), rtol=1e-5, atol=1e-4)
