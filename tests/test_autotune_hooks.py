@@ -242,3 +242,17 @@ def test_under_vmap_each_batch_elements_buffer_is_zeroed():
     got = np.asarray(jax.jit(jax.vmap(f))(jnp.asarray(x), jnp.asarray(np.stack([START, START[::-1]]))))
     for i in range(2):
         np.testing.assert_allclose(got[i], reference(x[i], np.zeros(4)), rtol=1e-5, atol=1e-4)
+
+
+@cuda
+def test_a_refs_zeroing_reaches_the_cuda_payload_on_its_own_parameter(monkeypatch):
+    """A Ref is updated in place through its operand's parameter: that parameter carries bytes_to_zero (jaxlib's
+    runtime clears the buffer before the launch, as the hook zeroes the tensor in place)."""
+    monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
+    spec = jax.ShapeDtypeStruct
+    text = jax.jit(lambda x, s: _ref_call(binned(init_to_zero(["bins_ptr"])), x, s)).trace(
+        spec((N,), jnp.float32), spec((4,), jnp.float32)).lower(lowering_platforms=("cuda",)).as_text()
+    (call,) = kernel_calls(text)
+    params = call["kernel_call"]["parameters"]
+    assert params[1] == {"array": {"bytes_to_zero": 16, "ptr_divisibility": 16}}
+    assert "bytes_to_zero" not in params[0]["array"]
