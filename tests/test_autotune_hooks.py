@@ -156,11 +156,12 @@ def test_stand_ins_show_shape_dtype_and_scalars_as_triton_passes_them():
     def look(nargs):
         bins = nargs["bins_ptr"]
         seen.update(shape=bins.shape, ndim=bins.ndim, numel=bins.numel(), dtype=bins.dtype, n=nargs["n"],
-                    block=nargs["BLOCK"], warps=nargs["num_warps"])
+                    block=nargs["BLOCK"], warps=nargs["num_warps"], itemsize=bins.element_size(),
+                    stride=bins.stride(), size0=bins.size(0))
 
     _ref_call(binned(look), jnp.asarray(x_values()), jnp.asarray(START))
     assert seen == {"shape": (4,), "ndim": 1, "numel": 4, "dtype": np.dtype("float32"), "n": N, "block": 64,
-                    "warps": 4}
+                    "warps": 4, "itemsize": 4, "stride": (1,), "size0": 4}
 
 
 @given(st.one_of(st.floats(allow_nan=True), st.integers(-2**31, 2**31 - 1), st.booleans()))

@@ -70,6 +70,14 @@ class StandIn:
     def size(self, dim: int | None = None) -> Any:
         return self.shape if dim is None else self.shape[dim]
 
+    def element_size(self) -> int:
+        return int(self.dtype.itemsize)
+
+    def stride(self, dim: int | None = None) -> Any:
+        """Row-major, as every JAX array is."""
+        strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
+        return strides if dim is None else strides[dim]
+
     def zero_(self) -> StandIn:
         self._log.fills[self._label] = 0
         return self
