@@ -53,7 +53,7 @@ def bad_op_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 
 def _pre_hook(*args, **kwargs) -> None:
-    pass
+    args[0]["x_ptr"].item()  # reads a value: no XLA program can run this before the launch
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 128}, pre_hook=_pre_hook)], key=["n"])
@@ -254,7 +254,9 @@ CASES: dict[str, Case] = {
                                            rf"{UNKNOWN_OPTION} \['warp_count'\]", UNKNOWN_OPTION_STAGE),
     # autotune
     "autotune_config_with_pre_hook": Case(lambda x, y: call(x, y, kernel=pre_hook_kernel, BLOCK=OMIT),
-                                          NotImplementedError, r"kernel 'pre_hook_kernel': autotune config .*pre_hook"),
+                                          NotImplementedError,
+                                          r"autotune config pre_hook _pre_hook .* of kernel 'pre_hook_kernel' "
+                                          r"reads 'x_ptr'\.item"),
     "autotune_no_config_matches": Case(lambda x, y: call(x, y, kernel=autotuned_kernel, BLOCK=32), ValueError,
                                        r"'autotuned_kernel': no autotune configuration is compatible .*'BLOCK': 32"),
     # the kernel's source, seen by Triton's front end

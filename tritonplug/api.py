@@ -186,6 +186,11 @@ def _results_of_an_empty_grid(options: Any, bound: Any, out_specs: tuple[BufferS
     dims = grid if isinstance(grid, (tuple, list)) else (grid,)
     if not any(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d == 0 for d in dims):
         return None
+    hooks = resolver.hook_names(facts)
+    if hooks:  # Triton runs them before launching nothing: a buffer they zero would be returned unzeroed here
+        raise NotImplementedError(f"kernel {facts.name!r}: the grid {grid!r} is empty and the kernel's autotune "
+                                  f"hooks ({', '.join(hooks)}) may zero its buffers; tritonplug zeroes them only "
+                                  f"with a launch: skip the call for an empty grid")
     aliased = {out: arg for arg, out in bound.aliases}
     if not all(i in aliased or i in zeroed for i in range(len(out_specs))):
         grid_for(grid, {}, facts)  # raises, naming the grid, the kernel and the way out

@@ -16,8 +16,8 @@ CPU there is nothing to choose (its backend runs kernels as their translations).
 
 Triton's autotuner semantics, in JAX terms: each timed run gets fresh outputs and pristine inputs (the
 jitted call donates nothing, so an input aliased to an output is copied before the kernel writes it):
-``restore_value`` holds by construction. ``reset_to_zero`` outputs (or in-place operands) are zeroed
-before each timed run. An autotuner ``pre_hook``/``post_hook`` is not run.
+``restore_value`` holds by construction. What the autotune hooks zero (``reset_to_zero``, a config's or the
+autotuner's ``pre_hook``: ``calls.autotune_hooks``) is zeroed before each timed run, as before every launch.
 
 On the CPU (the interpreter backend, which lowers only one configuration) ``tune`` times the
 configurations in the interpreter, and the record makes the CPU lowering use the fastest instead of
@@ -39,7 +39,7 @@ from typing import Any
 import jax
 
 from tritonplug.adapters import jax_compat, triton_compat
-from tritonplug.calls.call import CallSpec, OutputArg
+from tritonplug.calls.call import CallSpec
 from tritonplug.compile import frontend, resolver
 from tritonplug.errors import PluginError
 from tritonplug.lowering.fusion import describe
@@ -149,9 +149,8 @@ class Tuner:
         if identity in self._tuned:
             return
         configs = resolver.resolve(call, operands).configs
-        timed_call = _with_resets(call)
         with jax.disable_jit(False):
-            timings = tuple(self._time(dataclasses.replace(timed_call, pinned_config=c.autotune_config), args,
+            timings = tuple(self._time(dataclasses.replace(call, pinned_config=c.autotune_config), args,
                                        c.description, config_of(c)) for c in configs)
         finished = [t for t in timings if t.median_us is not None]
         if not finished:
@@ -243,21 +242,3 @@ def _device_of(args: Sequence[Any]) -> Any:
             if found:
                 return found[0]
     return jax.devices()[0]
-
-
-def _with_resets(call: CallSpec) -> CallSpec:
-    """The call with the autotuner's ``reset_to_zero`` outputs (and in-place operands) zeroed before each run."""
-    resets, _ = triton_compat.autotune_resets(call.kernel.autotuner)
-    if not resets or callable(call.options.zeroed_outputs):
-        return call
-    nodes = dict(zip(call.bound.names, call.bound.nodes, strict=True))
-    aliased = dict(call.bound.aliases)
-    zeroed = set(call.options.zeroed_outputs)
-    for name in resets:
-        node = nodes.get(name)
-        if isinstance(node, OutputArg):
-            zeroed.add(node.index)
-        elif (index := getattr(node, "index", None)) in aliased:
-            zeroed.add(aliased[index])
-    options = dataclasses.replace(call.options, zeroed_outputs=tuple(sorted(zeroed)))
-    return dataclasses.replace(call, options=options)

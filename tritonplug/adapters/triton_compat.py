@@ -189,7 +189,7 @@ def autotune_resets(autotuner: Autotuner) -> tuple[list[str], list[str]]:
 @dataclass(frozen=True)
 class ConfigFields:
     """What a ``triton.Config`` sets, read once: its metaparameters (``kwargs``), its launch options and its
-    ``pre_hook`` (which tritonplug refuses: it would run Python between launches)."""
+    ``pre_hook`` (run once against stand-ins: ``calls.autotune_hooks``)."""
 
     config: Any
     kwargs: dict[str, Any]
@@ -214,9 +214,11 @@ def is_config(value: Any) -> bool:
     return isinstance(value, triton.Config)
 
 
-def autotuner_hooks(autotuner: Autotuner) -> list[str]:
-    """The hooks a user gave ``triton.autotune`` itself (``pre_hook=``, ``post_hook=``), by name."""
-    return [name for name in ("pre_hook", "post_hook") if getattr(autotuner, f"user_defined_{name}", False)]
+def autotuner_hooks(autotuner: Autotuner) -> dict[str, Any]:
+    """The hooks a user gave ``triton.autotune`` itself (``pre_hook=``, ``post_hook=``), by name. A user's
+    ``pre_hook`` replaces Triton's default one, which zeroes ``reset_to_zero`` (the same in 3.6 through 3.10)."""
+    return {name: getattr(autotuner, name) for name in ("pre_hook", "post_hook")
+            if getattr(autotuner, f"user_defined_{name}", False)}
 
 
 def early_prune_function(autotuner: Autotuner) -> Any:

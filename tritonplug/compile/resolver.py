@@ -7,7 +7,8 @@ For a bound call (``CallSpec``) and the shapes of its operands, :func:`resolve` 
 2. the **constexprs** of each configuration: the call's metaparameters, each surviving ``triton.autotune``
    config (pruned), the heuristics applied, every ``tl.constexpr`` required to have a value;
 3. the **grid** of each configuration (a callable grid is called with the named arguments and constexprs);
-4. the **zeroed outputs** of each, likewise;
+4. the **zeroed outputs** of each, likewise, and those its autotune hooks zero (``calls.autotune_hooks``: run once,
+   here, against stand-ins);
 5. the **compile options** of each: the call's, the config's, a heuristic's launch options, Triton's debug rule.
 
 ``triton_call`` resolves its call once; the result is kept on the ``CallSpec`` (by operand shapes), so the lowering,
@@ -27,6 +28,7 @@ from typing import Any
 
 from tritonplug.adapters import triton_compat
 from tritonplug.adapters.triton_compat import KernelFacts
+from tritonplug.calls import autotune_hooks
 from tritonplug.calls.call import (
     ArrayArg,
     BoundArgs,
@@ -87,7 +89,7 @@ def _resolve(call: CallSpec, operands: tuple[BufferSpec, ...]) -> Resolution:
     named = named_arguments(call.bound, operands, call.out_specs, metaparams)
     compile_options = options.compiler_options()
     configs = []
-    for kwargs, config_options in _candidates(kernel, metaparams, named):
+    for kwargs, config_options, pre_hook in _candidates(kernel, metaparams, named):
         values = _constexprs(kernel, call.bound, metaparams, kwargs, config_options, named)
         # A heuristic may set a launch option (``{"num_warps": ...}``): Triton passes it to the launch.
         launch = {k: values.pop(k) for k in list(values) if k in LAUNCH_OPTIONS and k not in kernel.param_names}
@@ -97,6 +99,7 @@ def _resolve(call: CallSpec, operands: tuple[BufferSpec, ...]) -> Resolution:
             grid = grid_for(grid, meta, kernel)
         zeroed = options.zeroed_outputs
         zeroed = (zeroed_for(zeroed, meta, len(call.out_specs), kernel) if callable(zeroed) else frozenset(zeroed))
+        zeroed |= _hook_zeroed(call, {**named, **kwargs, **config_options}, pre_hook)
         merged = {**compile_options, **{k: v for k, v in config_options.items() if v is not None}, **launch}
         if not merged.get("debug") and triton_compat.launcher_debug(kernel.fn):
             merged["debug"] = True  # as Triton's launcher: @triton.jit(debug=True) or TRITON_DEBUG=1
@@ -130,10 +133,11 @@ def named_arguments(bound: BoundArgs, operands: Sequence[Any], results: Sequence
 
 
 def _candidates(kernel: KernelFacts, metaparams: Mapping[str, Any],
-                named: Mapping[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(kwargs, options) of each configuration to resolve: the surviving autotune configs, or one empty one."""
+                named: Mapping[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any], Any]]:
+    """(kwargs, options, pre_hook) of each configuration to resolve: the surviving autotune configs, or one empty
+    one."""
     if kernel.autotuner is None:
-        return [({}, {})]
+        return [({}, {}, None)]
     fields = compatible_configs(kernel, metaparams)
     prune = triton_compat.early_prune_function(kernel.autotuner)
     if prune is not None:
@@ -151,7 +155,7 @@ def _candidates(kernel: KernelFacts, metaparams: Mapping[str, Any],
     if not fields:
         raise ValueError(f"kernel {kernel.name!r}: early_config_prune left no autotune configuration for the "
                          f"metaparameters {dict(metaparams)}")
-    return [(f.kwargs, f.options) for f in fields]
+    return [(f.kwargs, f.options, f.pre_hook) for f in fields]
 
 
 def _constexprs(kernel: KernelFacts, bound: BoundArgs, metaparams: Mapping[str, Any], kwargs: Mapping[str, Any],
@@ -207,26 +211,78 @@ def check_dependencies(kernel: KernelFacts) -> None:
 
 
 def compatible_configs(kernel: KernelFacts, metaparams: Mapping[str, Any]) -> list[triton_compat.ConfigFields]:
-    """The fields of the autotune configs that agree with the call's metaparameters.
-
-    A config with a ``pre_hook`` is refused: the hook runs Python between launches, which cannot
-    happen inside an XLA program.
-    """
+    """The fields of the autotune configs that agree with the call's metaparameters."""
     name = kernel.name
     compatible = [f for f in check_kernel(kernel) if all(f.kwargs.get(k, v) == v for k, v in metaparams.items())]
     if not compatible:
         raise ValueError(f"kernel {name!r}: no autotune configuration is compatible with the metaparameters "
                          f"{dict(metaparams)}")
-    hooks = triton_compat.autotuner_hooks(kernel.autotuner)
-    if hooks:
-        raise NotImplementedError(f"kernel {name!r}: triton.autotune was given {' and '.join(hooks)}; autotune hooks "
-                                  f"run Python between launches and cannot run inside an XLA program (jaxlib's "
-                                  f"runtime restores aliased inputs between timed configurations itself)")
-    for field in compatible:
-        if field.pre_hook is not None:
-            raise NotImplementedError(f"kernel {name!r}: autotune config {field.config} has a pre_hook; pre_hook "
-                                      f"runs Python between launches and cannot run inside an XLA program")
     return compatible
+
+
+def hook_names(kernel: KernelFacts) -> list[str]:
+    """The autotune hooks a kernel carries, by what Triton calls them (for an error); none without autotune."""
+    if kernel.autotuner is None:
+        return []
+    names = list(triton_compat.autotuner_hooks(kernel.autotuner))
+    if triton_compat.autotune_resets(kernel.autotuner)[0]:
+        names.append("reset_to_zero")
+    if any(field.pre_hook is not None for field in check_kernel(kernel)):
+        names.append("a config's pre_hook")
+    return names
+
+
+def _hook_zeroed(call: CallSpec, nargs: Mapping[str, Any], config_hook: Any) -> frozenset[int]:
+    """The outputs one configuration's autotune hooks zero before the launch, in the order Triton's autotuner
+    runs them: the config's ``pre_hook``, then the autotuner's (a user's, or Triton's default one zeroing
+    ``reset_to_zero``); a user's ``post_hook`` must do nothing. ``restore_value`` is no effect here: Triton
+    restores those arguments after each *timed* run, never after the launch itself, and the GPU runtime's timing
+    of configurations already restores the buffers it times on."""
+    kernel = call.kernel
+    if kernel.autotuner is None:
+        return frozenset()
+    hooks = triton_compat.autotuner_hooks(kernel.autotuner)
+    fills: dict[str, str] = {}  # argument label -> the hook that zeroes it
+    if config_hook is not None:
+        fills |= autotune_hooks.record("autotune config pre_hook", config_hook, kernel.name, nargs)
+    if "pre_hook" in hooks:
+        fills |= autotune_hooks.record("triton.autotune pre_hook", hooks["pre_hook"], kernel.name, nargs)
+    else:
+        resets, _ = triton_compat.autotune_resets(kernel.autotuner)
+        fills |= {name: f"triton.autotune reset_to_zero of kernel {kernel.name!r}" for name in resets
+                  if nargs.get(name) is not None}
+    if "post_hook" in hooks:
+        autotune_hooks.record("triton.autotune post_hook", hooks["post_hook"], kernel.name, nargs, after=True)
+    return frozenset(_zeroed_output(call, label, who) for label, who in fills.items())
+
+
+def _zeroed_output(call: CallSpec, label: str, who: str) -> int:
+    """The output a hook's zeroing of argument ``label`` (``name`` or ``name[i]``) zeroes: an output's own, an
+    aliased input's output, a Ref's (the output it becomes, ``calls.call.refs_as_outputs``)."""
+    bound = call.bound
+    leaves = {}
+    for name, node in zip(bound.names, bound.nodes, strict=True):
+        stack = [(name, node)]
+        while stack:
+            at, node = stack.pop()
+            if isinstance(node, tuple):
+                stack.extend((f"{at}[{i}]", n) for i, n in enumerate(node))
+            else:
+                leaves[at] = node
+    node = leaves.get(label)
+    if isinstance(node, OutputArg):
+        return node.index
+    if isinstance(node, ArrayArg):
+        aliased = dict(bound.aliases)
+        if node.index in aliased:
+            return aliased[node.index]
+        if node.index in bound.refs:
+            return len(call.out_specs) + bound.refs.index(node.index)
+        raise autotune_hooks.HookRefused(
+            f"{who} zeroes {label!r}, an input the call does not update in "
+            f"place; pass it as a jax.new_ref, alias it to an output (input_output_aliases) or make it an output "
+            f"(out_type) so the zeroed buffer is the call's result")
+    raise autotune_hooks.HookRefused(f"{who} zeroes {label!r}, which is not an array argument of the call")
 
 
 def _check_config_names(kernel: KernelFacts, fields: triton_compat.ConfigFields) -> None:
