@@ -38,7 +38,9 @@ def test_loss_and_gradients_match_the_whole_vocabulary(report, name):
 
 
 def _head_gathers(entry: dict) -> list[dict]:
-    """The all-gathers whose result is the whole output projection (or its transpose), in any dtype."""
+    """The all-gathers whose result is the whole output projection (or its transpose), in any dtype. The embedding
+    has its shape too: under Shardy (the suite's partitioner) neither is gathered; GSPMD computes the replicated
+    embedding's update split and gathers it (and its moments), which this would count."""
     return [c for c in entry["collectives"] if c["op"] == "all-gather" and tuple(c["shape"][-2:]) in
             ((VOCAB, HIDDEN), (HIDDEN, VOCAB))]
 

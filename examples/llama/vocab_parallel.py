@@ -106,7 +106,8 @@ def _shard_body(h, w, target, *, row_axes, chunk_bytes, ignore_index, gradients)
     rows, hidden = h.shape
     block = w.shape[0]
     offset = (jax.lax.axis_index(VOCAB_AXIS) * block).astype(jnp.int32)
-    chunk = max(1, min(rows, chunk_bytes // (block * h.dtype.itemsize)))
+    budget = max(1, chunk_bytes // (block * h.dtype.itemsize))  # rows of logits; a power of two, as Liger's
+    chunk = min(rows, 1 << (budget.bit_length() - 1))
     n_chunks = -(-rows // chunk)
     pad = n_chunks * chunk - rows
     chunks = (jnp.pad(h, ((0, pad), (0, 0))).reshape(n_chunks, chunk, hidden),
