@@ -11,9 +11,11 @@ does), the chunk's logits ``h_chunk @ W_block.T`` and two Triton kernels of ours
 * the collectives: the row max ``pmax``-ed over ``model``, each block's sum rescaled to it and ``psum``-med, the
   target logit ``psum``-med: ``lse = max + log(sum)`` and the row's loss ``lse - target logit``;
 * ``grad_kernel``: d loss / d logits of the block, ``exp(logit - lse) - [column is the target]`` (0 on rows
-  whose target is ``ignore_index``), from which ``d h += grad @ W_block`` (a partial sum over the vocabulary,
-  ``psum``-med over ``model`` once, after the chunks) and ``d W_block += grad.T @ h_chunk`` (summed over ``data``;
-  it stays split over ``model``).
+  whose target is ``ignore_index``), written over the chunk's logits (a ``jax.new_ref``, as the Liger port's
+  kernel writes its gradient, so that no second chunk-sized buffer is asked for; not measured on a GPU, and
+  the CPU's memory plan is the same either way), from which ``d h += grad @ W_block`` (a partial sum over the
+  vocabulary, ``psum``-med over ``model`` once, after the chunks) and ``d W_block += grad.T @ h_chunk``
+  (summed over ``data``; it stays split over ``model``).
 
 As in Liger, the gradients are computed in the forward and the backward only scales them (``jax.custom_vjp``).
 Liger's ``liger_cross_entropy_kernel`` cannot be used per block: it normalises over the whole row it is given
@@ -62,7 +64,8 @@ def partials_kernel(logits_ptr, target_ptr, offset_ptr, max_ptr, sum_ptr, picked
 
 
 @triton.jit
-def grad_kernel(logits_ptr, target_ptr, offset_ptr, lse_ptr, grad_ptr, n_cols, ignore_index, BLOCK: tl.constexpr):
+def grad_kernel(logits_ptr, target_ptr, offset_ptr, lse_ptr, n_cols, ignore_index, BLOCK: tl.constexpr):
+    """d loss / d logits written over the logits (as Liger's kernel does: one chunk's buffer, not two)."""
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(target_ptr + row)
     local = target - tl.load(offset_ptr)
@@ -73,27 +76,30 @@ def grad_kernel(logits_ptr, target_ptr, offset_ptr, lse_ptr, grad_ptr, n_cols, i
         mask = cols < n_cols
         x = tl.load(logits_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
         g = (tl.exp(x - lse) - tl.where(cols == local, 1.0, 0.0)) * keep
-        tl.store(grad_ptr + row * n_cols + cols, g.to(grad_ptr.dtype.element_ty), mask=mask)
+        tl.store(logits_ptr + row * n_cols + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
 
 
-def _rows(n: int) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct((n,), jnp.float32)
+_partials = tritonplug.launch(partials_kernel)
+_grad = tritonplug.launch(grad_kernel)
 
 
 def block_partials(logits, target, offset):
-    """Per row of ``logits`` ``(rows, block)``: the block's max, sum of ``exp(logit - max)`` and target logit."""
+    """Per row of ``logits`` ``(rows, block)`` (a ``jax.new_ref``, read): the block's max, sum of
+    ``exp(logit - max)`` and target logit."""
     rows, n_cols = logits.shape
-    return tritonplug.triton_call(logits, target, offset, kernel=partials_kernel, out_type=(_rows(rows),) * 3,
-                                  grid=(rows,), n_cols=n_cols, BLOCK=min(MAX_BLOCK, triton.next_power_of_2(n_cols)),
-                                  num_warps=32)
+    outs = [tritonplug.empty(rows, dtype=jnp.float32) for _ in range(3)]
+    _partials[(rows,)](logits, target, offset, *outs, n_cols, BLOCK=min(MAX_BLOCK, triton.next_power_of_2(n_cols)),
+                       num_warps=32)
+    return tuple(out[...] for out in outs)
 
 
 def block_grad(logits, target, offset, lse, ignore_index):
-    """d loss / d logits of the block (unscaled: each row's loss counts 1), in the logits' dtype."""
+    """d loss / d logits of the block (unscaled: each row's loss counts 1), written over ``logits`` (a
+    ``jax.new_ref``) in its dtype, and read back."""
     rows, n_cols = logits.shape
-    return tritonplug.triton_call(logits, target, offset, lse, kernel=grad_kernel, out_type=jax.typeof(logits),
-                                  grid=(rows,), n_cols=n_cols, ignore_index=ignore_index,
-                                  BLOCK=min(MAX_BLOCK, triton.next_power_of_2(n_cols)), num_warps=32)
+    _grad[(rows,)](logits, target, offset, lse, n_cols, ignore_index,
+                   BLOCK=min(MAX_BLOCK, triton.next_power_of_2(n_cols)), num_warps=32)
+    return logits[...]
 
 
 def vocab_split(mesh) -> bool:
@@ -115,7 +121,7 @@ def _shard_body(h, w, target, *, row_axes, chunk_bytes, ignore_index, gradients)
 
     def step(grad_w, xs):
         h_chunk, t_chunk = xs
-        logits = h_chunk @ w.T  # (chunk, block), in the compute dtype
+        logits = jax.new_ref(h_chunk @ w.T)  # (chunk, block), in the compute dtype; its gradient written over it
         block_max, block_sum, picked = block_partials(logits, t_chunk, offset)
         row_max = jax.lax.pmax(block_max, VOCAB_AXIS)
         total = jax.lax.psum(block_sum * jnp.exp(block_max - row_max), VOCAB_AXIS)
