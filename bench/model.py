@@ -5,6 +5,8 @@ breakdown.
     python bench/model.py --config 1b --batch 4 --steps 8                       # one GPU
     python bench/model.py --config 1b --batch 4 --max-batch --breakdown
     python bench/model.py --config 1b --batch 4 --mesh data=2,model=2           # every GPU, one jit
+    python bench/model.py --config 1b --batch 4 --mesh data=2,model=2 \
+        --ops "jax;tritonplug,loss=liger;tritonplug"                            # the vocabulary-parallel loss
 
 Each op choice trains in a process of its own (``examples/llama/train.py --json``), so each device peak is
 that choice's alone; JAX may use 95% of the device (``XLA_PYTHON_CLIENT_MEM_FRACTION``). ``--max-batch``
@@ -12,7 +14,9 @@ compiles the step at two batches, fits XLA's memory plan (linear in the batch) t
 runs steps at the predicted batch, stepping down by about 8% until one runs (four tries). ``--breakdown``
 times each op's forward and backward alone at the model's shapes (jitted ``grad`` of a weighted sum, medians),
 once per op choice. With ``--mesh``, each choice also runs on one GPU at the per-data-shard batch, and the
-scaling efficiency is tokens/s on N GPUs / (N x tokens/s on one).
+scaling efficiency is tokens/s on N GPUs / (N x tokens/s on one). Under ``model=N`` the ``tritonplug`` loss is
+vocabulary-parallel (the output projection split, never gathered); ``loss=liger`` is the fused loss before it (the
+vocabulary whole, the projection replicated), so ``tritonplug,loss=liger`` against ``tritonplug`` measures it.
 """
 
 from __future__ import annotations
@@ -124,7 +128,8 @@ def breakdown(args, results: Results) -> None:
                       cfg.layers),
         "loss": ((rnd(b * t, d), rnd(cfg.vocab, d, scale=0.02)), {"targets": targets}, 1),
     }
-    impls = {op: dict(IMPLEMENTATIONS[op]) for op in shapes}
+    impls = {op: {choice: IMPLEMENTATIONS[op][choice] for choice in CHOICES} for op in shapes}  # one device: no
+    # ``loss=liger`` (there it is the ``tritonplug`` loss)
     impls["loss"]["tritonplug (Liger's chunks)"] = functools.partial(IMPLEMENTATIONS["loss"]["tritonplug"],
                                                                      chunk_size=None)
     for op, (arrays, kwargs, per_step) in shapes.items():

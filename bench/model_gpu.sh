@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The model benchmarks on a lent GPU machine (jax with its CUDA plugin, Triton, torch there; the pinned kernel
-# libraries carried as wheels in .whl/). Usage: bash bench/model_gpu.sh OUT_DIR STEP...   STEP: compare | bench | maxbatch | mesh
+# libraries carried as wheels in .whl/). Usage: bash bench/model_gpu.sh OUT_DIR STEP...   STEP: compare | bench | maxbatch | mesh | vocab
 set -uo pipefail
 out=$1; shift
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda >/dev/null 2>&1 || exit 1
@@ -13,5 +13,6 @@ for step in "$@"; do
     bench) python3 bench/model.py --config 1b --batch "${BATCH:-8}" --steps 6 --ops "jax;tritonplug;jax,loss=tritonplug" --breakdown --out "$out/model-1b.json" ;;
     maxbatch) python3 bench/model.py --config 1b --batch "${BATCH:-8}" --steps 3 --ops "jax;tritonplug" --max-batch --out "$out/model-1b-maxbatch.json" ;;
     mesh) python3 bench/model.py --config 1b --batch "${BATCH:-4}" --steps 6 --ops "${OPS:-jax;jax,loss=tritonplug;tritonplug}" --mesh "${MESH:-data=2,model=2}" --out "$out/model-1b-mesh.json" ;;
+    vocab) python3 bench/model.py --config 1b --batch "${BATCH:-4}" --steps 6 --ops "jax;tritonplug,loss=liger;tritonplug;jax,loss=liger;jax,loss=tritonplug" --mesh "${MESH:-data=2,model=2}" --out "$out/model-1b-vocab-parallel.json" ;;
   esac
 done

@@ -19,7 +19,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 #: The modules whose tests share a child suite's report, and the modes their fixture may be parametrized by.
 SUITE_MODULES = ("tests/test_partitioned.py", "tests/test_partitioned_keywords.py",
-                 "tests/test_partitioned_ports.py")
+                 "tests/test_partitioned_ports.py", "tests/test_llama_vocab_parallel.py")
 MODES = ("shardy", "gspmd", "explicit")
 #: The modules of long tests, each sent whole to one worker early.
 SLOW_MODULES = ("tests/test_llama.py", "tests/test_ports.py", "tests/test_ports_model.py",

@@ -102,18 +102,33 @@ def attention_tritonplug(q, k, v):
 LOSS_CHUNK_BYTES = 1 << 30
 
 
-def loss_tritonplug(h, w, targets, chunk_size="budget"):
+def loss_liger(h, w, targets, chunk_size="budget"):
     """Liger's fused linear cross entropy: the logits exist one chunk of tokens at a time (``chunk_size``: rows,
-    ``"budget"`` for :data:`LOSS_CHUNK_BYTES` of logits, None for Liger's default)."""
+    ``"budget"`` for :data:`LOSS_CHUNK_BYTES` of logits, None for Liger's default). Its rule keeps the vocabulary
+    whole: under ``model=N`` the output projection is replicated (``step.specs_for``), or gathered if split."""
     if chunk_size == "budget":
         rows = max(1, LOSS_CHUNK_BYTES // (w.shape[0] * h.dtype.itemsize))
         chunk_size = min(h.shape[0], 1 << (rows.bit_length() - 1))
     return _port("liger_fused_linear_cross_entropy").fused_linear_cross_entropy(h, w, targets, chunk_size=chunk_size)
 
 
+def loss_tritonplug(h, w, targets, chunk_size="budget"):
+    """Traced under a mesh whose ``model`` axis splits the vocabulary (``jax.set_mesh``; ``step.Trainer`` sets
+    it): the vocabulary-parallel fused linear cross entropy (``vocab_parallel.py``: the output projection stays
+    split, :data:`LOSS_CHUNK_BYTES` of each device's block of logits at a time); otherwise :func:`loss_liger`."""
+    from . import vocab_parallel
+
+    if vocab_parallel.vocab_split(jax.sharding.get_abstract_mesh()):
+        return vocab_parallel.vocab_parallel_cross_entropy(h, w, targets, chunk_bytes=LOSS_CHUNK_BYTES)
+    return loss_liger(h, w, targets, chunk_size)
+
+
 IMPLEMENTATIONS: dict[str, dict[str, Callable]] = {
     name: {"jax": globals()[f"{name}_jax"], "tritonplug": globals()[f"{name}_tritonplug"]} for name in OP_NAMES
 }
+#: ``loss=liger``: today's (before issue 39) fused loss, the vocabulary whole under ``model=N`` too, to measure
+#: the vocabulary-parallel one against (``tritonplug,loss=liger``)
+IMPLEMENTATIONS["loss"]["liger"] = loss_liger
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,8 +142,8 @@ class Ops:
         if unknown:
             raise ValueError(f"ops: unknown op(s) {sorted(unknown)}; the model's ops are {OP_NAMES}")
         for name, impl in self.choice.items():
-            if impl not in CHOICES:
-                raise ValueError(f"ops: {name}={impl!r}; expected one of {CHOICES}")
+            if impl not in IMPLEMENTATIONS[name]:
+                raise ValueError(f"ops: {name}={impl!r}; expected one of {tuple(IMPLEMENTATIONS[name])}")
 
     @classmethod
     def of(cls, default: str, **overrides: str) -> Ops:

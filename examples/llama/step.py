@@ -26,6 +26,15 @@ PARAM_SPECS = {
 }
 
 
+def specs_for(ops: Ops) -> dict:
+    """:data:`PARAM_SPECS` for this op choice: the ``tritonplug`` loss (vocabulary-parallel under ``model=N``)
+    takes the output projection split along the vocabulary, ``P("model", None)``; the ``jax`` and ``liger``
+    losses keep it replicated, as before issue 39."""
+    if ops.choice["loss"] == "tritonplug":
+        return {**PARAM_SPECS, "lm_head": P("model", None)}
+    return PARAM_SPECS
+
+
 def optimizer(cfg: Config) -> optax.GradientTransformation:
     schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup_steps=cfg.warmup, decay_steps=10_000)
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=0.1))
@@ -33,24 +42,24 @@ def optimizer(cfg: Config) -> optax.GradientTransformation:
 
 class Trainer:
     """``loss(params, tokens, targets, cfg, ops, constrain)`` and ``param_specs`` (a leaf's name → its
-    ``PartitionSpec`` on a mesh) default to this model's; ``examples/moe`` passes its own. ``donate=False`` keeps
-    the step from donating the parameters and optimizer state (more memory; ``train.py --no-donate``)."""
+    ``PartitionSpec`` on a mesh) default to this model's (:func:`specs_for` ``ops``); ``examples/moe`` passes its
+    own. The step is traced under ``jax.set_mesh(mesh)``, so that an op may ask for the mesh (the
+    vocabulary-parallel loss). ``donate=False`` keeps the step from donating the parameters and optimizer state
+    (more memory; ``train.py --no-donate``)."""
 
     def __init__(self, cfg: Config, ops: Ops, params: dict, mesh: jax.sharding.Mesh | None = None,
-                 loss=model.loss, param_specs=PARAM_SPECS, donate: bool = True):
+                 loss=model.loss, param_specs=None, donate: bool = True):
         self.cfg, self.ops, self.mesh, self.donate = cfg, ops, mesh, donate
-        self.loss, self.param_specs = loss, param_specs
+        self.loss, self.param_specs = loss, param_specs if param_specs is not None else specs_for(ops)
         self.opt = optimizer(cfg)
         params = jax.tree.map(jnp.copy, params)  # our own buffers: the step donates them
         if mesh is not None:
             params = jax.device_put(params, self._param_shardings(params))
         self.params = params
-        self.opt_state = jax.jit(self.opt.init)(params)
-        if mesh is not None:  # the step counters come back on one device: replicate them
-            replicated = NamedSharding(mesh, P())
-            self.opt_state = jax.tree.map(
-                lambda a: a if isinstance(a.sharding, NamedSharding) else jax.device_put(a, replicated),
-                self.opt_state)
+        init = jax.jit(self.opt.init)
+        if mesh is not None:  # each moment placed as its parameter (else XLA may replicate it and gather the
+            init = jax.jit(self.opt.init, out_shardings=self._state_shardings(params))  # update every step)
+        self.opt_state = init(params)
         self.losses: list[float] = []
         self.seconds: list[float] = []
         self.compiled = None
@@ -59,6 +68,14 @@ class Trainer:
         def spec(path, _):
             return NamedSharding(self.mesh, self.param_specs[path[-1].key])
         return jax.tree_util.tree_map_with_path(spec, params)
+
+    def _state_shardings(self, params):
+        """The optimizer state's shardings: a leaf under a parameter's name (AdamW's moments) as that parameter,
+        the rest (the step counters) replicated."""
+        def spec(path, leaf):
+            key = getattr(path[-1], "key", None) if path else None
+            return NamedSharding(self.mesh, self.param_specs[key] if key in self.param_specs and leaf.ndim else P())
+        return jax.tree_util.tree_map_with_path(spec, jax.eval_shape(self.opt.init, params))
 
     def _constrain(self, x):
         return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P("data", None, None)))
@@ -94,7 +111,10 @@ class Trainer:
             kwargs = {"in_shardings": (*state, batch, batch),
                       "out_shardings": (*state, NamedSharding(self.mesh, P()))}
         step = jax.jit(self._step, donate_argnums=(0, 1) if self.donate else (), **kwargs)
-        return step.lower(self.params, self.opt_state, tokens, targets).compile()
+        if self.mesh is None:
+            return step.lower(self.params, self.opt_state, tokens, targets).compile()
+        with jax.set_mesh(self.mesh):
+            return step.lower(self.params, self.opt_state, tokens, targets).compile()
 
     def step(self, tokens: np.ndarray, targets: np.ndarray) -> float:
         if self.compiled is None:

@@ -59,7 +59,9 @@ def parser(description: str, configs: dict, ops_help: str) -> argparse.ArgumentP
 
 def parse_args(argv=None) -> argparse.Namespace:
     return parser(__doc__.split("\n\n")[0], CONFIGS,
-                  "jax | tritonplug | compare | a mix such as 'jax,loss=tritonplug'").parse_args(argv)
+                  "jax | tritonplug | compare | a mix such as 'jax,loss=tritonplug' ('loss=liger': the fused loss "
+                  "with the vocabulary whole under --mesh model=N, as before the vocabulary-parallel one)"
+                  ).parse_args(argv)
 
 
 def configure(args: argparse.Namespace, configs: dict = CONFIGS) -> Config:
