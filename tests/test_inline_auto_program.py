@@ -162,7 +162,13 @@ def test_tune_keeps_the_inlining_that_speeds_the_program_and_drops_the_one_that_
 
 def test_the_records_are_program_level_and_round_trip_through_the_cache_and_a_file(launching_cpu):
     x = jnp.linspace(-1.0, 1.0, N, dtype=jnp.float32)
+    before = len(paths())
+    jax.block_until_ready(program(x))  # eagerly: each call memoised with its program, launched (no record yet)
+    assert [p.path for p in list(paths())[before:]] == ["launched", "launched"]
     report = quick_tuner().run(program, x)
+    before = len(paths())
+    np.testing.assert_allclose(np.asarray(program(x)), expected(np.asarray(x)), rtol=2e-4, atol=2e-5)
+    assert [p.path for p in list(paths())[before:]] == ["inlined", "launched"]  # the memoised calls follow too
     stored = sorted(state.tuning.stored(), key=lambda r: r.kernel)
     assert [(r.kernel, r.config["path"]) for r in stored] == [("cheap_kernel", "inline"),
                                                               ("first_program_kernel", "launch")]
