@@ -55,6 +55,10 @@ from tritonplug.tuning.path_records import path_identity, path_key, path_record
 from tritonplug.tuning.records import TuningRecord
 from tritonplug.tuning.select import active_session, call_identity, call_key, config_of, target_of
 
+#: How a report's reason starts for an ``inline="auto"`` call beyond the trial bound (no record made).
+NOT_TRIED = "not tried"
+_NOT_PERSISTED = " (not persisted: the cache is disabled)"
+
 
 @dataclass(frozen=True)
 class ConfigTiming:
@@ -94,7 +98,8 @@ class TuningReport:
         lines = []
         for c in self.calls:
             lines.append(f"{c.kernel} on {c.target} key={c.key['args']} -> [{c.winner}]"
-                         f"{'' if c.persisted else ' (not persisted)'}{': ' + c.reason if c.reason else ''}")
+                         f"{'' if c.persisted or c.reason.startswith(NOT_TRIED) else _NOT_PERSISTED}"
+                         f"{': ' + c.reason if c.reason else ''}")
             for t in sorted(c.timings, key=lambda t: math.inf if t.median_us is None else t.median_us):
                 shown = f"{t.median_us:12.1f} us" if t.median_us is not None else f"      failed: {t.error}"
                 lines.append(f"  {shown}  {t.description}")
@@ -226,7 +231,7 @@ class Tuner:
                 self._tuned[identity] = TunedCall(
                     call.kernel.name, backend, target.describe(), path_key(call, operands), "launch", (), False,
                     identity,
-                    f"not tried: {name} has more than {self.path_trials} inline='auto' calls to try (no record "
+                    f"{NOT_TRIED}: {name} has more than {self.path_trials} inline='auto' calls to try (no record "
                     f"made; it keeps any it had)")
                 continue
             timings = (ConfigTiming("launch", {"path": "launch"}, trial.launch_us),
