@@ -12,10 +12,11 @@ Parts (``--parts``, comma-separated):
   returned with its vector-Jacobian product, so neither is dropped) and ``fused`` (``op(x*a+b)*c``: what XLA
   can fuse around the op). Variants, side by side in one process: ``xla`` (the ``jax`` op of
   ``examples/llama/ops.py``), ``launch`` (the port's kernels launched, ``inline=False``), ``inline`` (their
-  translation to XLA ops, ``inline=True``) and ``auto`` (``inline="auto"`` after ``tritonplug.tune`` recorded the
-  faster path of each call). Each record holds how many kernel calls the lowered program carries and every
-  lowering's path and reason (``tritonplug.inspection.paths``), so a variant that is not what it says shows; its
-  outputs are compared with ``xla``'s; ``auto_vs_best`` is auto's median over the better of launch and inline.
+  translation to XLA ops, ``inline=True``) and ``auto`` (``inline="auto"`` after ``tritonplug.tune`` timed that
+  very program with each call launched and inlined, greedily, and recorded the paths it kept). Each record holds
+  how many kernel calls the lowered program carries and every lowering's path and reason
+  (``tritonplug.inspection.paths``), so a variant that is not what it says shows; its outputs are compared with
+  ``xla``'s; ``auto_vs_best`` is auto's median over the better of launch and inline.
 * ``cpu``: each op's programs lowered for the CPU with ``inline=True``: the gathers, scatters and while loops of
   each kernel's translation at those shapes (``paths()[...].unfusible``, the check ``"auto"`` applies).
 * ``step``: the Llama loss and its gradient (``jax.value_and_grad`` of ``examples/llama/model.loss``) per op choice

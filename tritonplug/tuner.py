@@ -9,10 +9,12 @@ then a median over ``runs`` samples, each sample a batch of back-to-back calls l
 :mod:`tritonplug.tuning.store`) and the call then runs as any later lowering will: with that one
 configuration.
 
-Each ``inline="auto"`` call on a GPU is then timed the same way launched and inlined (as its translation to XLA
-ops, alone in its program), when its translation holds no gather, scatter or while loop; the faster is recorded
-in a path record (:mod:`tritonplug.tuning.path_records`), or, without timing, that it launches and why. On the
-CPU there is nothing to choose (its backend runs kernels as their translations).
+The ``inline="auto"`` calls on a GPU are collected on the way; once ``fn`` has run, those whose translation
+holds no gather, scatter or while loop get their paths from timing ``fn`` itself, jitted as one program, with
+assignments of paths, greedily (:mod:`tritonplug.tuning.program_paths`: the margin, the bound on trials); each
+gets a path record (:mod:`tritonplug.tuning.path_records`) holding the program-level times, and one without a
+fusible translation a record, untimed, that it launches and why. On the CPU there is nothing to choose (its
+backend runs kernels as their translations).
 
 Triton's autotuner semantics, in JAX terms: each timed run gets fresh outputs and pristine inputs (the
 jitted call donates nothing, so an input aliased to an output is copied before the kernel writes it):
@@ -48,9 +50,14 @@ from tritonplug.lowering.pipeline import kernels_on_path
 from tritonplug.lowering.primitive import triton_call_p
 from tritonplug.process.state import state
 from tritonplug.records import BufferSpec
-from tritonplug.tuning.path_records import path_identity, path_record
-from tritonplug.tuning.records import PATHS, TuningRecord
+from tritonplug.tuning import program_paths
+from tritonplug.tuning.path_records import path_identity, path_key, path_record
+from tritonplug.tuning.records import TuningRecord
 from tritonplug.tuning.select import active_session, call_identity, call_key, config_of, target_of
+
+#: How a report's reason starts for an ``inline="auto"`` call beyond the trial bound (no record made).
+NOT_TRIED = "not tried"
+_NOT_PERSISTED = " (not persisted: the cache is disabled)"
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,7 @@ class TunedCall:
     timings: tuple[ConfigTiming, ...]
     persisted: bool
     identity: str
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,8 @@ class TuningReport:
         lines = []
         for c in self.calls:
             lines.append(f"{c.kernel} on {c.target} key={c.key['args']} -> [{c.winner}]"
-                         f"{'' if c.persisted else ' (not persisted: the cache is disabled)'}")
+                         f"{'' if c.persisted or c.reason.startswith(NOT_TRIED) else _NOT_PERSISTED}"
+                         f"{': ' + c.reason if c.reason else ''}")
             for t in sorted(c.timings, key=lambda t: math.inf if t.median_us is None else t.median_us):
                 shown = f"{t.median_us:12.1f} us" if t.median_us is not None else f"      failed: {t.error}"
                 lines.append(f"  {shown}  {t.description}")
@@ -99,36 +108,44 @@ class TuningReport:
 
 def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningReport:
     """Time every configuration of every autotuned ``triton_call`` that ``fn(*args, **kwargs)`` makes, and every
-    ``inline="auto"`` call launched and inlined (on a GPU, where its translation may fuse), on the device its
-    arguments live on, and record the fastest for later lowerings (in this process and, through the cache
-    directory, in others). Returns what was measured."""
+    ``inline="auto"`` call's path (on a GPU, where its translation may fuse) by timing ``fn`` as one jitted program
+    with assignments of paths, on the device its arguments live on, and record the fastest for later lowerings (in
+    this process and, through the cache directory, in others). Returns what was measured."""
     return Tuner().run(fn, *args, **kwargs)
 
 
 class Tuner:
     """``tune`` with its measurement settings: ``runs`` samples per configuration (median), each at least
-    ``sample_seconds`` long (batches of calls), after ``warmup`` untimed calls."""
+    ``sample_seconds`` long (batches of calls), after ``warmup`` untimed calls; at most ``path_trials`` trials of
+    ``inline="auto"`` calls per program (:mod:`tritonplug.tuning.program_paths`)."""
 
-    def __init__(self, runs: int = 5, sample_seconds: float = 0.01, warmup: int = 2) -> None:
+    def __init__(self, runs: int = 5, sample_seconds: float = 0.01, warmup: int = 2,
+                 path_trials: int = program_paths.MAX_TRIALS) -> None:
         if not (isinstance(runs, int) and runs >= 1):
             raise ValueError(f"runs must be an int >= 1, got {runs!r}")
         if not (isinstance(sample_seconds, (int, float)) and sample_seconds >= 0):
             raise ValueError(f"sample_seconds must be a number >= 0, got {sample_seconds!r}")
         if not (isinstance(warmup, int) and warmup >= 0):
             raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+        if not (isinstance(path_trials, int) and path_trials >= 0):
+            raise ValueError(f"path_trials must be an int >= 0, got {path_trials!r}")
         self.runs, self.sample_seconds, self.warmup = runs, float(sample_seconds), warmup
+        self.path_trials = path_trials
         self._tuned: dict[str, TunedCall] = {}
+        self._candidates: dict[str, tuple[CallSpec, tuple[BufferSpec, ...], str, Any, Any]] = {}
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningReport:
         if not callable(fn):
             raise TypeError(f"tune() needs a callable as its first argument, got {type(fn).__name__}")
-        self._tuned = {}
+        self._tuned, self._candidates = {}, {}
         token = active_session.set(self)
         try:
             with jax.disable_jit():
                 jax.block_until_ready(fn(*args, **kwargs))
         finally:
             active_session.reset(token)
+        if self._candidates:
+            self._decide_paths(fn, args, kwargs)
         if self._tuned:
             jax.clear_caches()  # programs lowered before now carried every configuration
         return TuningReport(tuple(self._tuned.values()))
@@ -169,9 +186,10 @@ class Tuner:
                                           best.description, timings, persisted, identity)
 
     def observe_path(self, args: Sequence[Any], call: CallSpec) -> None:
-        """Called by the primitive's eager rule for an ``inline="auto"`` call about to run on ``args``: where its
-        translation holds no gather, scatter or while loop, time it launched and inlined; record the faster (or,
-        without timing, why it launches). Nothing on a platform whose backend runs translations already (the CPU)."""
+        """Called by the primitive's eager rule for an ``inline="auto"`` call about to run on ``args``: a call
+        whose translation holds no gather, scatter or while loop is a candidate for the program's trials; one
+        without is recorded, untimed, as launched and why. Nothing on a platform whose backend runs translations
+        already (the CPU)."""
         operands = tuple(BufferSpec(tuple(a.shape), a.dtype.name) for a in args)
         device = _device_of(args)
         platform = jax_compat.lowering_platform(device.platform)
@@ -180,47 +198,92 @@ class Tuner:
         if own.info.inlines or target is None:
             return
         identity = path_identity(call, operands, own.name, target)
-        if identity in self._tuned:
+        if identity in self._tuned or identity in self._candidates:
             return
-        paths = {path: dataclasses.replace(call, options=dataclasses.replace(call.options, inline=path == "inline"))
-                 for path in PATHS}
         with jax.disable_jit(False):
-            reason = _untranslatable(paths["inline"], platform, device, operands)
-            timings = () if reason else tuple(self._time(paths[p], args, p, {"path": p}) for p in PATHS)
+            reason = _untranslatable(dataclasses.replace(call, options=dataclasses.replace(call.options, inline=True)),
+                                     platform, device, operands)
+        if not reason:
+            self._candidates[identity] = (call, operands, own.name, target, device)
+            return
+        self._record_path(identity, call, operands, own.name, target, device, "launch", (), reason, "")
+
+    def _decide_paths(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """The candidates' paths from timing ``fn`` as one program (``program_paths.greedy``), recorded."""
+        whole, arrays = program_paths.program_of(fn, args, kwargs)
+        name = program_paths.name_of(fn)
+
+        def time_us(paths: Mapping[str, str]) -> float:
+            compiled = program_paths.compiled_with(whole, arrays, paths)
+            return self._median_us(lambda: compiled(*arrays))
+
+        try:
+            _, trials = program_paths.greedy(list(self._candidates), time_us, max_trials=self.path_trials)
+        except Exception as exc:
+            raise RuntimeError(f"tritonplug.tune: deciding the inline='auto' paths times {name} as one jitted "
+                               f"program (jax.jit of it, every array argument traced), which failed with all "
+                               f"calls launched: {type(exc).__name__}: {exc}") from exc
+        tried = {t.identity: t for t in trials}
+        for identity, (call, operands, backend, target, device) in self._candidates.items():
+            trial = tried.get(identity)
+            if trial is None:
+                self._tuned[identity] = TunedCall(
+                    call.kernel.name, backend, target.describe(), path_key(call, operands), "launch", (), False,
+                    identity,
+                    f"{NOT_TRIED}: {name} has more than {self.path_trials} inline='auto' calls to try (no record "
+                    f"made; it keeps any it had)")
+                continue
+            timings = (ConfigTiming("launch", {"path": "launch"}, trial.launch_us),
+                       ConfigTiming("inline", {"path": "inline"}, trial.inline_us, trial.error))
+            margin = f"{program_paths.MARGIN:.0%}"
+            reason = "" if trial.kept else (
+                f"inlining it failed: {trial.error}" if trial.error else
+                f"inlining it made {name} slower" if (trial.inline_us or 0.0) >= trial.launch_us else
+                f"inlining it made {name} faster by {margin} or less (the margin)")
+            self._record_path(identity, call, operands, backend, target, device,
+                              "inline" if trial.kept else "launch", timings, reason, name)
+        jax.clear_caches()  # the trials' programs are not what later lowerings (which follow the records) make
+
+    def _record_path(self, identity: str, call: CallSpec, operands: tuple[BufferSpec, ...], backend: str,
+                     target: Any, device: Any, path: str, timings: tuple[ConfigTiming, ...], reason: str,
+                     program: str) -> None:
         finished = [t for t in timings if t.median_us is not None]
-        if not reason and not finished:
-            raise RuntimeError(f"tritonplug.tune: kernel {call.kernel.name!r} ran neither launched nor inlined:\n"
-                               + "\n".join(f"  [{t.description}] {t.error}" for t in timings))
-        best = "launch" if reason else min(finished, key=lambda t: t.median_us or 0.0).description
         info = {"times_us": {t.description: t.median_us for t in finished}, "reason": reason,
+                "timed": "program" if program else "", "program": program,
                 "device": str(getattr(device, "device_kind", device.platform)),
                 "tritonplug": frontend.TRITONPLUG_VERSION}
-        record = path_record(call, operands, own.name, target, best, {k: v for k, v in info.items() if v})
+        record = path_record(call, operands, backend, target, path, {k: v for k, v in info.items() if v})
         persisted = state.tuning.put(record)
-        self._tuned[identity] = TunedCall(call.kernel.name, own.name, target.describe(), record.key, best, timings,
-                                          persisted, identity)
+        self._tuned[identity] = TunedCall(call.kernel.name, backend, target.describe(), record.key, path, timings,
+                                          persisted, identity, reason)
 
     def _time(self, call: CallSpec, args: Sequence[Any], description: str, config: dict[str, Any]) -> ConfigTiming:
         run = jax.jit(functools.partial(triton_call_p.bind, call=call))
         try:
-            start = time.perf_counter()
-            jax.block_until_ready(run(*args))  # compiles (through the cache) and runs once
-            for _ in range(self.warmup):
-                start = time.perf_counter()
-                jax.block_until_ready(run(*args))
-            one = max(time.perf_counter() - start, 1e-7)
-            calls = max(1, min(1000, math.ceil(self.sample_seconds / one)))
-            samples = []
-            for _ in range(self.runs):
-                start = time.perf_counter()
-                out = None
-                for _ in range(calls):
-                    out = run(*args)
-                jax.block_until_ready(out)
-                samples.append((time.perf_counter() - start) / calls)
+            median = self._median_us(lambda: run(*args))
         except Exception as exc:  # one configuration that cannot compile or run does not end the tuning
             return ConfigTiming(description, config, None, f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}")
-        return ConfigTiming(description, config, statistics.median(samples) * 1e6)
+        return ConfigTiming(description, config, median)
+
+    def _median_us(self, run: Callable[[], Any]) -> float:
+        """``run``'s median time in microseconds: run once (compiling), ``warmup`` times, then ``runs`` samples,
+        each a batch of back-to-back runs at least ``sample_seconds`` long."""
+        start = time.perf_counter()
+        jax.block_until_ready(run())
+        for _ in range(self.warmup):
+            start = time.perf_counter()
+            jax.block_until_ready(run())
+        one = max(time.perf_counter() - start, 1e-7)
+        calls = max(1, min(1000, math.ceil(self.sample_seconds / one)))
+        samples = []
+        for _ in range(self.runs):
+            start = time.perf_counter()
+            out = None
+            for _ in range(calls):
+                out = run()
+            jax.block_until_ready(out)
+            samples.append((time.perf_counter() - start) / calls)
+        return statistics.median(samples) * 1e6
 
 
 def _untranslatable(call: CallSpec, platform: str, device: Any, operands: tuple[BufferSpec, ...]) -> str:

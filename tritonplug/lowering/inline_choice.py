@@ -4,8 +4,8 @@ translation to XLA ops (by the backend that declares ``inlines``), and why.
 The call's mode (``calls/inline_mode.py``: call > kernel > ``TRITONPLUG_INLINE``) decides: ``True`` inlines,
 ``False`` launches. ``"auto"`` inlines only where
 
-1. a path record (``tuning/path_records.py``, made by ``tritonplug.tune``, which times both paths) for this call on
-   this target says the inlined path measured faster, and
+1. a path record (``tuning/path_records.py``, made by ``tritonplug.tune``, which times the whole program with the
+   call launched and inlined: ``tuning/program_paths.py``) for this call on this target says inlined, and
 2. the translation exists and holds no gather, scatter or while loop (``lowering/fusion.py``; checked by the
    lowering once it has the translation, :func:`launch_instead` otherwise);
 
@@ -27,7 +27,7 @@ from tritonplug.compile.backends import Backend
 from tritonplug.errors import PluginError
 from tritonplug.process.state import state
 from tritonplug.records import BufferSpec, Target
-from tritonplug.tuning.path_records import recorded_path
+from tritonplug.tuning.path_records import TRIAL, recorded_path
 
 #: What the paths are called in :class:`PathChoice`.
 LAUNCHED, INLINED = "launched", "inlined"
@@ -40,7 +40,8 @@ class PathChoice:
     ``path``: :data:`LAUNCHED` (a custom call, or the CPU backend's own kernel) or :data:`INLINED` (XLA ops in the
     program). ``mode``: the call's mode, set by ``source`` (``"call"``, ``"kernel"``, ``"setting"``, ``"default"``).
     ``reason``: why, in words. ``unfusible``: the translation's gathers, scatters and while loops where one was made
-    and checked (``inline=True`` or a record's ``"auto"``). ``times_us``: what the path record measured, if any.
+    and checked (``inline=True`` or a record's ``"auto"``). ``times_us``: what the path record measured, if any;
+    ``program``: when those are times of a whole program (``tune`` times the program it is given), its name.
     """
 
     kernel: str
@@ -51,6 +52,7 @@ class PathChoice:
     reason: str
     unfusible: Mapping[str, int] | None = None
     times_us: Mapping[str, float] | None = None
+    program: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,16 +89,19 @@ def decide(call: CallSpec, platform: str, device: Any | None, operands: Sequence
             choice, reason=f"inline='auto' by {by}: no path record for this call on {target.describe()} "
                            f"(tritonplug.tune measures both paths); launched"))
     times = dict(record.info.get("times_us") or {}) or None
-    measured = ", ".join(f"{k} {v:.1f} us" for k, v in sorted((times or {}).items()))
+    program = record.info.get("program") if record.info.get("timed") == "program" else None
+    measured = ", ".join([f"{k} {v:.1f} us" for k, v in sorted((times or {}).items())]
+                         + ([f"times of the whole program {program}"] if program else []))
+    choice = dataclasses.replace(choice, times_us=times, program=program)
     if record.config.get("path") != "inline":
-        why = record.info.get("reason") or f"measured faster launched ({measured})"
+        why = (record.info.get("reason") or "measured faster launched") + (f" ({measured})" if measured else "")
         return Decision(own, target, dataclasses.replace(
-            choice, reason=f"inline='auto' by {by}: the path record says launch: {why}", times_us=times))
+            choice, reason=f"inline='auto' by {by}: the path record says launch: {why}"))
+    why = record.info.get("reason") if record.info.get("reason") == TRIAL else "the path record measured inlined " \
+        "faster" + (f" ({measured})" if measured else "")
     return dataclasses.replace(
         _decision(call, platform, device, True, dataclasses.replace(
-            choice, path=INLINED, times_us=times,
-            reason=f"inline='auto' by {by}: the path record measured inlined faster"
-                   + (f" ({measured})" if measured else ""))), check=True)
+            choice, path=INLINED, reason=f"inline='auto' by {by}: {why}")), check=True)
 
 
 def launch_instead(decision: Decision, call: CallSpec, platform: str, device: Any | None, why: str) -> Decision:

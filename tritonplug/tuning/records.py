@@ -20,8 +20,11 @@ function and global it uses) is ``source``, called with the autotune key values 
 A *path record* says whether an ``inline="auto"`` call is inlined: its ``key`` holds every argument by name
 (``args``: arrays as ``"float16[512,512]"``, scalars by value), ``dtypes``, ``constexprs`` and ``"choice": "path"``;
 its ``backend`` and ``target`` are the launching backend's; its ``config`` is ``{"path": "inline"}`` or
-``{"path": "launch"}``; ``times_us`` holds ``launch`` and ``inline`` where both were measured, and ``reason`` why
-it launches without measurement (the translation holds gathers, scatters or while loops, or there is none).
+``{"path": "launch"}``; ``times_us`` holds ``launch`` and ``inline`` where both were measured, ``timed``:
+``"program"`` (they are times of the whole program ``program``, the function given to ``tune``, with this call
+launched and inlined and the calls before it as already chosen: :mod:`tritonplug.tuning.program_paths`), and
+``reason`` why it launches (inlining did not make the program faster by the margin; the translation holds
+gathers, scatters or while loops, or there is none).
 
 ``arch`` is compared as a string; array values in ``key.args`` are written ``"float16[512,512]"``.
 The identity of a record (:func:`identity`) is the sha256 of the canonical JSON (sorted keys, no spaces)
@@ -46,7 +49,7 @@ from typing import Any
 FILE_FORMAT = "tritonplug-tuning"
 FILE_VERSION = 1
 #: Fields that are informational: kept and exported, never part of the identity.
-INFO_FIELDS = ("kernel", "times_us", "device", "triton", "tritonplug", "created", "reason")
+INFO_FIELDS = ("kernel", "times_us", "device", "triton", "tritonplug", "created", "reason", "timed", "program")
 #: ``key.choice`` of a path record (whether an ``inline="auto"`` call is inlined), and the paths it names.
 PATH_CHOICE = "path"
 PATHS = ("inline", "launch")

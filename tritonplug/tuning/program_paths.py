@@ -1,0 +1,101 @@
+"""``tritonplug.tune``'s decision of the ``inline="auto"`` calls' paths: by timing the whole program, greedily.
+
+Whether inlining a call pays depends on its neighbours (XLA fuses the translation with them, or schedules the
+program worse), so timing a call alone, in a program of its own, can pick the slower path. Instead ``tune`` times
+the function it is given, jitted as one program (:func:`program_of`), with assignments of paths (:func:`greedy`):
+
+* start from every candidate launched and time the program;
+* for each candidate in the order the program first calls it, time the program with it inlined and the others as
+  chosen so far; keep the inlining only if the program's median is below the current one by more than
+  :data:`MARGIN` (2 %: below that, the launched path stays, so noise never inlines);
+* at most :data:`MAX_TRIALS` candidates are tried (each trial compiles the whole program); later ones are not
+  tried and stay launched in those trials (``tune`` records nothing for them: they keep any record they had).
+
+A candidate is a distinct call (kernel source, every argument, target: its path record's identity) whose
+translation holds no gather, scatter or while loop; a call the program makes twice is one candidate, both
+inlined or both launched. Calls without a fusible translation are never tried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from tritonplug.tuning.path_records import trying
+
+#: How much faster (a fraction of the current program's median) inlining a call must make the program to be kept.
+MARGIN = 0.02
+#: How many candidates ``tune`` tries for one program (one compile of the program each, plus the baseline's).
+MAX_TRIALS = 16
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate's trial: the program's median time with it launched (the current assignment) and inlined
+    (``None`` with ``error`` if that program failed to compile or run)."""
+
+    identity: str
+    launch_us: float
+    inline_us: float | None
+    kept: bool
+    error: str = ""
+
+
+def greedy(candidates: Sequence[str], time_us: Callable[[Mapping[str, str]], float], margin: float = MARGIN,
+           max_trials: int = MAX_TRIALS) -> tuple[dict[str, str], list[Trial]]:
+    """The assignment (``"inline"``/``"launch"`` by candidate) the greedy search keeps, and its trials (the first
+    ``max_trials`` candidates'). ``time_us(assignment)`` is the program's median time under ``assignment``; an
+    exception from the baseline (all launched) propagates, one from a trial drops that inlining."""
+    chosen = {identity: "launch" for identity in candidates}
+    best = time_us(chosen)
+    trials = []
+    for identity in candidates[:max_trials]:
+        assignment = {**chosen, identity: "inline"}
+        try:
+            inline = time_us(assignment)
+        except Exception as exc:  # an inlining that cannot compile or run is not kept; the others are still tried
+            trials.append(Trial(identity, best, None, False, f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}"))
+            continue
+        kept = inline < best * (1.0 - margin)
+        trials.append(Trial(identity, best, inline, kept))
+        if kept:
+            chosen, best = assignment, inline
+    return chosen, trials
+
+
+def program_of(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+               ) -> tuple[Callable[..., Any], list[Any]]:
+    """``fn(*args, **kwargs)`` as a function of its array arguments only (every other leaf, a Python scalar or
+    string, is held static as the call gave it), and those arrays."""
+    leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
+    dynamic = [i for i, leaf in enumerate(leaves) if isinstance(leaf, (jax.Array, np.ndarray))]
+
+    def whole(*arrays: Any) -> Any:
+        filled = list(leaves)
+        for i, array in zip(dynamic, arrays, strict=True):
+            filled[i] = array
+        a, k = jax.tree_util.tree_unflatten(tree, filled)
+        return fn(*a, **k)
+
+    return whole, [leaves[i] for i in dynamic]
+
+
+def compiled_with(whole: Callable[..., Any], arrays: Sequence[Any], paths: Mapping[str, str]) -> Any:
+    """``whole`` jitted and compiled for ``arrays`` with the candidates' ``paths`` forced. JAX's caches are
+    cleared first (they hold programs lowered with other paths: a jitted function ``fn`` calls, ``fn`` itself), and
+    the fresh ``jax.jit`` traces and lowers again inside the override."""
+    jax.clear_caches()
+    with trying(paths):
+        return jax.jit(whole).lower(*arrays).compile()
+
+
+def name_of(fn: Callable[..., Any]) -> str:
+    """The name a record gives the program: ``module.qualname`` where ``fn`` has them."""
+    inner = getattr(fn, "__wrapped__", fn)
+    qualname = getattr(inner, "__qualname__", None) or type(inner).__name__
+    module = getattr(inner, "__module__", None)
+    return f"{module}.{qualname}" if module else qualname
