@@ -218,3 +218,25 @@ def test_every_compound_split_assign_makes_is_one_block_per_device(k, g, x, y, s
     pieces = {f: math.prod(mesh[a] for a in chosen.get(f, ())) for f in ("k", "g", "d")}
     assert all(b.sizes[f] % pieces[f] == 0 for f in pieces)
     assert pieces["g"] == 1 or pieces["k"] == b.sizes["k"]
+
+
+def test_a_compound_dimension_gives_its_minor_factor_all_the_axes_left_or_none():
+    """``_compound_axes``: the major factor takes the longest run of the dimension's axes that divides it, the
+    minor one the axes left all together or none; no run that divides gives no split (not an empty one)."""
+    b = bound("(k g) d, k d -> (k g) d", [(4, 8), (2, 8)], [(4, 8)])  # k = 2, g = 2
+    mesh = {"x": 2, "y": 2, "z": 2}
+    assert rules.assign(b, mesh, (OPERANDS, [(("x", "y", "z"), ()), None])) == {"k": ("x",)}  # y z: 4 ∤ g
+    assert rules.assign(b, mesh, (OPERANDS, [(("x", "y"), ()), None])) == {"k": ("x",), "g": ("y",)}
+    odd = bound("(k g) d, k d -> (k g) d", [(6, 8), (3, 8)], [(6, 8)])  # k = 3: no run of x (2) divides it
+    assert rules.assign(odd, {"x": 2}, (OPERANDS, [(("x",), ()), None])) == {}
+    # g split in part (2 of its 4) under k in pieces of one element: one block per device, kept
+    part = bound("(k g) d, k d -> (k g) d", [(8, 8), (2, 8)], [(8, 8)])  # k = 2, g = 4
+    assert rules.assign(part, {"x": 2, "y": 2}, (OPERANDS, [(("x", "y"), ()), None])) == {"k": ("x",), "g": ("y",)}
+
+
+def test_a_compound_factor_known_elsewhere_as_one_or_zero_elements():
+    """The unknown factor of ``(k g)`` is the dimension's size over the known ones: with ``k`` of one element,
+    ``g`` is the whole dimension; with ``k`` of none, nothing divides and the rule is refused, saying so."""
+    assert bound("(k g), k -> (k g)", [(5,), (1,)], [(5,)]).sizes == {"k": 1, "g": 5}
+    with pytest.raises(ValueError, match="not a multiple of 0"):
+        bound("(k g), k -> (k g)", [(0,), (0,)], [(0,)])
