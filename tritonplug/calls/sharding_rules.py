@@ -37,15 +37,12 @@ def _flat(groups: Sequence[Dims]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(f for dim in dims for f in dim) for dims in groups)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """A parsed rule: per operand and per result, its dimensions' factor names (``...N``: a leading ellipsis)."""
+class _FlatFactors:
+    """``operands``/``results`` of a record holding ``operand_dims``/``result_dims`` (:class:`Rule`,
+    :class:`BoundRule`)."""
 
-    text: str
     operand_dims: tuple[Dims, ...]
     result_dims: tuple[Dims, ...]
-    need_replication: frozenset[str] = frozenset()
-    reduction: frozenset[str] = frozenset()
 
     @property
     def operands(self) -> tuple[tuple[str, ...], ...]:
@@ -58,7 +55,18 @@ class Rule:
 
 
 @dataclass(frozen=True)
-class BoundRule:
+class Rule(_FlatFactors):
+    """A parsed rule: per operand and per result, its dimensions' factor names (``...N``: a leading ellipsis)."""
+
+    text: str
+    operand_dims: tuple[Dims, ...]
+    result_dims: tuple[Dims, ...]
+    need_replication: frozenset[str] = frozenset()
+    reduction: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class BoundRule(_FlatFactors):
     """A rule bound to one call's shapes: ellipses expanded, every factor with its size."""
 
     rule: Rule
@@ -67,14 +75,6 @@ class BoundRule:
     sizes: Mapping[str, int]
     need_replication: frozenset[str] = frozenset()  # the rule's, '...' expanded to its dimensions' factors
     reduction: frozenset[str] = frozenset()
-
-    @property
-    def operands(self) -> tuple[tuple[str, ...], ...]:
-        return _flat(self.operand_dims)
-
-    @property
-    def results(self) -> tuple[tuple[str, ...], ...]:
-        return _flat(self.result_dims)
 
     def compounds(self) -> list[tuple[str, ...]]:
         """Every compound dimension's factors, major to minor."""
