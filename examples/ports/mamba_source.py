@@ -7,9 +7,10 @@ compiled extensions. So nothing here imports ``mamba_ssm`` as a package:
 * :func:`kernels` loads a module's kernels from source (``tritonplug.kernels_of(..., use_import=False)``), also
   where torch imports (a plain import would run the package ``__init__``). mamba-ssm's ``autotune_configs``
   asks ``MAMBA_DETERMINISTIC`` (and torch when it is unset) which configurations to keep, when a kernel's
-  definition loads: :func:`kernels` loads the module's kernels (which ``kernels_of`` does at once) with ``MAMBA_DETERMINISTIC=0``
-  unless the caller set it, so all configurations are kept and torch is never asked. The port always takes
-  mamba-ssm's non-deterministic path (``tl.atomic_add`` reductions; ``DETERMINISTIC_REDUCTION=False``).
+  definition loads: :func:`kernels` loads the module's kernels (``kernels_of`` does it at once) with
+  ``MAMBA_DETERMINISTIC=0`` unless the caller set it, so all configurations are kept and torch is never
+  asked. The port always takes mamba-ssm's non-deterministic path (``tl.atomic_add`` reductions,
+  ``DETERMINISTIC_REDUCTION=False``).
 * :func:`register_bare_packages` (for code that runs mamba-ssm's own torch launchers: the GPU test, the bench)
   enters ``mamba_ssm``, ``mamba_ssm.ops`` and ``mamba_ssm.ops.triton`` in ``sys.modules`` as empty packages with
   their ``__path__`` set, so ``import mamba_ssm.ops.triton.ssd_combined`` runs only that module and the ones it

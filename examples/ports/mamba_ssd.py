@@ -34,10 +34,23 @@ import numpy as np
 import tritonplug
 
 from .mamba_ssd_bwd import _bmm_chunk_bwd, _chunk_cumsum_bwd, _chunk_state_bwd_db, _state_passing_bwd
-from .mamba_ssd_fwd import (_bmm_chunk_fwd, _chunk_cumsum_fwd, _chunk_state_fwd, _mamba_chunk_scan_combined_fwd,
-                            _merge_pn, _split_pn, _state_passing_fwd)
-from .mamba_ssd_scan_bwd import (_chunk_scan_bwd_dC, _chunk_scan_bwd_dcb, _chunk_scan_bwd_ddAcs_stable,
-                                 _chunk_scan_bwd_dstates, _chunk_scan_bwd_dz, _chunk_scan_chunk_state_bwd_dx)
+from .mamba_ssd_fwd import (
+    _bmm_chunk_fwd,
+    _chunk_cumsum_fwd,
+    _chunk_state_fwd,
+    _mamba_chunk_scan_combined_fwd,
+    _merge_pn,
+    _split_pn,
+    _state_passing_fwd,
+)
+from .mamba_ssd_scan_bwd import (
+    _chunk_scan_bwd_dC,
+    _chunk_scan_bwd_dcb,
+    _chunk_scan_bwd_ddAcs_stable,
+    _chunk_scan_bwd_dstates,
+    _chunk_scan_bwd_dz,
+    _chunk_scan_chunk_state_bwd_dx,
+)
 
 _NAME = "mamba_chunk_scan_combined"
 _FLOATS = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16), np.dtype(jnp.float32))
@@ -77,14 +90,14 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit):
     xs = array("x", x)
     if len(xs) != 4:
         raise shape_error("x", "(batch, seqlen, nheads, headdim)", xs)
-    b, l, h, p = xs
+    b, seq, h, p = xs
     Bs = array("B", B)
-    if len(Bs) != 4 or Bs[:2] != (b, l):
-        raise shape_error("B", f"({b}, {l}, ngroups, dstate) (x is {xs})", Bs)
+    if len(Bs) != 4 or Bs[:2] != (b, seq):
+        raise shape_error("B", f"({b}, {seq}, ngroups, dstate) (x is {xs})", Bs)
     g = Bs[2]
     if g == 0 or h % g:
         raise ValueError(f"{_NAME}: nheads ({h}, x's dim 2) must be a multiple of ngroups ({g}, B's dim 2)")
-    expected = {"dt": (b, l, h), "A": (h,), "C": Bs, "z": xs, "dt_bias": (h,)}
+    expected = {"dt": (b, seq, h), "A": (h,), "C": Bs, "z": xs, "dt_bias": (h,)}
     for name, value in (("dt", dt), ("A", A), ("C", C), ("z", z), ("dt_bias", dt_bias)):
         got = array(name, value, optional=name in ("z", "dt_bias"))
         if got is not None and got != expected[name]:

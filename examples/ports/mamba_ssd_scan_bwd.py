@@ -159,8 +159,9 @@ def _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=1):
     assert dout.shape == x.shape
     nheads_per_program, nsplits = _nheads_per_program(batch, nchunks, nheads, ngroups)
     dcb = tritonplug.empty(batch, nchunks, nsplits, ngroups, chunk_size, chunk_size, dtype=jnp.float32)
-    grid_dcb = lambda META: (triton.cdiv(chunk_size, META['BLOCK_SIZE_M']) * triton.cdiv(chunk_size, META['BLOCK_SIZE_N']),  # noqa: E731
-                             batch * nchunks, nsplits * ngroups)
+    grid_dcb = lambda META: (  # noqa: E731
+        triton.cdiv(chunk_size, META['BLOCK_SIZE_M']) * triton.cdiv(chunk_size, META['BLOCK_SIZE_N']),
+        batch * nchunks, nsplits * ngroups)
     _chunk_scan_bwd_dcb_kernel[grid_dcb](
         x, dout, None, dt, dA_cumsum, None, dcb, None,
         chunk_size, headdim,
