@@ -12,11 +12,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import requires_backend
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.skipif(importlib.machinery.PathFinder.find_spec("mamba_ssm") is None,
-                                reason="mamba-ssm's source is not on sys.path (examples/fetch_kernel_sources.py)")
+pytestmark = [
+    requires_backend("interpret"),
+    pytest.mark.skipif(importlib.machinery.PathFinder.find_spec("mamba_ssm") is None,
+                       reason="mamba-ssm's source is not on sys.path (examples/fetch_kernel_sources.py)"),
+]
 
 INF = float("inf")
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import gpu_platforms
+from helpers import gpu_platforms, requires_backend
 
 
 def _mamba():
@@ -32,7 +32,7 @@ def _mamba():
 
 
 MAMBA, REASON = _mamba()
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(MAMBA is None, reason=REASON)]
+pytestmark = [pytest.mark.cuda, requires_backend("cuda"), pytest.mark.skipif(MAMBA is None, reason=REASON)]
 
 SHAPES = {  # b, l, h, p, g, n, chunk, dtype
     "small": (2, 200, 8, 32, 2, 32, 64, np.float32),
