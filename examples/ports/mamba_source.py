@@ -11,7 +11,7 @@ compiled extensions. So nothing here imports ``mamba_ssm`` as a package:
   ``MAMBA_DETERMINISTIC=0`` unless the caller set it, so all configurations are kept and torch is never
   asked. The port always takes mamba-ssm's non-deterministic path (``tl.atomic_add`` reductions,
   ``DETERMINISTIC_REDUCTION=False``).
-* :func:`register_bare_packages` (for code that runs mamba-ssm's own torch launchers: the GPU test, the bench)
+* :func:`register_bare_packages` (for code that runs mamba-ssm's own torch functions: the GPU test, the bench)
   enters ``mamba_ssm``, ``mamba_ssm.ops`` and ``mamba_ssm.ops.triton`` in ``sys.modules`` as empty packages with
   their ``__path__`` set, so ``import mamba_ssm.ops.triton.ssd_combined`` runs only that module and the ones it
   imports.
