@@ -96,13 +96,15 @@ def scan_reference(x, dt, A, B, C, D, z, dt_bias, softplus, limit):
 NAMES = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
 
 
-def check(a, chunk_size, softplus, limit, *, jit, grads, tol):
+def check(a, chunk_size, softplus, limit, *, jit, grads, tol, positional=False):
     op = ssd_op()
     f32 = {k: None if v is None else v.astype(jnp.float32) for k, v in a.items()}
 
     def call(**kw):
-        return op(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], chunk_size=chunk_size, D=kw["D"], z=kw["z"],
-                  dt_bias=kw["dt_bias"], dt_softplus=softplus, dt_limit=limit)
+        if positional:
+            return op(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], chunk_size, kw["D"], kw["z"], kw["dt_bias"],
+                      softplus, limit)
+        return op(**kw, chunk_size=chunk_size, dt_softplus=softplus, dt_limit=limit)  # every argument by keyword
 
     y = (jax.jit(call) if jit else call)(**a)
     assert y.shape == a["x"].shape and y.dtype == a["x"].dtype
@@ -132,13 +134,14 @@ def check(a, chunk_size, softplus, limit, *, jit, grads, tol):
 
 @pytest.mark.parametrize("case", [
     dict(D="h", z=True, dt_bias=True, softplus=True, limit=(0.0, INF), jit=True),
-    dict(D="hp", z=False, dt_bias=False, softplus=True, limit=(0.05, 0.9), jit=False),
+    dict(D="hp", z=False, dt_bias=False, softplus=True, limit=(0.05, 0.9), jit=False, positional=True),
     dict(D=None, z=True, dt_bias=True, softplus=False, limit=(0.0, 0.7), jit=True, g=1),
-], ids=["D_h-z-bias-softplus-jit", "D_hp-limit-eager", "noD-g1-nosoftplus-jit"])
+], ids=["D_h-z-bias-softplus-jit", "D_hp-limit-eager-positional", "noD-g1-nosoftplus-jit"])
 def test_forward_and_gradients_match_the_recurrence(case):
     case = dict(case)
     softplus, limit, jit = case.pop("softplus"), case.pop("limit"), case.pop("jit")
-    check(inputs(0, **case), 16, softplus, limit, jit=jit, grads=True, tol=2e-4)
+    positional = case.pop("positional", False)
+    check(inputs(0, **case), 16, softplus, limit, jit=jit, grads=True, tol=2e-4, positional=positional)
 
 
 def test_bfloat16_inputs_forward_and_gradients():
@@ -174,6 +177,7 @@ BAD = [
     (dict(dt_softplus="yes"), TypeError, "`dt_softplus` must be a bool"),
     (dict(initial_states=("shape", (2, 4, 8, 16))), NotImplementedError, "`initial_states` is not supported"),
     (dict(return_final_states=True), NotImplementedError, "`return_final_states` is not supported"),
+    (dict(seq_idx=("shape", (2, 40))), NotImplementedError, "`seq_idx` is not supported"),
 ]
 
 

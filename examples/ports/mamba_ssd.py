@@ -63,10 +63,10 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
 
     x ``(b, l, h, p)``; dt ``(b, l, h)``; A ``(h,)``; B, C ``(b, l, g, n)`` with ``h % g == 0``; D ``(h,)`` or
     ``(h, p)``; z ``(b, l, h, p)``; dt_bias ``(h,)``. Differentiable in every array argument."""
-    for name, value, default in (("initial_states", initial_states, None), ("seq_idx", seq_idx, None),
-                                 ("cu_seqlens", cu_seqlens, None), ("return_final_states", return_final_states, False),
-                                 ("return_varlen_states", return_varlen_states, False)):
-        if value is not default and value != default:
+    for name, value in (("initial_states", initial_states), ("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens),
+                        ("return_final_states", return_final_states or None),
+                        ("return_varlen_states", return_varlen_states or None)):
+        if value is not None:
             raise NotImplementedError(f"{_NAME}: `{name}` is not supported by this port (only the plain scan: "
                                       f"no initial or returned states, no seq_idx/varlen); got {value!r}")
     dt_limit = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit)
