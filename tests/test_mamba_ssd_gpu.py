@@ -8,12 +8,16 @@ Runs where JAX sees a CUDA device and torch, einops and mamba-ssm's source impor
 from __future__ import annotations
 
 import importlib
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import gpu_platforms, requires_backend
+
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU with JAX (if JAX starts here)
 
 
 def _mamba():
