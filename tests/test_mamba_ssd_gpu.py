@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from helpers import gpu_platforms, requires_backend
 
-
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU with JAX (if JAX starts here)
 
 
