@@ -134,7 +134,7 @@ def _fwd_rule(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
     groups += [] if dt_bias is None else [h]
     results = f"b l {h} p" + ("" if z is None else f", b l {h} p")
     return tritonplug.sharding_rule(f"{', '.join(groups)} -> {results}",
-                                    need_replication=("l", "p", "n") + (("r",) if g == "g" and h != "h" else ()))
+                                    need_replication=("l", "p", "n") + (() if h == "h" else ("r",)))
 
 
 def _bwd_rule(dout, x, dt, A, B, C, out, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
