@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
-def _inputs(seed, b, l, h, g, p, n, dtype="float32", D="h", z=True, bias=True):
+def _inputs(seed, b, seq, h, g, p, n, dtype="float32", D="h", z=True, bias=True):
     """Random SSD arguments (NumPy, fp32): ``dt`` around 0 (softplus'd or clipped), ``A`` negative."""
     rng = np.random.default_rng(seed)
     f = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
-    args = {"x": f(b, l, h, p), "dt": f(b, l, h, scale=0.5), "A": -rng.uniform(0.2, 1.5, h).astype(np.float32),
-            "B": f(b, l, g, n), "C": f(b, l, g, n),
-            "D": {"h": f(h), "hp": f(h, p), None: None}[D], "z": f(b, l, h, p) if z else None,
+    args = {"x": f(b, seq, h, p), "dt": f(b, seq, h, scale=0.5), "A": -rng.uniform(0.2, 1.5, h).astype(np.float32),
+            "B": f(b, seq, g, n), "C": f(b, seq, g, n),
+            "D": {"h": f(h), "hp": f(h, p), None: None}[D], "z": f(b, seq, h, p) if z else None,
             "dt_bias": f(h, scale=0.5) if bias else None}
     return {k: (v.astype(dtype) if v is not None and k in ("x", "B", "C", "z") else v) for k, v in args.items()}
 
@@ -33,11 +33,11 @@ def reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limi
     """The recurrence, one step at a time, in float64."""
     x, A, B, C = (np.asarray(a, np.float64) for a in (x, A, B, C))
     step = _dt_reference(np.asarray(dt), dt_bias, softplus, limit)
-    b, l, h, p = x.shape
+    b, seq, h, p = x.shape
     r = h // B.shape[2]
     state = np.zeros((b, h, p, B.shape[3]))
     y = np.empty_like(x)
-    for t in range(l):
+    for t in range(seq):
         Bt, Ct = np.repeat(B[:, t], r, axis=1), np.repeat(C[:, t], r, axis=1)  # (b, h, n): head i in group i // r
         decay = np.exp(step[:, t] * A)[:, :, None, None]
         state = decay * state + step[:, t, :, None, None] * x[:, t, :, :, None] * Bt[:, :, None, :]
@@ -60,7 +60,7 @@ def scan_reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False,
     if softplus:
         step = jnp.where(step <= 20.0, jax.nn.softplus(jnp.minimum(step, 20.0)), step)
     step = jnp.where(step < limit[0], limit[0], jnp.where(step > limit[1], limit[1], step))
-    b, l, h, p = x.shape
+    b, seq, h, p = x.shape
     r = h // B.shape[2]
 
     def one(state, t):
@@ -88,26 +88,26 @@ def _ssd(args, chunk, softplus=False, limit=(0.0, float("inf"))):
 
 
 @settings(max_examples=20, deadline=None)
-@given(b=st.integers(1, 2), l=st.integers(1, 37), chunk=st.sampled_from([1, 4, 8, 16]),
+@given(b=st.integers(1, 2), seq=st.integers(1, 37), chunk=st.sampled_from([1, 4, 8, 16]),
        heads=st.sampled_from([(1, 1), (2, 1), (4, 2), (3, 3), (6, 2)]), p=st.integers(1, 4), n=st.integers(1, 5),
        D=st.sampled_from([None, "h", "hp"]), z=st.booleans(), bias=st.booleans(), softplus=st.booleans(),
        limit=st.sampled_from([(0.0, float("inf")), (0.05, 0.6)]), seed=st.integers(0, 2**16))
-def test_the_chunked_ssd_is_the_sequential_recurrence(b, l, chunk, heads, p, n, D, z, bias, softplus, limit, seed):
+def test_the_chunked_ssd_is_the_sequential_recurrence(b, seq, chunk, heads, p, n, D, z, bias, softplus, limit, seed):
     h, g = heads
-    args = _inputs(seed, b, l, h, g, p, n, D=D, z=z, bias=bias)
+    args = _inputs(seed, b, seq, h, g, p, n, D=D, z=z, bias=bias)
     got = np.asarray(_ssd(args, chunk, softplus, limit))
     want = reference(**args, softplus=softplus, limit=limit)
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * max(1.0, float(np.max(np.abs(want)))))
 
 
-@pytest.mark.parametrize("l, chunk", [(64, 16), (50, 16), (7, 32)])
-def test_bf16_inputs_give_the_recurrence_to_bf16_precision(l, chunk):
+@pytest.mark.parametrize("seq, chunk", [(64, 16), (50, 16), (7, 32)])
+def test_bf16_inputs_give_the_recurrence_to_bf16_precision(seq, chunk):
     """bf16 ``x``/``B``/``C``/``z`` (fp32 ``dt``, ``A``, ``D``, ``dt_bias``): a bf16 result within bf16 rounding of
     the float64 recurrence of the same (rounded) inputs."""
     import jax.numpy as jnp
 
-    args = _inputs(1, 2, l, 4, 1, 8, 16, dtype=jnp.bfloat16)
+    args = _inputs(1, 2, seq, 4, 1, 8, 16, dtype=jnp.bfloat16)
     got = _ssd(args, chunk, softplus=True)
     assert got.dtype == jnp.bfloat16
     want = reference(**{k: (None if v is None else np.asarray(v, np.float32)) for k, v in args.items()},
@@ -126,19 +126,19 @@ def test_decay_over_many_chunks_keeps_the_nearby_chunks_exact():
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * float(np.max(np.abs(want))))
 
 
-@pytest.mark.parametrize("b, l, h, g, p, n, chunk, D, softplus, limit", [
+@pytest.mark.parametrize("b, seq, h, g, p, n, chunk, D, softplus, limit", [
     (2, 24, 4, 2, 3, 4, 8, "h", True, (0.0, float("inf"))),
     (1, 19, 2, 1, 4, 3, 8, "hp", False, (0.05, 0.6)),
     (1, 16, 3, 3, 2, 5, 16, None, True, (0.1, 0.4)),
 ])
-def test_gradients_equal_those_of_the_scan_recurrence(b, l, h, g, p, n, chunk, D, softplus, limit):
+def test_gradients_equal_those_of_the_scan_recurrence(b, seq, h, g, p, n, chunk, D, softplus, limit):
     import jax
     import jax.numpy as jnp
 
     from examples.mamba2.ssd_jnp import ssd
 
-    args = {k: (None if v is None else jnp.asarray(v)) for k, v in _inputs(7, b, l, h, g, p, n, D=D).items()}
-    cot = jnp.asarray(np.random.default_rng(8).standard_normal((b, l, h, p)), jnp.float32)
+    args = {k: (None if v is None else jnp.asarray(v)) for k, v in _inputs(7, b, seq, h, g, p, n, D=D).items()}
+    cot = jnp.asarray(np.random.default_rng(8).standard_normal((b, seq, h, p)), jnp.float32)
     names = [k for k, v in args.items() if v is not None]
 
     def grads(f):

@@ -35,24 +35,24 @@ def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, dt_softpl
         dt_limit: Sequence[float] = (0.0, float("inf"))) -> jax.Array:
     """``y`` ``(batch, seq, heads, head_dim)`` in ``x``'s dtype; the arguments as ``mamba_chunk_scan_combined``'s:
     ``x`` ``(b, l, h, p)``, ``dt`` ``(b, l, h)``, ``A`` ``(h,)``, ``B``/``C`` ``(b, l, g, n)`` with ``h % g == 0``,
-    ``D`` ``(h,)`` or ``(h, p)``, ``z`` like ``x``, ``dt_bias`` ``(h,)``. ``seq`` need not be a multiple of
+    ``D`` ``(h,)`` or ``(h, p)``, ``z`` like ``x``, ``dt_bias`` ``(h,)``. ``l`` need not be a multiple of
     ``chunk_size``. Bad arguments raise ``ValueError`` naming the argument, before anything is computed."""
     lo, hi = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_limit)
-    b, l, h, p = x.shape
+    b, seq, h, p = x.shape
     g, n = B.shape[2:]
     step = _dt(dt, dt_bias, dt_softplus, lo, hi)
-    pad = -l % chunk_size
+    pad = -seq % chunk_size
     if pad:  # padded steps have dt' = 0: they neither decay the state nor add to it
         x, step, B, C = (jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2)) for a in (x, step, B, C))
-    chunks = (l + pad) // chunk_size
+    chunks = (seq + pad) // chunk_size
     r = h // g
     xc = x.reshape(b, chunks, chunk_size, g, r, p)
     Bc = B.reshape(b, chunks, chunk_size, g, n)
     Cc = C.reshape(b, chunks, chunk_size, g, n)
     # dt' and the decays' cumulative sums as (b, chunks, g, r, chunk): the time axis last, next to the matmuls'
     step = jnp.moveaxis(step.reshape(b, chunks, chunk_size, g, r), 2, -1)
-    y = _chunked(xc, step, A.astype(F32).reshape(g, r), Bc, Cc).reshape(b, chunks * chunk_size, h, p)[:, :l]
-    x = x[:, :l]
+    y = _chunked(xc, step, A.astype(F32).reshape(g, r), Bc, Cc).reshape(b, chunks * chunk_size, h, p)[:, :seq]
+    x = x[:, :seq]
     if D is not None:
         D = D.astype(F32)
         y = y + x.astype(F32) * (D[:, None] if D.ndim == 1 else D)
@@ -120,13 +120,13 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_limit) -> tuple[float, 
 
     if getattr(x, "ndim", None) != 4:
         fail("x", "(batch, seq, heads, head_dim)", f"shape {getattr(x, 'shape', type(x).__name__)}")
-    b, l, h, p = x.shape
-    if getattr(B, "ndim", None) != 4 or B.shape[:2] != (b, l):
-        fail("B", f"(batch, seq, groups, state) = ({b}, {l}, g, n)", f"shape {getattr(B, 'shape', None)}")
+    b, seq, h, p = x.shape
+    if getattr(B, "ndim", None) != 4 or B.shape[:2] != (b, seq):
+        fail("B", f"(batch, seq, groups, state) = ({b}, {seq}, g, n)", f"shape {getattr(B, 'shape', None)}")
     g = B.shape[2]
     if g == 0 or h % g:
         fail("B", f"groups dividing the {h} heads", f"{g} groups")
-    expected = {"dt": (b, l, h), "A": (h,), "C": B.shape, "z": x.shape, "dt_bias": (h,)}
+    expected = {"dt": (b, seq, h), "A": (h,), "C": B.shape, "z": x.shape, "dt_bias": (h,)}
     for name, value in (("dt", dt), ("A", A), ("C", C), ("z", z), ("dt_bias", dt_bias)):
         if (value is not None or name in ("dt", "A", "C")) and getattr(value, "shape", None) != expected[name]:
             fail(name, f"shape {expected[name]}", f"shape {getattr(value, 'shape', type(value).__name__)}")
