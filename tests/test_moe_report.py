@@ -1,4 +1,5 @@
-"""docs/moe.md's tables are bench/moe_report.py's rendering of the recorded runs (bench/results/moe-*/)."""
+"""docs/moe.md's and docs/mamba2.md's tables are bench/moe_report.py's and bench/mamba2_report.py's renderings of the
+recorded runs (bench/results/moe-*/, bench/results/mamba2-*/)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,51 @@ def test_a_changed_figure_or_a_hidden_failure_is_caught(tmp_path, monkeypatch):
         doc.write_text(edited)
         monkeypatch.setattr(report, "DOC", doc)
         assert report.main(["--check"]) == 1
+
+
+# ---- docs/mamba2.md: bench/mamba2_report.py's rendering of bench/results/mamba2-*/
+
+def _mamba2_report():
+    spec = importlib.util.spec_from_file_location("mamba2_report", ROOT / "bench" / "mamba2_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_mamba2_tables_are_the_rendering_of_the_recorded_runs():
+    assert _mamba2_report().main(["--check"]) == 0, "run: python bench/mamba2_report.py"
+
+
+def _mamba2_run(jnp_us: float, port_us: float, check: str = "ok", smoke: bool = False) -> dict:
+    """A run as bench/mamba2.py records it: the SSD's forward + backward at seq 8192, its check against torch."""
+    bench = "ssd b=2 seq=8192 heads=64 head_dim=64 state=128 groups=1 chunk=256"
+    timed = [{"bench": f"{bench} forward+backward", "impl": impl, "median_us": us, "peak_bytes": gb * 1e9}
+             for impl, us, gb in (("jnp", jnp_us, 8.0), ("tritonplug", port_us, 2.0), ("torch", 900.0, 2.5))]
+    checked = {"bench": f"{bench} check", "impl": "tritonplug vs torch", "median_us": None, "check": check,
+               "max_rel_diff": {"y": 0.001, "dx": 0.004}}
+    return {"command": "python bench/mamba2.py --out x.json", "smoke": smoke, "environment": {"devices": ["H200"]},
+            "records": [*timed, checked]}
+
+
+def test_mamba2_figures_are_medians_over_runs_and_a_failed_run_gives_none(tmp_path):
+    import json
+
+    report = _mamba2_report()
+    assert report.render(tmp_path).count("Not measured yet") == 4  # no run: every table says so
+    runs = {"run1.json": _mamba2_run(3000.0, 1000.0), "run2.json": _mamba2_run(3300.0, 1000.0),
+            "run3.json": _mamba2_run(100.0, 1000.0, check="MISMATCH: dx off by 0.5 of its scale"),
+            "smoke.json": _mamba2_run(1.0, 1000.0, smoke=True)}
+    (tmp_path / "mamba2-h200").mkdir()
+    for name, run in runs.items():
+        (tmp_path / "mamba2-h200" / name).write_text(json.dumps(run))
+    text = report.render(tmp_path)
+    assert "smoke.json" not in text  # smoke runs are never read
+    assert "| `mamba2-h200/run3.json` |" in text and "no: it failed" in text  # named, not counted
+    # run1 and run2 only: jnp 3150 (3000–3300) µs, the port 3.15× (3.00–3.30×) faster, a quarter of the memory
+    row = next(line for line in text.splitlines() if line.startswith("| b=2 seq=8192"))
+    assert "| 3150 (3000–3300) | 1000 | 900 | 3.15× (3.00–3.30×) | 0.90× |" in row, row
+    assert "| 8.00 | 2.00 | 2.50 | 0.25× | 2 |" in row, row
+    assert "≥ 3× `jnp` | 3.15× (3.00–3.30×) | met |" in text
+    assert "2 of 3 checks ok | NOT met |" in text  # the failed run's check still counts against the goal
+    (tmp_path / "mamba2-h200" / "run4.json").write_text(json.dumps(_mamba2_run(2000.0, 1000.0)))
+    assert "≥ 3× `jnp` | 3.00× (2.00–3.30×) | NOT met |" in report.render(tmp_path)

@@ -55,7 +55,8 @@ def rope_tables(cfg: Config) -> tuple[jax.Array, jax.Array]:
     return jnp.cos(angles), jnp.sin(angles)
 
 
-def _remat(layer, cfg: Config):
+def remat(layer, cfg: Config):
+    """``layer`` under the config's rematerialisation (``cfg.remat``); ``examples/mamba2`` wraps its layers too."""
     if cfg.remat == "none":
         return layer
     if cfg.remat == "dots":
@@ -100,7 +101,7 @@ def hidden_states_and_aux(params: dict, tokens: jax.Array, cfg: Config, ops: Ops
         out, aux = mlp(h, p, cfg, ops)
         return constrain(x + out), aux
 
-    x, aux = jax.lax.scan(_remat(layer, cfg), x, params["layers"])
+    x, aux = jax.lax.scan(remat(layer, cfg), x, params["layers"])
     return ops.rms_norm(x, params["final_norm"].astype(dt), cfg.eps), jnp.sum(aux)
 
 

@@ -1,0 +1,186 @@
+"""Render ``docs/mamba2.md``'s figure tables from every ``bench/mamba2.py`` run recorded under
+``bench/results/mamba2-*/``.
+
+    python bench/mamba2_report.py            # rewrite the tables between the markers of docs/mamba2.md
+    python bench/mamba2_report.py --check    # exit 1 when docs/mamba2.md differs from its rendering
+
+The rule of ``bench/_report.py``: a configuration's figure is the median over all its recorded runs (each run's own
+median), with the range of those medians where the runs differ; ratios are taken within a run (side by side), then
+their median over runs. A run in which anything failed (an error, or a check of the port against torch) gives no
+figure and is named in the runs table. Smoke runs (``--smoke``) are never read. With no run recorded, each table
+says so: not measured yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parent))  # for _report, when loaded by path (tests)
+from _report import RESULTS, ROOT, cell, replace_between, rewrite, table  # noqa: E402
+
+DOC = ROOT / "docs" / "mamba2.md"
+BEGIN, END = "<!-- mamba2-report: begin (bench/mamba2_report.py writes this part) -->", "<!-- mamba2-report: end -->"
+IMPLS = ("jnp", "tritonplug", "torch")
+NOT_MEASURED = "Not measured yet: no `bench/mamba2.py` run is recorded under `bench/results/mamba2-*/`."
+#: issue 40's goals, at this sequence length: forward + backward speed-up over ``jnp``, and peak memory
+GOAL_SEQ, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 3.0, 1.0
+
+
+def runs(results: Path = RESULTS) -> list[tuple[str, dict]]:
+    """``(path relative to bench/results, JSON)`` of every non-smoke bench/mamba2.py run, in path order."""
+    found = []
+    for path in sorted(results.glob("mamba2-*/**/*.json")):
+        data = json.loads(path.read_text())
+        if "records" in data and "bench/mamba2.py" in data.get("command", "") and not data.get("smoke"):
+            found.append((str(path.relative_to(results)), data))
+    return found
+
+
+def _failed(data: dict) -> list[dict]:
+    return [r for r in data["records"] if r.get("error") or r.get("check") not in (None, "ok")]
+
+
+def _usable(data: dict) -> bool:
+    """A run's figures count only when nothing in it failed: a fault poisons every later call of its process, and a
+    port that disagrees with torch is not timed for the table."""
+    return not _failed(data)
+
+
+def _gpu(data: dict) -> str:
+    devices = data.get("environment", {}).get("devices")
+    return devices[0] if isinstance(devices, list) and devices else "?"
+
+
+def _timed(recorded, prefix: str) -> dict[str, list[dict]]:
+    """``bench -> [the run's timed records by impl]`` over the usable runs, for benches starting with ``prefix``."""
+    out: dict[str, list[dict]] = {}
+    for _, data in recorded:
+        if not _usable(data):
+            continue
+        by_bench: dict[str, dict] = {}
+        for r in data["records"]:
+            if r["bench"].startswith(prefix) and r.get("median_us") is not None:
+                by_bench.setdefault(r["bench"], {})[r["impl"]] = r
+        for bench, impls in by_bench.items():
+            out.setdefault(bench, []).append(impls)
+    return out
+
+
+def _seq(bench: str) -> int:
+    found = re.search(r"seq=(\d+)", bench)
+    return int(found.group(1)) if found else 0
+
+
+def _order(bench: str) -> tuple:
+    return (bench.split(" seq=")[0], _seq(bench), bench)
+
+
+def _ratio(entries: list[dict], num: str, den: str, field: str = "median_us") -> list[float]:
+    return [e[num][field] / e[den][field] for e in entries
+            if num in e and den in e and e[num].get(field) and e[den].get(field)]
+
+
+def ssd_table(recorded) -> str:
+    rows = []
+    for bench, entries in sorted(_timed(recorded, "ssd ").items(), key=lambda kv: _order(kv[0])):
+        us = [cell([e[i]["median_us"] for e in entries if i in e], "{:.0f}") for i in IMPLS]
+        gb = [cell([e[i]["peak_bytes"] / 1e9 for e in entries if e.get(i, {}).get("peak_bytes")], "{:.2f}")
+              for i in IMPLS]
+        rows.append([bench.removeprefix("ssd "), *us, cell(_ratio(entries, "jnp", "tritonplug"), "{:.2f}", "×"),
+                     cell(_ratio(entries, "torch", "tritonplug"), "{:.2f}", "×"), *gb,
+                     cell(_ratio(entries, "tritonplug", "jnp", "peak_bytes"), "{:.2f}", "×"), str(len(entries))])
+    if not rows:
+        return NOT_MEASURED
+    return table(["SSD shape and program", "`jnp` µs", "`tritonplug` µs", "torch µs", "`jnp` / `tritonplug`",
+                  "torch / `tritonplug`", "`jnp` peak GB", "`tritonplug` peak GB", "torch peak GB",
+                  "`tritonplug` peak / `jnp`", "runs"], rows)
+
+
+def block_table(recorded) -> str:
+    rows = []
+    for bench, entries in sorted(_timed(recorded, "block ").items(), key=lambda kv: _order(kv[0])):
+        rows.append([bench.removeprefix("block ").removesuffix(" forward+backward"),
+                     *(cell([e[i]["median_us"] for e in entries if i in e], "{:.0f}") for i in IMPLS[:2]),
+                     cell(_ratio(entries, "jnp", "tritonplug"), "{:.2f}", "×"),
+                     *(cell([e[i]["peak_bytes"] / 1e9 for e in entries if e.get(i, {}).get("peak_bytes")], "{:.2f}")
+                       for i in IMPLS[:2]), str(len(entries))])
+    if not rows:
+        return NOT_MEASURED
+    return table(["Mamba-2 block, forward + backward", "`jnp` SSD µs", "`tritonplug` SSD µs", "speed-up",
+                  "`jnp` peak GB", "`tritonplug` peak GB", "runs"], rows)
+
+
+def checks_table(recorded) -> str:
+    """Per shape and comparison: the worst output's relative difference over the runs, and the runs' verdicts."""
+    found: dict[tuple[str, str], list[dict]] = {}
+    for _, data in recorded:
+        for r in data["records"]:
+            if r["bench"].endswith(" check") and "max_rel_diff" in r:
+                found.setdefault((r["bench"].removesuffix(" check"), r["impl"]), []).append(r)
+    rows = []
+    for (bench, impl), recs in sorted(found.items(), key=lambda kv: (_order(kv[0][0]), kv[0][1])):
+        worst = [max(r["max_rel_diff"].values()) for r in recs]
+        verdicts = sorted({r["check"] for r in recs})
+        rows.append([bench.removeprefix("ssd "), impl, cell(worst, "{:.2g}"), ", ".join(verdicts), str(len(recs))])
+    if not rows:
+        return NOT_MEASURED
+    return table(["SSD shape", "compared", "largest difference / the reference's largest magnitude (output or "
+                  "gradient)", "verdict", "runs"], rows)
+
+
+def goals_table(recorded) -> str:
+    entries = [e for bench, es in _timed(recorded, "ssd ").items()
+               if _seq(bench) == GOAL_SEQ and bench.endswith("forward+backward") for e in es]
+    speed = _ratio(entries, "jnp", "tritonplug")
+    memory = _ratio(entries, "tritonplug", "jnp", "peak_bytes")
+    checks = [r["check"] for _, data in recorded for r in data["records"]
+              if r["impl"].startswith("tritonplug vs") and r.get("check")]
+
+    def verdict(values, ok) -> str:
+        return "not measured yet" if not values else ("met" if all(map(ok, values)) else "NOT met")
+
+    rows = [[f"SSD forward + backward, seq {GOAL_SEQ}: `tritonplug` ≥ {GOAL_SPEEDUP:g}× `jnp`",
+             cell(speed, "{:.2f}", "×"), verdict(speed, lambda x: x >= GOAL_SPEEDUP)],
+            [f"its peak memory ≤ {GOAL_MEMORY:.1f}× `jnp`'s", cell(memory, "{:.2f}", "×"),
+             verdict(memory, lambda x: x <= GOAL_MEMORY)],
+            ["the port's outputs and gradients equal torch's (every run, every shape)",
+             f"{checks.count('ok')} of {len(checks)} checks ok" if checks else "—",
+             verdict(checks, lambda c: c == "ok")]]
+    return table(["goal (issue 40)", "figure (median over runs, range)", "verdict"], rows)
+
+
+def run_table(recorded) -> str:
+    if not recorded:
+        return NOT_MEASURED
+    rows = []
+    for path, data in recorded:
+        failed = _failed(data)
+        first = f"; first: {(failed[0].get('error') or failed[0]['check'])[:90]}" if failed else ""
+        rows.append([f"`{path}`", f"`{data['command'].split(' --out ')[0]}`", _gpu(data),
+                     str(sum(1 for r in data["records"] if r.get("median_us") is not None)), f"{len(failed)}{first}",
+                     "yes" if _usable(data) else "no: it failed"])
+    return table(["run (bench/results/)", "command", "device", "timed", "failed", "figures used"], rows)
+
+
+def render(results: Path = RESULTS) -> str:
+    recorded = runs(results)
+    return "\n\n".join([BEGIN, "The goals:", goals_table(recorded), "Every run of `bench/mamba2.py`:",
+                        run_table(recorded), "The SSD (`jnp` / `tritonplug`: how many times faster the port is):",
+                        ssd_table(recorded), "The port and `jnp` against mamba-ssm's torch function:",
+                        checks_table(recorded), "The Mamba-2 block:", block_table(recorded), END])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args(argv)
+    return rewrite({DOC: lambda text: replace_between(text, BEGIN, END, render())}, args.check,
+                   "bench/mamba2_report.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

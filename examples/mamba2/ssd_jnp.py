@@ -1,0 +1,147 @@
+"""Mamba-2's state-space duality (SSD) layer in plain ``jnp``: the baseline the Triton port is measured against.
+
+:func:`ssd` takes ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined``'s arguments and computes its
+result: with ``dt' = clip(softplus(dt + dt_bias))`` (softplus only when ``dt_softplus``) and per head ``h``
+
+    state_t = exp(dt'_t A_h) state_{t-1} + dt'_t x_t B_t^T        (p x n per head; B and C shared by a group)
+    y_t     = state_t C_t + D_h x_t,  then  y_t * silu(z_t)  when ``z`` is given.
+
+It is computed the chunked way (the Mamba-2 paper's ``ssd_minimal_discrete``, arranged for XLA): the sequence cut
+into chunks of ``chunk_size``; inside a chunk the quadratic (attention-like) form, a ``(chunk, chunk)`` matrix per
+head; across chunks a recurrence on the chunk states, itself done as one small ``(chunks, chunks)`` matmul. Nothing
+of size ``seq x seq`` exists. Precision follows mamba-ssm's kernels: ``dt``, its cumulative sums and every decay in
+fp32; the matmul operands in the inputs' dtype (bf16) with fp32 accumulation (``C B^T`` kept in fp32, the decayed
+scores, the chunk states passed to the output and the decayed inputs cast to the inputs' dtype before their
+matmul, as the kernels cast them); the output in ``x``'s dtype. Groups (``B``/``C`` shared by ``heads / groups``
+heads) stay a dimension of their own: no per-head copy of ``B`` or ``C``.
+
+Autodiff gives the backward. The core runs under ``jax.checkpoint`` keeping only matmul results: the
+``(chunk, chunk)`` decays and scores, elementwise in a few small arrays, are recomputed in the backward rather
+than stored, which is both leaner and, on a GPU, no slower than reading them back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+F32 = jnp.float32
+
+
+def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
+        dt_limit: Sequence[float] = (0.0, float("inf"))) -> jax.Array:
+    """``y`` ``(batch, seq, heads, head_dim)`` in ``x``'s dtype; the arguments as ``mamba_chunk_scan_combined``'s:
+    ``x`` ``(b, l, h, p)``, ``dt`` ``(b, l, h)``, ``A`` ``(h,)``, ``B``/``C`` ``(b, l, g, n)`` with ``h % g == 0``,
+    ``D`` ``(h,)`` or ``(h, p)``, ``z`` like ``x``, ``dt_bias`` ``(h,)``. ``l`` need not be a multiple of
+    ``chunk_size``. Bad arguments raise ``ValueError`` naming the argument, before anything is computed."""
+    lo, hi = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_limit)
+    b, seq, h, p = x.shape
+    g, n = B.shape[2:]
+    step = _dt(dt, dt_bias, dt_softplus, lo, hi)
+    pad = -seq % chunk_size
+    if pad:  # padded steps have dt' = 0: they neither decay the state nor add to it
+        x, step, B, C = (jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2)) for a in (x, step, B, C))
+    chunks = (seq + pad) // chunk_size
+    r = h // g
+    xc = x.reshape(b, chunks, chunk_size, g, r, p)
+    Bc = B.reshape(b, chunks, chunk_size, g, n)
+    Cc = C.reshape(b, chunks, chunk_size, g, n)
+    # dt' and the decays' cumulative sums as (b, chunks, g, r, chunk): the time axis last, next to the matmuls'
+    step = jnp.moveaxis(step.reshape(b, chunks, chunk_size, g, r), 2, -1)
+    y = _chunked(xc, step, A.astype(F32).reshape(g, r), Bc, Cc).reshape(b, chunks * chunk_size, h, p)[:, :seq]
+    x = x[:, :seq]
+    if D is not None:
+        D = D.astype(F32)
+        y = y + x.astype(F32) * (D[:, None] if D.ndim == 1 else D)
+    if z is not None:
+        y = y * jax.nn.silu(z.astype(F32))
+    return y.astype(x.dtype)
+
+
+def _dt(dt, dt_bias, softplus: bool, lo: float, hi: float) -> jax.Array:
+    """``dt'`` in fp32: ``dt + dt_bias``, softplus'd (linear above 20, as mamba-ssm's kernel), clipped to
+    ``[lo, hi]`` with a zero gradient where clipped."""
+    step = dt.astype(F32)
+    if dt_bias is not None:
+        step = step + dt_bias.astype(F32)
+    if softplus:
+        step = jnp.where(step <= 20.0, jax.nn.softplus(jnp.minimum(step, 20.0)), step)
+    if lo > -math.inf or hi < math.inf:
+        step = jnp.where(step < lo, lo, jnp.where(step > hi, hi, step))
+    return step
+
+
+def _chunked_core(xc, step, A, Bc, Cc):
+    """The SSD of chunked inputs: ``xc`` ``(b, c, L, g, r, p)``, ``step`` ``(b, c, g, r, L)`` fp32, ``A`` ``(g, r)``
+    fp32, ``Bc``/``Cc`` ``(b, c, L, g, n)``; ``y`` ``(b, c, L, g, r, p)`` fp32, without ``D`` and ``z``."""
+    dtype = xc.dtype
+    L = xc.shape[2]
+    cum = jnp.cumsum(step * A[..., None], axis=-1)  # (b, c, g, r, L): within-chunk cumulative log-decay
+    # inside each chunk: y[l] = sum_{s <= l} (C_l . B_s) exp(cum_l - cum_s) dt'_s x_s
+    scores = jnp.einsum("bclgn,bcsgn->bcgls", Cc, Bc, preferred_element_type=F32)
+    causal = jnp.arange(L)[:, None] >= jnp.arange(L)[None, :]
+    gap = jnp.where(causal, cum[..., :, None] - cum[..., None, :], -jnp.inf)  # masked before exp: no inf * 0
+    weights = (scores[:, :, :, None] * jnp.exp(gap) * step[..., None, :]).astype(dtype)  # (b, c, g, r, L, L)
+    y = jnp.einsum("bcgrls,bcsgrp->bclgrp", weights, xc, preferred_element_type=F32)
+    # each chunk's own contribution to the state at its end: sum_s exp(cum_last - cum_s) dt'_s x_s B_s^T
+    to_end = jnp.moveaxis(jnp.exp(cum[..., -1:] - cum) * step, -1, 2)  # (b, c, L, g, r)
+    decayed = (xc * to_end[..., None]).astype(dtype)
+    states = jnp.einsum("bclgn,bclgrp->bcgrpn", Bc, decayed, preferred_element_type=F32)
+    # the state entering chunk k: sum_{j < k} exp(total_{j+1} + ... + total_{k-1}) states_j, as one matmul
+    entering = jnp.einsum("bgrkj,bjgrpn->bkgrpn", _chunk_decays(jnp.moveaxis(cum[..., -1], 1, -1)), states,
+                          preferred_element_type=F32).astype(Cc.dtype)
+    y_in = jnp.einsum("bclgn,bcgrpn->bclgrp", Cc, entering, preferred_element_type=F32)
+    return y + y_in * jnp.moveaxis(jnp.exp(cum), -1, 2)[..., None]
+
+
+_chunked = jax.checkpoint(_chunked_core, policy=jax.checkpoint_policies.dots_saveable)
+
+
+def _chunk_decays(totals: jax.Array) -> jax.Array:
+    """``(..., c, c)``: ``[k, j] = exp(totals[j+1] + ... + totals[k-1])`` for ``j < k``, else 0, from the chunks'
+    log-decays ``totals`` ``(..., c)``. Each entry is a sum of its own terms (a masked cumulative sum), not a
+    difference of two long prefix sums, which would lose the small sums of nearby chunks to rounding."""
+    c = totals.shape[-1]
+    k, j = jnp.arange(c)[:, None], jnp.arange(c)[None, :]
+    # terms[..., i, j] = totals[i] for j < i < k: cumulative over i, then read at i = k - 1
+    terms = jnp.where(j < k, totals[..., :, None], 0.0)  # [..., i, j] = totals[i] where j < i
+    sums = jnp.cumsum(terms, axis=-2)  # [..., i, j] = sum of totals[j+1..i]
+    before = jnp.concatenate([jnp.zeros_like(sums[..., :1, :]), sums[..., :-1, :]], axis=-2)  # sum to k - 1
+    return jnp.where(j < k, jnp.exp(before), 0.0)  # before is 0 where masked: no overflow to hide
+
+
+def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_limit) -> tuple[float, float]:
+    """Each argument's shape against ``x``'s and ``B``'s; the clip bounds as floats."""
+    def fail(name: str, expected: str, got) -> None:
+        raise ValueError(f"ssd: `{name}` must be {expected}, got {got}")
+
+    if getattr(x, "ndim", None) != 4:
+        fail("x", "(batch, seq, heads, head_dim)", f"shape {getattr(x, 'shape', type(x).__name__)}")
+    b, seq, h, p = x.shape
+    if getattr(B, "ndim", None) != 4 or B.shape[:2] != (b, seq):
+        fail("B", f"(batch, seq, groups, state) = ({b}, {seq}, g, n)", f"shape {getattr(B, 'shape', None)}")
+    g = B.shape[2]
+    if g == 0 or h % g:
+        fail("B", f"groups dividing the {h} heads", f"{g} groups")
+    expected = {"dt": (b, seq, h), "A": (h,), "C": B.shape, "z": x.shape, "dt_bias": (h,)}
+    for name, value in (("dt", dt), ("A", A), ("C", C), ("z", z), ("dt_bias", dt_bias)):
+        if (value is not None or name in ("dt", "A", "C")) and getattr(value, "shape", None) != expected[name]:
+            fail(name, f"shape {expected[name]}", f"shape {getattr(value, 'shape', type(value).__name__)}")
+    if D is not None and getattr(D, "shape", None) not in ((h,), (h, p)):
+        fail("D", f"shape ({h},) or ({h}, {p})", f"shape {getattr(D, 'shape', type(D).__name__)}")
+    for name, value in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
+                        ("dt_bias", dt_bias)):
+        if value is not None and not jnp.issubdtype(value.dtype, jnp.floating):
+            fail(name, "a floating-point array", f"dtype {value.dtype}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        fail("chunk_size", "a positive int", repr(chunk_size))
+    try:
+        lo, hi = (float(v) for v in dt_limit)
+    except (TypeError, ValueError):
+        fail("dt_limit", "a pair of numbers (low, high)", repr(dt_limit))
+    if not lo <= hi:
+        fail("dt_limit", "(low, high) with low <= high", repr(dt_limit))
+    return lo, hi

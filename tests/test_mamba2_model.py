@@ -1,0 +1,149 @@
+"""The Mamba-2 example (``examples/mamba2``): its pieces (the causal convolution, the gated norm, the mixer's
+causality), the tiny model training with the ``jax`` SSD, and the ``tritonplug`` SSD (mamba-ssm's kernels through
+tritonplug, ``examples/ports/mamba_ssd.py``) against the ``jax`` one in the mixer's value and gradient and in
+``train.py --ops compare``'s losses.
+
+The ``tritonplug`` tests skip only while ``examples/ports/mamba_ssd.py`` (issue 40's port) is absent."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+PORT = "examples.ports.mamba_ssd"
+
+
+def _port_missing() -> bool:
+    return importlib.util.find_spec(PORT) is None
+
+
+needs_port = pytest.mark.skipif(_port_missing(), reason=f"{PORT} (examples/ports/mamba_ssd.py, issue 40's SSD port) "
+                                                        "is not in this checkout")
+
+
+def _mixer_inputs(dtype, seq=40):
+    import jax
+
+    from examples.mamba2 import block
+    from examples.mamba2.config import CONFIGS
+
+    cfg = CONFIGS["tiny"].replace(layers=1, seq=seq)
+    p = jax.tree.map(lambda a: a[0], block.init_layers(cfg, jax.random.key(1)))
+    p = {k: v if k in block.FP32_PARAMS else v.astype(dtype) for k, v in p.items()}
+    h = jax.random.normal(jax.random.key(2), (2, seq, cfg.hidden), dtype)
+    return cfg, p, h
+
+
+def _mixer(cfg, choice):
+    from examples.llama.ops import rms_norm_jax
+    from examples.mamba2 import block
+
+    return lambda h, p: block.mixer(h, p, cfg, block.SSD[choice], rms_norm_jax)
+
+
+def test_causal_conv_is_numpys_convolution_over_the_past():
+    import jax
+
+    from examples.mamba2.block import causal_conv
+
+    x = np.asarray(jax.random.normal(jax.random.key(0), (2, 9, 3)))
+    w = np.asarray(jax.random.normal(jax.random.key(1), (4, 3)))
+    b = np.asarray([0.5, -1.0, 2.0])
+    got = np.asarray(causal_conv(x, w, b))
+    want = np.stack([np.stack([np.convolve(x[i, :, c], w[::-1, c])[:9] + b[c] for c in range(3)], -1)
+                     for i in range(2)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_gated_norm_normalises_each_group_of_channels():
+    import jax
+    import jax.numpy as jnp
+
+    from examples.llama.ops import rms_norm_jax
+    from examples.mamba2.block import gated_norm
+
+    cfg, _, _ = _mixer_inputs(jnp.float32)  # groups 2 over inner 64
+    y, z = (jax.random.normal(k, (1, 3, cfg.inner)) for k in jax.random.split(jax.random.key(4)))
+    y = y.at[..., : cfg.inner // 2].multiply(100.0)  # one group far larger: normalised on its own
+    out = np.asarray(gated_norm(y, z, jnp.ones(cfg.inner), cfg, rms_norm_jax))
+    g = np.asarray(y * jax.nn.silu(z)).reshape(1, 3, 2, -1)
+    want = g / np.sqrt(np.mean(g * g, axis=-1, keepdims=True) + cfg.eps)
+    np.testing.assert_allclose(out, want.reshape(out.shape), rtol=1e-5, atol=1e-5)
+
+
+def test_the_mixer_is_causal():
+    """Changing the inputs from step 25 on leaves every output before step 25 as it was, and changes some after
+    (the convolution looks back only, the SSD's padding and chunks leak nothing backwards)."""
+    import jax.numpy as jnp
+
+    cfg, p, h = _mixer_inputs(jnp.float32)
+    f = _mixer(cfg, "jax")
+    before, after = np.asarray(f(h, p)), np.asarray(f(h.at[:, 25:].add(1.0), p))
+    np.testing.assert_array_equal(before[:, :25], after[:, :25])
+    assert np.max(np.abs(before[:, 25:] - after[:, 25:])) > 1e-3
+
+
+def test_the_tiny_model_learns_with_the_jax_ssd(tmp_path):
+    from examples.mamba2 import train
+
+    report = train.main(["--config", "tiny", "--ops", "jax", "--steps", "30", "--json", str(tmp_path / "r.json")])
+    losses = report["runs"]["jax"]["losses"]
+    assert len(losses) == 30 and all(np.isfinite(losses))
+    assert abs(losses[0] - np.log(report["config"]["vocab"])) < 0.3  # a fresh model, near ln(vocab)
+    assert np.mean(losses[-5:]) < losses[0] - 0.15, losses
+
+
+def test_choices_and_configs_are_checked():
+    from examples.mamba2.config import CONFIGS
+    from examples.mamba2.model import Mamba2Ops
+
+    with pytest.raises(ValueError, match="--ops: 'triton'; expected one of"):
+        Mamba2Ops("triton")
+    with pytest.raises(ValueError, match="heads=5 must divide expand \\* hidden = 64"):
+        CONFIGS["tiny"].replace(heads=5)
+    with pytest.raises(ValueError, match="groups=3 must divide heads=4"):
+        CONFIGS["tiny"].replace(groups=3)
+
+
+@pytest.mark.skipif(not _port_missing(), reason="the port is here: the tritonplug choice runs")
+def test_without_the_port_the_tritonplug_choice_names_it():
+    import jax.numpy as jnp
+
+    cfg, p, h = _mixer_inputs(jnp.float32)
+    with pytest.raises(ModuleNotFoundError, match="needs examples.ports.mamba_ssd"):
+        _mixer(cfg, "tritonplug")(h, p)
+
+
+@needs_port
+@pytest.mark.parametrize("dtype, tol", [("float32", 2e-4), ("bfloat16", 3e-2)])
+def test_the_tritonplug_mixer_matches_the_jax_one_in_value_and_gradient(dtype, tol):
+    import jax
+    import jax.numpy as jnp
+
+    cfg, p, h = _mixer_inputs(jnp.dtype(dtype))
+    cot = jax.random.normal(jax.random.key(9), h.shape, h.dtype)
+
+    def run(h, p, choice):
+        out, vjp = jax.vjp(_mixer(cfg, choice), h, p)
+        return out, vjp(cot)
+
+    got, want = (jax.jit(run, static_argnums=2)(h, p, c) for c in ("tritonplug", "jax"))
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, float(np.max(np.abs(b)))),
+                                   err_msg=jax.tree_util.keystr(path))
+
+
+@needs_port
+@pytest.mark.parametrize("config, tol", [("tiny", 1e-3), ("tiny-bf16", 5e-2)])
+def test_train_compare_the_two_choices_agree(config, tol, tmp_path):
+    from examples.mamba2 import train
+
+    report = train.main(["--config", config, "--ops", "compare", "--steps", "4", "--json", str(tmp_path / "r.json")])
+    runs = report["runs"]
+    assert set(runs) == {"jax", "tritonplug"}
+    for run in runs.values():
+        assert len(run["losses"]) == 4 and all(np.isfinite(run["losses"]))
+    assert report["max_loss_difference"] < tol
