@@ -30,6 +30,7 @@ import triton
 
 import tritonplug
 
+from .mamba_source import AUTOTUNE
 from .mamba_ssd_fwd import _bmm, _chunk_state, _state_passing, dot_dtype_of
 
 _chunk_cumsum_bwd_kernel = tritonplug.launch(_chunk_state._chunk_cumsum_bwd_kernel)
@@ -76,7 +77,7 @@ def _chunk_cumsum_bwd(ddA, ddt_out, dt, A, dt_bias=None, dt_softplus=False, dt_l
         dt_softplus,
         HAS_DT_BIAS=dt_bias is not None,
         BLOCK_SIZE_CHUNK=triton.next_power_of_2(chunk_size),
-        DETERMINISTIC_REDUCTION=False,
+        DETERMINISTIC_REDUCTION=False, autotune=AUTOTUNE,
     )
     return ddt, dA, ddt_bias
 
@@ -119,7 +120,7 @@ def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=None, ngroups=1):
         HAS_DDA_CS=ddA_cumsum is not None,
         HAS_SEQ_IDX=False,
         DETERMINISTIC_REDUCTION=False,
-        BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16),
+        BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16), autotune=AUTOTUNE,
     )
     dB = jnp.sum(dB[...], axis=2)
     if ddA_cumsum is not None:
@@ -161,7 +162,7 @@ def _state_passing_bwd(states, dA_chunk_cumsum, dout, dstates_dtype=None, states
         CONVERT_STATES=states_converted is not None,
         HAS_DFINAL_STATES=False,
         HAS_DINITSTATES=False,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
     )
     ddA_chunk_cumsum = jnp.sum(ddA_chunk_cumsum[...], axis=-1).astype(dA_chunk_cumsum.dtype)
     if states_dtype is not None and states_dtype == states.dtype:
@@ -190,6 +191,6 @@ def _bmm_chunk_bwd(a, dout, residual=None):
         out.stride(0), out.stride(1), out.stride(2), out.stride(-1),
         residual_strides[0], residual_strides[1], residual_strides[2], residual_strides[3],
         dot_dtype,
-        HAS_RESIDUAL=residual is not None,
+        HAS_RESIDUAL=residual is not None, autotune=AUTOTUNE,
     )
     return out

@@ -22,7 +22,7 @@ import triton.language as tl
 
 import tritonplug
 
-from .mamba_source import kernels
+from .mamba_source import AUTOTUNE, kernels
 
 _chunk_state = kernels("ssd_chunk_state")
 _state_passing = kernels("ssd_state_passing")
@@ -58,7 +58,7 @@ def _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_lim
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
         dt_softplus,
         HAS_DT_BIAS=dt_bias is not None,
-        BLOCK_SIZE_CHUNK=triton.next_power_of_2(chunk_size),
+        BLOCK_SIZE_CHUNK=triton.next_power_of_2(chunk_size), autotune=AUTOTUNE,
     )
     return dA_cumsum, dt_out
 
@@ -87,7 +87,7 @@ def _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True):
         dt.stride(0), dt.stride(2), dt.stride(1), dt.stride(3),
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
         0, 0,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
     )
     return states
 
@@ -111,7 +111,7 @@ def _state_passing_fwd(states, dA_chunk_cumsum, chunk_size=None, out_dtype=None)
         0, 0, 0,
         0, 0,
         HAS_INITSTATES=False,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
     )
     return out, final_states
 
@@ -142,7 +142,7 @@ def _bmm_chunk_fwd(a, b, chunk_size, causal=False, output_dtype=None):
         0, 0,
         causal,
         dot_dtype,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
     )
     return out
 
@@ -194,7 +194,7 @@ def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None):
         BLOCK_SIZE_DSTATE=max(triton.next_power_of_2(dstate), 16),
         HAS_Z=z is not None,
         HAS_SEQ_IDX=False,
-        IS_TRITON_22=TRITON_22,
+        IS_TRITON_22=TRITON_22, autotune=AUTOTUNE,
     )
     return out, out_x
 

@@ -13,7 +13,7 @@ import triton
 
 import tritonplug
 
-from .mamba_source import kernels
+from .mamba_source import AUTOTUNE, kernels
 from .mamba_ssd_bwd import _nheads_per_program
 from .mamba_ssd_fwd import _chunk_scan
 
@@ -67,7 +67,7 @@ def _chunk_scan_bwd_dz(x, z, out, dout, chunk_size, D=None):
         D.dim() == 2 if D is not None else True,
         False,
         BLOCK_SIZE_N=max(triton.next_power_of_2(headdim), 16),
-        RECOMPUTE_OUTPUT=False,
+        RECOMPUTE_OUTPUT=False, autotune=AUTOTUNE,
     )
     if D is not None:
         dD = jnp.sum(dD[...], axis=(0, 1, 2)).astype(D.dtype)
@@ -99,7 +99,7 @@ def _chunk_scan_bwd_dstates(C, dA_cumsum, dout, dtype=None):
         dprev_states.stride(4),
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
         0, 0,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
     )
     return dprev_states
 
@@ -142,7 +142,7 @@ def _chunk_scan_bwd_dC(prev_states, dA_cumsum, dout, C=None, ngroups=1):
         HAS_DDA_CS=ddA_cumsum_prev is not None,
         HAS_SEQ_IDX=False,
         DETERMINISTIC_REDUCTION=False,
-        BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16),
+        BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16), autotune=AUTOTUNE,
     )
     dC = jnp.sum(dC[...], axis=2)
     return dC if C is None else (dC, ddA_cumsum_prev)
@@ -176,7 +176,7 @@ def _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=1):
         0, 0, 0, 0, 0,
         HAS_DDA_CS=False,
         HAS_SEQ_IDX=False,
-        BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16),
+        BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16), autotune=AUTOTUNE,
     )
     return jnp.sum(dcb[...], axis=2)
 
@@ -207,7 +207,7 @@ def _chunk_scan_bwd_ddAcs_stable(x, dt, dA_cumsum, dout, cb):
         cb.stride(0), cb.stride(1), cb.stride(2), cb.stride(3), cb.stride(4),
         ddA_cumsum.stride(0), ddA_cumsum.stride(2), ddA_cumsum.stride(1), ddA_cumsum.stride(3),
         ddA_cumsum.stride(4),
-        BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16),
+        BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16), autotune=AUTOTUNE,
     )
     return jnp.sum(ddA_cumsum[...], axis=3)
 
@@ -261,7 +261,7 @@ def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=Non
         HAS_SEQ_IDX=False,
         BLOCK_SIZE_DSTATE=max(triton.next_power_of_2(dstate), 16),
         IS_TRITON_22=TRITON_22,
-        DETERMINISTIC_REDUCTION=False,
+        DETERMINISTIC_REDUCTION=False, autotune=AUTOTUNE,
     )
     if D is not None:
         dD = jnp.sum(dD[...], axis=(0, 1, 2))
