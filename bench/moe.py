@@ -53,14 +53,16 @@ SMOKE_GMM = [("smoke", 96, 32, 48, 4)]
 SMOKE_LAYER = [("smoke", 48, 32, 16, 4, 2)]
 
 
-def group_sizes(rows: int, experts: int, alpha: float, seed: int):
-    """Uneven sizes summing to ``rows``, drawn from a Dirichlet (a router's load)."""
+def group_sizes(rows: int, experts: int, alpha: float, seed: int, unrouted: float = 0.0):
+    """Uneven sizes drawn from a Dirichlet (a router's load), summing to ``rows`` less the fraction ``unrouted``
+    (rows past every group, which the result must hold as zeros)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     share = rng.dirichlet(np.full(experts, alpha))
-    sizes = np.floor(share * rows).astype(np.int64)
-    sizes[np.argmax(sizes)] += rows - sizes.sum()
+    routed = rows - round(unrouted * rows)
+    sizes = np.floor(share * routed).astype(np.int64)
+    sizes[np.argmax(sizes)] += routed - sizes.sum()
     return sizes.astype(np.int32)
 
 
@@ -119,7 +121,7 @@ def _gmm_shape(results: Results, args, label: str, m: int, k: int, n: int, g: in
     lhs = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
     rhs = (jax.random.normal(keys[1], (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
     dense_w = rhs[0]
-    sizes = jnp.asarray(group_sizes(m, g, args.alpha, args.seed))
+    sizes = jnp.asarray(group_sizes(m, g, args.alpha, args.seed, args.unrouted))
     cot = jax.random.normal(keys[2], (m, n), jnp.bfloat16)
     impls = {name: f for name, f in (("grouped_matmul", grouped_matmul), ("ragged_dot", jax.lax.ragged_dot))
              if name in args.impls}
@@ -127,7 +129,7 @@ def _gmm_shape(results: Results, args, label: str, m: int, k: int, n: int, g: in
     fwd_bwd = {name: jax.jit(functools.partial(forward_backward, f, cot=cot)) for name, f in impls.items()}
     dense = jax.jit(lambda x, w: x @ w)
     dense_fb = jax.jit(functools.partial(forward_backward, lambda x, w: x @ w, cot=cot))
-    bench = f"gmm {label} m={m} k={k} n={n} experts={g}"
+    bench = f"gmm {label} m={m} k={k} n={n} experts={g}" + (f" unrouted={args.unrouted}" if args.unrouted else "")
     flops = 2.0 * m * k * n
     if "grouped_matmul" in impls:
         _tune(results, bench, functools.partial(forward_backward, grouped_matmul, cot=cot), args, lhs, rhs, sizes)
@@ -314,6 +316,8 @@ def main(argv=None) -> None:
     p.add_argument("--configs", type=lambda s: [int(x) for x in s.split(",")],
                    help="only these of the kernels' autotuning configurations (indices)")
     p.add_argument("--alpha", type=float, default=1.0, help="the Dirichlet's concentration for group sizes")
+    p.add_argument("--unrouted", type=float, default=0.0, help="gmm part: the fraction of rows past every group "
+                   "(zeros in the result: checks that the kernels write them)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=5)
@@ -348,8 +352,9 @@ def main(argv=None) -> None:
             part_torch(results, args, group_sizes)
         else:
             PARTS[part](results, args)
-        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, configs=args.configs,
-                   autotune=args.autotune, tuned=not args.no_tune, fwd_bwd_returns_forward=True)  # each part
+        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, unrouted=args.unrouted,
+                   configs=args.configs, autotune=args.autotune, tuned=not args.no_tune,
+                   fwd_bwd_returns_forward=True)  # after each part
     print(format_table([r for r in results.records if "samples" in r or "error" in r],
                        ["bench", "impl", "median_us", "tflops", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)

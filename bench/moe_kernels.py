@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 
@@ -43,7 +44,6 @@ def run_shape(results: Results, label: str, m: int, k: int, n: int, g: int, bloc
     import jax.numpy as jnp
     import torch
     import triton.language as tl
-    from triton import cdiv as triton_cdiv
     from triton.testing import do_bench
 
     from examples.moe import kernels
@@ -57,7 +57,7 @@ def run_shape(results: Results, label: str, m: int, k: int, n: int, g: int, bloc
     sizes_np = group_sizes(m, g, args.alpha, args.seed)
     plan = kernels.block_plan(jnp.asarray(sizes_np), m, block)
     t_plan = dataclasses.replace(plan, **{f: torch.from_dlpack(getattr(plan, f)) for f in (
-        "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets")})
+        "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_offsets", "group_ends")})
     want = _reference(x, w, dy, torch.from_numpy(sizes_np).cuda().long()) if args.check else None
     fused = kernels.vllm_kernels().fused_moe_kernel
 
@@ -67,28 +67,24 @@ def run_shape(results: Results, label: str, m: int, k: int, n: int, g: int, bloc
         return lambda: fused[grid](*launch_args, **kw, **config.kwargs, num_warps=config.num_warps,
                                    num_stages=config.num_stages), c
 
-    def dw_launch(config):
+    def dw_launch(kernel, plan_of_kernel, config):
         c = torch.empty((g, k, n), dtype=torch.bfloat16, device="cuda")
-        grid, launch_args, kw = kernels.dw_launch(x, dy, c, t_plan, g, 1)
-        return lambda: kernels.grouped_matmul_dw_kernel[grid](
+        grid, launch_args, kw = kernels.dw_launch(x, dy, c, plan_of_kernel, g, 1)
+        return lambda: kernel[grid](
             *launch_args, **kw, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages), c
 
-    group_ends = torch.cumsum(torch.from_numpy(sizes_np).cuda(), 0).to(torch.int32)
-
-    def dw_rows_launch(config):
-        c = torch.empty((g, k, n), dtype=torch.bfloat16, device="cuda")
-        grid = (triton_cdiv(k, config.kwargs["BLOCK_SIZE_K"]) * triton_cdiv(n, config.kwargs["BLOCK_SIZE_N"]), g)
-        return lambda: kernels.grouped_matmul_dw_rows_kernel[grid](
-            x, dy, c, group_ends, k, n, k, 1, n, 1, k * n, n, 1, **config.kwargs, num_warps=config.num_warps,
-            num_stages=config.num_stages), c
+    # the row-id kernel on the same rows: the plan as if they were not in group order
+    by_ids = functools.partial(dw_launch, kernels.grouped_matmul_dw_kernel, dataclasses.replace(t_plan, in_order=False))
+    on_rows = functools.partial(dw_launch, kernels.grouped_matmul_dw_rows_kernel, t_plan)
+    assert kernels.uses_dw_rows(t_plan, 1), "grouped_matmul's plan reads dW on rows"
 
     kernels_timed = {
         "forward": (kernels.fit_forward_configs(kernels.FORWARD_CONFIGS, {"BLOCK_SIZE_M": block, "a_ptr": x}),
                     lambda c: matmul_launch(x, n, False, c)),
         "dX": (kernels.fit_forward_configs(kernels.FORWARD_CONFIGS, {"BLOCK_SIZE_M": block, "a_ptr": dy}),
                lambda c: matmul_launch(dy, k, True, c)),
-        "dW": (kernels.fit_dw_configs(kernels.DW_CONFIGS, {"a_ptr": x}), dw_launch),
-        "dW rows": (kernels.fit_dw_configs(kernels.DW_CONFIGS, {"a_ptr": x}), dw_rows_launch),
+        "dW": (kernels.fit_dw_configs(kernels.DW_CONFIGS, {"a_ptr": x}), by_ids),
+        "dW rows": (kernels.fit_dw_configs(kernels.DW_CONFIGS, {"a_ptr": x}), on_rows),
     }
     dense = {"forward": lambda: x @ w[0], "dX": lambda: dy @ w[0].T, "dW": lambda: x.T @ dy,
              "dW rows": lambda: x.T @ dy}

@@ -66,11 +66,17 @@ def _mode(data: dict) -> str:
     return f"configs {data['configs']}" if data.get("configs") else "first config"
 
 
-#: From this run on (its folder's number), ``grouped_matmul``'s dW reads each group's rows directly
-#: (``kernels.grouped_matmul_dw_rows_kernel``); the runs before read them through the plan's row ids. The gmm
-#: figures of the two are different code, never one median; the layer and the model (``gathered_matmul``, top-k
-#: rows through the plan) run the same kernels in both.
+#: The runs (their folders' numbers) from which the kernels changed; the figures of different code are never one
+#: median. From run 14 ``grouped_matmul``'s dW reads each group's rows directly
+#: (``kernels.grouped_matmul_dw_rows_kernel``; before: through the plan's row ids); the layer and the model
+#: (``gathered_matmul``, top-k rows through the plan) ran the same kernels before and after.
 DW_ON_ROWS_FROM_RUN = 14
+#: Later changes: (first run, what changed, the benches it changed). From run 18 no result is zero-filled before
+#: the kernels write it (the plan gives the rows past the groups to expert -1 blocks, which vLLM's kernel writes as
+#: zeros); from run 19 128 experts of 512 rows align to 128-row blocks (before: 64).
+KERNEL_CHANGES = ((18, "no zero fill", ("gmm", "layer")),
+                  (19, "128-row block", ("gmm qwen3 m=65536 k=2048 n=768 experts=128 ",
+                                         "layer qwen3 tokens=8192 d=2048 f=768 experts=128 ")))
 
 
 def _run_number(path: str) -> int:
@@ -79,10 +85,21 @@ def _run_number(path: str) -> int:
 
 
 def _code(path: str, bench: str) -> str:
-    """The kernels a run's benchmark ran, where they changed between runs (``DW_ON_ROWS_FROM_RUN``)."""
-    if not bench.startswith("gmm"):
-        return ""
-    return "dW on rows" if _run_number(path) >= DW_ON_ROWS_FROM_RUN else "dW via row ids"
+    """The kernels a run's benchmark ran, where they changed between runs (``DW_ON_ROWS_FROM_RUN``,
+    ``KERNEL_CHANGES``)."""
+    run = _run_number(path)
+    labels = [("dW on rows" if run >= DW_ON_ROWS_FROM_RUN else "dW via row ids")] if bench.startswith("gmm") else []
+    labels += [label for first, label, benches in KERNEL_CHANGES if run >= first and bench.startswith(benches)]
+    return ", ".join(labels)
+
+
+def _current(timed: dict) -> dict:
+    """Of the tuned entries, per bench, those of the newest kernels measured (the longest :func:`_code`)."""
+    newest: dict[str, str] = {}
+    for bench, mode in timed:
+        if mode.startswith("tuned") and mode.count(",") >= newest.get(bench, "").count(",") and "row ids" not in mode:
+            newest[bench] = mode
+    return {(bench, mode): timed[bench, mode] for bench, mode in newest.items()}
 
 
 def _median_range(values: list[float], digits: int = 1) -> str:
@@ -222,10 +239,9 @@ def _goal(text: str, values: list[float], met, digits: int = 2) -> str:
 def goals_table(recorded, reports) -> str:
     """Issue 36's goals, each from the tuned runs' side-by-side ratios (medians over runs, their range)."""
     lines = ["| goal (issue 36) | measured: median (range over runs) | |", "|---|---|---|"]
-    timed = {(bench, mode): entries for (bench, mode), entries in _timed(recorded, "").items()
-             if mode in ("tuned", "tuned, dW on rows")}  # the current kernels, tuned
+    timed = _current(_timed(recorded, ""))
     for (bench, _), entries in sorted(timed.items()):
-        if bench.startswith("gmm") and bench.endswith("forward+backward"):
+        if bench.startswith("gmm") and bench.endswith("forward+backward") and "unrouted" not in bench:
             ratios = [i["grouped_matmul"]["median_us"] / i["dense"]["median_us"] for i, _ in entries
                       if "grouped_matmul" in i and "dense" in i]
             lines.append(_goal(f"{bench}: `grouped_matmul` ≤ 1.4× the dense matmul", ratios, lambda x: x <= 1.4))
@@ -319,7 +335,7 @@ def run_table(recorded: list[tuple[str, dict]]) -> str:
 
 def render() -> str:
     recorded, reports = runs(), _load("train")
-    return "\n\n".join([BEGIN, "The goals (the current kernels: gmm from the runs with dW on rows):",
+    return "\n\n".join([BEGIN, "The goals (from the tuned runs of the newest kernels each shape was measured with):",
                         goals_table(recorded, reports),
                         "Every run of `bench/moe.py`:", run_table(recorded),
                         "The grouped matmul (`gmm`):", gmm_table(recorded),

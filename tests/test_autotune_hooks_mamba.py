@@ -2,8 +2,8 @@
 ``pre_hook=init_to_zero(["dA_ptr", "ddt_bias_ptr"])`` and ``tl.atomic_add``s into those buffers: loaded with
 ``kernels_of`` (without torch), launched as its torch launcher launches it, on the CPU, against NumPy.
 
-mamba-ssm is not in any tox env (its build wants torch); this runs where its source is importable, e.g.
-``pip download --no-deps --no-binary :all: mamba-ssm`` unpacked onto ``PYTHONPATH``."""
+mamba-ssm's build wants torch, so no pip install brings it: ``examples/fetch_kernel_sources.py`` unpacks its
+pinned source (tox's corpus env runs it and this file); this runs wherever that source is importable."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import triton
 import tritonplug
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mamba_ssm") is None,
-                                reason="mamba-ssm's source is not importable here (see the module docstring)")
+                                reason="mamba-ssm's source is not importable here (examples/fetch_kernel_sources.py)")
 
 B, SEQLEN, H, CHUNK, DT_MIN, DT_MAX = 2, 100, 5, 32, 0.0, 1.5
 NCHUNKS = -(-SEQLEN // CHUNK)

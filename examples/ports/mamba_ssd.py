@@ -1,0 +1,234 @@
+# Launchers ported from mamba-ssm 2.3.2.post1: Apache-2.0, Copyright (c) 2024, Tri Dao, Albert Gu.
+# The licence's text: LICENSE (Apache-2.0); the notice: THIRD_PARTY_NOTICES.md.
+"""mamba-ssm 2.3.2.post1's SSD (``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined``, Mamba-2's
+chunked state-space scan) on JAX, forward and backward, on mamba-ssm's own Triton kernels.
+
+The kernels are loaded from mamba-ssm's source without torch (``mamba_source.py``) and launched by mamba-ssm's
+launchers ported with ``tritonplug.launch``: ``mamba_ssd_fwd.py`` (the forward's), ``mamba_ssd_bwd.py`` and
+``mamba_ssd_scan_bwd.py`` (the backward's); their docstrings list where they differ from mamba-ssm's. This
+module is ``MambaChunkScanCombinedFn`` (``jax.custom_vjp``), ``_mamba_chunk_scan_combined_bwd`` and the checks.
+
+* Semantics: mamba-ssm's, with ``z`` gating applied as its combined forward does (``y * silu(z)`` in
+  ``_chunk_scan_fwd``); ``initial_states``, ``seq_idx``, ``cu_seqlens`` and the returned states are refused.
+* ``MAMBA_DETERMINISTIC``: the port takes mamba-ssm's non-deterministic path (``tl.atomic_add`` reductions):
+  mamba-ssm's deterministic path needs torch to pick it and extra workspaces; results agree to rounding.
+* Autotuned kernels are tuned by tritonplug (docs/using.md, "Autotuning"); buffers that mamba-ssm sums
+  over the chosen config's blocks are zero-filled and summed whole, so no launcher needs ``best_config``.
+* In a sharded ``jit`` (``@tritonplug.partitioned``) batch ``b`` may be split, and the heads: with one group
+  (``g == 1``, Mamba-2's default) B and C are whole on every device and the heads split freely (their
+  gradients dB, dC are then sums over the head shards); with ``g > 1`` the heads are ``(g r)`` (``r = h / g``
+  heads per group) and split with their groups (``r`` stays whole). Sequence, head dim and state stay whole
+  (the scan runs along the sequence; the kernels reduce over ``p`` and ``n``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tritonplug
+
+from .mamba_ssd_bwd import _bmm_chunk_bwd, _chunk_cumsum_bwd, _chunk_state_bwd_db, _state_passing_bwd
+from .mamba_ssd_fwd import (
+    _bmm_chunk_fwd,
+    _chunk_cumsum_fwd,
+    _chunk_state_fwd,
+    _mamba_chunk_scan_combined_fwd,
+    _merge_pn,
+    _split_pn,
+    _state_passing_fwd,
+)
+from .mamba_ssd_scan_bwd import (
+    _chunk_scan_bwd_dC,
+    _chunk_scan_bwd_dcb,
+    _chunk_scan_bwd_ddAcs_stable,
+    _chunk_scan_bwd_dstates,
+    _chunk_scan_bwd_dz,
+    _chunk_scan_chunk_state_bwd_dx,
+)
+
+_NAME = "mamba_chunk_scan_combined"
+_FLOATS = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16), np.dtype(jnp.float32))
+
+
+def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False,
+                              dt_limit=(0.0, float("inf")), *, initial_states=None, seq_idx=None, cu_seqlens=None,
+                              return_final_states=False, return_varlen_states=False) -> jax.Array:
+    """mamba-ssm's ``mamba_chunk_scan_combined`` on JAX arrays: y ``(b, l, h, p)`` in ``x.dtype``.
+
+    x ``(b, l, h, p)``; dt ``(b, l, h)``; A ``(h,)``; B, C ``(b, l, g, n)`` with ``h % g == 0``; D ``(h,)`` or
+    ``(h, p)``; z ``(b, l, h, p)``; dt_bias ``(h,)``. Differentiable in every array argument."""
+    for name, value in (("initial_states", initial_states), ("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens),
+                        ("return_final_states", return_final_states or None),
+                        ("return_varlen_states", return_varlen_states or None)):
+        if value is not None:
+            raise NotImplementedError(f"{_NAME}: `{name}` is not supported by this port (only the plain scan: "
+                                      f"no initial or returned states, no seq_idx/varlen); got {value!r}")
+    dt_limit = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit)
+    return _combined(x, dt, A, B, C, D, z, dt_bias, chunk_size, bool(dt_softplus), dt_limit)
+
+
+def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit):
+    """Every argument's shape, dtype and kind, before anything is traced or compiled; the normalised dt_limit."""
+    def array(name, value, optional=False):
+        if value is None and optional:
+            return None
+        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            raise TypeError(f"{_NAME}: `{name}` must be an array, got {type(value).__name__}")
+        if np.dtype(value.dtype) not in _FLOATS:
+            raise TypeError(f"{_NAME}: `{name}` must be float16, bfloat16 or float32, got {value.dtype}")
+        return tuple(value.shape)
+
+    def shape_error(name, want, got):
+        return ValueError(f"{_NAME}: `{name}` must have shape {want}, got {got}")
+
+    xs = array("x", x)
+    if len(xs) != 4:
+        raise shape_error("x", "(batch, seqlen, nheads, headdim)", xs)
+    b, seq, h, p = xs
+    Bs = array("B", B)
+    if len(Bs) != 4 or Bs[:2] != (b, seq):
+        raise shape_error("B", f"({b}, {seq}, ngroups, dstate) (x is {xs})", Bs)
+    g = Bs[2]
+    if g == 0 or h % g:
+        raise ValueError(f"{_NAME}: nheads ({h}, x's dim 2) must be a multiple of ngroups ({g}, B's dim 2)")
+    expected = {"dt": (b, seq, h), "A": (h,), "C": Bs, "z": xs, "dt_bias": (h,)}
+    for name, value in (("dt", dt), ("A", A), ("C", C), ("z", z), ("dt_bias", dt_bias)):
+        got = array(name, value, optional=name in ("z", "dt_bias"))
+        if got is not None and got != expected[name]:
+            raise shape_error(name, expected[name], got)
+    Ds = array("D", D, optional=True)
+    if Ds is not None and Ds not in ((h,), (h, p)):
+        raise shape_error("D", f"({h},) or ({h}, {p})", Ds)
+    for name, value in (("B", B), ("C", C), ("z", z)):
+        if value is not None and np.dtype(value.dtype) != np.dtype(x.dtype):
+            raise TypeError(f"{_NAME}: `{name}` must have x's dtype {np.dtype(x.dtype)} (the kernels multiply them "
+                            f"together), got {np.dtype(value.dtype)}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size <= 0:
+        raise ValueError(f"{_NAME}: `chunk_size` must be a positive int, got {chunk_size!r}")
+    if not isinstance(dt_softplus, (bool, np.bool_)):
+        raise TypeError(f"{_NAME}: `dt_softplus` must be a bool, got {dt_softplus!r}")
+    if (not isinstance(dt_limit, (tuple, list)) or len(dt_limit) != 2
+            or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in dt_limit)
+            or math.isnan(dt_limit[0]) or math.isnan(dt_limit[1]) or dt_limit[0] > dt_limit[1]):
+        raise ValueError(f"{_NAME}: `dt_limit` must be a pair of numbers (low, high) with low <= high, "
+                         f"got {dt_limit!r}")
+    return float(dt_limit[0]), float(dt_limit[1])
+
+
+def _heads(B):
+    """The heads' factor: free ``h`` with one group, else ``(g r)`` (heads split with their group)."""
+    return ("h", "g") if B.shape[2] == 1 else ("(g r)", "g")
+
+
+def _fwd_rule(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+    h, g = _heads(B)
+    groups = [f"b l {h} p", f"b l {h}", h, f"b l {g} n", f"b l {g} n"]
+    groups += [] if D is None else [h if D.ndim == 1 else f"{h} p"]
+    groups += [] if z is None else [f"b l {h} p"]
+    groups += [] if dt_bias is None else [h]
+    results = f"b l {h} p" + ("" if z is None else f", b l {h} p")
+    return tritonplug.sharding_rule(f"{', '.join(groups)} -> {results}",
+                                    need_replication=("l", "p", "n") + (() if h == "h" else ("r",)))
+
+
+def _bwd_rule(dout, x, dt, A, B, C, out, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+    h, g = _heads(B)
+    y, d_group = f"b l {h} p", (None if D is None else (h if D.ndim == 1 else f"{h} p"))
+    operands = [y, y, f"b l {h}", h, f"b l {g} n", f"b l {g} n", y]
+    operands += [g_ for g_, a in ((d_group, D), (y, z), (h, dt_bias)) if a is not None]
+    results = [y, f"b l {h}", h, f"b l {g} n", f"b l {g} n"]
+    results += [g_ for g_, a in ((d_group, D), (y, z), (h, dt_bias)) if a is not None]
+    # dA, dD, ddt_bias sum over batch and time; with one group, dB and dC also sum over the heads
+    reduce = ("b",) + (("h",) if h == "h" else ())
+    whole = ("l", "p", "n") + (() if h == "h" else ("r",))
+    return tritonplug.sharding_rule(f"{', '.join(operands)} -> {', '.join(results)}", need_replication=whole,
+                                    reduction_factors=reduce)
+
+
+@tritonplug.partitioned(_fwd_rule)
+def _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+    """The combined forward: ``out``, and with z also ``out_x`` (before the gating), which the backward needs."""
+    out, out_x, *_ = _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
+                                                    dt_softplus=dt_softplus, dt_limit=dt_limit)
+    return out if z is None else (out, out_x)
+
+
+@tritonplug.partitioned(_bwd_rule)
+def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+    """Ports ``ssd_combined._mamba_chunk_scan_combined_bwd`` (without initial/final states, seq_idx,
+    ``recompute_output`` and the ``dx=`` … output buffers): (dx, ddt, dA, dB, dC[, dD][, dz][, ddt_bias])."""
+    batch, seqlen, nheads, headdim = x.shape
+    _, _, ngroups, dstate = B.shape
+    assert dout.shape == (batch, seqlen, nheads, headdim)
+    assert dt.shape == (batch, seqlen, nheads)
+    assert A.shape == (nheads,)
+    assert nheads % ngroups == 0
+    assert C.shape == B.shape
+    assert out.shape == x.shape
+    dt_in = dt
+    dA_cumsum, dt = _chunk_cumsum_fwd(dt_in, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus,
+                                      dt_limit=dt_limit)
+    CB = _bmm_chunk_fwd(C, B, chunk_size, output_dtype=jnp.float32)
+    states = _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True)
+    states, _ = _state_passing_fwd(_merge_pn(states), dA_cumsum[:, :, :, -1], chunk_size=chunk_size)
+    states = _split_pn(states, dstate)
+    if z is not None:
+        dz, dout, dD = _chunk_scan_bwd_dz(x, z, out, dout, chunk_size=chunk_size, D=D)
+    else:
+        dz = None
+    dstates = _chunk_scan_bwd_dstates(C, dA_cumsum, dout, dtype=states.dtype)
+    # dstates: the gradient of the state entering each chunk; ddA_chunk_cumsum: of dA_cumsum's last entries
+    dstates, ddA_chunk_cumsum, states = _state_passing_bwd(
+        _merge_pn(states), dA_cumsum[:, :, :, -1], _merge_pn(dstates),
+        dstates_dtype=x.dtype, states_dtype=x.dtype, chunk_size=chunk_size)
+    states = _split_pn(states, dstate)
+    dstates = _split_pn(dstates, dstate)
+    dx, ddt, dD_from_x = _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=D)
+    dB, ddA_next = _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=B, ngroups=ngroups)
+    dC, ddA_cumsum_prev = _chunk_scan_bwd_dC(states.astype(x.dtype), dA_cumsum, dout, C=C, ngroups=ngroups)
+    dCB = _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=ngroups)
+    dCB = dCB.astype(CB.dtype)
+    dB_given = _bmm_chunk_bwd(C, dCB, residual=dB)
+    dC_given = _bmm_chunk_bwd(B, jnp.swapaxes(dCB, -1, -2), residual=dC)  # rearrange "... l s -> ... s l"
+    if z is None:  # with z, dD was recomputed in fp32 by _chunk_scan_bwd_dz (mamba-ssm's comment)
+        dD = dD_from_x
+    ddA_cumsum_prev = ddA_cumsum_prev.at[..., -1].add(ddA_chunk_cumsum)
+    ddA_prev = jnp.flip(jnp.cumsum(jnp.flip(ddA_cumsum_prev, -1), axis=-1), -1)
+    ddA = _chunk_scan_bwd_ddAcs_stable(x, dt, dA_cumsum, dout, CB)
+    ddA = ddA + ddA_next + ddA_prev
+    ddt_given, dA, ddt_bias = _chunk_cumsum_bwd(ddA, ddt, dt_in, A, dt_bias=dt_bias, dt_softplus=dt_softplus,
+                                                dt_limit=dt_limit)
+    return (dx, ddt_given, dA, dB_given, dC_given, *[g for g in (dD, dz, ddt_bias) if g is not None])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
+def _combined(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+    """``MambaChunkScanCombinedFn``."""
+    result = _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit)
+    return result if z is None else result[0]
+
+
+def _fwd(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+    result = _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit)
+    out, saved = (result, result) if z is None else result
+    return out, (saved, x, dt, A, B, C, D, z, dt_bias)
+
+
+def _bwd(chunk_size, dt_softplus, dt_limit, res, dout):
+    out, x, dt, A, B, C, D, z, dt_bias = res
+    dx, ddt, dA, dB, dC, *rest = _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, D, z, dt_bias,
+                                                                chunk_size, dt_softplus, dt_limit)
+    rest = iter(rest)
+    dD, dz, ddt_bias = (None if a is None else next(rest) for a in (D, z, dt_bias))
+    grads = (dx, ddt, dA, dB, dC, dD, dz, ddt_bias)
+    primals = (x, dt, A, B, C, D, z, dt_bias)
+    return tuple(None if p is None else g.astype(p.dtype) for g, p in zip(grads, primals, strict=True))
+
+
+_combined.defvjp(_fwd, _bwd)

@@ -1,0 +1,197 @@
+"""The port of mamba-ssm's SSD (``examples/ports/mamba_ssd.py``) on the CPU (the interpret plugin): the forward
+against a NumPy loop of the plain recurrence, the gradients of every differentiable input against ``jax.grad`` of
+a ``lax.scan`` recurrence written here, and bad input refused at the call.
+
+mamba-ssm's source must be importable (``examples/fetch_kernel_sources.py``; tox's corpus env fetches it)."""
+
+from __future__ import annotations
+
+import importlib.machinery
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import requires_backend
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytestmark = [
+    requires_backend("interpret"),
+    pytest.mark.skipif(importlib.machinery.PathFinder.find_spec("mamba_ssm") is None,
+                       reason="mamba-ssm's source is not on sys.path (examples/fetch_kernel_sources.py)"),
+]
+
+INF = float("inf")
+
+
+def ssd_op():
+    from ports.mamba_ssd import mamba_chunk_scan_combined
+    return mamba_chunk_scan_combined
+
+
+def inputs(seed, b=2, seqlen=40, h=4, p=8, g=2, n=16, D="h", z=True, dt_bias=True, dtype=np.float32):
+    """Random arguments; dt around softplus's useful range; A negative (a decaying state)."""
+    rng = np.random.default_rng(seed)
+    f = lambda *shape, scale=1.0: (scale * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
+    args = {"x": f(b, seqlen, h, p), "dt": rng.uniform(-1.0, 1.0, (b, seqlen, h)).astype(np.float32),
+            "A": -rng.uniform(0.2, 1.5, h).astype(np.float32), "B": f(b, seqlen, g, n, scale=0.5),
+            "C": f(b, seqlen, g, n, scale=0.5),
+            "D": {None: None, "h": f(h), "hp": f(h, p)}[D], "z": f(b, seqlen, h, p) if z else None,
+            "dt_bias": f(h, scale=0.5) if dt_bias else None}
+    low = {"x", "B", "C", "z"}  # x's dtype; dt, A, D, dt_bias stay fp32 as in Mamba-2
+    return {k: (None if v is None else jnp.asarray(v, dtype if k in low else jnp.float32)) for k, v in args.items()}
+
+
+def dt_of(dt, dt_bias, softplus, limit, xp):
+    d = dt if dt_bias is None else dt + dt_bias
+    if softplus:
+        d = xp.where(d <= 20.0, xp.log1p(xp.exp(xp.minimum(d, 20.0))), d)
+    return xp.clip(d, limit[0], limit[1])
+
+
+def numpy_reference(a, softplus, limit):
+    """The plain sequential recurrence, in float64: h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T; y_t = h_t C_t + D x_t;
+    then y * silu(z)."""
+    x, B, C = (np.asarray(a[k], np.float64) for k in ("x", "B", "C"))
+    A = np.asarray(a["A"], np.float64)
+    bias = None if a["dt_bias"] is None else np.asarray(a["dt_bias"], np.float64)
+    d = dt_of(np.asarray(a["dt"], np.float64), bias, softplus, limit, np)
+    b, seqlen, h, p = x.shape
+    heads_per_group = h // B.shape[2]
+    state = np.zeros((b, h, p, B.shape[3]))
+    y = np.zeros_like(x)
+    for t in range(seqlen):
+        Bt, Ct = (np.repeat(M[:, t], heads_per_group, axis=1) for M in (B, C))  # (b, h, n)
+        state = np.exp(d[:, t] * A)[..., None, None] * state + (d[:, t, :, None] * x[:, t])[..., None] * Bt[:, :, None]
+        y[:, t] = np.einsum("bhpn,bhn->bhp", state, Ct)
+    if a["D"] is not None:
+        D = np.asarray(a["D"], np.float64)
+        y += x * (D[:, None] if D.ndim == 1 else D)
+    if a["z"] is not None:
+        z = np.asarray(a["z"], np.float64)
+        y *= z / (1 + np.exp(-z))
+    return y
+
+
+def scan_reference(x, dt, A, B, C, D, z, dt_bias, softplus, limit):
+    """The same recurrence as a ``lax.scan`` over time, in float32, for ``jax.grad``."""
+    d = dt_of(dt, dt_bias, softplus, limit, jnp)
+    heads_per_group = x.shape[2] // B.shape[2]
+    Bh, Ch = (jnp.repeat(M, heads_per_group, axis=2) for M in (B, C))
+
+    def step(state, inputs):
+        xt, dtt, Bt, Ct = inputs
+        state = jnp.exp(dtt * A)[..., None, None] * state + (dtt[..., None] * xt)[..., None] * Bt[:, :, None]
+        return state, jnp.einsum("bhpn,bhn->bhp", state, Ct)
+
+    init = jnp.zeros((x.shape[0], x.shape[2], x.shape[3], B.shape[3]), jnp.float32)
+    _, y = jax.lax.scan(step, init, tuple(jnp.swapaxes(v, 0, 1) for v in (x, d, Bh, Ch)))
+    y = jnp.swapaxes(y, 0, 1)
+    if D is not None:
+        y = y + x * (D[:, None] if D.ndim == 1 else D)
+    return y if z is None else y * jax.nn.silu(z)
+
+
+NAMES = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
+
+
+def check(a, chunk_size, softplus, limit, *, jit, grads, tol, positional=False):
+    op = ssd_op()
+    f32 = {k: None if v is None else v.astype(jnp.float32) for k, v in a.items()}
+
+    def call(**kw):
+        if positional:
+            return op(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], chunk_size, kw["D"], kw["z"], kw["dt_bias"],
+                      softplus, limit)
+        return op(**kw, chunk_size=chunk_size, dt_softplus=softplus, dt_limit=limit)  # every argument by keyword
+
+    y = (jax.jit(call) if jit else call)(**a)
+    assert y.shape == a["x"].shape and y.dtype == a["x"].dtype
+    want = numpy_reference(f32, softplus, limit)
+    np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=tol, atol=tol * np.abs(want).max())
+    if not grads:
+        return
+    cot = jnp.asarray(np.random.default_rng(1).standard_normal(a["x"].shape), a["x"].dtype)
+    given_names = [k for k in NAMES if a[k] is not None]
+
+    def loss(fn, dtype):
+        def inner(*arrays):
+            kw = dict(a, **dict(zip(given_names, arrays, strict=True)))
+            return jnp.sum(fn(**kw).astype(jnp.float32) * cot.astype(jnp.float32))
+        return inner
+
+    grad = jax.grad(loss(call, a["x"].dtype), argnums=tuple(range(len(given_names))))
+    got = (jax.jit(grad) if jit else grad)(*[a[k] for k in given_names])
+    ref = lambda **kw: scan_reference(**kw, softplus=softplus, limit=limit)  # noqa: E731
+    want = jax.grad(loss(ref, jnp.float32), argnums=tuple(range(len(given_names))))(*[f32[k] for k in given_names])
+    for name, g, w in zip(given_names, got, want, strict=True):
+        assert g.dtype == a[name].dtype, name
+        w = np.asarray(w, np.float64)
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=tol, atol=tol * np.abs(w).max(),
+                                   err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("case", [
+    dict(D="h", z=True, dt_bias=True, softplus=True, limit=(0.0, INF), jit=True),
+    dict(D="hp", z=False, dt_bias=False, softplus=True, limit=(0.05, 0.9), jit=False, positional=True),
+    dict(D=None, z=True, dt_bias=True, softplus=False, limit=(0.0, 0.7), jit=True, g=1),
+], ids=["D_h-z-bias-softplus-jit", "D_hp-limit-eager-positional", "noD-g1-nosoftplus-jit"])
+def test_forward_and_gradients_match_the_recurrence(case):
+    case = dict(case)
+    softplus, limit, jit = case.pop("softplus"), case.pop("limit"), case.pop("jit")
+    positional = case.pop("positional", False)
+    check(inputs(0, **case), 16, softplus, limit, jit=jit, grads=True, tol=2e-4, positional=positional)
+
+
+def test_bfloat16_inputs_forward_and_gradients():
+    a = inputs(3, D="h", z=True, dtype=jnp.bfloat16)
+    check(a, 16, True, (0.0, INF), jit=True, grads=True, tol=4e-2)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([(1, 17, 2, 1), (2, 33, 4, 2), (1, 48, 4, 4), (2, 24, 6, 3)]), st.sampled_from([16, 32]),
+       st.sampled_from([None, "h", "hp"]), st.booleans(), st.booleans(), st.booleans())
+def test_forward_over_shapes_and_options(shape, chunk_size, D, z, dt_bias, softplus):
+    b, seqlen, h, g = shape
+    a = inputs(seqlen, b=b, seqlen=seqlen, h=h, p=8, g=g, n=16, D=D, z=z, dt_bias=dt_bias)
+    check(a, chunk_size, softplus, (0.0, INF) if softplus else (0.0, 1.0), jit=True, grads=False, tol=2e-4)
+
+
+BAD = [
+    (dict(x=("shape", (2, 40, 32))), ValueError, "`x` must have shape (batch, seqlen, nheads, headdim)"),
+    (dict(dt=("shape", (2, 40))), ValueError, "`dt` must have shape (2, 40, 4)"),
+    (dict(B=("shape", (2, 40, 3, 16)), C=("shape", (2, 40, 3, 16))), ValueError, "multiple of ngroups (3"),
+    (dict(C=("shape", (2, 40, 2, 8))), ValueError, "`C` must have shape (2, 40, 2, 16)"),
+    (dict(A=("shape", (4, 1))), ValueError, "`A` must have shape (4,)"),
+    (dict(D=("shape", (8,))), ValueError, "`D` must have shape (4,) or (4, 8)"),
+    (dict(z=("shape", (2, 40, 4, 4))), ValueError, "`z` must have shape (2, 40, 4, 8)"),
+    (dict(dt_bias=("shape", (2,))), ValueError, "`dt_bias` must have shape (4,)"),
+    (dict(B=("dtype", jnp.bfloat16)), TypeError, "`B` must have x's dtype float32"),
+    (dict(z=("dtype", jnp.float16)), TypeError, "`z` must have x's dtype float32"),
+    (dict(x=("dtype", jnp.int32)), TypeError, "`x` must be float16, bfloat16 or float32"),
+    (dict(chunk_size=0), ValueError, "`chunk_size` must be a positive int, got 0"),
+    (dict(chunk_size=16.0), ValueError, "`chunk_size` must be a positive int, got 16.0"),
+    (dict(chunk_size=True), ValueError, "`chunk_size` must be a positive int, got True"),
+    (dict(dt_limit=(1.0, 0.5)), ValueError, "`dt_limit` must be a pair of numbers (low, high) with low <= high"),
+    (dict(dt_softplus="yes"), TypeError, "`dt_softplus` must be a bool"),
+    (dict(initial_states=("shape", (2, 4, 8, 16))), NotImplementedError, "`initial_states` is not supported"),
+    (dict(return_final_states=True), NotImplementedError, "`return_final_states` is not supported"),
+    (dict(seq_idx=("shape", (2, 40))), NotImplementedError, "`seq_idx` is not supported"),
+]
+
+
+@pytest.mark.parametrize("change, error, message", BAD, ids=[m.split("`")[1] if "`" in m else m for _, _, m in BAD])
+def test_bad_input_is_refused_at_the_call_naming_the_argument(change, error, message):
+    op = ssd_op()
+    kw = dict(inputs(0), chunk_size=16)
+    for name, value in change.items():
+        if isinstance(value, tuple) and value and value[0] == "shape":
+            kw[name] = jnp.zeros(value[1], jnp.float32)
+        elif isinstance(value, tuple) and value and value[0] == "dtype":
+            kw[name] = kw[name].astype(value[1])
+        else:
+            kw[name] = value
+    with pytest.raises(error) as info:
+        op(**kw)
+    assert message in str(info.value) and "mamba_chunk_scan_combined" in str(info.value)

@@ -1,0 +1,81 @@
+"""The SSD port (``examples/ports/mamba_ssd.py``) against mamba-ssm's own ``mamba_chunk_scan_combined`` on torch
+tensors (Triton's own launch of the same kernels), forward and backward, on a GPU: a small shape and a Mamba-2
+model's (h 64, p 64, n 128, chunk 256, l 2048).
+
+Runs where JAX sees a CUDA device and torch, einops and mamba-ssm's source import (mamba-ssm's package
+``__init__`` needs its CUDA extensions, so ``mamba_source.register_bare_packages`` enters its packages bare)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import gpu_platforms, requires_backend
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU with JAX (if JAX starts here)
+
+
+def _mamba():
+    """mamba-ssm's ``ssd_combined`` and torch, or the reason they cannot run here."""
+    if "cuda" not in gpu_platforms():
+        return None, "no CUDA device is visible to JAX"
+    try:
+        torch = importlib.import_module("torch")
+        if not torch.cuda.is_available():
+            return None, "torch sees no CUDA device"
+        from ports.mamba_source import register_bare_packages
+        register_bare_packages()
+        return (torch, importlib.import_module("mamba_ssm.ops.triton.ssd_combined")), ""
+    except ImportError as error:
+        return None, f"torch or mamba-ssm cannot be imported: {error}"
+
+
+MAMBA, REASON = _mamba()
+pytestmark = [pytest.mark.cuda, requires_backend("cuda"), pytest.mark.skipif(MAMBA is None, reason=REASON)]
+
+SHAPES = {  # b, l, h, p, g, n, chunk, dtype
+    "small": (2, 200, 8, 32, 2, 32, 64, np.float32),
+    "model": (2, 2048, 64, 64, 1, 128, 256, jnp.bfloat16),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "z_D_bias"])
+def test_port_matches_mamba_ssm_forward_and_backward(name, gated):
+    torch, ssd_combined = MAMBA
+    from ports.mamba_ssd import mamba_chunk_scan_combined
+
+    b, seqlen, h, p, g, n, chunk, dtype = SHAPES[name]
+    rng = np.random.default_rng(0)
+    f = lambda *shape, scale=1.0: (scale * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
+    arrays = {"x": f(b, seqlen, h, p), "dt": f(b, seqlen, h, scale=0.5),
+              "A": -rng.uniform(0.5, 4, h).astype(np.float32), "B": f(b, seqlen, g, n, scale=0.3),
+              "C": f(b, seqlen, g, n, scale=0.3)}
+    if gated:
+        arrays.update(D=f(h), z=f(b, seqlen, h, p), dt_bias=f(h, scale=0.5))
+    low = {"x", "B", "C", "z"}
+    jx = {k: jnp.asarray(v, dtype if k in low else jnp.float32) for k, v in arrays.items()}
+    options = dict(dt_softplus=True, dt_limit=(0.0, float("inf")))
+    dout = rng.standard_normal((b, seqlen, h, p)).astype(np.float32)
+
+    names = list(jx)
+    y, vjp = jax.vjp(lambda *a: mamba_chunk_scan_combined(**dict(zip(names, a, strict=True)), chunk_size=chunk,
+                                                          **options), *jx.values())
+    grads = vjp(jnp.asarray(dout, y.dtype))
+
+    tdtype = torch.bfloat16 if dtype == jnp.bfloat16 else torch.float32
+    tx = {k: torch.tensor(np.asarray(v.astype(jnp.float32)), device="cuda").to(tdtype if k in low else torch.float32)
+          .requires_grad_() for k, v in jx.items()}
+    ty = ssd_combined.mamba_chunk_scan_combined(**tx, chunk_size=chunk, **options)
+    ty.backward(torch.tensor(dout, device="cuda").to(ty.dtype))
+
+    tol = 2e-2 if dtype == jnp.bfloat16 else 2e-3
+    for label, got, want in [("y", y, ty)] + [(f"d{k}", gr, tx[k].grad) for k, gr in zip(names, grads, strict=True)]:
+        want = want.detach().float().cpu().numpy()
+        got = np.asarray(got.astype(jnp.float32))
+        scale = max(np.abs(want).max(), 1e-6)
+        assert np.abs(got - want).max() <= tol * scale, (label, np.abs(got - want).max(), scale)
