@@ -1,35 +1,22 @@
 """``bench/mamba2.py``'s torch side: mamba-ssm's own ``mamba_chunk_scan_combined`` (Triton launching its kernels on
 torch tensors), forward and forward + backward, on the same inputs as the JAX side.
 
-mamba-ssm's package ``__init__`` imports its CUDA extensions (absent where only its source is on ``PYTHONPATH``),
-so :func:`import_ssd_combined` registers bare package modules for ``mamba_ssm``, ``mamba_ssm.ops`` and
-``mamba_ssm.ops.triton`` (their ``__path__`` only) before importing ``ssd_combined``: none of the packages'
-``__init__`` runs. (The SSD port needs the same; one helper once both are merged.)
+mamba-ssm's package ``__init__`` imports its CUDA extensions (absent where only its source is on ``PYTHONPATH``):
+:func:`import_ssd_combined` enters its packages bare (``examples/ports/mamba_source.register_bare_packages``, the
+SSD port's helper) before importing ``ssd_combined``.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
-import types
-from pathlib import Path
-
-PACKAGES = ("mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.triton")
 
 
 def import_ssd_combined():
     """``mamba_ssm.ops.triton.ssd_combined``, imported without running its packages' ``__init__``; ImportError
     naming what is missing (mamba-ssm's source, torch, einops) otherwise."""
-    spec = importlib.util.find_spec("mamba_ssm")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("mamba-ssm's source is not on PYTHONPATH (its package mamba_ssm was not found)")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    for name in PACKAGES:
-        if name not in sys.modules:
-            module = types.ModuleType(name)
-            module.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
-            sys.modules[name] = module
+    from examples.ports import mamba_source
+
+    mamba_source.register_bare_packages()
     return importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
 
 
