@@ -1,9 +1,9 @@
 """``bench/mamba2.py``'s torch side: mamba-ssm's own ``mamba_chunk_scan_combined`` (Triton launching its kernels on
 torch tensors), forward and forward + backward, on the same inputs as the JAX side.
 
-mamba-ssm's package ``__init__`` imports its CUDA extensions (absent where only its source is on ``PYTHONPATH``):
-:func:`import_ssd_combined` enters its packages bare (``examples/ports/mamba_source.register_bare_packages``, the
-SSD port's helper) before importing ``ssd_combined``.
+mamba-ssm's package ``__init__`` imports its CUDA extensions (absent where only its source is on ``PYTHONPATH``),
+so :func:`import_ssd_combined` enters them bare (``examples/ports/mamba_source.py``) before importing
+``ssd_combined``: none of the packages' ``__init__`` runs.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import importlib
 
 
 def import_ssd_combined():
-    """``mamba_ssm.ops.triton.ssd_combined``, imported without running its packages' ``__init__``; ImportError
-    naming what is missing (mamba-ssm's source, torch, einops) otherwise."""
-    from examples.ports import mamba_source
+    """``mamba_ssm.ops.triton.ssd_combined``, imported without running its packages' ``__init__``
+    (``examples/ports/mamba_source.py``: ``register_bare_packages``); ImportError naming what is missing (mamba-ssm's
+    source, torch, einops) otherwise."""
+    from examples.ports.mamba_source import register_bare_packages
 
-    mamba_source.register_bare_packages()
+    register_bare_packages()
     return importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
 
 
