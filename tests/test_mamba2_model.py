@@ -107,12 +107,15 @@ def test_choices_and_configs_are_checked():
         CONFIGS["tiny"].replace(groups=3)
 
 
-@pytest.mark.skipif(not _port_missing(), reason="the port is here: the tritonplug choice runs")
-def test_without_the_port_the_tritonplug_choice_names_it():
+def test_without_the_port_the_tritonplug_choice_names_it(monkeypatch):
+    """The port's module missing (here: a name that is no module) is an error naming it, not some other error."""
     import jax.numpy as jnp
 
+    from examples.mamba2 import block
+
+    monkeypatch.setattr(block, "PORT_MODULE", "examples.ports.no_such_port")
     cfg, p, h = _mixer_inputs(jnp.float32)
-    with pytest.raises(ModuleNotFoundError, match="needs examples.ports.mamba_ssd"):
+    with pytest.raises(ModuleNotFoundError, match="needs examples.ports.no_such_port"):
         _mixer(cfg, "tritonplug")(h, p)
 
 

@@ -126,16 +126,46 @@ def test_decay_over_many_chunks_keeps_the_nearby_chunks_exact():
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * float(np.max(np.abs(want))))
 
 
-@pytest.mark.parametrize("b, seq, h, g, p, n, chunk, D, softplus, limit", [
-    (2, 24, 4, 2, 3, 4, 8, "h", True, (0.0, float("inf"))),
-    (1, 19, 2, 1, 4, 3, 8, "hp", False, (0.05, 0.6)),
-    (1, 16, 3, 3, 2, 5, 16, None, True, (0.1, 0.4)),
+@pytest.mark.parametrize("seq, chunk, within, steps", [(64, 4, 4, 4), (52, 4, 1, 13), (30, 2, 3, 5)])
+def test_chunks_done_in_steps_give_the_recurrence(seq, chunk, within, steps, monkeypatch):
+    """Where the ``(chunk, chunk)`` tensors would exceed ``WITHIN_ELEMENTS``, the chunks go in steps (``lax.map``):
+    ``within`` chunks at a time, whatever divides the chunks (13 chunks: one at a time)."""
+    from examples.mamba2 import ssd_jnp
+
+    b, h, g = 2, 4, 2
+    monkeypatch.setattr(ssd_jnp, "WITHIN_ELEMENTS", within * b * h * chunk * chunk)
+    args = _inputs(11, b, seq, h, g, 3, 4)
+    got = np.asarray(_ssd(args, chunk, softplus=True))
+    want = reference(**args, softplus=True)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * float(np.max(np.abs(want))))
+    hlo = _ssd_text(args, chunk)
+    assert ("while" in hlo) == (steps > 1)
+
+
+def _ssd_text(args, chunk) -> str:
+    import jax
+
+    from examples.mamba2.ssd_jnp import ssd
+
+    return jax.jit(lambda a: ssd(a["x"], a["dt"], a["A"], a["B"], a["C"], chunk)).lower(args).as_text()
+
+
+@pytest.mark.parametrize("b, seq, h, g, p, n, chunk, D, softplus, limit, within", [
+    (2, 24, 4, 2, 3, 4, 8, "h", True, (0.0, float("inf")), None),
+    (1, 19, 2, 1, 4, 3, 8, "hp", False, (0.05, 0.6), None),
+    (1, 16, 3, 3, 2, 5, 16, None, True, (0.1, 0.4), None),
+    (2, 40, 4, 2, 3, 4, 4, "h", True, (0.0, float("inf")), 2),  # 10 chunks, 2 at a time: lax.map's backward
 ])
-def test_gradients_equal_those_of_the_scan_recurrence(b, seq, h, g, p, n, chunk, D, softplus, limit):
+def test_gradients_equal_those_of_the_scan_recurrence(b, seq, h, g, p, n, chunk, D, softplus, limit, within,
+                                                      monkeypatch):
     import jax
     import jax.numpy as jnp
 
+    from examples.mamba2 import ssd_jnp
     from examples.mamba2.ssd_jnp import ssd
+
+    if within:
+        monkeypatch.setattr(ssd_jnp, "WITHIN_ELEMENTS", within * b * h * chunk * chunk)
 
     args = {k: (None if v is None else jnp.asarray(v)) for k, v in _inputs(7, b, seq, h, g, p, n, D=D).items()}
     cot = jnp.asarray(np.random.default_rng(8).standard_normal((b, seq, h, p)), jnp.float32)

@@ -17,7 +17,8 @@ heads) stay a dimension of their own: no per-head copy of ``B`` or ``C``.
 
 Autodiff gives the backward. The core runs under ``jax.checkpoint`` keeping only matmul results: the
 ``(chunk, chunk)`` decays and scores, elementwise in a few small arrays, are recomputed in the backward rather
-than stored, which is both leaner and, on a GPU, no slower than reading them back.
+than stored, which is both leaner and, on a GPU, no slower than reading them back. Past :data:`WITHIN_ELEMENTS`
+the chunks' quadratic part goes in steps, so that the backward's working set does not grow with the sequence.
 """
 
 from __future__ import annotations
@@ -78,14 +79,8 @@ def _chunked_core(xc, step, A, Bc, Cc):
     """The SSD of chunked inputs: ``xc`` ``(b, c, L, g, r, p)``, ``step`` ``(b, c, g, r, L)`` fp32, ``A`` ``(g, r)``
     fp32, ``Bc``/``Cc`` ``(b, c, L, g, n)``; ``y`` ``(b, c, L, g, r, p)`` fp32, without ``D`` and ``z``."""
     dtype = xc.dtype
-    L = xc.shape[2]
     cum = jnp.cumsum(step * A[..., None], axis=-1)  # (b, c, g, r, L): within-chunk cumulative log-decay
-    # inside each chunk: y[l] = sum_{s <= l} (C_l . B_s) exp(cum_l - cum_s) dt'_s x_s
-    scores = jnp.einsum("bclgn,bcsgn->bcgls", Cc, Bc, preferred_element_type=F32)
-    causal = jnp.arange(L)[:, None] >= jnp.arange(L)[None, :]
-    gap = jnp.where(causal, cum[..., :, None] - cum[..., None, :], -jnp.inf)  # masked before exp: no inf * 0
-    weights = (scores[:, :, :, None] * jnp.exp(gap) * step[..., None, :]).astype(dtype)  # (b, c, g, r, L, L)
-    y = jnp.einsum("bcgrls,bcsgrp->bclgrp", weights, xc, preferred_element_type=F32)
+    y = _within_chunks(xc, step, cum, Bc, Cc)
     # each chunk's own contribution to the state at its end: sum_s exp(cum_last - cum_s) dt'_s x_s B_s^T
     to_end = jnp.moveaxis(jnp.exp(cum[..., -1:] - cum) * step, -1, 2)  # (b, c, L, g, r)
     decayed = (xc * to_end[..., None]).astype(dtype)
@@ -98,6 +93,42 @@ def _chunked_core(xc, step, A, Bc, Cc):
 
 
 _chunked = jax.checkpoint(_chunked_core, policy=jax.checkpoint_policies.dots_saveable)
+
+#: The ``(chunk, chunk)`` tensors of the quadratic part hold at most this many elements at a time (over the batch,
+#: the heads and the chunks done together): beyond it the chunks are done in that many steps (``lax.map``), each
+#: step's backward recomputing its own, so that the backward's working set stays bounded as the sequence grows.
+#: At 64 heads, chunk 256 and 2 sequences this is 8 chunks (2048 steps of the sequence) at a time.
+WITHIN_ELEMENTS = 1 << 26
+
+
+def _within_chunks(xc, step, cum, Bc, Cc):
+    """Each chunk's output from its own inputs: ``y[l] = sum_{s <= l} (C_l . B_s) exp(cum_l - cum_s) dt'_s x_s``,
+    fp32 ``(b, c, L, g, r, p)``; in steps of :data:`WITHIN_ELEMENTS` where the chunks are many."""
+    b, c, L, g, r, _ = xc.shape
+    per_chunk = b * g * r * L * L
+    together = max(1, min(c, WITHIN_ELEMENTS // per_chunk))
+    while c % together:
+        together -= 1
+    if together == c:
+        return _quadratic(xc, step, cum, Bc, Cc)
+    steps = c // together
+
+    def split(a):  # (b, c, ...) -> (steps, b, together, ...)
+        return jnp.moveaxis(a.reshape(b, steps, together, *a.shape[2:]), 1, 0)
+
+    y = jax.lax.map(lambda args: jax.checkpoint(_quadratic)(*args),
+                    (split(xc), split(step), split(cum), split(Bc), split(Cc)))
+    return jnp.moveaxis(y, 0, 1).reshape(xc.shape)
+
+
+def _quadratic(xc, step, cum, Bc, Cc):
+    """:func:`_within_chunks` of chunks done together: the ``(chunk, chunk)`` decayed scores, one matmul."""
+    L = xc.shape[2]
+    scores = jnp.einsum("bclgn,bcsgn->bcgls", Cc, Bc, preferred_element_type=F32)
+    causal = jnp.arange(L)[:, None] >= jnp.arange(L)[None, :]
+    gap = jnp.where(causal, cum[..., :, None] - cum[..., None, :], -jnp.inf)  # masked before exp: no inf * 0
+    weights = (scores[:, :, :, None] * jnp.exp(gap) * step[..., None, :]).astype(xc.dtype)  # (b, c, g, r, L, L)
+    return jnp.einsum("bcgrls,bcsgrp->bclgrp", weights, xc, preferred_element_type=F32)
 
 
 def _chunk_decays(totals: jax.Array) -> jax.Array:
