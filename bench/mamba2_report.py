@@ -7,8 +7,9 @@
 The rule of ``bench/_report.py``: a configuration's figure is the median over all its recorded runs (each run's own
 median), with the range of those medians where the runs differ; ratios are taken within a run (side by side), then
 their median over runs. A run in which anything failed (an error, or a check of the port against torch) gives no
-figure and is named in the runs table. Smoke runs (``--smoke``) are never read. With no run recorded, each table
-says so: not measured yet.
+figure and is named in the runs table; a failed ``tritonplug.tune`` (its own programs, before anything is timed)
+only says so there: the timed programs then ran the configurations recorded before the failure, or the first.
+Smoke runs (``--smoke``) are never read. With no run recorded, each table says so: not measured yet.
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ def runs(results: Path = RESULTS) -> list[tuple[str, dict]]:
 
 
 def _failed(data: dict) -> list[dict]:
-    return [r for r in data["records"] if r.get("error") or r.get("check") not in (None, "ok")]
+    return [r for r in data["records"] if (r.get("error") and not _tune(r)) or r.get("check") not in (None, "ok")]
+
+
+def _tune(record: dict) -> bool:
+    return record["bench"].endswith(" tune")
 
 
 def _usable(data: dict) -> bool:
@@ -160,9 +165,13 @@ def run_table(recorded) -> str:
     for path, data in recorded:
         failed = _failed(data)
         first = f"; first: {(failed[0].get('error') or failed[0]['check'])[:90]}" if failed else ""
+        tunes = [r for r in data["records"] if _tune(r) and r.get("error")]
+        used = "yes" if _usable(data) else "no: it failed"
+        if tunes and _usable(data):
+            used += f" ({len(tunes)} tunings failed: {tunes[0]['error'][:60]})"
         rows.append([f"`{path}`", f"`{data['command'].split(' --out ')[0]}`", _gpu(data),
                      str(sum(1 for r in data["records"] if r.get("median_us") is not None)), f"{len(failed)}{first}",
-                     "yes" if _usable(data) else "no: it failed"])
+                     used])
     return table(["run (bench/results/)", "command", "device", "timed", "failed", "figures used"], rows)
 
 
