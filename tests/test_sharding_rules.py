@@ -240,3 +240,29 @@ def test_a_compound_factor_known_elsewhere_as_one_or_zero_elements():
     assert bound("(k g), k -> (k g)", [(5,), (1,)], [(5,)]).sizes == {"k": 1, "g": 5}
     with pytest.raises(ValueError, match="not a multiple of 0"):
         bound("(k g), k -> (k g)", [(0,), (0,)], [(0,)])
+
+
+def test_a_factor_after_a_compound_dimension_is_bound_and_sizes_resolve_in_any_order():
+    """``bind`` goes on past a compound dimension to the array's next ones; a compound with two unknown
+    factors waits for one resolved later; of compounds that never resolve, the first is named."""
+    assert bound("(a b) c, a -> a b", [(6, 5), (2,)], [(2, 3)]).sizes == {"a": 2, "b": 3, "c": 5}
+    assert bound("(a b), (b c), c -> (a b)", [(6,), (15,), (5,)], [(6,)]).sizes == {"a": 2, "b": 3, "c": 5}
+    with pytest.raises(ValueError, match=r"\['a', 'b'\] in operand 0 \(op0\)"):
+        bound("(a b) d, (c e) d -> d", [(6, 2), (6, 2)], [(2,)])
+
+
+def test_a_compound_whose_major_factor_takes_every_axis_leaves_the_minor_one_free():
+    """``(a b)`` split over ``x`` gives ``a`` all of it (pieces of one element) and ``b`` nothing from it, so a
+    later array's split of ``b`` decides ``b``."""
+    b = bound("(a b) d, b d -> (a b) d", [(6, 4), (3, 4)], [(6, 4)])
+    chosen = rules.assign(b, {"x": 2, "y": 3}, (OPERANDS, [(("x",), ()), (("y",), ())]))
+    assert chosen == {"a": ("x",), "b": ("y",)}
+
+
+def test_contiguous_drops_a_minor_split_whose_major_factor_lost_its_own_in_a_later_dimension():
+    """``a`` is major in ``(a b)`` and minor in ``(c a)``: dropping ``a``'s split there (``c`` whole) leaves
+    ``a`` whole, so ``b``'s split in ``(a b)`` must go too, whichever dimension comes first."""
+    for text in ("(a b) d, (c a) d, a -> d", "(c a) d, (a b) d, a -> d"):  # a = 2, b = 4, c = 3
+        shapes = [(8, 2), (6, 2), (2,)] if text.startswith("(a b)") else [(6, 2), (8, 2), (2,)]
+        b = bound(text, shapes, [(2,)], reduction=["a", "b", "c"])
+        assert rules.contiguous(b, {"a": ("x",), "b": ("y",)}, {"x": 2, "y": 2}) == {}, text
