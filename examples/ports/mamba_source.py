@@ -31,13 +31,6 @@ import tritonplug
 
 _PACKAGES = ("mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.triton")
 
-#: Every launch of the port asks for ``autotune="first"`` (``triton_call``'s option, as ``examples/moe`` does):
-#: the configuration a tuning record names (``tritonplug.tune``: ``bench/mamba2.py`` tunes each shape first),
-#: else the first that survives pruning. Under ``"runtime"`` jaxlib would compile each of a dozen kernels'
-#: configurations at the first lowering and time them all on the device: on an H200 the GPU test's model-shape
-#: case did not finish within 200 s that way.
-AUTOTUNE = "first"
-
 
 def source_root() -> Path | None:
     """The directory holding the ``mamba_ssm`` package on ``sys.path`` (found, never imported), or None."""

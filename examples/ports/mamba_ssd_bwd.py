@@ -30,8 +30,7 @@ import triton
 
 import tritonplug
 
-from .mamba_source import AUTOTUNE
-from .mamba_ssd_fwd import _bmm, _chunk_state, _state_passing, dot_dtype_of
+from .mamba_ssd_fwd import AUTOTUNE, _bmm, _chunk_state, _state_passing, dot_dtype_of
 
 _chunk_cumsum_bwd_kernel = tritonplug.launch(_chunk_state._chunk_cumsum_bwd_kernel)
 _chunk_state_bwd_db_kernel = tritonplug.launch(_chunk_state._chunk_state_bwd_db_kernel)

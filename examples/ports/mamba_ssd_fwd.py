@@ -22,13 +22,21 @@ import triton.language as tl
 
 import tritonplug
 
-from .mamba_source import AUTOTUNE, kernels
+from .mamba_source import kernels
 
 _chunk_state = kernels("ssd_chunk_state")
 _state_passing = kernels("ssd_state_passing")
 _bmm = kernels("ssd_bmm")
 _chunk_scan = kernels("ssd_chunk_scan")
 TRITON_22 = _chunk_scan.TRITON_22
+
+#: Every launch of the port asks for ``autotune="first"`` (``triton_call``'s option, as ``examples/moe`` does):
+#: the configuration a tuning record names (``tritonplug.tune``: ``bench/mamba2.py`` tunes each shape first),
+#: else the first that survives pruning. Under ``"runtime"`` jaxlib would compile each of a dozen kernels'
+#: configurations at the first lowering and time them all on the device: on an H200 the GPU test's model-shape
+#: case did not finish within 200 s that way.
+AUTOTUNE = "first"
+
 _chunk_cumsum_fwd_kernel = tritonplug.launch(_chunk_state._chunk_cumsum_fwd_kernel)
 _chunk_state_fwd_kernel = tritonplug.launch(_chunk_state._chunk_state_fwd_kernel)
 _state_passing_fwd_kernel = tritonplug.launch(_state_passing._state_passing_fwd_kernel)

@@ -13,9 +13,9 @@ import triton
 
 import tritonplug
 
-from .mamba_source import AUTOTUNE, kernels
+from .mamba_source import kernels
 from .mamba_ssd_bwd import _nheads_per_program
-from .mamba_ssd_fwd import _chunk_scan
+from .mamba_ssd_fwd import AUTOTUNE, _chunk_scan
 
 _combined = kernels("ssd_combined")
 TRITON_22 = _combined.TRITON_22
