@@ -102,3 +102,13 @@ def gapped_sub_kernel(x_ptr, n, y_ptr, out_ptr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) - tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def scaled_add_kernel(x_ptr, y_ptr, n, alpha, out_ptr, BLOCK: tl.constexpr):
+    """``x * alpha + y``, masked: elementwise, so its translation is windows only (the inline tests' kernel)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, x * alpha + y, mask=mask)

@@ -19,6 +19,7 @@ import pytest
 import triton
 import triton.language as tl
 from helpers import for_backend, requires_backend, requires_cuda_device
+from kernels import scaled_add_kernel
 
 import tritonplug
 from tritonplug.adapters import triton_compat
@@ -30,15 +31,6 @@ cuda = for_backend("cuda")
 N = 1000
 SPEC = jax.ShapeDtypeStruct((N,), jnp.float32)
 INDICES = jax.ShapeDtypeStruct((N,), jnp.int32)
-
-
-@triton.jit
-def scaled_add_kernel(x_ptr, y_ptr, n, alpha, out_ptr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, x * alpha + y, mask=mask)
 
 
 @triton.jit

@@ -13,23 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import triton
-import triton.language as tl
 from helpers import requires_backend
+from kernels import scaled_add_kernel
 from xla_kernels import cas_vector_kernel
 
 import tritonplug
 
 pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
 KERNEL_CALLS = ("triton_kernel_call", "tritonplug_host_kernel")  # jaxlib's GPU kernel call, the interpreter's
-
-
-@triton.jit
-def scaled_add_kernel(x_ptr, y_ptr, n, alpha, out_ptr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, x * alpha + y, mask=mask)
 
 
 def scaled_add(x, y, alpha, **options):
