@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 import triton
 from fits_kernels import config, matmul_kernel
-from helpers import for_backend
+from helpers import for_backend, requires_cuda_device
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -98,6 +98,21 @@ def test_no_configuration_fits_is_a_clear_error_and_records_nothing(autotune):
     assert "[BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4, num_ctas=1] needs 196608 B" in message
     assert "[BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=7, num_ctas=1] needs 196608 B" in message
     assert len(tritonplug.inspection.paths()) == paths and len(state.plans.entries) <= plans
+
+
+@for_backend("cuda")
+@requires_cuda_device
+def test_tune_reports_a_configuration_that_does_not_fit_as_not_run(private_cache):
+    device = jax.devices("cuda")[0]
+    if device.compute_capability != "9.0":
+        pytest.skip(f"the shared memory figures here are sm_90's, the device is {device.compute_capability}")
+    a = jax.device_put(jnp.ones((SIZE, SIZE), jnp.float16), device)
+    report = tritonplug.tune(matmul([BIG, SMALL]), a, a)
+    (call,) = report.calls
+    big, small = call.timings
+    assert big.median_us is None and big.error.startswith("not run: [BLOCK_M=256, BLOCK_N=256, BLOCK_K=64")
+    assert "needs 262144 B of shared memory" in big.error and small.median_us is not None
+    assert call.winner == small.description and "not run: [BLOCK_M=256" in str(report)
 
 
 @for_backend("interpret")

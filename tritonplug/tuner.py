@@ -5,7 +5,9 @@ Each autotuned ``triton_call`` it makes is stopped before it runs, and each of i
 survives pruning (``prune_configs_by``'s ``early_config_prune``) is lowered alone (a call pinned to that
 configuration) and timed as a jitted call on the operands' device: compiled and run once, warmed up,
 then a median over ``runs`` samples, each sample a batch of back-to-back calls long enough to be timed
-(``block_until_ready`` after each batch). The fastest configuration is recorded (see
+(``block_until_ready`` after each batch); one whose compiled kernel does not fit the target (more shared
+memory than a block may use there: ``lowering.fitting``) is refused at its lowering, never launched, and
+reported as :data:`NOT_RUN`. The fastest configuration is recorded (see
 :mod:`tritonplug.tuning.store`) and the call then runs as any later lowering will: with that one
 configuration.
 
