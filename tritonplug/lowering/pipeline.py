@@ -2,7 +2,9 @@
 
 Data path: host picks the backend for the platform → detect target → the environment's fingerprint (once) →
 the call's resolved configurations (``compile.resolver``, derived at the call) → per configuration: parse options,
-check the grid against the backend's limits, specialise, cache lookup, compile on a miss → kernel objects → emitter.
+check the grid against the backend's limits, specialise, cache lookup, compile on a miss → the binaries that fit the
+target (``fitting``: under ``autotune="first"`` the later configurations are compiled one at a time until one fits)
+→ kernel objects → emitter.
 """
 
 from __future__ import annotations
