@@ -21,6 +21,7 @@ from tritonplug.inspection import kernel_calls
 from tritonplug.lowering import fitting
 from tritonplug.process.state import state
 from tritonplug.records import Binary, HostKernel, Options, Target
+from tritonplug.tuner import ConfigTiming, TunedCall, TuningReport
 
 SIZE = 1024
 #: Shared memory each needs, measured with Triton 3.9 (sm_90 / sm_80); the limits are 232448 / 166912 B.
@@ -113,6 +114,14 @@ def test_tune_reports_a_configuration_that_does_not_fit_as_not_run(private_cache
     assert big.median_us is None and big.error.startswith("not run: [BLOCK_M=256, BLOCK_N=256, BLOCK_K=64")
     assert "needs 262144 B of shared memory" in big.error and small.median_us is not None
     assert call.winner == small.description and "not run: [BLOCK_M=256" in str(report)
+
+
+def test_a_tuning_report_shows_a_configuration_not_run_as_such():
+    timings = (ConfigTiming("big", {}, None, "not run: [big] needs 262144 B of shared memory"),
+               ConfigTiming("small", {}, 12.5), ConfigTiming("odd", {}, None, "RuntimeError: launch failed"))
+    text = str(TuningReport((TunedCall("k", "cuda", "cuda:90", {"args": ()}, "small", timings, True, "id"),)))
+    assert "      not run: [big] needs 262144 B" in text and "failed: not run" not in text
+    assert "failed: RuntimeError: launch failed" in text
 
 
 @for_backend("interpret")
