@@ -21,6 +21,7 @@ from tritonplug.errors import (
     CompileError,
     KernelImportError,
     KernelSourceError,
+    OutOfResourcesError,
     PartitionError,
     PluginError,
     TritonplugError,
@@ -75,8 +76,9 @@ _LAZY_SUBMODULES = frozenset({"debug", "inspection"})
 CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"
 
 __all__ = [
-    "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelImportError", "KernelSourceError", "Launcher", "PartitionError",
-    "PluginError", "Tensor", "TensorDescriptor", "TritonplugError", "WorkerError", "backend_for", "backends", "cdiv",
+    "CUSTOM_CALL_TARGET_NAME", "CompileError", "KernelImportError", "KernelSourceError", "Launcher",
+    "OutOfResourcesError", "PartitionError", "PluginError", "Tensor", "TensorDescriptor", "TritonplugError",
+    "WorkerError", "backend_for", "backends", "cdiv",
     "check_rule", "compile_stats",
     "debug", "empty", "empty_like", "export_disabled_checks", "get_compute_capability", "inspection",
     "kernels_from_file", "kernels_of", "launch", "next_power_of_2", "partitioned", "register_plugin",

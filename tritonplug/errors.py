@@ -29,3 +29,9 @@ class KernelImportError(TritonplugError, ImportError):
 class PartitionError(TritonplugError, ValueError):
     """A ``tritonplug.partitioned`` function failed when traced with one shard's shapes; the message names the
     function and the shapes, and the error it raised is the cause."""
+
+
+class OutOfResourcesError(TritonplugError, ValueError):
+    """No configuration of a call fits the target: each compiled kernel needs more shared memory than one block
+    may use there (Triton's ``OutOfResources``); the message names the kernel, each configuration and its need,
+    and the target's limit."""

@@ -49,6 +49,8 @@ def tritonplug_detect_target(
     target hints (``compute_capability``; ``None`` where unset): a hint the backend understands
     wins over the device, then its own environment variables; with neither a device nor a hint
     it raises ``ValueError`` naming both ways to set one. Hints for other backends are ignored.
+    The target's ``max_shared_mem`` (bytes a block may use; ``None``: unknown) makes the host skip the
+    configurations whose binary's ``metadata["shared"]`` exceeds it, as Triton's autotuner does.
     """
 
 
@@ -81,10 +83,11 @@ def tritonplug_make_kernel(target: Target, binary: Binary, launch: Launch) -> Ke
 
     Runs in the lowering process (never in a compile worker), once per configuration the lowering
     keeps (every surviving ``triton.autotune`` config with ``autotune="runtime"``, the first with
-    ``"first"``, the one a tuning record names), after the binary came from memory, a cache or the
-    compile hook. Return a :class:`~tritonplug.records.GpuKernel` for jaxlib's GPU kernel-call
-    runtime (the host writes its proto), a :class:`~tritonplug.records.JaxKernel` (a function of JAX
-    arrays the host inlines into the program, so XLA compiles it) or a
+    ``"first"``, the one a tuning record names; each only if its binary fits the target's
+    ``max_shared_mem``), after the binary came from memory, a cache or the compile hook. Return a
+    :class:`~tritonplug.records.GpuKernel` for jaxlib's GPU kernel-call runtime (the host writes its
+    proto), a :class:`~tritonplug.records.JaxKernel` (a function of JAX arrays the host inlines into
+    the program, so XLA compiles it) or a
     :class:`~tritonplug.records.HostKernel` (a function the host runs on host buffers, through an
     XLA FFI call on the CPU). Only ``GpuKernel`` objects may be several for one call (jaxlib's
     runtime times them): a backend returning another kind declares ``autotune="first"``, or a call

@@ -122,8 +122,9 @@ def paths() -> list:
     lowering of a call, the kernel, the platform, the path (``"launched"`` or ``"inlined"``), the call's inline mode
     and who set it (``"call"``, ``"kernel"``, ``"setting"``, ``"default"``), the reason in words (under ``"auto"``:
     the path record says faster or slower, no record, untranslatable, its translation holds gathers...), the
-    translation's gathers, scatters and while loops where one was checked (``unfusible``) and the record's
-    ``times_us``."""
+    translation's gathers, scatters and while loops where one was checked (``unfusible``), the record's
+    ``times_us``, and the autotune configurations left out because they do not fit the target (``skipped``: each
+    ``"[config] needs N B of shared memory, more than ..."``, as Triton's autotuner skips them)."""
     from tritonplug.process.state import state
 
     return list(state.paths)

@@ -93,6 +93,12 @@ class Target:
     ``triton_backend``/``arch``/``warp_size`` are the three fields of Triton's
     ``GPUTarget`` that Triton's front end compiles for; ``triton_backend`` may be ``None``
     only for backends whose ``ir_stages`` is empty.
+
+    ``max_shared_mem``: the bytes of shared memory one block may use on this target (Triton's
+    ``max_shared_mem``, the opt-in maximum), or ``None`` where no limit is known (a CPU, an unknown
+    architecture). The host leaves out a configuration whose binary's ``metadata["shared"]`` exceeds
+    it, as Triton's autotuner skips a configuration that raises ``OutOfResources``. It changes which
+    configurations are kept, never a binary, so it is not part of a cache key.
     """
 
     backend: str
@@ -100,6 +106,7 @@ class Target:
     arch: int | str
     warp_size: int = 32
     triton_backend: str | None = None
+    max_shared_mem: int | None = None
 
     def describe(self) -> str:
         return f"{self.backend}:{self.arch}"

@@ -5,7 +5,9 @@ Each autotuned ``triton_call`` it makes is stopped before it runs, and each of i
 survives pruning (``prune_configs_by``'s ``early_config_prune``) is lowered alone (a call pinned to that
 configuration) and timed as a jitted call on the operands' device: compiled and run once, warmed up,
 then a median over ``runs`` samples, each sample a batch of back-to-back calls long enough to be timed
-(``block_until_ready`` after each batch). The fastest configuration is recorded (see
+(``block_until_ready`` after each batch); one whose compiled kernel does not fit the target (more shared
+memory than a block may use there: ``lowering.fitting``) is refused at its lowering, never launched, and
+reported as :data:`NOT_RUN`. The fastest configuration is recorded (see
 :mod:`tritonplug.tuning.store`) and the call then runs as any later lowering will: with that one
 configuration.
 
@@ -43,7 +45,7 @@ import jax
 from tritonplug.adapters import jax_compat, triton_compat
 from tritonplug.calls.call import CallSpec
 from tritonplug.compile import frontend, resolver
-from tritonplug.errors import PluginError
+from tritonplug.errors import OutOfResourcesError, PluginError
 from tritonplug.lowering.fusion import describe
 from tritonplug.lowering.inline_choice import decide
 from tritonplug.lowering.pipeline import kernels_on_path
@@ -58,11 +60,14 @@ from tritonplug.tuning.select import active_session, call_identity, call_key, co
 #: How a report's reason starts for an ``inline="auto"`` call beyond the trial bound (no record made).
 NOT_TRIED = "not tried"
 _NOT_PERSISTED = " (not persisted: the cache is disabled)"
+#: How a configuration's ``error`` starts when it was never launched: its kernel does not fit the target.
+NOT_RUN = "not run"
 
 
 @dataclass(frozen=True)
 class ConfigTiming:
-    """One configuration's median time per call (``None`` with ``error`` if it could not run)."""
+    """One configuration's median time per call (``None`` with ``error`` if it could not run; an ``error`` starting
+    with :data:`NOT_RUN` if it was never launched, its kernel needing more shared memory than the target has)."""
 
     description: str
     config: dict[str, Any]
@@ -101,7 +106,8 @@ class TuningReport:
                          f"{'' if c.persisted or c.reason.startswith(NOT_TRIED) else _NOT_PERSISTED}"
                          f"{': ' + c.reason if c.reason else ''}")
             for t in sorted(c.timings, key=lambda t: math.inf if t.median_us is None else t.median_us):
-                shown = f"{t.median_us:12.1f} us" if t.median_us is not None else f"      failed: {t.error}"
+                shown = f"{t.median_us:12.1f} us" if t.median_us is not None else \
+                    f"      {t.error}" if t.error.startswith(NOT_RUN) else f"      failed: {t.error}"
                 lines.append(f"  {shown}  {t.description}")
         return "\n".join(lines)
 
@@ -261,6 +267,8 @@ class Tuner:
         run = jax.jit(functools.partial(triton_call_p.bind, call=call))
         try:
             median = self._median_us(lambda: run(*args))
+        except OutOfResourcesError as exc:  # raised at lowering, so the configuration never ran
+            return ConfigTiming(description, config, None, f"{NOT_RUN}: {str(exc).splitlines()[1].strip():.300}")
         except Exception as exc:  # one configuration that cannot compile or run does not end the tuning
             return ConfigTiming(description, config, None, f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}")
         return ConfigTiming(description, config, median)

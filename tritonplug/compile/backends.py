@@ -96,6 +96,10 @@ class Backend:
         if target is not None and self.info.ir_stages and target.triton_backend is None:
             raise PluginError(f"backend {self.name!r} compiles {list(self.info.ir_stages)} but its target "
                               f"{target.describe()} names no triton_backend for Triton's front end")
+        limit = None if target is None else target.max_shared_mem
+        if limit is not None and (type(limit) is not int or limit <= 0):
+            raise PluginError(f"backend {self.name!r}: its target {target.describe()} has max_shared_mem "
+                              f"{limit!r}, not a positive int of bytes or None")
         return target
 
     def parse_options(self, target: Target, call_options: Mapping[str, Any]) -> Options:

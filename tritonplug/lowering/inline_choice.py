@@ -42,6 +42,8 @@ class PathChoice:
     ``reason``: why, in words. ``unfusible``: the translation's gathers, scatters and while loops where one was made
     and checked (``inline=True`` or a record's ``"auto"``). ``times_us``: what the path record measured, if any;
     ``program``: when those are times of a whole program (``tune`` times the program it is given), its name.
+    ``skipped``: the configurations left out because their compiled kernel does not fit the target (more shared
+    memory than a block may use there, ``lowering.fitting``), each ``"[config] why"``.
     """
 
     kernel: str
@@ -53,6 +55,7 @@ class PathChoice:
     unfusible: Mapping[str, int] | None = None
     times_us: Mapping[str, float] | None = None
     program: str | None = None
+    skipped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Data path: host picks the backend for the platform → detect target → the environment's fingerprint (once) →
 the call's resolved configurations (``compile.resolver``, derived at the call) → per configuration: parse options,
-check the grid against the backend's limits, specialise, cache lookup, compile on a miss → kernel objects → emitter.
+check the grid against the backend's limits, specialise, cache lookup, compile on a miss → the binaries that fit the
+target (``fitting``: under ``autotune="first"`` the later configurations are compiled one at a time until one fits)
+→ kernel objects → emitter.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tritonplug.calls.options import check_grid_limits
 from tritonplug.compile import frontend, kernel_abi, resolver
 from tritonplug.compile.backends import Backend
 from tritonplug.compile.compiler import CompileRequest
-from tritonplug.lowering import emitters, fusion, inline_choice
+from tritonplug.lowering import emitters, fitting, fusion, inline_choice
 from tritonplug.process.state import state
 from tritonplug.records import BufferSpec, CompileJob, JaxKernel, Launch, Options, Target
 from tritonplug.tuning import select as tuning_select
@@ -38,6 +40,9 @@ class LoweringPlan:
     launches: tuple[Launch, ...]
     requests: tuple[CompileRequest, ...]
     tuned: bool = False  # a tuning record chose the one configuration
+    #: Under ``autotune="first"``: the configurations after the planned one, planned and compiled in order, one at
+    #: a time, only while none compiled so far fits the target (``lowering.fitting``).
+    rest: tuple[resolver.Configuration, ...] = ()
 
 
 def lower_call(ctx: Any, args: Sequence[Any], call: CallSpec, platform: str) -> Sequence[Any]:
@@ -59,7 +64,7 @@ def kernels_on_path(decision: inline_choice.Decision, call: CallSpec, platform: 
     ``inline=True`` or ``"auto"`` has its counts in the choice."""
     check_backend_runs(decision.backend, call, platform)
     try:
-        kernels = kernel_objects(decision.backend, decision.target, call, operands, environment)
+        kernels, skipped = fitting_kernel_objects(decision.backend, decision.target, call, operands, environment)
     except NotImplementedError as exc:
         if not decision.check:
             raise
@@ -74,7 +79,7 @@ def kernels_on_path(decision: inline_choice.Decision, call: CallSpec, platform: 
                                           call, platform, device, operands, environment)
         return kernels, dataclasses.replace(choice, unfusible=counts)
     path = inline_choice.INLINED if inlined else inline_choice.LAUNCHED
-    return kernels, dataclasses.replace(decision.choice, path=path, unfusible=counts)
+    return kernels, dataclasses.replace(decision.choice, path=path, unfusible=counts, skipped=skipped)
 
 
 @dataclass(frozen=True)
@@ -94,17 +99,43 @@ def fingerprint() -> Environment:
 
 def kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
                    environment: Environment | None = None) -> list[Any]:
-    """The backend's kernel objects for every configuration of ``call`` on ``target``, compiled (or read
-    from the cache) on the way: everything a lowering does but emitting the custom call."""
+    """The backend's kernel objects for every configuration of ``call`` on ``target`` that fits it, compiled (or
+    read from the cache) on the way: everything a lowering does but emitting the custom call."""
+    return fitting_kernel_objects(backend, target, call, operands, environment)[0]
+
+
+def fitting_kernel_objects(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
+                           environment: Environment | None = None) -> tuple[list[Any], tuple[str, ...]]:
+    """:func:`kernel_objects`, and the configurations left out because their binary does not fit ``target``
+    (``"[description] why"``). Under ``autotune="first"`` that is the first configuration that fits, the later
+    ones compiled one at a time only while none has; none fitting is an ``OutOfResourcesError``."""
     environment = environment or fingerprint()
     plan = state.plans.take(plan_key(backend, target, call, operands, environment)) \
         or plan_call(backend, target, call, operands, environment)
     if plan.tuned:
         state.tuning.note_hit()
-    binaries = state.compiler.compile(backend, target, plan.requests)
-    if len(plan.launches) > 1:
+    kept: list[tuple[Any, Launch]] = []
+    skipped: list[str] = []
+
+    def sort(binaries: Sequence[Any], launches: Sequence[Launch]) -> None:
+        for binary, launch in zip(binaries, launches, strict=True):
+            why = fitting.misfit(target, binary)
+            if why is None:
+                kept.append((binary, launch))
+            else:
+                skipped.append(f"[{launch.description}] {why}")
+
+    sort(state.compiler.compile(backend, target, plan.requests), plan.launches)
+    for config in plan.rest:
+        if kept:
+            break
+        launch, request = _plan_config(backend, target, call, operands, environment, config)
+        sort(state.compiler.compile(backend, target, [request]), [launch])
+    if not kept:
+        raise fitting.none_fits(call.kernel.name, target, skipped)
+    if len(kept) > 1:
         state.compiler.note_runtime_autotuned()
-    return [backend.make_kernel(target, b, launch) for b, launch in zip(binaries, plan.launches, strict=True)]
+    return [backend.make_kernel(target, b, launch) for b, launch in kept], tuple(skipped)
 
 
 def plan_key(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
@@ -120,32 +151,36 @@ def plan_call(backend: Backend, target: Target, call: CallSpec, operands: tuple[
     """The configurations to compile for ``target`` (a tuning record's winner when there is one), each with
     its launch and its compile request; nothing is compiled yet. The configurations are the call's resolution
     (``compile.resolver``), made at the call and read here."""
-    kernel = call.kernel
     environment = environment or fingerprint()
     configs = list(resolver.resolve(call, operands).configs)
     configs, tuned = tuning_select.select(state.tuning, backend.name, target, call, operands, configs)
+    rest: tuple[resolver.Configuration, ...] = ()
     if "first" in (backend.info.autotune, call.options.autotune):  # a tuning record has chosen one already
-        configs = configs[:1]
+        configs, rest = configs[:1], tuple(configs[1:])
+    planned = [_plan_config(backend, target, call, operands, environment, config) for config in configs]
+    return LoweringPlan(backend, target, tuple(p[0] for p in planned), tuple(p[1] for p in planned), tuned, rest)
 
-    launches, requests = [], []
-    for config in configs:
-        options = backend.parse_options(target, dict(config.call_options))
-        check_grid_limits(config.grid, backend.info)
-        spec = frontend.specialize(call.bound, dict(config.metaparams), operands, call.out_specs, config.zeroed,
-                                   backend.info)
-        description = f"kernel {kernel.name!r} [{config.description}]"
-        params, names = spec.params, call.bound.names
-        order = None
-        if backend.info.buffer_order == "operands_first":
-            order = kernel_abi.argument_order(params, names, len(operands))
-            if order is not None:
-                params, names = kernel_abi.ordered_params(params, names, order)
-        launches.append(Launch(kernel.name, config.grid, params, names, operands, call.out_specs,
-                               call.bound.aliases, kernel.fn, config.description))
-        key = frontend.cache_key(backend.info, target, options, kernel.fn, spec, environment.triton, order)
-        make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound, order)
-        requests.append(CompileRequest(key, make_job, description))
-    return LoweringPlan(backend, target, tuple(launches), tuple(requests), tuned)
+
+def _plan_config(backend: Backend, target: Target, call: CallSpec, operands: tuple[BufferSpec, ...],
+                 environment: Environment, config: resolver.Configuration) -> tuple[Launch, CompileRequest]:
+    """One configuration's launch and compile request."""
+    kernel = call.kernel
+    options = backend.parse_options(target, dict(config.call_options))
+    check_grid_limits(config.grid, backend.info)
+    spec = frontend.specialize(call.bound, dict(config.metaparams), operands, call.out_specs, config.zeroed,
+                               backend.info)
+    description = f"kernel {kernel.name!r} [{config.description}]"
+    params, names = spec.params, call.bound.names
+    order = None
+    if backend.info.buffer_order == "operands_first":
+        order = kernel_abi.argument_order(params, names, len(operands))
+        if order is not None:
+            params, names = kernel_abi.ordered_params(params, names, order)
+    launch = Launch(kernel.name, config.grid, params, names, operands, call.out_specs, call.bound.aliases, kernel.fn,
+                    config.description)
+    key = frontend.cache_key(backend.info, target, options, kernel.fn, spec, environment.triton, order)
+    make_job = _job_maker(backend, kernel, target, options, spec, description, call.bound, order)
+    return launch, CompileRequest(key, make_job, description)
 
 
 def check_backend_runs(backend: Backend, call: CallSpec, platform: str) -> None:

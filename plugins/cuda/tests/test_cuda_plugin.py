@@ -25,7 +25,7 @@ from tritonplug.records import (
 )
 
 PLUGIN_ROOT = Path(__file__).resolve().parents[1]
-SM90 = Target("cuda", "cuda", 90, 32, "cuda")
+SM90 = Target("cuda", "cuda", 90, 32, "cuda", 232448)
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_detect_target_reads_the_compute_capability_in_its_spellings(no_arch_var
 
 def test_detect_target_falls_back_to_the_environment(monkeypatch):
     monkeypatch.setenv(plugin.ARCH_VARIABLE, "8.0")
-    assert plugin.tritonplug_detect_target("cuda", None, {}) == Target("cuda", "cuda", 80, 32, "cuda")
+    assert plugin.tritonplug_detect_target("cuda", None, {}) == Target("cuda", "cuda", 80, 32, "cuda", 166912)
     # what the call asks for wins over the environment
     assert plugin.tritonplug_detect_target("cuda", None, {"compute_capability": 90}) == SM90
 

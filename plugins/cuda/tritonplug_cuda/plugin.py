@@ -16,6 +16,12 @@ ARCH_VARIABLE = settings.ARCH.name
 MODULE_IMAGE_VARIABLE = settings.MODULE_IMAGE.name
 #: ``num_ctas`` values a GPU with thread-block clusters (sm_90+) launches: a portable cluster's sizes.
 CLUSTER_SIZES = (1, 2, 4, 8)
+#: The shared memory one block may use (the opt-in maximum, ``cudaDevAttrMaxSharedMemoryPerBlockOptin``, which
+#: Triton reads as ``max_shared_mem``), in bytes, per compute capability, from NVIDIA's tables. Neither JAX nor
+#: jaxlib exposes the device's figure, and Triton's driver query needs a GPU, so the target carries the table's
+#: figure on every machine; a capability not listed gets ``None``, and its configurations are not checked.
+MAX_SHARED_MEM = {70: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 100: 232448,
+                  120: 101376}
 
 
 @hookimpl
@@ -56,7 +62,7 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
     else:
         raise ValueError(f"no CUDA device is visible to detect the target: pass compute_capability=90 to "
                          f"triton_call or set {ARCH_VARIABLE}=90 to lower for sm_90 without a GPU")
-    return Target("cuda", "cuda", capability, 32, "cuda")
+    return Target("cuda", "cuda", capability, 32, "cuda", MAX_SHARED_MEM.get(capability))
 
 
 @hookimpl

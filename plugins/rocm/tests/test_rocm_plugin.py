@@ -29,7 +29,7 @@ from tritonplug.records import (
 )
 
 PLUGIN_ROOT = Path(__file__).resolve().parents[1]
-GFX942 = Target("rocm", "rocm", "gfx942", 64, "hip")
+GFX942 = Target("rocm", "rocm", "gfx942", 64, "hip", 65536)
 
 
 # ----------------------------------------------------------------------------- backend info and target
@@ -49,8 +49,9 @@ def test_detect_target_serves_only_rocm(monkeypatch):
 @pytest.mark.parametrize(("variable", "target"), [
     ("gfx942", GFX942),
     ("GFX942:sramecc+:xnack-", GFX942),  # the feature suffix ROCm tools print
-    ("gfx90a", Target("rocm", "rocm", "gfx90a", 64, "hip")),
-    ("gfx1100", Target("rocm", "rocm", "gfx1100", 32, "hip")),  # RDNA: 32-wide wavefronts
+    ("gfx90a", Target("rocm", "rocm", "gfx90a", 64, "hip", 65536)),
+    ("gfx950", Target("rocm", "rocm", "gfx950", 64, "hip", 163840)),  # 160 KiB of LDS
+    ("gfx1100", Target("rocm", "rocm", "gfx1100", 32, "hip")),  # RDNA: 32-wide wavefronts; no limit in the table
 ])
 def test_detect_target_reads_the_arch_variable(monkeypatch, variable, target):
     monkeypatch.setenv(plugin.ARCH_VARIABLE, variable)

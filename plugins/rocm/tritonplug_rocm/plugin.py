@@ -11,6 +11,10 @@ from tritonplug.records import BackendInfo, Binary, CompileJob, GpuKernel, Launc
 from tritonplug_rocm import __version__, compat, hsaco_files, settings
 
 ARCH_VARIABLE = settings.ARCH.name
+#: The LDS one workgroup may use (Triton's ``max_shared_mem``), in bytes, per architecture. The target carries the
+#: table's figure on every machine (the device's own needs a GPU); an architecture not listed gets ``None``, and its
+#: configurations are not checked.
+MAX_SHARED_MEM = {"gfx90a": 65536, "gfx942": 65536, "gfx950": 163840}
 
 
 @hookimpl
@@ -44,7 +48,7 @@ def tritonplug_detect_target(platform: str, device: Any | None, requested: Mappi
     else:
         raise ValueError(f"no ROCm device is visible to detect the target: set {ARCH_VARIABLE}=gfx942 "
                          f"to lower for gfx942 without a GPU")
-    return Target("rocm", "rocm", arch, compat.warp_size(arch), "hip")
+    return Target("rocm", "rocm", arch, compat.warp_size(arch), "hip", MAX_SHARED_MEM.get(arch))
 
 
 @hookimpl
