@@ -81,6 +81,20 @@ def main(argv=None) -> dict:
     return train(args, cfg, [Trainer(cfg, ops, params, mesh, donate=args.donate) for ops in choices], mesh, argv)
 
 
+def train_family(args: argparse.Namespace, cfg: Config, family, make_ops, argv=None) -> dict:
+    """A model of the Llama family (``examples/moe``, ``examples/mamba2``: a module ``family`` with ``CHOICES``,
+    ``init``, ``loss`` and ``PARAM_SPECS``) trained per op choice (``args.ops``, or each of ``CHOICES`` for
+    ``compare``) from one init, as :func:`train` trains: ``make_ops(choice, dense, mesh)`` is a choice's ops, the
+    rest of the model on the Llama example's ``--dense-ops``."""
+    dense = Ops.parse(args.dense_ops)
+    mesh = mesh_of(args.mesh, cfg.batch) if args.mesh else None
+    choices = [make_ops(c, dense, mesh) for c in (family.CHOICES if args.ops == "compare" else (args.ops,))]
+    params = family.init(cfg, jax.random.key(args.seed))
+    trainers = [Trainer(cfg, ops, params, mesh, loss=family.loss, param_specs=family.PARAM_SPECS, donate=args.donate)
+                for ops in choices]
+    return train(args, cfg, trainers, mesh, argv)
+
+
 def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, argv=None) -> dict:
     """Train every trainer on the same batches; print each step's losses, then the report as one JSON line."""
     data = MarkovText(cfg.vocab, seed=args.seed)

@@ -25,11 +25,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     __package__ = "examples.moe"
 
-import jax  # noqa: E402
-
 from examples.llama import train as llama_train  # noqa: E402
-from examples.llama.ops import Ops  # noqa: E402
-from examples.llama.step import Trainer  # noqa: E402
 
 from . import model  # noqa: E402
 from .config import CONFIGS  # noqa: E402
@@ -48,13 +44,7 @@ def main(argv=None) -> dict:
     cfg = llama_train.configure(args, CONFIGS)
     if args.experts is not None:
         cfg = cfg.replace(experts=args.experts)
-    dense = Ops.parse(args.dense_ops)
-    mesh = llama_train.mesh_of(args.mesh, cfg.batch) if args.mesh else None
-    choices = [model.MoEOps(c, dense, mesh) for c in (CHOICES if args.ops == "compare" else (args.ops,))]
-    params = model.init(cfg, jax.random.key(args.seed))
-    trainers = [Trainer(cfg, ops, params, mesh, loss=model.loss, param_specs=model.PARAM_SPECS, donate=args.donate)
-                for ops in choices]
-    return llama_train.train(args, cfg, trainers, mesh, argv)
+    return llama_train.train_family(args, cfg, model, model.MoEOps, argv)
 
 
 if __name__ == "__main__":
