@@ -149,3 +149,12 @@ def excluded(failed: Sequence[tuple[str, str]]) -> str:
     if not failed:
         return ""
     return " Not counted: " + "; ".join(f"`{run}` ({why})" for run, why in failed) + "."
+
+
+def timed_by_bench(data: dict, prefix: str) -> dict[str, dict[str, dict]]:
+    """A run's timed records (a ``median_us``) of the benches starting with ``prefix``: ``bench -> impl -> record``."""
+    by_bench: dict[str, dict[str, dict]] = {}
+    for r in data["records"]:
+        if r["bench"].startswith(prefix) and r.get("median_us") is not None:
+            by_bench.setdefault(r["bench"], {})[r["impl"]] = r
+    return by_bench

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent))  # for _report, when loaded by path (tests)
-from _report import RESULTS, ROOT, cell, replace_between, rewrite, table  # noqa: E402
+from _report import RESULTS, ROOT, cell, replace_between, rewrite, table, timed_by_bench  # noqa: E402
 
 DOC = ROOT / "docs" / "mamba2.md"
 BEGIN, END = "<!-- mamba2-report: begin (bench/mamba2_report.py writes this part) -->", "<!-- mamba2-report: end -->"
@@ -66,11 +66,7 @@ def _timed(recorded, prefix: str) -> dict[str, list[dict]]:
     for _, data in recorded:
         if not _usable(data):
             continue
-        by_bench: dict[str, dict] = {}
-        for r in data["records"]:
-            if r["bench"].startswith(prefix) and r.get("median_us") is not None:
-                by_bench.setdefault(r["bench"], {})[r["impl"]] = r
-        for bench, impls in by_bench.items():
+        for bench, impls in timed_by_bench(data, prefix).items():
             out.setdefault(bench, []).append(impls)
     return out
 

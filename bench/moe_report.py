@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent))  # for _report, when loaded by path (tests)
-from _report import RESULTS, ROOT, replace_between, rewrite  # noqa: E402
+from _report import RESULTS, ROOT, replace_between, rewrite, timed_by_bench  # noqa: E402
 
 DOC = ROOT / "docs" / "moe.md"
 BEGIN, END = "<!-- moe-report: begin (bench/moe_report.py writes this part) -->", "<!-- moe-report: end -->"
@@ -114,11 +114,7 @@ def _timed(recorded, prefix: str) -> dict[tuple[str, str], list[tuple[dict, dict
     for path, data in recorded:
         if not _usable(data):
             continue
-        by_bench: dict[str, dict] = {}
-        for r in data["records"]:
-            if r["bench"].startswith(prefix) and r.get("median_us") is not None:
-                by_bench.setdefault(r["bench"], {})[r["impl"]] = r
-        for bench, impls in by_bench.items():
+        for bench, impls in timed_by_bench(data, prefix).items():
             mode = ", ".join(filter(None, (_mode(data), _code(path, bench))))
             out.setdefault((bench, mode), []).append((impls, data))
     return out
