@@ -4,7 +4,6 @@ GPU: on the CPU it must say so). The GPU run is the lead's; this holds the scrip
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,8 +11,6 @@ import sys
 
 import pytest
 from helpers import ROOT
-
-PORT = "examples.ports.mamba_ssd"
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +48,6 @@ def test_the_smoke_run_times_the_jnp_ssd_and_block_with_their_memory(smoke):
         assert record["median_us"] is None and "needs torch" in record["skipped"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec(PORT) is None,
-                    reason=f"{PORT} (examples/ports/mamba_ssd.py, issue 40's SSD port) is not in this checkout")
 def test_the_smoke_run_times_the_port_and_checks_it_against_the_jnp_ssd(smoke):
     port = _records(smoke, "tritonplug")
     assert not [r for r in port.values() if r.get("skipped")], port

@@ -15,7 +15,7 @@ from helpers import for_backend
 from kernels import add_kernel
 
 import tritonplug
-from tritonplug.inspection import kernel_calls
+from tritonplug.inspection import kernel_calls, paths
 
 cuda = for_backend("cuda")
 rocm = for_backend("rocm")
@@ -185,8 +185,12 @@ def test_autotuned_matmul_lowers_for_gfx942(monkeypatch):
                  platform="rocm")
     (call,) = kernel_calls(text)
     configs = call["autotuned_kernel_call"]["configs"]
-    assert len(configs) == len(CONFIGS)
-    for config, expected in zip(configs, CONFIGS, strict=True):
+    # the two largest tiles need more than gfx942's 64 KiB of LDS: left out, as Triton's autotuner leaves them
+    skipped = [p for p in paths() if p.kernel == "matmul_kernel"][-1].skipped
+    assert len(skipped) == 2 and all("BLOCK_M=128" in s and "more than the 65536 B" in s for s in skipped), skipped
+    fitting = CONFIGS[2:]
+    assert len(configs) == len(fitting)
+    for config, expected in zip(configs, fitting, strict=True):
         bm, bn = expected.kwargs["BLOCK_M"], expected.kwargs["BLOCK_N"]
         assert config["kernel_call"]["grid_0"] == tritonplug.cdiv(192, bm) * tritonplug.cdiv(192, bn)
         hsaco = Path(config["kernel_call"]["kernel"]["ptx"])
