@@ -195,7 +195,8 @@ CASES: dict[str, Case] = {
     "alias_negative_input": Case(lambda x, y: call(x, y, input_output_aliases={-1: 0}), ValueError,
                                  r"input_output_aliases: input index -1 is out of range"),
     "alias_input_one_past_the_end": Case(lambda x, y: call(x, y, input_output_aliases={2: 0}), ValueError,
-                                         r"input_output_aliases: input index 2 is out of range; .*got 2 array operands"),
+                                         r"input_output_aliases: input index 2 is out of range; .*got 2 array "
+                                         r"operands"),
     "alias_negative_output": Case(lambda x, y: call(x, y, input_output_aliases={0: -1}), ValueError,
                                   r"input_output_aliases: output index -1 is out of range"),
     "alias_output_out_of_range": Case(lambda x, y: call(x, y, input_output_aliases={0: 1}), ValueError,
