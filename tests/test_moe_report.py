@@ -9,11 +9,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _report():
-    spec = importlib.util.spec_from_file_location("moe_report", ROOT / "bench" / "moe_report.py")
+def _load(script: str):
+    """``bench/<script>.py`` loaded by path (bench/ is no package)."""
+    spec = importlib.util.spec_from_file_location(script, ROOT / "bench" / f"{script}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _report():
+    return _load("moe_report")
 
 
 def test_docs_moe_tables_are_the_rendering_of_the_recorded_runs():
@@ -36,10 +41,7 @@ def test_a_changed_figure_or_a_hidden_failure_is_caught(tmp_path, monkeypatch):
 # ---- docs/mamba2.md: bench/mamba2_report.py's rendering of bench/results/mamba2-*/
 
 def _mamba2_report():
-    spec = importlib.util.spec_from_file_location("mamba2_report", ROOT / "bench" / "mamba2_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load("mamba2_report")
 
 
 def test_docs_mamba2_tables_are_the_rendering_of_the_recorded_runs():
