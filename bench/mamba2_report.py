@@ -29,6 +29,11 @@ IMPLS = ("jnp", "tritonplug", "torch")
 NOT_MEASURED = "Not measured yet: no `bench/mamba2.py` run is recorded under `bench/results/mamba2-*/`."
 #: issue 40's goals, at this sequence length: forward + backward speed-up over ``jnp``, and peak memory
 GOAL_SEQ, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 3.0, 1.0
+#: recorded runs whose `jnp` SSD is older code than today's (path prefix -> what changed since): their figures are a
+#: configuration of their own, never pooled with today's (as bench/moe_report.py's KERNEL_CHANGES)
+JNP_CHANGES = {"mamba2-h200/run1-": "`jnp` SSD before 4907fb2 (not stepped)"}
+#: the configuration the goals are judged in: tuned, today's code
+GOAL_CONFIGURATION = "tuned"
 
 
 def runs(results: Path = RESULTS) -> list[tuple[str, dict]]:
@@ -60,14 +65,21 @@ def _gpu(data: dict) -> str:
     return devices[0] if isinstance(devices, list) and devices else "?"
 
 
-def _timed(recorded, prefix: str) -> dict[str, list[dict]]:
-    """``bench -> [the run's timed records by impl]`` over the usable runs, for benches starting with ``prefix``."""
-    out: dict[str, list[dict]] = {}
-    for _, data in recorded:
+def configuration(path: str, data: dict) -> str:
+    """What a run's figures are pooled with: tuned by ``tritonplug.tune`` or not, and the code of its `jnp` SSD."""
+    labels = ["tuned" if data.get("tuned", True) else "not tuned (`--no-tune`)"]
+    return ", ".join(labels + [label for prefix, label in JNP_CHANGES.items() if path.startswith(prefix)])
+
+
+def _timed(recorded, prefix: str) -> dict[tuple[str, str], list[dict]]:
+    """``(configuration, bench) -> [the run's timed records by impl]`` over the usable runs, for benches starting
+    with ``prefix``."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for path, data in recorded:
         if not _usable(data):
             continue
         for bench, impls in timed_by_bench(data, prefix).items():
-            out.setdefault(bench, []).append(impls)
+            out.setdefault((configuration(path, data), bench), []).append(impls)
     return out
 
 
@@ -80,6 +92,11 @@ def _order(bench: str) -> tuple:
     return (bench.split(" seq=")[0], _seq(bench), bench)
 
 
+def _by_configuration(item) -> tuple:
+    (config, bench), _ = item
+    return (config != GOAL_CONFIGURATION, config, _order(bench))
+
+
 def _ratio(entries: list[dict], num: str, den: str, field: str = "median_us") -> list[float]:
     return [e[num][field] / e[den][field] for e in entries
             if num in e and den in e and e[num].get(field) and e[den].get(field)]
@@ -87,31 +104,31 @@ def _ratio(entries: list[dict], num: str, den: str, field: str = "median_us") ->
 
 def ssd_table(recorded) -> str:
     rows = []
-    for bench, entries in sorted(_timed(recorded, "ssd ").items(), key=lambda kv: _order(kv[0])):
+    for (config, bench), entries in sorted(_timed(recorded, "ssd ").items(), key=_by_configuration):
         us = [cell([e[i]["median_us"] for e in entries if i in e], "{:.0f}") for i in IMPLS]
         gb = [cell([e[i]["peak_bytes"] / 1e9 for e in entries if e.get(i, {}).get("peak_bytes")], "{:.2f}")
               for i in IMPLS]
-        rows.append([bench.removeprefix("ssd "), *us, cell(_ratio(entries, "jnp", "tritonplug"), "{:.2f}", "×"),
+        rows.append([bench.removeprefix("ssd "), config, *us, cell(_ratio(entries, "jnp", "tritonplug"), "{:.2f}", "×"),
                      cell(_ratio(entries, "torch", "tritonplug"), "{:.2f}", "×"), *gb,
                      cell(_ratio(entries, "tritonplug", "jnp", "peak_bytes"), "{:.2f}", "×"), str(len(entries))])
     if not rows:
         return NOT_MEASURED
-    return table(["SSD shape and program", "`jnp` µs", "`tritonplug` µs", "torch µs", "`jnp` / `tritonplug`",
+    return table(["SSD shape and program", "configuration", "`jnp` µs", "`tritonplug` µs", "torch µs", "`jnp` / `tritonplug`",
                   "torch / `tritonplug`", "`jnp` peak GB", "`tritonplug` peak GB", "torch peak GB",
                   "`tritonplug` peak / `jnp`", "runs"], rows)
 
 
 def block_table(recorded) -> str:
     rows = []
-    for bench, entries in sorted(_timed(recorded, "block ").items(), key=lambda kv: _order(kv[0])):
-        rows.append([bench.removeprefix("block ").removesuffix(" forward+backward"),
+    for (config, bench), entries in sorted(_timed(recorded, "block ").items(), key=_by_configuration):
+        rows.append([bench.removeprefix("block ").removesuffix(" forward+backward"), config,
                      *(cell([e[i]["median_us"] for e in entries if i in e], "{:.0f}") for i in IMPLS[:2]),
                      cell(_ratio(entries, "jnp", "tritonplug"), "{:.2f}", "×"),
                      *(cell([e[i]["peak_bytes"] / 1e9 for e in entries if e.get(i, {}).get("peak_bytes")], "{:.2f}")
                        for i in IMPLS[:2]), str(len(entries))])
     if not rows:
         return NOT_MEASURED
-    return table(["Mamba-2 block, forward + backward", "`jnp` SSD µs", "`tritonplug` SSD µs", "speed-up",
+    return table(["Mamba-2 block, forward + backward", "configuration", "`jnp` SSD µs", "`tritonplug` SSD µs", "speed-up",
                   "`jnp` peak GB", "`tritonplug` peak GB", "runs"], rows)
 
 
@@ -134,8 +151,8 @@ def checks_table(recorded) -> str:
 
 
 def goals_table(recorded) -> str:
-    entries = [e for bench, es in _timed(recorded, "ssd ").items()
-               if _seq(bench) == GOAL_SEQ and bench.endswith("forward+backward") for e in es]
+    entries = [e for (config, bench), es in _timed(recorded, "ssd ").items() if config == GOAL_CONFIGURATION
+               and _seq(bench) == GOAL_SEQ and bench.endswith("forward+backward") for e in es]
     speed = _ratio(entries, "jnp", "tritonplug")
     memory = _ratio(entries, "tritonplug", "jnp", "peak_bytes")
     checks = [r["check"] for _, data in recorded for r in data["records"]
@@ -144,7 +161,7 @@ def goals_table(recorded) -> str:
     def verdict(values, ok) -> str:
         return "not measured yet" if not values else ("met" if all(map(ok, values)) else "NOT met")
 
-    rows = [[f"SSD forward + backward, seq {GOAL_SEQ}: `tritonplug` ≥ {GOAL_SPEEDUP:g}× `jnp`",
+    rows = [[f"SSD forward + backward, seq {GOAL_SEQ}, {GOAL_CONFIGURATION}: `tritonplug` ≥ {GOAL_SPEEDUP:g}× `jnp`",
              cell(speed, "{:.2f}", "×"), verdict(speed, lambda x: x >= GOAL_SPEEDUP)],
             [f"its peak memory ≤ {GOAL_MEMORY:.1f}× `jnp`'s", cell(memory, "{:.2f}", "×"),
              verdict(memory, lambda x: x <= GOAL_MEMORY)],
@@ -165,10 +182,10 @@ def run_table(recorded) -> str:
         used = "yes" if _usable(data) else "no: it failed"
         if tunes and _usable(data):
             used += f" ({len(tunes)} tunings failed: {tunes[0]['error'][:60]})"
-        rows.append([f"`{path}`", f"`{data['command'].split(' --out ')[0]}`", _gpu(data),
+        rows.append([f"`{path}`", f"`{data['command'].split(' --out ')[0]}`", configuration(path, data), _gpu(data),
                      str(sum(1 for r in data["records"] if r.get("median_us") is not None)), f"{len(failed)}{first}",
                      used])
-    return table(["run (bench/results/)", "command", "device", "timed", "failed", "figures used"], rows)
+    return table(["run (bench/results/)", "command", "configuration", "device", "timed", "failed", "figures used"], rows)
 
 
 def render(results: Path = RESULTS) -> str:

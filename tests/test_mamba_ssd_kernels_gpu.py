@@ -31,9 +31,12 @@ class Chain:
         self.checked: list[str] = []
 
     def to_jax(self, value):
+        low = {self.torch.bfloat16: jnp.bfloat16, self.torch.float16: jnp.float16}
+        if isinstance(value, self.torch.dtype):
+            return low.get(value, jnp.dtype(str(value).removeprefix("torch.")))
         if not isinstance(value, self.torch.Tensor):
             return value
-        dtype = {self.torch.bfloat16: jnp.bfloat16, self.torch.float16: jnp.float16}.get(value.dtype)
+        dtype = low.get(value.dtype)
         array = jnp.asarray(value.detach().float().cpu().numpy() if dtype else value.detach().cpu().numpy())
         return array.astype(dtype) if dtype else array
 

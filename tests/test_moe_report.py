@@ -80,10 +80,22 @@ def test_mamba2_figures_are_medians_over_runs_and_a_failed_run_gives_none(tmp_pa
     assert "| 3150 (3000–3300) | 1000 | 900 | 3.15× (3.00–3.30×) | 0.90× |" in row, row
     assert "| 8.00 | 2.00 | 2.50 | 0.25× | 2 |" in row, row
     assert "≥ 3× `jnp` | 3.15× (3.00–3.30×) | met |" in text
-    block = "| 1.3b-4l b=2 seq=8192 hidden=2048 heads=64 state=128 | 5150 (5000–5300) | 3000 | 1.72× (1.67–1.77×) |"
+    block = ("| 1.3b-4l b=2 seq=8192 hidden=2048 heads=64 state=128 | tuned | 5150 (5000–5300) | 3000 | 1.72× "
+             "(1.67–1.77×) |")
     assert block in text
     # every run's check, the failed one's too: the worst difference's median and range, and each verdict
     assert "| tritonplug vs torch | 0.004 (0.004–0.5) | MISMATCH: dx off by 0.5 of its scale, ok | 3 |" in text
     assert "2 of 3 checks ok | NOT met |" in text  # the failed run's check still counts against the goal
     (tmp_path / "mamba2-h200" / "run4.json").write_text(json.dumps(_mamba2_run(2000.0, 1000.0)))
     assert "≥ 3× `jnp` | 3.00× (2.00–3.30×) | NOT met |" in report.render(tmp_path)
+    # an untuned run, and one whose jnp SSD predates a change, are rows of their own, never in the goal's figure
+    (tmp_path / "mamba2-h200" / "run5.json").write_text(json.dumps({**_mamba2_run(9000.0, 1000.0), "tuned": False}))
+    (tmp_path / "mamba2-h200" / "run6-old.json").write_text(json.dumps(_mamba2_run(50.0, 1000.0)))
+    report.JNP_CHANGES["mamba2-h200/run6-"] = "old jnp"
+    try:
+        text = report.render(tmp_path)
+    finally:
+        del report.JNP_CHANGES["mamba2-h200/run6-"]
+    assert "≥ 3× `jnp` | 3.00× (2.00–3.30×) | NOT met |" in text
+    assert "forward+backward | not tuned (`--no-tune`) | 9000 | 1000 |" in text
+    assert "forward+backward | tuned, old jnp | 50 | 1000 |" in text
