@@ -133,14 +133,18 @@ def summarize(samples_s: Sequence[float]) -> dict[str, float]:
 
 
 class Results:
-    """The records of one run, in order."""
+    """The records of one run, in order. ``save``, given, is called with them after every record: a run cut by its
+    time limit (a device call's) keeps what it measured."""
 
-    def __init__(self) -> None:
+    def __init__(self, save: Callable[[list[Record]], Any] | None = None) -> None:
         self.records: list[Record] = []
+        self.save = save
 
     def add(self, bench: str, impl: str, **fields: Any) -> Record:
         record = {"bench": bench, "impl": impl, **fields}
         self.records.append(record)
+        if self.save is not None:
+            self.save(self.records)
         return record
 
     def skip(self, bench: str, impl: str, reason: str, **fields: Any) -> Record:

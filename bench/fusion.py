@@ -308,11 +308,14 @@ def main(argv=None) -> None:
     cfg = CONFIGS[opts.config]
     if opts.batch:
         cfg = cfg.replace(batch=opts.batch)
-    results = Results()
+    def save(records):
+        write_json(opts.out, records, parts=opts.parts, config=opts.config, batch=cfg.batch, ops=opts.ops,
+                   tuned=not opts.no_tune)
+
+    results = Results(save)  # saved after every record
     for part in opts.parts.split(","):
         PARTS[part](results, opts, cfg)
-        write_json(opts.out, results.records, parts=opts.parts, config=opts.config, batch=cfg.batch, ops=opts.ops,
-                   tuned=not opts.no_tune)  # after each part
+        save(results.records)  # and after each part, with what the part added to its records
     print(format_table([r for r in results.records if "samples" in r or "error" in r or "unfusible" in r],
                        ["bench", "impl", "median_us", "vs_xla", "auto_vs_best", "kernel_calls", "unfusible",
                         "check", "error"]))

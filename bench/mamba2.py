@@ -285,11 +285,14 @@ def main(argv=None) -> None:
     unknown = set(args.parts.split(",")) - set(PARTS)
     if unknown:
         p.error(f"argument --parts: unknown part(s) {sorted(unknown)}; expected some of {sorted(PARTS)}")
-    results = Results()
+    def save(records):
+        write_json(args.out, records, parts=args.parts, impls=args.impls, tuned=not args.no_tune, smoke=args.smoke,
+                   tolerance=TOLERANCE)
+
+    results = Results(save)  # saved after every record
     for part in args.parts.split(","):
         PARTS[part](results, args)
-        write_json(args.out, results.records, parts=args.parts, impls=args.impls, tuned=not args.no_tune,
-                   smoke=args.smoke, tolerance=TOLERANCE)  # after each part
+        save(results.records)  # and after each part, with what the part added to its records
     print(format_table([r for r in results.records if "samples" in r or "error" in r or "check" in r],
                        ["bench", "impl", "median_us", "peak_bytes", "check", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -113,9 +113,9 @@ def ssd_table(recorded) -> str:
                      cell(_ratio(entries, "tritonplug", "jnp", "peak_bytes"), "{:.2f}", "×"), str(len(entries))])
     if not rows:
         return NOT_MEASURED
-    return table(["SSD shape and program", "configuration", "`jnp` µs", "`tritonplug` µs", "torch µs", "`jnp` / `tritonplug`",
-                  "torch / `tritonplug`", "`jnp` peak GB", "`tritonplug` peak GB", "torch peak GB",
-                  "`tritonplug` peak / `jnp`", "runs"], rows)
+    return table(["SSD shape and program", "configuration", "`jnp` µs", "`tritonplug` µs", "torch µs",
+                  "`jnp` / `tritonplug`", "torch / `tritonplug`", "`jnp` peak GB", "`tritonplug` peak GB",
+                  "torch peak GB", "`tritonplug` peak / `jnp`", "runs"], rows)
 
 
 def block_table(recorded) -> str:
@@ -128,8 +128,8 @@ def block_table(recorded) -> str:
                        for i in IMPLS[:2]), str(len(entries))])
     if not rows:
         return NOT_MEASURED
-    return table(["Mamba-2 block, forward + backward", "configuration", "`jnp` SSD µs", "`tritonplug` SSD µs", "speed-up",
-                  "`jnp` peak GB", "`tritonplug` peak GB", "runs"], rows)
+    return table(["Mamba-2 block, forward + backward", "configuration", "`jnp` SSD µs", "`tritonplug` SSD µs",
+                  "speed-up", "`jnp` peak GB", "`tritonplug` peak GB", "runs"], rows)
 
 
 def checks_table(recorded) -> str:
@@ -185,7 +185,8 @@ def run_table(recorded) -> str:
         rows.append([f"`{path}`", f"`{data['command'].split(' --out ')[0]}`", configuration(path, data), _gpu(data),
                      str(sum(1 for r in data["records"] if r.get("median_us") is not None)), f"{len(failed)}{first}",
                      used])
-    return table(["run (bench/results/)", "command", "configuration", "device", "timed", "failed", "figures used"], rows)
+    return table(["run (bench/results/)", "command", "configuration", "device", "timed", "failed", "figures used"],
+                 rows)
 
 
 def render(results: Path = RESULTS) -> str:

@@ -344,7 +344,11 @@ def main(argv=None) -> None:
     if args.configs:
         kernels.FORWARD_CONFIGS[:] = [kernels.FORWARD_CONFIGS[i] for i in args.configs]
         kernels.DW_CONFIGS[:] = [kernels.DW_CONFIGS[min(i, len(kernels.DW_CONFIGS) - 1)] for i in args.configs]
-    results = Results()
+    def save(records):
+        write_json(args.out, records, parts=args.parts, alpha=args.alpha, unrouted=args.unrouted,
+                   configs=args.configs, autotune=args.autotune, tuned=not args.no_tune, fwd_bwd_returns_forward=True)
+
+    results = Results(save)  # saved after every record
     for part in args.parts.split(","):
         if part == "torch":
             from moe_torch import part_torch
@@ -352,9 +356,7 @@ def main(argv=None) -> None:
             part_torch(results, args, group_sizes)
         else:
             PARTS[part](results, args)
-        write_json(args.out, results.records, parts=args.parts, alpha=args.alpha, unrouted=args.unrouted,
-                   configs=args.configs, autotune=args.autotune, tuned=not args.no_tune,
-                   fwd_bwd_returns_forward=True)  # after each part
+        save(results.records)  # and after each part, with what the part added to its records
     print(format_table([r for r in results.records if "samples" in r or "error" in r],
                        ["bench", "impl", "median_us", "tflops", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)

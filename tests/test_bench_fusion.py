@@ -54,3 +54,19 @@ def test_docs_quote_the_recorded_cpu_translations():
     calls = sum(len(r["kernels"]) for r in records)
     assert report["config"] == "1b" and f"({calls} kernel calls in the six programs)" in (
         ROOT / "docs/benchmarks.md").read_text()
+
+
+def test_a_run_cut_by_its_time_limit_keeps_every_record_it_made(tmp_path):
+    """bench/_util.Results saves after every record (bench/fusion.py, mamba2.py and moe.py give it their
+    write_json): a device call's time limit cuts a run, not what it measured before the cut."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _util import Results, write_json
+
+    out = tmp_path / "run.json"
+    results = Results(lambda records: write_json(out, records, parts="step"))
+    results.add("step", "jax", median_us=1.0)
+    assert [(r["bench"], r["impl"]) for r in json.loads(out.read_text())["records"]] == [("step", "jax")]
+    with results.guard("step", "tritonplug:auto"):
+        raise TimeoutError("cut")
+    saved = json.loads(out.read_text())
+    assert saved["parts"] == "step" and saved["records"][-1]["error"] == "TimeoutError: cut"

@@ -23,6 +23,7 @@ from kernels import scaled_add_kernel
 
 import tritonplug
 from tritonplug.adapters import triton_compat
+from tritonplug.errors import PluginError
 from tritonplug.inspection import kernel_calls, paths
 from tritonplug.tuning.records import FILE_FORMAT, decode_file, encode_file
 
@@ -202,6 +203,26 @@ def test_auto_follows_the_path_record(sm90, monkeypatch, tmp_path):
     launched, path = lower_for_cuda(lambda x, y: tritonplug.triton_call(
         x, y, N + 1, 2.0, kernel=scaled_add_kernel, out_type=other, grid=(8,), BLOCK=128, inline="auto"), other, other)
     assert launched and "no path record" in path.reason
+
+
+@cuda
+def test_auto_launches_where_no_backend_translates_and_true_names_the_plugin(sm90, monkeypatch, tmp_path):
+    """A GPU process without the CPU backend's plugin: ``"auto"`` launches, even where a record says inline, and
+    says why; ``inline=True`` is refused naming the plugin to install."""
+    from tritonplug.process.state import state
+
+    use_records(monkeypatch, tmp_path, scaled_add_record("inline", times_us={"launch": 9.0, "inline": 4.0}))
+    monkeypatch.setenv("TRITONPLUG_DISABLE_PLUGINS", "interpret")
+    state.reset(plugins=True)
+    try:
+        launched, path = lower_for_cuda(auto_scaled_add, SPEC, SPEC)
+        assert launched and path.path == "launched", path
+        assert "no loaded backend translates kernels" in path.reason and path.reason.endswith("; launched"), path
+        with pytest.raises(PluginError, match=r"inline=True needs .* tritonplug-interpret"):
+            lower_for_cuda(lambda x, y: scaled_add(x, y, inline=True), SPEC, SPEC)
+    finally:
+        monkeypatch.delenv("TRITONPLUG_DISABLE_PLUGINS")
+        state.reset(plugins=True)
 
 
 @cuda

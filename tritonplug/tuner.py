@@ -47,7 +47,7 @@ from tritonplug.calls.call import CallSpec
 from tritonplug.compile import frontend, resolver
 from tritonplug.errors import OutOfResourcesError, PluginError
 from tritonplug.lowering.fusion import describe
-from tritonplug.lowering.inline_choice import decide
+from tritonplug.lowering.inline_choice import NO_TRANSLATOR, decide
 from tritonplug.lowering.pipeline import kernels_on_path
 from tritonplug.lowering.primitive import triton_call_p
 from tritonplug.process.state import state
@@ -205,6 +205,11 @@ class Tuner:
             return
         identity = path_identity(call, operands, own.name, target)
         if identity in self._tuned or identity in self._candidates:
+            return
+        if not state.host().inlines():
+            self._tuned[identity] = TunedCall(call.kernel.name, own.name, target.describe(),
+                                              path_key(call, operands), "launch", (), False, identity,
+                                              f"{NOT_TRIED}: {NO_TRANSLATOR}")
             return
         with jax.disable_jit(False):
             reason = _untranslatable(dataclasses.replace(call, options=dataclasses.replace(call.options, inline=True)),

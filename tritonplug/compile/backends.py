@@ -208,11 +208,14 @@ class Host:
         """Every JAX platform some loaded backend declares."""
         return {p for backend in self.backends.values() for p in backend.info.platforms}
 
+    def inlines(self) -> bool:
+        """Whether some loaded backend translates kernels to XLA ops (declares ``inlines``)."""
+        return any(backend.info.inlines for backend in self.backends.values())
+
     def lowered_platforms(self) -> set[str]:
         """The platforms calls are lowered for: those declared, and :data:`INLINE_PLATFORMS` where a backend
         declares ``inlines`` (a call given ``inline=True`` needs no backend of the platform itself)."""
-        inlining = any(backend.info.inlines for backend in self.backends.values())
-        return self.platforms() | (set(INLINE_PLATFORMS) if inlining else set())
+        return self.platforms() | (set(INLINE_PLATFORMS) if self.inlines() else set())
 
     def backend_for(self, platform: str, inline: bool = False) -> Backend:
         """The backend serving a JAX platform, or with ``inline`` the one that declares ``inlines`` (a call's

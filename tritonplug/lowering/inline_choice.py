@@ -9,8 +9,9 @@ The call's mode (``calls/inline_mode.py``: call > kernel > ``TRITONPLUG_INLINE``
 2. the translation exists and holds no gather, scatter or while loop (``lowering/fusion.py``; checked by the
    lowering once it has the translation, :func:`launch_instead` otherwise);
 
-without a record it launches (never inlining unmeasured). Where the platform's own backend declares ``inlines``
-(the CPU: its kernels are their translations already) ``"auto"`` has nothing to choose and is that backend.
+without a record it launches (never inlining unmeasured), and so it does where no loaded backend translates kernels
+(:data:`NO_TRANSLATOR`). Where the platform's own backend declares ``inlines`` (the CPU: its kernels are their
+translations already) ``"auto"`` has nothing to choose and is that backend.
 
 Every lowering's choice is kept (``state.paths``) for ``tritonplug.inspection.paths``.
 """
@@ -31,6 +32,9 @@ from tritonplug.tuning.path_records import TRIAL, recorded_path
 
 #: What the paths are called in :class:`PathChoice`.
 LAUNCHED, INLINED = "launched", "inlined"
+#: Why an ``"auto"`` call cannot be inlined in this process (its lowering launches it; ``tune`` does not try it).
+NO_TRANSLATOR = ("no loaded backend translates kernels to XLA ops (the CPU backend's plugin, distribution "
+                 "tritonplug-interpret, is not installed)")
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,9 @@ def decide(call: CallSpec, platform: str, device: Any | None, operands: Sequence
         return _decision(call, platform, device, False, dataclasses.replace(
             choice, reason=f"inline='auto' by {by}: on {platform!r} the backend {own.name!r} runs kernels as their "
                            f"translation already; nothing to choose"))
+    if not state.host().inlines():
+        return _decision(call, platform, device, False, dataclasses.replace(
+            choice, reason=f"inline='auto' by {by}: {NO_TRANSLATOR}; launched"))
     target = _target(own, call, platform, device, False)
     record = recorded_path(state.tuning, call, operands, own.name, target)
     if record is None:
