@@ -250,6 +250,10 @@ def part_step(results: Results, opts, cfg) -> None:
     params = model.init(cfg, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (cfg.batch, cfg.seq), 0, cfg.vocab, jnp.int32)
     targets = jnp.roll(tokens, -1, axis=1)
+    # tune times the program once per inline='auto' candidate (a compile each): a model of --tune-layers layers
+    # makes the same calls (every layer's are alike, and path records are per call), at a fraction of the compile
+    tune_cfg = cfg.replace(layers=min(cfg.layers, opts.tune_layers)) if opts.tune_layers else cfg
+    tune_params = params if tune_cfg == cfg else model.init(tune_cfg, jax.random.key(0))
     compiled, info = {}, {}
     for choice in opts.step_choices:
         text, _, mode = choice.partition(":")
@@ -259,8 +263,9 @@ def part_step(results: Results, opts, cfg) -> None:
         with results.guard("step build", choice):
             if mode == "auto" and not opts.no_tune:
                 set_mode(swapped, "auto")
-                report = tritonplug.tune(step, params, tokens, targets)
-                results.add("step tune", choice, median_us=None, tuned=report.to_json())
+                tune_step = jax.value_and_grad(functools.partial(model.loss, cfg=tune_cfg, ops=ops))
+                report = tritonplug.tune(tune_step, tune_params, tokens, targets)
+                results.add("step tune", choice, median_us=None, tuned=report.to_json(), layers=tune_cfg.layers)
             compiled[choice], info[choice] = build(step, (params, tokens, targets), swapped,
                                                    MODES[mode] if mode else None)
     timed(results, "step", compiled, (params, tokens, targets), opts, info)
@@ -289,6 +294,8 @@ def main(argv=None) -> None:
     p.add_argument("--step-choices", type=lambda s: tuple(s.split(";")), default=STEP_CHOICES,
                    help="';'-separated op choices for the step part, each OPS[:launch|inline|auto]")
     p.add_argument("--no-tune", action="store_true", help="no tritonplug.tune before timing: 'auto' launches")
+    p.add_argument("--tune-layers", type=int, default=2, help="step part: tune the 'auto' choices on the model cut "
+                   "to this many layers (the same calls; 0: the whole model)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--tol", type=float, default=0.02, help="largest |variant - xla| / max(1, |xla|) per output that "
