@@ -62,3 +62,22 @@ def ops() -> str:
                      "; ".join(sorted(checks[(bench, "launch")] | checks[(bench, "inline")]))])
     return table(["op, program", "XLA µs", "launched", "inlined", "`auto`", "`auto` over the better path",
                   "gathers, scatters, loops in the inlined translation", "outputs against XLA's"], rows)
+
+
+def step() -> str:
+    """The ``step`` part: the Llama loss and gradient per op choice, its tokens/s over the ``jax`` choice's (each
+    ratio within its run; the median over runs, with the range), and the choices that failed, by run."""
+    speed: dict[str, list[float]] = defaultdict(list)
+    us: dict[str, list[float]] = defaultdict(list)
+    failed: dict[str, list[str]] = defaultdict(list)
+    for path, records in _runs():
+        for r in records:
+            if r["bench"] == "step" and r.get("vs_xla"):
+                speed[r["impl"]].append(1.0 / r["vs_xla"])
+                us[r["impl"]].append(r["median_us"])
+            elif r["bench"].startswith("step") and r.get("error"):
+                failed[r["impl"]].append(f"`{path}`: {r['error'].splitlines()[0][:120]}")
+    rows = [[f"`{c}`", cell([u / 1e3 for u in us[c]], "{:.1f}"), cell(speed[c], "{:.3f}", "×"), str(len(speed[c])),
+             "; ".join(failed.get(c, [])) or "—"] for c in sorted(speed, key=lambda c: (c != "jax", c))]
+    rows += [[f"`{c}`", "—", "—", "0", "; ".join(f)] for c, f in sorted(failed.items()) if c not in speed]
+    return table(["op choice", "step ms", "tokens/s over `jax`", "runs", "failed"], rows)

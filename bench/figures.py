@@ -40,7 +40,7 @@ BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
         "eager-runners": eager.eager_runners, "eager-runners-summary": eager.eager_runners_summary,
         "compile-workers": kernels.compile_workers, "startup-cpu": lambda: kernels.startup("cpu"),
         "startup-gpu": lambda: kernels.startup("gpu"), "hopper": kernels.hopper, "ports": kernels.ports,
-        "fusion-ops": fusion.ops},
+        "fusion-ops": fusion.ops, "fusion-step": fusion.step},
     "docs/model.md": {"one-gpu": model.one_gpu_tables, "largest-batch": model.largest_batch, "per-op": model.per_op,
                       "meshes": model.meshes, "loss-curves": model.loss_curves},
     "docs/partitioned.md": {"suite": partitioned.suite, "scaling": partitioned.scaling,
