@@ -29,7 +29,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from examples.moe import kernels  # noqa: E402
-from examples.moe.grouped import gathered_matmul, grouped_matmul, on_cpu  # noqa: E402
+from examples.moe.grouped import gathered_matmul, on_cpu  # noqa: E402
+from examples.moe.ops import grouped_matmul  # noqa: E402  (the public name, issue 36)
 
 pytestmark = pytest.mark.skipif(importlib.machinery.PathFinder.find_spec("vllm") is None,  # finds, never imports
                                 reason="vllm is not installed (tox -e corpus installs vllm==0.33.0 with --no-deps)")
