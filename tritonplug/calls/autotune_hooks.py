@@ -8,7 +8,8 @@ So each hook is called once, with ``nargs`` holding a :class:`StandIn` for every
 records ``.zero_()`` (and ``.fill_(0)``, ``x[...] = 0``, which are the same) and refuses everything else a hook
 could do with a tensor (read a value, compare, index, take a pointer, change a shape, print, pass it to
 torch), and the hook's own exceptions, output to stdout/stderr and changes to ``nargs`` are refused too. A refusal is
-a :class:`HookRefused` naming the hook and what it did, raised at the call before anything is compiled.
+a :class:`HookRefused` naming the hook and what it did, raised at the call before anything is compiled. A tensor
+descriptor argument gets a :class:`DescriptorStandIn`, whose ``block_shape`` a hook may set only to what it is.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 names with NumPy)
 import numpy as np
 
+from tritonplug.calls.call import DescriptorArg
 from tritonplug.calls.user_code import describe
 from tritonplug.errors import TritonplugError
 from tritonplug.records import BufferSpec
@@ -135,12 +137,50 @@ for _dunder, _what in {
     setattr(StandIn, _dunder, _refusing(_dunder, _what))
 
 
+class DescriptorStandIn:
+    """A ``TensorDescriptor`` argument as a hook sees it: ``shape``, ``strides``, ``block_shape`` to read.
+
+    Triton's TMA tutorials and Liger's fused MLP set ``desc.block_shape`` from the configuration's block sizes in
+    a ``pre_hook``. The block is part of the compiled kernel and the call's descriptor, one per call, so a hook
+    may set it only to the block the descriptor was given (then the hook changes nothing); any other block is
+    refused, saying which configuration asked for it."""
+
+    __slots__ = ("_label", "_log", "_desc")
+
+    def __init__(self, label: str, desc: DescriptorArg, log: _Log) -> None:
+        for name, value in (("_label", label), ("_log", log), ("_desc", desc)):
+            object.__setattr__(self, name, value)
+
+    shape = property(lambda self: self._desc.shape)
+    strides = property(lambda self: self._desc.strides)
+    block_shape = property(lambda self: list(self._desc.block_shape))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "block_shape" and isinstance(value, (list, tuple)) \
+                and [int(v) for v in value] == list(self._desc.block_shape):
+            return  # the block the descriptor has: no effect
+        if name == "block_shape":
+            raise self._log.refuse(
+                f"sets {self._label!r}.block_shape = {list(value)!r}, but the call's TensorDescriptor has "
+                f"block_shape {list(self._desc.block_shape)!r}: a block chosen per configuration is not supported; "
+                f"give TensorDescriptor.from_array the block of the configuration you launch, and autotune only "
+                f"over configurations with that block")
+        raise self._log.refuse(f"sets {self._label!r}.{name}")
+
+    def __getattr__(self, name: str) -> Any:
+        raise self._log.refuse(f"reads {self._label!r}.{name} (a hook may read a descriptor's shape, strides and "
+                               f"block_shape)")
+
+
 def stand_in(label: str, value: Any, log: _Log) -> Any:
-    """A stand-in for an array argument (a ``BufferSpec``), a tuple of stand-ins for a tuple; others as they are."""
+    """A stand-in for an array argument (a ``BufferSpec``) or a tensor descriptor, a tuple of stand-ins for a tuple;
+    others as they are."""
     if isinstance(value, tuple):
         return tuple(stand_in(f"{label}[{i}]", v, log) for i, v in enumerate(value))
     if isinstance(value, BufferSpec):
         return StandIn(label, value.shape, value.dtype, log)
+    if isinstance(value, DescriptorArg):
+        return DescriptorStandIn(label, value, log)
     return value
 
 
