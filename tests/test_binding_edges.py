@@ -4,7 +4,8 @@ outputs left without a parameter, TensorDescriptor layouts for Triton and Gluon 
 
 Each rule here decides a number, a binding or which error the caller sees; the mutation run over ``binding.py``
 (``tests/mutation.py``) found no test that would fail if it were wrong. Errors are checked at the call
-(``jax.make_jaxpr``: nothing compiles); nodes are checked on ``bind``'s result.
+(``jax.make_jaxpr``: nothing compiles); nodes are checked on ``bind``'s result. (A constexpr's array default was
+refused with NumPy's "truth value of an array is ambiguous" before ``KernelParameter.has_default`` went by identity.)
 """
 
 from __future__ import annotations
@@ -88,8 +89,7 @@ def test_a_0d_integer_tracer_is_kept_for_bind_to_refuse():
 @pytest.mark.parametrize("block", [np.array(16), jnp.array(16, jnp.int32)], ids=["numpy", "jax"])
 def test_a_0d_array_constexpr_runs_as_its_int(block):
     x = jax.device_put(jnp.arange(16, dtype=jnp.float32), jax.devices("cpu")[0])
-    out = tritonplug.triton_call(x, 12, kernel=bounded_copy_kernel, out_type=SPEC, grid=1,
-                                 BLOCK=block)
+    out = tritonplug.triton_call(x, 12, kernel=bounded_copy_kernel, out_type=SPEC, grid=1, BLOCK=block)
     np.testing.assert_array_equal(np.asarray(out), np.where(np.arange(16) < 12, np.arange(16), 0))
 
 
