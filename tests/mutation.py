@@ -35,7 +35,7 @@ XLA_TESTS = "plugins/interpret/tests"
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "binding": (["tritonplug/calls/binding.py"],
                 ["tests/test_binding_properties.py", "tests/test_surface_arguments.py", "tests/test_binding_scalars.py",
-                 "tests/test_bad_input.py"]),
+                 "tests/test_binding_edges.py", "tests/test_bad_input.py"]),
     "eager": (["tritonplug/eager/guards.py", "tritonplug/eager/keys.py", "tritonplug/eager/memo.py",
                "tritonplug/eager/runners.py"],
               ["tests/test_eager_guards.py", "tests/test_eager_keys.py", "tests/test_eager_quick_path.py",

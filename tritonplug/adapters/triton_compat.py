@@ -8,6 +8,7 @@ used are the same in every supported version.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -108,8 +109,9 @@ def kernel_facts(kernel: object) -> KernelFacts:
                             f"triton.heuristics or another triton KernelInterface with a .fn, got "
                             f"{type(kernel).__name__}: {kernel!r}{what}")
         fn = fn.fn
+    # has_default by identity: Triton's own ``default != empty`` is an array, not a bool, for an array default
     params = tuple(KernelParameter(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), p.default,
-                                   p.has_default, _annotation_type(p)) for p in fn.params)
+                                   p.default is not inspect.Parameter.empty, _annotation_type(p)) for p in fn.params)
     return KernelFacts(kernel, fn, autotuner, tuple(heuristics), fn.fn.__name__, params,
                        frozenset(p.name for p in params), frozenset(p.name for p in params if p.is_constexpr),
                        "gluon" if is_gluon_kernel(fn) else "triton", unavailable_dependency(fn))
