@@ -4,6 +4,7 @@ marks that skip (with a reason) what this environment cannot run. Fixtures live 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -15,6 +16,14 @@ import pytest
 
 #: The repository's root directory.
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_bench(script: str):
+    """``bench/<script>.py`` loaded by path (bench/ is no package; its scripts put bench/ on ``sys.path``)."""
+    spec = importlib.util.spec_from_file_location(script, ROOT / "bench" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def installed_backends() -> set[str]:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, requires_backend
+from helpers import ROOT, load_bench, requires_backend
 
 pytestmark = [requires_backend("interpret"),
               pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None,
@@ -59,9 +59,8 @@ def test_docs_quote_the_recorded_cpu_translations():
 def test_a_run_cut_by_its_time_limit_keeps_every_record_it_made(tmp_path):
     """bench/_util.Results saves after every record (bench/fusion.py, mamba2.py and moe.py give it their
     write_json): a device call's time limit cuts a run, not what it measured before the cut."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from _util import Results, write_json
-
+    util = load_bench("_util")
+    Results, write_json = util.Results, util.write_json
     out = tmp_path / "run.json"
     results = Results(lambda records: write_json(out, records, parts="step"))
     results.add("step", "jax", median_us=1.0)

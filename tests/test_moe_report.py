@@ -3,22 +3,11 @@ recorded runs (bench/results/moe-*/, bench/results/mamba2-*/)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load(script: str):
-    """``bench/<script>.py`` loaded by path (bench/ is no package)."""
-    spec = importlib.util.spec_from_file_location(script, ROOT / "bench" / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_bench
 
 
 def _report():
-    return _load("moe_report")
+    return load_bench("moe_report")
 
 
 def test_docs_moe_tables_are_the_rendering_of_the_recorded_runs():
@@ -41,7 +30,7 @@ def test_a_changed_figure_or_a_hidden_failure_is_caught(tmp_path, monkeypatch):
 # ---- docs/mamba2.md: bench/mamba2_report.py's rendering of bench/results/mamba2-*/
 
 def _mamba2_report():
-    return _load("mamba2_report")
+    return load_bench("mamba2_report")
 
 
 def test_docs_mamba2_tables_are_the_rendering_of_the_recorded_runs():

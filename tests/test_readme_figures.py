@@ -11,12 +11,12 @@ directly for the figures issue 37 named.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import statistics
 from pathlib import Path
 
 import pytest
+from helpers import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
@@ -25,10 +25,7 @@ RESULTS = ROOT / "bench" / "results"
 
 
 def _figures():
-    spec = importlib.util.spec_from_file_location("figures", ROOT / "bench" / "figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("figures")
 
 
 def _records(name: str) -> list[dict]:
