@@ -133,18 +133,22 @@ def summarize(samples_s: Sequence[float]) -> dict[str, float]:
 
 
 class Results:
-    """The records of one run, in order. ``save``, given, is called with them after every record: a run cut by its
-    time limit (a device call's) keeps what it measured."""
+    """The records of one run, in order. Given ``out``, they are written there (:func:`write_json`, with ``meta``)
+    after every record, so a run cut by its time limit (a device call's) keeps what it measured, and by
+    :meth:`save`, after a part has added to its records (ratios)."""
 
-    def __init__(self, save: Callable[[list[Record]], Any] | None = None) -> None:
+    def __init__(self, out: str | os.PathLike | None = None, **meta: Any) -> None:
         self.records: list[Record] = []
-        self.save = save
+        self.out, self.meta = out, meta
+
+    def save(self) -> None:
+        if self.out is not None:
+            write_json(self.out, self.records, **self.meta)
 
     def add(self, bench: str, impl: str, **fields: Any) -> Record:
         record = {"bench": bench, "impl": impl, **fields}
         self.records.append(record)
-        if self.save is not None:
-            self.save(self.records)
+        self.save()
         return record
 
     def skip(self, bench: str, impl: str, reason: str, **fields: Any) -> Record:

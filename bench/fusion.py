@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from _util import Results, batched_seconds, format_table, write_json  # noqa: E402
+from _util import Results, batched_seconds, format_table  # noqa: E402
 
 OPS = ("rms_norm", "rope", "swiglu", "loss")
 VARIANTS = ("xla", "launch", "inline", "auto")
@@ -315,14 +315,11 @@ def main(argv=None) -> None:
     cfg = CONFIGS[opts.config]
     if opts.batch:
         cfg = cfg.replace(batch=opts.batch)
-    def save(records):
-        write_json(opts.out, records, parts=opts.parts, config=opts.config, batch=cfg.batch, ops=opts.ops,
-                   tuned=not opts.no_tune)
-
-    results = Results(save)  # saved after every record
+    results = Results(opts.out, parts=opts.parts, config=opts.config, batch=cfg.batch, ops=opts.ops,
+                      tuned=not opts.no_tune)
     for part in opts.parts.split(","):
         PARTS[part](results, opts, cfg)
-        save(results.records)  # and after each part, with what the part added to its records
+        results.save()
     print(format_table([r for r in results.records if "samples" in r or "error" in r or "unfusible" in r],
                        ["bench", "impl", "median_us", "vs_xla", "auto_vs_best", "kernel_calls", "unfusible",
                         "check", "error"]))

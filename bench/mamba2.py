@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import mamba2_torch  # noqa: E402
-from _util import Results, batched_seconds, format_table, write_json  # noqa: E402
+from _util import Results, batched_seconds, format_table  # noqa: E402
 
 SEQS = (2048, 4096, 8192, 16384)
 #: heads, head_dim, state, groups, chunk
@@ -285,14 +285,11 @@ def main(argv=None) -> None:
     unknown = set(args.parts.split(",")) - set(PARTS)
     if unknown:
         p.error(f"argument --parts: unknown part(s) {sorted(unknown)}; expected some of {sorted(PARTS)}")
-    def save(records):
-        write_json(args.out, records, parts=args.parts, impls=args.impls, tuned=not args.no_tune, smoke=args.smoke,
-                   tolerance=TOLERANCE)
-
-    results = Results(save)  # saved after every record
+    results = Results(args.out, parts=args.parts, impls=args.impls, tuned=not args.no_tune, smoke=args.smoke,
+                      tolerance=TOLERANCE)
     for part in args.parts.split(","):
         PARTS[part](results, args)
-        save(results.records)  # and after each part, with what the part added to its records
+        results.save()
     print(format_table([r for r in results.records if "samples" in r or "error" in r or "check" in r],
                        ["bench", "impl", "median_us", "peak_bytes", "check", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)

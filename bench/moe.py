@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from _util import Results, batched_seconds, check, format_table, write_json  # noqa: E402
+from _util import Results, batched_seconds, check, format_table  # noqa: E402
 
 #: (label, rows, k, n, experts): the gmm part's shapes
 GMM_SHAPES = [("qwen3", 65536, 2048, 768, 8), ("qwen3", 65536, 2048, 768, 64), ("qwen3", 65536, 2048, 768, 128),
@@ -344,11 +344,8 @@ def main(argv=None) -> None:
     if args.configs:
         kernels.FORWARD_CONFIGS[:] = [kernels.FORWARD_CONFIGS[i] for i in args.configs]
         kernels.DW_CONFIGS[:] = [kernels.DW_CONFIGS[min(i, len(kernels.DW_CONFIGS) - 1)] for i in args.configs]
-    def save(records):
-        write_json(args.out, records, parts=args.parts, alpha=args.alpha, unrouted=args.unrouted,
-                   configs=args.configs, autotune=args.autotune, tuned=not args.no_tune, fwd_bwd_returns_forward=True)
-
-    results = Results(save)  # saved after every record
+    results = Results(args.out, parts=args.parts, alpha=args.alpha, unrouted=args.unrouted, configs=args.configs,
+                      autotune=args.autotune, tuned=not args.no_tune, fwd_bwd_returns_forward=True)
     for part in args.parts.split(","):
         if part == "torch":
             from moe_torch import part_torch
@@ -356,7 +353,7 @@ def main(argv=None) -> None:
             part_torch(results, args, group_sizes)
         else:
             PARTS[part](results, args)
-        save(results.records)  # and after each part, with what the part added to its records
+        results.save()
     print(format_table([r for r in results.records if "samples" in r or "error" in r],
                        ["bench", "impl", "median_us", "tflops", "error"]))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -57,12 +57,10 @@ def test_docs_quote_the_recorded_cpu_translations():
 
 
 def test_a_run_cut_by_its_time_limit_keeps_every_record_it_made(tmp_path):
-    """bench/_util.Results saves after every record (bench/fusion.py, mamba2.py and moe.py give it their
-    write_json): a device call's time limit cuts a run, not what it measured before the cut."""
-    util = load_bench("_util")
-    Results, write_json = util.Results, util.write_json
+    """bench/_util.Results, given its output file (bench/fusion.py, mamba2.py and moe.py give theirs), saves after
+    every record: a device call's time limit cuts a run, not what it measured before the cut."""
     out = tmp_path / "run.json"
-    results = Results(lambda records: write_json(out, records, parts="step"))
+    results = load_bench("_util").Results(out, parts="step")
     results.add("step", "jax", median_us=1.0)
     assert [(r["bench"], r["impl"]) for r in json.loads(out.read_text())["records"]] == [("step", "jax")]
     with results.guard("step", "tritonplug:auto"):
