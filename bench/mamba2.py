@@ -17,6 +17,9 @@ Parts (``--parts``, comma-separated):
 * ``block``: the Mamba-2 mixer (``examples/mamba2/block.py``: in-projection, convolution, SSD, gated norm,
   out-projection) forward + backward per SSD choice at the ``1.3b-4l`` config's width (``--block-seqs``).
 
+``--profile`` adds, per SSD shape, each JAX choice's forward + backward kernel by kernel (a ``jax.profiler``
+trace of ``--calls`` calls: ``bench/_profile.py``), the ``kernels`` record.
+
 Timing, as ``bench/moe.py``: each implementation jitted (torch: called eagerly); a sample is ``--calls``
 back-to-back calls synchronised once (``block_until_ready``; ``torch.cuda.synchronize``); implementations
 alternate round by round; medians over ``--rounds`` rounds. Memory: ``peak_bytes``, the call's inputs plus what it
@@ -220,6 +223,14 @@ def _ssd_shape(results: Results, args, seq: int, shape) -> None:
     del outputs
     for program in fns:
         _timed(results, f"{bench} {program}", fns[program], args, extra[program])
+    if args.profile:
+        from _profile import kernel_times
+
+        for impl, (fn, _) in fns["forward+backward"].items():
+            if impl != "torch":
+                with results.guard(f"{bench} forward+backward kernels", impl):
+                    results.add(f"{bench} forward+backward kernels", impl, median_us=None,
+                                kernels=kernel_times(fn, args.calls))
 
 
 def part_block(results: Results, args) -> None:
@@ -276,6 +287,8 @@ def main(argv=None) -> None:
     p.add_argument("--block-batch", type=int, default=2, help="block part: sequences per call")
     p.add_argument("--block-config", default="1.3b-4l", help="block part: the examples/mamba2 config")
     p.add_argument("--no-tune", action="store_true", help="no tritonplug.tune before timing")
+    p.add_argument("--profile", action="store_true",
+                   help="ssd part: each JAX choice's forward + backward per kernel (bench/_profile.py)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=5)

@@ -18,8 +18,8 @@ def smoke(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench") / "mamba2.json"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "mamba2.py"), "--smoke", "--rounds", "2", "--calls",
-                           "1", "--no-tune", "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=ROOT)
+                           "1", "--no-tune", "--profile", "--out", str(out)], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -57,3 +57,14 @@ def test_the_smoke_run_times_the_port_and_checks_it_against_the_jnp_ssd(smoke):
     assert len(checks) == 2 and all(r["check"] == "ok" for r in checks.values()), checks
     assert set(next(iter(checks.values()))["max_rel_diff"]) == {"y", "dx", "ddt", "dA", "dB", "dC", "dD",
                                                                 "ddt_bias"}
+
+
+def test_the_smoke_run_profiles_each_jax_choice_kernel_by_kernel(smoke):
+    for impl in ("jnp", "tritonplug"):
+        profiles = {b: r for b, r in _records(smoke, impl).items() if b.endswith("kernels")}
+        assert len(profiles) == 2, profiles.keys()  # one per shape
+        for record in profiles.values():
+            kernels = record["kernels"]
+            assert kernels and all(k["us"] > 0 and k["launches"] > 0 for k in kernels), kernels
+            assert [k["us"] for k in kernels] == sorted((k["us"] for k in kernels), reverse=True)
+            assert not [k for k in kernels if k["kernel"].startswith("ThunkExecutor")]  # wrappers, not kernels

@@ -35,9 +35,6 @@ import tritonplug
 
 from .mamba_ssd_bwd import _bmm_chunk_bwd, _chunk_cumsum_bwd, _chunk_state_bwd_db, _state_passing_bwd
 from .mamba_ssd_fwd import (
-    _bmm_chunk_fwd,
-    _chunk_cumsum_fwd,
-    _chunk_state_fwd,
     _mamba_chunk_scan_combined_fwd,
     _merge_pn,
     _split_pn,
@@ -132,37 +129,53 @@ def _fwd_rule(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
     groups += [] if D is None else [h if D.ndim == 1 else f"{h} p"]
     groups += [] if z is None else [f"b l {h} p"]
     groups += [] if dt_bias is None else [h]
-    results = f"b l {h} p" + ("" if z is None else f", b l {h} p")
-    return tritonplug.sharding_rule(f"{', '.join(groups)} -> {results}",
-                                    need_replication=("l", "p", "n") + (() if h == "h" else ("r",)))
+    results = [f"b l {h} p"] * (1 if z is None else 2) + _kept_factors(h, g)
+    return tritonplug.sharding_rule(f"{', '.join(groups)} -> {', '.join(results)}",
+                                    need_replication=_WHOLE + (() if h == "h" else ("r",)))
 
 
-def _bwd_rule(dout, x, dt, A, B, C, out, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+def _kept_factors(h: str, g: str) -> list[str]:
+    """The factors of ``ForwardResiduals``' four arrays: chunks ``c`` of ``k`` steps (``s`` too: ``C Bᵀ`` is
+    ``k × k`` per chunk)."""
+    return [f"b {h} c k", f"b {h} c k", f"b c {g} k s", f"b c {h} p n"]
+
+
+#: the factors every shard holds whole: the scan runs along the sequence (``l``, its chunks ``c`` of ``k``
+#: and ``s`` steps), the kernels reduce over the head dim ``p`` and the state ``n``
+_WHOLE = ("l", "c", "k", "s", "p", "n")
+
+
+def _bwd_rule(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D, z, dt_bias, chunk_size,
+              dt_softplus, dt_limit):
     h, g = _heads(B)
     y, d_group = f"b l {h} p", (None if D is None else (h if D.ndim == 1 else f"{h} p"))
-    operands = [y, y, f"b l {h}", h, f"b l {g} n", f"b l {g} n", y]
+    operands = [y, y, f"b l {h}", h, f"b l {g} n", f"b l {g} n", y] + _kept_factors(h, g)
     operands += [g_ for g_, a in ((d_group, D), (y, z), (h, dt_bias)) if a is not None]
     results = [y, f"b l {h}", h, f"b l {g} n", f"b l {g} n"]
     results += [g_ for g_, a in ((d_group, D), (y, z), (h, dt_bias)) if a is not None]
     # dA, dD, ddt_bias sum over batch and time; with one group, dB and dC also sum over the heads
     reduce = ("b",) + (("h",) if h == "h" else ())
-    whole = ("l", "p", "n") + (() if h == "h" else ("r",))
+    whole = _WHOLE + (() if h == "h" else ("r",))
     return tritonplug.sharding_rule(f"{', '.join(operands)} -> {', '.join(results)}", need_replication=whole,
                                     reduction_factors=reduce)
 
 
 @tritonplug.partitioned(_fwd_rule)
 def _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
-    """The combined forward: ``out``, and with z also ``out_x`` (before the gating), which the backward needs."""
-    out, out_x, *_ = _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
-                                                    dt_softplus=dt_softplus, dt_limit=dt_limit)
-    return out if z is None else (out, out_x)
+    """The combined forward: ``out``, with z also ``out_x`` (before the gating), which the backward needs, then
+    the four arrays of ``ForwardResiduals``."""
+    out, out_x, *_, kept = _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
+                                                          dt_softplus=dt_softplus, dt_limit=dt_limit)
+    return (out, *kept) if z is None else (out, out_x, *kept)
 
 
 @tritonplug.partitioned(_bwd_rule)
-def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D, z, dt_bias,
+                                   chunk_size, dt_softplus, dt_limit):
     """Ports ``ssd_combined._mamba_chunk_scan_combined_bwd`` (without initial/final states, seq_idx,
-    ``recompute_output`` and the ``dx=`` … output buffers): (dx, ddt, dA, dB, dC[, dD][, dz][, ddt_bias])."""
+    ``recompute_output`` and the ``dx=`` … output buffers): (dx, ddt, dA, dB, dC[, dD][, dz][, ddt_bias]).
+    mamba-ssm's recomputes the forward's cumsum, ``C Bᵀ`` and chunk states; this one is given them (the
+    forward's ``ForwardResiduals``) and recomputes only the state passing, as mamba-ssm's does (in fp32)."""
     batch, seqlen, nheads, headdim = x.shape
     _, _, ngroups, dstate = B.shape
     assert dout.shape == (batch, seqlen, nheads, headdim)
@@ -171,12 +184,8 @@ def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, D, z, dt_bias, chu
     assert nheads % ngroups == 0
     assert C.shape == B.shape
     assert out.shape == x.shape
-    dt_in = dt
-    dA_cumsum, dt = _chunk_cumsum_fwd(dt_in, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus,
-                                      dt_limit=dt_limit)
-    CB = _bmm_chunk_fwd(C, B, chunk_size, output_dtype=jnp.float32)
-    states = _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True)
-    states, _ = _state_passing_fwd(_merge_pn(states), dA_cumsum[:, :, :, -1], chunk_size=chunk_size)
+    dt_in, dt = dt, dt_kept
+    states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1], chunk_size=chunk_size)
     states = _split_pn(states, dstate)
     if z is not None:
         dz, dout, dD = _chunk_scan_bwd_dz(x, z, out, dout, chunk_size=chunk_size, D=D)
@@ -210,19 +219,18 @@ def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, D, z, dt_bias, chu
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
 def _combined(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
     """``MambaChunkScanCombinedFn``."""
-    result = _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit)
-    return result if z is None else result[0]
+    return _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit)[0]
 
 
 def _fwd(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
-    result = _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit)
-    out, saved = (result, result) if z is None else result
-    return out, (saved, x, dt, A, B, C, D, z, dt_bias)
+    out, *rest = _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit)
+    saved, kept = (out, rest) if z is None else (rest[0], rest[1:])
+    return out, (saved, tuple(kept), x, dt, A, B, C, D, z, dt_bias)
 
 
 def _bwd(chunk_size, dt_softplus, dt_limit, res, dout):
-    out, x, dt, A, B, C, D, z, dt_bias = res
-    dx, ddt, dA, dB, dC, *rest = _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, D, z, dt_bias,
+    out, kept, x, dt, A, B, C, D, z, dt_bias = res
+    dx, ddt, dA, dB, dC, *rest = _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, *kept, D, z, dt_bias,
                                                                 chunk_size, dt_softplus, dt_limit)
     rest = iter(rest)
     dD, dz, ddt_bias = (None if a is None else next(rest) for a in (D, z, dt_bias))

@@ -11,11 +11,15 @@ Where the launchers differ from mamba-ssm's (JAX requires it, or the port leaves
   the call); einops' ``rearrange`` of ``(p n)`` is a reshape;
 * ``seq_idx``, ``initial_states`` and ``cu_seqlens`` (varlen) are left out: the kernels get ``None`` and
   ``HAS_SEQ_IDX=False`` / ``HAS_INITSTATES=False``, which the op (``mamba_ssd.py``) never asks for;
-* the ``.contiguous()`` calls are gone: JAX arrays are row-major, the strides are always the contiguous ones.
+* the ``.contiguous()`` calls are gone: JAX arrays are row-major, the strides are always the contiguous ones;
+* ``_mamba_chunk_scan_combined_fwd`` also returns what its backward would recompute (``ForwardResiduals``).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 import triton
 import triton.language as tl
@@ -217,6 +221,18 @@ def _merge_pn(t):
     return t.reshape(*t.shape[:-2], -1)
 
 
+class ForwardResiduals(NamedTuple):
+    """What the backward would recompute from the inputs (mamba-ssm's backward recomputes all four): the cumsum
+    of ``dt * A`` and the processed ``dt`` (``(b, h, c, k)``, fp32), ``C Bᵀ`` per chunk (``(b, c, g, k, k)``,
+    fp32) and each chunk's own state before the passing (``(b, c, h, p, n)``, fp32). Kept, they spare the
+    backward three launches and cost their memory (``docs/mamba2.md``)."""
+
+    dA_cumsum: jax.Array
+    dt: jax.Array
+    CB: jax.Array
+    chunk_states: jax.Array
+
+
 def _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False,
                                    dt_limit=(0.0, float("inf"))):
     """Ports ``ssd_combined._mamba_chunk_scan_combined_fwd`` (without initial states, seq_idx, varlen)."""
@@ -228,10 +244,10 @@ def _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=None, z=None, d
     assert A.shape == (nheads,)
     assert C.shape == B.shape
     dA_cumsum, dt = _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit)
-    states = _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True)
-    states, final_states = _state_passing_fwd(_merge_pn(states), dA_cumsum[:, :, :, -1],
+    chunk_states = _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True)
+    states, final_states = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
                                               chunk_size=chunk_size, out_dtype=C.dtype)
     states, final_states = [_split_pn(t, dstate) for t in [states, final_states]]
     CB = _bmm_chunk_fwd(C, B, chunk_size, output_dtype=jnp.float32)
     out, out_x = _chunk_scan_fwd(CB, x, dt, dA_cumsum, C, states, D=D, z=z)
-    return out, out_x, dt, dA_cumsum, states, final_states
+    return out, out_x, dt, dA_cumsum, states, final_states, ForwardResiduals(dA_cumsum, dt, CB, chunk_states)
