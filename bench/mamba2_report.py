@@ -29,9 +29,13 @@ IMPLS = ("jnp", "tritonplug", "torch")
 NOT_MEASURED = "Not measured yet: no `bench/mamba2.py` run is recorded under `bench/results/mamba2-*/`."
 #: issue 40's goals, at this sequence length: forward + backward speed-up over ``jnp``, and peak memory
 GOAL_SEQ, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 3.0, 1.0
-#: recorded runs whose `jnp` SSD is older code than today's (path prefix -> what changed since): their figures are a
-#: configuration of their own, never pooled with today's (as bench/moe_report.py's KERNEL_CHANGES)
-JNP_CHANGES = {"mamba2-h200/run1-": "`jnp` SSD before 4907fb2 (not stepped)"}
+#: recorded runs whose `jnp` SSD or port is older code than today's (path prefix -> what changed since): their
+#: figures are a configuration of their own, never pooled with today's (as bench/moe_report.py's KERNEL_CHANGES)
+_RECOMPUTING = "port's backward recomputing the forward's (before 2050dbb)"
+CODE_CHANGES = {"mamba2-h200/run1-": "`jnp` SSD before 4907fb2 (not stepped), " + _RECOMPUTING,
+                **{f"mamba2-h200/run{i}-": _RECOMPUTING for i in (2, 3, 4, 5)}}
+#: kernels listed per choice in the kernels table
+TOP_KERNELS = 8
 #: the configuration the goals are judged in: tuned, today's code
 GOAL_CONFIGURATION = "tuned"
 
@@ -68,7 +72,7 @@ def _gpu(data: dict) -> str:
 def configuration(path: str, data: dict) -> str:
     """What a run's figures are pooled with: tuned by ``tritonplug.tune`` or not, and the code of its `jnp` SSD."""
     labels = ["tuned" if data.get("tuned", True) else "not tuned (`--no-tune`)"]
-    return ", ".join(labels + [label for prefix, label in JNP_CHANGES.items() if path.startswith(prefix)])
+    return ", ".join(labels + [label for prefix, label in CODE_CHANGES.items() if path.startswith(prefix)])
 
 
 def _timed(recorded, prefix: str) -> dict[tuple[str, str], list[dict]]:
@@ -171,6 +175,23 @@ def goals_table(recorded) -> str:
     return table(["goal (issue 40)", "figure (median over runs, range)", "verdict"], rows)
 
 
+def kernels_table(recorded) -> str:
+    """The ``--profile`` records: per run, shape and choice, the slowest kernels' µs per forward + backward (of
+    one trace, not a median) and what all kernels add up to."""
+    rows = []
+    for path, data in recorded:
+        for r in data["records"]:
+            if r["bench"].endswith(" kernels") and r.get("kernels"):
+                total = sum(k["us"] for k in r["kernels"])
+                top = ", ".join(f"`{k['kernel'][:48]}` {k['us']:.0f}" for k in r["kernels"][:TOP_KERNELS])
+                rows.append([f"`{path}`", r["bench"].removeprefix("ssd ").removesuffix(" forward+backward kernels"),
+                             r["impl"], f"{total:.0f}", str(len(r["kernels"])), top])
+    if not rows:
+        return "No `--profile` run is recorded yet."
+    return table(["run", "SSD shape", "choice", "all kernels µs", "kernels", f"the {TOP_KERNELS} slowest (µs)"],
+                 rows)
+
+
 def run_table(recorded) -> str:
     if not recorded:
         return NOT_MEASURED
@@ -194,7 +215,9 @@ def render(results: Path = RESULTS) -> str:
     return "\n\n".join([BEGIN, "The goals:", goals_table(recorded), "Every run of `bench/mamba2.py`:",
                         run_table(recorded), "The SSD (`jnp` / `tritonplug`: how many times faster the port is):",
                         ssd_table(recorded), "The port and `jnp` against mamba-ssm's torch function:",
-                        checks_table(recorded), "The Mamba-2 block:", block_table(recorded), END])
+                        checks_table(recorded), "The Mamba-2 block:", block_table(recorded),
+                        "Forward + backward kernel by kernel (`--profile`, one trace of `--calls` calls each):",
+                        kernels_table(recorded), END])
 
 
 def main(argv=None) -> int:

@@ -80,11 +80,27 @@ def test_mamba2_figures_are_medians_over_runs_and_a_failed_run_gives_none(tmp_pa
     # an untuned run, and one whose jnp SSD predates a change, are rows of their own, never in the goal's figure
     (tmp_path / "mamba2-h200" / "run5.json").write_text(json.dumps({**_mamba2_run(9000.0, 1000.0), "tuned": False}))
     (tmp_path / "mamba2-h200" / "run6-old.json").write_text(json.dumps(_mamba2_run(50.0, 1000.0)))
-    report.JNP_CHANGES["mamba2-h200/run6-"] = "old jnp"
+    report.CODE_CHANGES["mamba2-h200/run6-"] = "old jnp"
     try:
         text = report.render(tmp_path)
     finally:
-        del report.JNP_CHANGES["mamba2-h200/run6-"]
+        del report.CODE_CHANGES["mamba2-h200/run6-"]
     assert "≥ 3× `jnp` | 3.00× (2.00–3.30×) | NOT met |" in text
     assert "forward+backward | not tuned (`--no-tune`) | 9000 | 1000 |" in text
     assert "forward+backward | tuned, old jnp | 50 | 1000 |" in text
+
+
+def test_mamba2_profiled_kernels_are_listed_slowest_first_with_their_sum(tmp_path):
+    import json
+
+    report = _mamba2_report()
+    assert "No `--profile` run" in report.render(tmp_path)
+    run = _mamba2_run(3000.0, 1000.0)
+    kernels = [{"kernel": f"k{i}", "launches": 1.0, "us": 100.0 - i} for i in range(10)]  # 955 µs in all
+    run["records"].append({"bench": "ssd b=2 seq=8192 heads=64 head_dim=64 state=128 groups=1 chunk=256 "
+                                    "forward+backward kernels", "impl": "tritonplug", "median_us": None,
+                           "kernels": kernels})
+    (tmp_path / "mamba2-h200").mkdir()
+    (tmp_path / "mamba2-h200" / "run1.json").write_text(json.dumps(run))
+    row = next(line for line in report.render(tmp_path).splitlines() if "`k0` 100" in line)
+    assert "| tritonplug | 955 | 10 |" in row and "`k7` 93" in row and "`k8`" not in row, row
