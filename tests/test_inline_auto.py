@@ -288,15 +288,15 @@ def test_auto_on_the_cpu_is_its_backend_s_translation_with_nothing_to_choose():
 @requires_cuda_device
 def test_tune_on_a_gpu_times_the_program_with_both_paths_and_the_lowering_follows(private_cache):
     """The GPU counterpart of ``test_inline_auto_program.py`` (which runs the decision on the CPU)."""
-    from tritonplug.tuning.program_paths import MARGIN
-
     x = jnp.arange(N, dtype=jnp.float32)  # on the GPU, JAX's default device
     (tuned,) = tritonplug.tune(auto_scaled_add, x, x).calls
     assert [t.description for t in tuned.timings] == ["launch", "inline"], tuned
     assert all(t.median_us is not None and t.median_us > 0 for t in tuned.timings) and tuned.persisted
     times = {t.description: t.median_us for t in tuned.timings}
-    winner = "inline" if times["inline"] < times["launch"] * (1 - MARGIN) else "launch"
-    assert tuned.winner == winner and tuned.key["choice"] == "path"
+    # medians only (the samples are not recorded): faster beyond noise implies a faster median
+    winner = tuned.winner
+    assert winner in ("launch", "inline") and tuned.key["choice"] == "path"
+    assert winner == "launch" or times["inline"] < times["launch"]
     program = jax.jit(lambda x, y: auto_scaled_add(x, y))
     assert bool(kernel_calls(program.lower(x, x).as_text())) == (winner == "launch")
     path = paths()[-1]

@@ -246,22 +246,36 @@ def test_the_tuner_refuses_a_bad_trial_bound():
         Tuner(path_trials=-1)
 
 
-@given(costs=st.lists(st.floats(-50.0, 50.0), min_size=0, max_size=8), cap=st.integers(0, 8))
-def test_greedy_over_a_cost_function_keeps_only_inlinings_beyond_the_margin(costs, cap):
-    """The search alone, over an additive cost model (each inlined candidate adds its cost to 100 units): the
-    assignment is never slower than all launched, each kept inlining beat the program before it by more than the
-    margin, at most ``cap`` candidates are tried, in order, and those beyond stay launched."""
+@given(costs=st.lists(st.floats(-50.0, 50.0), min_size=0, max_size=8), noise=st.floats(0.0, 5.0),
+       cap=st.integers(0, 8))
+def test_greedy_over_a_cost_function_keeps_only_inlinings_beyond_noise(costs, noise, cap):
+    """The search alone, over an additive cost model (each inlined candidate adds its cost to 100 units) timed with
+    ``noise`` either side of the cost: the assignment is never slower than all launched, an inlining is kept
+    exactly when its samples all beat the program before it and its median by more than the least gain, at most
+    ``cap`` candidates are tried, in order, and those beyond stay launched."""
     names = [f"c{i}" for i in range(len(costs))]
     calls = []
 
+    def cost(assignment):
+        return 100.0 + sum(c for n, c in zip(names, costs, strict=True) if assignment[n] == "inline")
+
     def time_us(assignment):
         calls.append(dict(assignment))
-        return 100.0 + sum(c for n, c in zip(names, costs, strict=True) if assignment[n] == "inline")
+        return [cost(assignment) - noise, cost(assignment), cost(assignment) + noise]
 
     chosen, trials = program_paths.greedy(names, time_us, max_trials=cap)
     assert len(calls) == 1 + min(cap, len(names)) and [t.identity for t in trials] == names[:cap]
-    assert time_us(chosen) <= 100.0
+    assert cost(chosen) <= 100.0
     for trial in trials:
-        assert trial.kept == (trial.inline_us < trial.launch_us * (1 - program_paths.MARGIN))
+        beyond = (trial.inline_us + noise < trial.launch_us - noise
+                  and trial.inline_us < trial.launch_us * (1 - program_paths.MIN_GAIN))
+        assert trial.kept == beyond, trial
         assert chosen[trial.identity] == ("inline" if trial.kept else "launch")
     assert all(chosen[n] == "launch" for n in names[cap:])
+
+
+def test_an_inlining_within_the_noise_is_not_kept():
+    """Samples that overlap are noise however the medians fall; separated ones count only past the least gain."""
+    assert not program_paths.beats([90.0, 95.0, 101.0], [100.0, 102.0, 104.0])  # median 5 % faster, overlapping
+    assert program_paths.beats([97.0, 98.0, 99.0], [100.0, 100.5, 101.0])  # 2.5 %, apart: a 2 % margin kept none
+    assert not program_paths.beats([99.95], [100.0])  # apart, but below the least gain

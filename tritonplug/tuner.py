@@ -13,7 +13,7 @@ configuration.
 
 The ``inline="auto"`` calls on a GPU are collected on the way; once ``fn`` has run, those whose translation
 holds no gather, scatter or while loop get their paths from timing ``fn`` itself, jitted as one program, with
-assignments of paths, greedily (:mod:`tritonplug.tuning.program_paths`: the margin, the bound on trials); each
+assignments of paths, greedily (:mod:`tritonplug.tuning.program_paths`: beyond noise, the bound on trials); each
 gets a path record (:mod:`tritonplug.tuning.path_records`) holding the program-level times, and one without a
 fusible translation a record, untimed, that it launches and why. On the CPU there is nothing to choose (its
 backend runs kernels as their translations).
@@ -224,9 +224,9 @@ class Tuner:
         whole, arrays = program_paths.program_of(fn, args, kwargs)
         name = program_paths.name_of(fn)
 
-        def time_us(paths: Mapping[str, str]) -> float:
+        def time_us(paths: Mapping[str, str]) -> list[float]:
             compiled = program_paths.compiled_with(whole, arrays, paths)
-            return self._median_us(lambda: compiled(*arrays))
+            return self._samples_us(lambda: compiled(*arrays))
 
         try:
             _, trials = program_paths.greedy(list(self._candidates), time_us, max_trials=self.path_trials)
@@ -246,11 +246,10 @@ class Tuner:
                 continue
             timings = (ConfigTiming("launch", {"path": "launch"}, trial.launch_us),
                        ConfigTiming("inline", {"path": "inline"}, trial.inline_us, trial.error))
-            margin = f"{program_paths.MARGIN:.0%}"
             reason = "" if trial.kept else (
                 f"inlining it failed: {trial.error}" if trial.error else
                 f"inlining it made {name} slower" if (trial.inline_us or 0.0) >= trial.launch_us else
-                f"inlining it made {name} faster by {margin} or less (the margin)")
+                f"inlining it made {name} faster by no more than its noise (program_paths.beats)")
             self._record_path(identity, call, operands, backend, target, device,
                               "inline" if trial.kept else "launch", timings, reason, name)
         jax.clear_caches()  # the trials' programs are not what later lowerings (which follow the records) make
@@ -271,15 +270,15 @@ class Tuner:
     def _time(self, call: CallSpec, args: Sequence[Any], description: str, config: dict[str, Any]) -> ConfigTiming:
         run = jax.jit(functools.partial(triton_call_p.bind, call=call))
         try:
-            median = self._median_us(lambda: run(*args))
+            median = statistics.median(self._samples_us(lambda: run(*args)))
         except OutOfResourcesError as exc:  # raised at lowering, so the configuration never ran
             return ConfigTiming(description, config, None, f"{NOT_RUN}: {str(exc).splitlines()[1].strip():.300}")
         except Exception as exc:  # one configuration that cannot compile or run does not end the tuning
             return ConfigTiming(description, config, None, f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}")
         return ConfigTiming(description, config, median)
 
-    def _median_us(self, run: Callable[[], Any]) -> float:
-        """``run``'s median time in microseconds: run once (compiling), ``warmup`` times, then ``runs`` samples,
+    def _samples_us(self, run: Callable[[], Any]) -> list[float]:
+        """``run``'s time per call in microseconds: run once (compiling), ``warmup`` times, then ``runs`` samples,
         each a batch of back-to-back runs at least ``sample_seconds`` long."""
         start = time.perf_counter()
         jax.block_until_ready(run())
@@ -295,8 +294,8 @@ class Tuner:
             for _ in range(calls):
                 out = run()
             jax.block_until_ready(out)
-            samples.append((time.perf_counter() - start) / calls)
-        return statistics.median(samples) * 1e6
+            samples.append((time.perf_counter() - start) / calls * 1e6)
+        return samples
 
 
 def _untranslatable(call: CallSpec, platform: str, device: Any, operands: tuple[BufferSpec, ...]) -> str:

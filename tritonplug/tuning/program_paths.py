@@ -6,8 +6,10 @@ the function it is given, jitted as one program (:func:`program_of`), with assig
 
 * start from every candidate launched and time the program;
 * for each candidate in the order the program first calls it, time the program with it inlined and the others as
-  chosen so far; keep the inlining only if the program's median is below the current one by more than
-  :data:`MARGIN` (2 %: below that, the launched path stays, so noise never inlines);
+  chosen so far; keep the inlining only if it beats the current program beyond its noise (:func:`beats`: every
+  sample faster than every one of the current program's, and the median by at least :data:`MIN_GAIN`).
+  A threshold relative to the whole program would not do: in a model's step one call is a small part of the
+  program, and a call whose inlining saves 2 % of a two-layer step saves real time yet would never pass 2 %;
 * at most :data:`MAX_TRIALS` candidates are tried (each trial compiles the whole program); later ones are not
   tried and stay launched in those trials (``tune`` records nothing for them: they keep any record they had).
 
@@ -18,6 +20,7 @@ inlined or both launched. Calls without a fusible translation are never tried.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +30,9 @@ import numpy as np
 
 from tritonplug.tuning.path_records import trying
 
-#: How much faster (a fraction of the current program's median) inlining a call must make the program to be kept.
-MARGIN = 0.02
+#: The least gain (a fraction of the current program's median) an inlining must bring to be kept, however clean
+#: its samples' separation: with one sample each, the separation alone is one comparison.
+MIN_GAIN = 0.002
 #: How many candidates ``tune`` tries for one program (one compile of the program each, plus the baseline's).
 MAX_TRIALS = 16
 
@@ -45,10 +49,18 @@ class Trial:
     error: str = ""
 
 
-def greedy(candidates: Sequence[str], time_us: Callable[[Mapping[str, str]], float], margin: float = MARGIN,
-           max_trials: int = MAX_TRIALS) -> tuple[dict[str, str], list[Trial]]:
+def beats(samples: Sequence[float], current: Sequence[float], min_gain: float = MIN_GAIN) -> bool:
+    """Whether a program timed ``samples`` (µs) is faster than one timed ``current`` beyond noise: all of its
+    samples below all of ``current``'s (two programs equally fast give that by chance with probability
+    ``2 / C(2n, n)``: 2 in 252 at ``tune``'s 5 samples each), and its median below by at least ``min_gain``."""
+    return (max(samples) < min(current)
+            and statistics.median(samples) < statistics.median(current) * (1.0 - min_gain))
+
+
+def greedy(candidates: Sequence[str], time_us: Callable[[Mapping[str, str]], Sequence[float]],
+           min_gain: float = MIN_GAIN, max_trials: int = MAX_TRIALS) -> tuple[dict[str, str], list[Trial]]:
     """The assignment (``"inline"``/``"launch"`` by candidate) the greedy search keeps, and its trials (the first
-    ``max_trials`` candidates'). ``time_us(assignment)`` is the program's median time under ``assignment``; an
+    ``max_trials`` candidates'). ``time_us(assignment)`` is the program's time samples under ``assignment``; an
     exception from the baseline (all launched) propagates, one from a trial drops that inlining."""
     chosen = {identity: "launch" for identity in candidates}
     best = time_us(chosen)
@@ -58,10 +70,11 @@ def greedy(candidates: Sequence[str], time_us: Callable[[Mapping[str, str]], flo
         try:
             inline = time_us(assignment)
         except Exception as exc:  # an inlining that cannot compile or run is not kept; the others are still tried
-            trials.append(Trial(identity, best, None, False, f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}"))
+            trials.append(Trial(identity, statistics.median(best), None, False,
+                                f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}"))
             continue
-        kept = inline < best * (1.0 - margin)
-        trials.append(Trial(identity, best, inline, kept))
+        kept = beats(inline, best, min_gain)
+        trials.append(Trial(identity, statistics.median(best), statistics.median(inline), kept))
         if kept:
             chosen, best = assignment, inline
     return chosen, trials

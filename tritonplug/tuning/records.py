@@ -23,7 +23,7 @@ its ``backend`` and ``target`` are the launching backend's; its ``config`` is ``
 ``{"path": "launch"}``; ``times_us`` holds ``launch`` and ``inline`` where both were measured, ``timed``:
 ``"program"`` (they are times of the whole program ``program``, the function given to ``tune``, with this call
 launched and inlined and the calls before it as already chosen: :mod:`tritonplug.tuning.program_paths`), and
-``reason`` why it launches (inlining did not make the program faster by the margin; the translation holds
+``reason`` why it launches (inlining did not make the program faster beyond noise; the translation holds
 gathers, scatters or while loops, or there is none).
 
 ``arch`` is compared as a string; array values in ``key.args`` are written ``"float16[512,512]"``.
