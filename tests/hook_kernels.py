@@ -18,17 +18,17 @@ def init_to_zero(names):
 
 
 @triton.jit
-def _binned_sum(x_ptr, bins_ptr, n, BLOCK: tl.constexpr):
+def binned_sum(x_ptr, bins_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.atomic_add(bins_ptr + offs % 4, tl.load(x_ptr + offs, mask=mask, other=0.0), mask=mask)
 
 
 def binned(config_hook=None, **autotune):
-    """``_binned_sum`` under ``triton.autotune`` with one config carrying ``config_hook`` (and ``autotune``'s
+    """``binned_sum`` under ``triton.autotune`` with one config carrying ``config_hook`` (and ``autotune``'s
     keywords: ``reset_to_zero=``, ``pre_hook=``, ``post_hook=``)."""
     return triton.autotune(configs=[triton.Config({"BLOCK": 64}, pre_hook=config_hook)], key=["n"],
-                           **autotune)(_binned_sum)
+                           **autotune)(binned_sum)
 
 
 def reference(x: np.ndarray, start: np.ndarray) -> np.ndarray:

@@ -137,7 +137,7 @@ def test_any_other_effect_is_refused_at_the_call_naming_the_hook(hook, message):
     kernel, x = binned(hook), jnp.asarray(x_values())
     with pytest.raises(HookRefused, match=message) as raised:
         _ref_call(kernel, x, jnp.asarray(START))
-    assert "autotune config pre_hook" in str(raised.value) and "of kernel '_binned_sum'" in str(raised.value)
+    assert "autotune config pre_hook" in str(raised.value) and "of kernel 'binned_sum'" in str(raised.value)
 
 
 def test_a_post_hook_that_zeroes_is_refused_and_one_that_does_nothing_runs():
@@ -219,7 +219,7 @@ def test_an_empty_grid_with_hooks_is_refused_rather_than_returning_an_unzeroed_b
     """Triton runs the hook, then launches nothing: the buffer ends zeroed. An empty grid skips the launch here,
     and with it the zeroing, so it is refused (an unzeroed ``START`` would be a silent wrong result)."""
     ref = jax.new_ref(jnp.asarray(START))
-    with pytest.raises(NotImplementedError, match=r"'_binned_sum': the grid \(0,\) is empty .*reset_to_zero"):
+    with pytest.raises(NotImplementedError, match=r"'binned_sum': the grid \(0,\) is empty .*reset_to_zero"):
         tritonplug.triton_call(jnp.asarray(x_values()), ref, N, kernel=binned(reset_to_zero=["bins_ptr"]),
                                out_type=(), grid=(0,))
 
