@@ -26,7 +26,7 @@ def _installed(package: str) -> bool:
 #: port module, library module, {launcher: (port lines changed or added, library lines dropped, library lines)}
 PORTS = [
     ("liger_rms_norm", "liger_kernel.ops.rms_norm", {"rms_norm_forward": (5, 4, 67),
-                                                     "rms_norm_backward": (7, 10, 91)}),
+                                                     "rms_norm_backward": (7, 12, 91)}),
     ("liger_swiglu", "liger_kernel.ops.swiglu", {"swiglu_forward": (3, 17, 35), "swiglu_backward": (2, 16, 33)}),
     ("liger_rope", "liger_kernel.ops.rope", {"rope_forward": (2, 0, 54), "rope_backward": (2, 0, 54)}),
     ("liger_cross_entropy", "liger_kernel.ops.cross_entropy", {"cross_entropy_forward": (21, 30, 102),

@@ -14,6 +14,8 @@ module is ``MambaChunkScanCombinedFn`` (``jax.custom_vjp``), ``_mamba_chunk_scan
   mamba-ssm's deterministic path needs torch to pick it and extra workspaces; results agree to rounding.
 * Autotuned kernels are tuned by tritonplug (docs/using.md, "Autotuning"); buffers that mamba-ssm sums
   over the chosen config's blocks are zero-filled and summed whole, so no launcher needs ``best_config``.
+* The backward is given the forward's cumsum, processed ``dt``, ``C Bᵀ`` and chunk states (``ForwardResiduals``)
+  where mamba-ssm's recomputes them: three launches fewer for their memory (docs/mamba2.md).
 * In a sharded ``jit`` (``@tritonplug.partitioned``) batch ``b`` may be split, and the heads: with one group
   (``g == 1``, Mamba-2's default) B and C are whole on every device and the heads split freely (their
   gradients dB, dC are then sums over the head shards); with ``g > 1`` the heads are ``(g r)`` (``r = h / g``
