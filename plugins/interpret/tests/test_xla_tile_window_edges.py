@@ -1,0 +1,129 @@
+"""The edges of the XLA path's fast stores: which layouts ``xla/tiles.py`` may take as a tiling and which it must
+leave to the general scatter, and the tile shapes it transposes.
+
+A tiling puts every program's block in place by a transposition, so taking a layout that is not exactly a grid of
+whole tiles writes the wrong elements (or fails), and refusing one that is only costs speed: each test checks the
+numbers against NumPy (the buffer comes in as a ref filled with a value the kernel never writes, so a lane written
+where it should not be shows) and whether the store was planned as a tiling. The layouts refused: rows that are not
+whole tiles, tiles narrower than a row that do not divide it, tiles shifted by a row, every other column, and a
+pointer advanced in a loop (its offsets are not known when the plan is made). The layouts taken: tiles that are not
+square, a block with a size-1 dimension between its rows and columns, and a block stored transposed.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from helpers import requires_backend
+from test_xla_masked_stores import OLD, plans  # noqa: F401 (plans: a fixture)
+
+import tritonplug
+
+pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
+
+
+@triton.jit
+def _tile_kernel(x_ptr, out_ptr, M, N, stride, ROW0: tl.constexpr, STEP: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr):
+    rows = ROW0 + tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN) * STEP
+    offs = rows[:, None] * stride + cols[None, :]
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=mask)
+
+
+@triton.jit
+def _middle_one_kernel(x_ptr, out_ptr, stride, BM: tl.constexpr, BN: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs = rows[:, None, None] * stride + cols[None, None, :]      # a [BM, 1, BN] block
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.abs(x) * 2 + 1)
+
+
+@triton.jit
+def _transposed_kernel(x_ptr, out_ptr, stride, BM: tl.constexpr, BN: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs = rows[None, :] * stride + cols[:, None]                  # a [BN, BM] block: its columns first
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, tl.abs(x) * 2 + 1)
+
+
+@triton.jit
+def _advanced_kernel(x_ptr, out_ptr, skip_ptr, stride, BM: tl.constexpr, BN: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs = rows[:, None] * stride + cols[None, :]
+    x = tl.load(x_ptr + offs)
+    ptrs = out_ptr + offs
+    for _ in range(0, tl.load(skip_ptr)):   # a loaded trip count: offsets unknown to the plan
+        ptrs += BM * stride
+    tl.store(ptrs, tl.abs(x) * 2 + 1)
+
+
+def _call(kernel, shape, grid, *args, **constexprs):
+    """``kernel(x, out, *args)`` over ``grid`` on a random ``x`` and an ``out`` ref holding ``OLD``: (x, out)."""
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+
+    def fn(a, b):
+        out = jax.new_ref(b)
+        tritonplug.triton_call(a, out, *args, kernel=kernel, out_type=(), grid=grid, **constexprs)
+        return out[...]
+
+    text = jax.jit(fn).lower(x, np.full(shape, OLD, np.float32)).as_text()
+    assert "tritonplug_host_kernel" not in text, "the kernel was not translated to XLA"
+    return x, np.asarray(jax.jit(fn)(x, np.full(shape, OLD, np.float32)))
+
+
+def _written(x, rows, cols):
+    """``OLD`` everywhere but at ``rows`` x ``cols``, which hold the kernels' ``2 |x| + 1``."""
+    out = np.full(x.shape, OLD, np.float32)
+    out[np.ix_(rows, cols)] = np.abs(x[np.ix_(rows, cols)]) * 2 + 1
+    return out
+
+
+def _tiled(made) -> bool:
+    return any(p.tilings for p in made)
+
+
+@pytest.mark.parametrize(("shape", "grid", "block", "row0", "step", "tiled"), [
+    ((64, 64), (8, 4), (8, 16), 0, 1, True),        # tiles that are not square: taken
+    ((40, 64), (2, 4), (16, 16), 0, 1, False),      # 32 of 40 rows: the rows are not whole tiles
+    ((32, 48), (2, 1), (16, 32), 0, 1, False),      # 32 of 48 columns: a tile's width does not divide the row
+    ((64, 64), (4, 4), (16, 16), 1, 1, False),      # every tile one row down (the last one masked past the end)
+    ((64, 64), (4, 4), (16, 16), 0, 2, False),      # every other column: tiles that overlap, odd columns untouched
+], ids=["8x16-tiles", "rows-not-whole-tiles", "width-not-dividing", "shifted-a-row", "every-other-column"])
+def test_a_store_is_a_tiling_only_where_its_blocks_are_the_whole_buffer_in_whole_tiles(
+        plans, shape, grid, block, row0, step, tiled):  # noqa: F811 (plans: the fixture)
+    m, n = shape
+    bm, bn = block
+    x, got = _call(_tile_kernel, shape, grid, m, n, n, ROW0=row0, STEP=step, BM=bm, BN=bn)
+    assert _tiled(plans) == tiled
+    rows = np.arange(row0, row0 + grid[0] * bm)
+    cols = (np.arange(grid[1])[:, None] * bn + np.arange(bn)[None, :] * step).ravel()
+    np.testing.assert_array_equal(got, _written(x, rows[rows < m], np.unique(cols[cols < n])))
+
+
+def test_a_block_with_a_size_one_dimension_between_its_rows_and_columns_is_a_tiling(plans):  # noqa: F811
+    x, got = _call(_middle_one_kernel, (64, 64), (4, 2), 64, BM=16, BN=32)
+    assert _tiled(plans)
+    np.testing.assert_array_equal(got, np.abs(x) * 2 + 1)
+
+
+def test_a_block_stored_with_its_columns_first_is_a_tiling(plans):  # noqa: F811
+    x, got = _call(_transposed_kernel, (64, 64), (2, 4), 64, BM=32, BN=16)
+    assert _tiled(plans)
+    np.testing.assert_array_equal(got, np.abs(x) * 2 + 1)
+
+
+def test_a_store_through_a_pointer_advanced_in_a_loop_is_not_a_tiling(plans):  # noqa: F811
+    """The trip count is loaded (zero trips here), so the plan cannot know where the blocks land, though they do
+    tile the buffer: the store must stay a scatter."""
+    x, got = _call(_advanced_kernel, (64, 64), (4, 4), np.zeros(1, np.int32), 64, BM=16, BN=16)
+    assert not _tiled(plans)
+    np.testing.assert_array_equal(got, np.abs(x) * 2 + 1)
