@@ -127,3 +127,43 @@ def test_a_store_through_a_pointer_advanced_in_a_loop_is_not_a_tiling(plans):  #
     x, got = _call(_advanced_kernel, (64, 64), (4, 4), np.zeros(1, np.int32), 64, BM=16, BN=16)
     assert not _tiled(plans)
     np.testing.assert_array_equal(got, np.abs(x) * 2 + 1)
+
+
+# ------------------------------------------------------------------ windows (xla/windows.py)
+
+
+@triton.jit
+def _shifted_block_kernel(x_ptr, out_ptr, n, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK - SHIFT + tl.arange(0, BLOCK)
+    mask = (offs >= 0) & (offs < n)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=mask)
+
+
+@triton.jit
+def _chunked_kernel(x_ptr, out_ptr, n, CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
+    for j in range(0, CHUNKS):
+        offs = (tl.program_id(0) * CHUNKS + j) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=mask)
+
+
+def _windowed_store(made) -> bool:
+    return any(op.name == "tt.store" for p in made for op in p.windows)
+
+
+def test_a_windowed_store_that_starts_before_the_buffer_and_ends_past_it(plans):  # noqa: F811
+    """The first block starts 100 elements before the buffer, the last ends 52 past it: the window is padded on
+    both sides, and only ``[0, n)`` may change."""
+    size, n, shift, block = 1000, 900, 100, 128
+    x, got = _call(_shifted_block_kernel, (size,), (9,), n, SHIFT=shift, BLOCK=block)
+    assert _windowed_store(plans)
+    np.testing.assert_array_equal(got, np.where(np.arange(size) < n, np.abs(x) * 2 + 1, np.float32(OLD)))
+
+
+def test_a_store_in_a_loop_over_chunks_is_one_window_of_every_program_and_trip(plans):  # noqa: F811
+    size, n, chunks, block = 4096, 3000, 4, 128
+    x, got = _call(_chunked_kernel, (size,), (size // (chunks * block),), n, CHUNKS=chunks, BLOCK=block)
+    assert _windowed_store(plans)
+    np.testing.assert_array_equal(got, np.where(np.arange(size) < n, np.abs(x) * 2 + 1, np.float32(OLD)))
