@@ -104,6 +104,8 @@ def test_a_store_is_a_tiling_only_where_its_blocks_are_the_whole_buffer_in_whole
     bm, bn = block
     x, got = _call(_tile_kernel, shape, grid, m, n, n, ROW0=row0, STEP=step, BM=bm, BN=bn)
     assert _tiled(plans) == tiled
+    # a 2-D block over a 2-D grid is a box (four axes, two of them programs'); every other column is not (stride 2)
+    assert _windowed(plans, "tt.load") == (step == 1)
     rows = np.arange(row0, row0 + grid[0] * bm)
     cols = (np.arange(grid[1])[:, None] * bn + np.arange(bn)[None, :] * step).ravel()
     np.testing.assert_array_equal(got, _written(x, rows[rows < m], np.unique(cols[cols < n])))
@@ -149,21 +151,47 @@ def _chunked_kernel(x_ptr, out_ptr, n, CHUNKS: tl.constexpr, BLOCK: tl.constexpr
         tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=mask)
 
 
-def _windowed_store(made) -> bool:
-    return any(op.name == "tt.store" for p in made for op in p.windows)
+def _windowed(made, name: str) -> bool:
+    """Whether an access ``name`` (``tt.load``, ``tt.store``) was planned as a window (not a gather or scatter)."""
+    return any(op.name == name for p in made for op in p.windows)
 
 
-def test_a_windowed_store_that_starts_before_the_buffer_and_ends_past_it(plans):  # noqa: F811
-    """The first block starts 100 elements before the buffer, the last ends 52 past it: the window is padded on
-    both sides, and only ``[0, n)`` may change."""
-    size, n, shift, block = 1000, 900, 100, 128
-    x, got = _call(_shifted_block_kernel, (size,), (9,), n, SHIFT=shift, BLOCK=block)
-    assert _windowed_store(plans)
+@pytest.mark.parametrize(("size", "shift", "grid"), [(1000, 100, 9), (1052, 100, 9), (1000, 0, 8), (1024, 0, 8)],
+                         ids=["before-and-past", "before", "past", "inside"])
+def test_windows_that_start_before_the_buffer_or_end_past_it(plans, size, shift, grid):  # noqa: F811
+    """Blocks of 128 from ``-shift``: the window is padded where it starts before the buffer (``lo``) or ends past
+    it (``hi``), and only ``[0, n)`` may change."""
+    n, block = size - 100, 128
+    x, got = _call(_shifted_block_kernel, (size,), (grid,), n, SHIFT=shift, BLOCK=block)
+    assert _windowed(plans, "tt.load") and _windowed(plans, "tt.store")
     np.testing.assert_array_equal(got, np.where(np.arange(size) < n, np.abs(x) * 2 + 1, np.float32(OLD)))
 
 
 def test_a_store_in_a_loop_over_chunks_is_one_window_of_every_program_and_trip(plans):  # noqa: F811
     size, n, chunks, block = 4096, 3000, 4, 128
     x, got = _call(_chunked_kernel, (size,), (size // (chunks * block),), n, CHUNKS=chunks, BLOCK=block)
-    assert _windowed_store(plans)
+    assert _windowed(plans, "tt.load") and _windowed(plans, "tt.store")
+    np.testing.assert_array_equal(got, np.where(np.arange(size) < n, np.abs(x) * 2 + 1, np.float32(OLD)))
+
+
+@triton.jit
+def _row_kernel(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    offs = tl.program_id(0) * stride + cols
+    x = tl.load(x_ptr + offs, mask=cols < n_cols, other=0.0)
+    tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=cols < n_cols)
+
+
+def test_a_row_narrower_than_its_block_is_read_and_written_as_windows(plans):  # noqa: F811
+    """100 live lanes of a 128-lane block per row: the windows' last axis has an extent below its size, so the
+    read pads the masked lanes and the write merges only the live ones."""
+    x, got = _call(_row_kernel, (6, 100), (6,), 100, 100, BLOCK=128)
+    assert _windowed(plans, "tt.load") and _windowed(plans, "tt.store")
+    np.testing.assert_array_equal(got, np.abs(x) * 2 + 1)
+
+
+def test_a_single_program_reads_and_writes_windows(plans):  # noqa: F811
+    size, n, block = 256, 200, 256
+    x, got = _call(_shifted_block_kernel, (size,), (1,), n, SHIFT=0, BLOCK=block)
+    assert _windowed(plans, "tt.load") and _windowed(plans, "tt.store")
     np.testing.assert_array_equal(got, np.where(np.arange(size) < n, np.abs(x) * 2 + 1, np.float32(OLD)))
