@@ -8,6 +8,12 @@ where it should not be shows) and whether the store was planned as a tiling. The
 whole tiles, tiles narrower than a row that do not divide it, tiles shifted by a row, every other column, and a
 pointer advanced in a loop (its offsets are not known when the plan is made). The layouts taken: tiles that are not
 square, a block with a size-1 dimension between its rows and columns, and a block stored transposed.
+
+The windows (``xla/windows.py``: top-level accesses read and written as slices of the buffer) are checked the same
+way where their padding and shapes matter: blocks that start before the buffer or end past it, a store in a loop
+over chunks (one window of every program and trip), a row narrower than its block, a single program, and a row
+every program reads (a program axis of stride 0). Each asserts that the accesses were planned as windows, since a
+window refused only falls back to the (right) gather or scatter.
 """
 
 from __future__ import annotations
@@ -195,3 +201,28 @@ def test_a_single_program_reads_and_writes_windows(plans):  # noqa: F811
     x, got = _call(_shifted_block_kernel, (size,), (1,), n, SHIFT=0, BLOCK=block)
     assert _windowed(plans, "tt.load") and _windowed(plans, "tt.store")
     np.testing.assert_array_equal(got, np.where(np.arange(size) < n, np.abs(x) * 2 + 1, np.float32(OLD)))
+
+
+@triton.jit
+def _scaled_rows_kernel(x_ptr, w_ptr, out_ptr, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    w = tl.load(w_ptr + cols)                        # the same row for every program: a stride-0 program axis
+    x = tl.load(x_ptr + tl.program_id(0) * BLOCK + cols)
+    tl.store(out_ptr + tl.program_id(0) * BLOCK + cols, x * w)
+
+
+def test_a_row_every_program_reads_is_a_window_with_a_broadcast_program_axis(plans):  # noqa: F811
+    rows, block = 8, 64
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((rows, block)).astype(np.float32), rng.standard_normal(block).astype(np.float32)
+
+    def fn(a, b, c):
+        out = jax.new_ref(c)
+        tritonplug.triton_call(a, b, out, kernel=_scaled_rows_kernel, out_type=(), grid=(rows,), BLOCK=block)
+        return out[...]
+
+    old = np.full((rows, block), OLD, np.float32)
+    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(x, w, old).as_text(), "not translated to XLA"
+    got = np.asarray(jax.jit(fn)(x, w, old))
+    assert sum(op.name == "tt.load" for p in plans for op in p.windows) == 2, "both loads are windows"
+    np.testing.assert_array_equal(got, x * w)
