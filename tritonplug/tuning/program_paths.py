@@ -9,7 +9,8 @@ the function it is given, jitted as one program (:func:`program_of`), with assig
   chosen so far; keep the inlining only if it beats the current program beyond its noise (:func:`beats`: every
   sample faster than every one of the current program's, and the median by at least :data:`MIN_GAIN`).
   A threshold relative to the whole program would not do: in a model's step one call is a small part of the
-  program, and a call whose inlining saves 2 % of a two-layer step saves real time yet would never pass 2 %;
+  program (in the Llama example about 2 % of a two-layer step, the whole call's cost), so a 2 % threshold
+  could never keep one;
 * at most :data:`MAX_TRIALS` candidates are tried (each trial compiles the whole program); later ones are not
   tried and stay launched in those trials (``tune`` records nothing for them: they keep any record they had).
 
