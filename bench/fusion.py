@@ -176,6 +176,10 @@ def part_ops(results: Results, opts, cfg) -> None:
                 with results.guard(bench + " build", variant):
                     fn = fns["xla" if variant == "xla" else "tritonplug"]
                     compiled[variant], info[variant] = build(fn, args, (op,), MODES.get(variant))
+                    if opts.dump_hlo:
+                        opts.dump_hlo.mkdir(parents=True, exist_ok=True)
+                        name = f"{op}-{program.replace('+', '-')}-{variant}.hlo.txt"
+                        (opts.dump_hlo / name).write_text(compiled[variant].as_text())
             want = compiled["xla"](*args) if "xla" in compiled else None
             for variant, fn in compiled.items():
                 if variant != "xla" and want is not None:
@@ -300,6 +304,8 @@ def main(argv=None) -> None:
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--tol", type=float, default=0.02, help="largest |variant - xla| / max(1, |xla|) per output that "
                    "passes the check")
+    p.add_argument("--dump-hlo", type=Path, help="ops part: write each compiled program's optimized HLO here (why "
+                   "one variant is slower than another: what XLA fused)")
     p.add_argument("--smoke", action="store_true", help="the tiny config, 2 rounds of 2 calls: checks the script")
     p.add_argument("--out", type=Path, required=True)
     opts = p.parse_args(argv)
