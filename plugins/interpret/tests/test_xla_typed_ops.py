@@ -90,7 +90,8 @@ def test_one_evaluator_views():
     load = _op(fn, "tt.load")
     # the loop's load: 3 programs x 4 trips of 128 lanes, 512 apart per program and 128 per trip
     assert sorted(found.loads[load].starts.tolist()) == sorted(512 * p + 128 * t for p in range(3) for t in range(4))
-    assert lanes.within(found.loads[load], 1536) and not lanes.within(found.loads[load], 1535)
+    ld = found.loads[load]
+    assert lanes.within(ld.lanes, ld.starts, (128,), 1536) and not lanes.within(ld.lanes, ld.starts, (128,), 1535)
     assert found.trips[_op(fn, "scf.for")] == 4
     store = _op(fn, "tt.store")
     slices = windows(fn, found, 3)

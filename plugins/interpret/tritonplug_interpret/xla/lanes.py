@@ -289,12 +289,17 @@ def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:
     return checked((lanes.value.reshape(1, -1) + coef * bases).reshape(-1))
 
 
-def within(load: LoadLanes, size: int) -> bool:
-    """Whether every lane the load may read (every program, every trip) lies inside a buffer of ``size``
-    elements: its bounds mask is then all true and need not be computed."""
-    shape = shape_of(load.op.result_types[-1]) if load.op.result_types else None
-    if load.starts is None or not load.starts.size or shape is None or len(shape) != len(load.lanes.strides):
+def within(lanes: Lanes, starts: np.ndarray | None, shape: tuple[int, ...] | None, size: int,
+           limits: Limits | None = None) -> bool:
+    """Whether every lane the access may touch (every program, every trip: ``starts``) lies inside a buffer of
+    ``size`` elements: its bounds mask is then all true and need not be computed. ``limits`` (its mask's bound,
+    :mod:`.mask_rules`): lanes at or past a dimension's limit are masked off in every program, so only the
+    lanes below it must be inside (a row of 5632 in a block of 8192: the block's tail runs past the buffer's end
+    in the last row, but never touches memory)."""
+    if starts is None or not starts.size or shape is None or len(shape) != len(lanes.strides):
         return False
-    low = sum(min(0, s * (n - 1)) for s, n in zip(load.lanes.strides, shape, strict=True))
-    high = sum(max(0, s * (n - 1)) for s, n in zip(load.lanes.strides, shape, strict=True))
-    return int(load.starts.min()) + low >= 0 and int(load.starts.max()) + high < size
+    bounds = limits if limits is not None and len(limits) == len(shape) else (None,) * len(shape)
+    live = [n if m is None else max(1, min(n, m)) for n, m in zip(shape, bounds, strict=True)]
+    low = sum(min(0, s * (n - 1)) for s, n in zip(lanes.strides, live, strict=True))
+    high = sum(max(0, s * (n - 1)) for s, n in zip(lanes.strides, live, strict=True))
+    return int(starts.min()) + low >= 0 and int(starts.max()) + high < size

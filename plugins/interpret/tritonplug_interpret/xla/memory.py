@@ -128,7 +128,9 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     offset = jnp.asarray(offset)
     f.record_check(access, buffer, offset, mask)
     info = f.ctx.buffers[buffer]
-    active = _clean(f, buffer, offset, mask)
+    active = _clean(f, buffer, offset, mask, access == "store" and f.current_op in f.ctx.plan.inside)
+    if active is None:  # every lane inside and unmasked: a constant XLA folds away
+        active = jnp.ones(offset.shape, bool)
     values = jnp.broadcast_to(values, offset.shape)
     if kind in ("umax", "umin"):
         values = lax.bitcast_convert_type(values, unsigned(values.dtype))

@@ -3,11 +3,11 @@
 In order (as Triton's ``add_stages`` lists its passes, :data:`PASSES`): ``schedule`` (parallel ``vmap`` over
 the grid or programs in order, :func:`choose_parallel`), ``lanes`` (the one evaluator of pointer arithmetic:
 every pointer's lanes, loop trip counts, carried pointers and which programs share values, :mod:`.lanes`);
-then views of its result: ``bounds`` (loads whose every lane is inside its buffer: no bounds mask), and in the
-parallel schedule ``tiling`` (stores that tile their buffer, :mod:`.tiles`), ``windows`` (the other top-level
-accesses that are boxes of the reshaped buffer: slices, :mod:`.windows`), ``sharing`` (dots whose tiles repeat
-over the grid, :mod:`.gemm`) and ``strided`` (loads as windows of strided views, :mod:`.strided`). The plan's maps
-are keyed by the function's ops (which hash by identity), read-only.
+then views of its result: ``bounds`` (loads and stores whose every live lane is inside its buffer: no bounds
+mask), and in the parallel schedule ``tiling`` (stores that tile their buffer, :mod:`.tiles`), ``windows`` (the
+other top-level accesses that are boxes of the reshaped buffer: slices, :mod:`.windows`), ``sharing`` (dots
+whose tiles repeat over the grid, :mod:`.gemm`) and ``strided`` (loads as windows of strided views,
+:mod:`.strided`). The plan's maps are keyed by the function's ops (which hash by identity), read-only.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tritonplug_interpret.xla import gemm, lanes, strided, tiles, vectorise
+from tritonplug_interpret.xla.lane_rules import shape_of
 from tritonplug_interpret.xla.program import WRITES, BufferInfo
 from tritonplug_interpret.xla.ttir import Function, Op, walk
 from tritonplug_interpret.xla.windows import Window, windows
@@ -38,7 +39,7 @@ class Plan:
     shared_dots: Mapping[Op, gemm.SharedDot]     # tt.dot → its GEMM over the programs' distinct tiles
     tilings: Mapping[Op, tiles.Tiling]           # tt.store → a transpose of the buffer, not a scatter
     accesses: Mapping[Op, strided.Access]        # tt.load → a window of a strided view
-    inside: frozenset[Op]                        # tt.load whose lanes are all inside the buffer (no bounds mask)
+    inside: frozenset[Op]                        # tt.load/tt.store whose live lanes are all inside (no bounds mask)
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,14 @@ def _lanes(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
 
 
 def _bounds(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
-    loads = found["lanes"].loads
-    return {"inside": frozenset(op for op, load in loads.items()
-                                if lanes.within(load, launch.buffers[load.lanes.buffer].size))}
+    result = found["lanes"]
+    accesses = [(op, load.lanes, load.starts, shape_of(op.result_types[-1]) if op.result_types else None)
+                for op, load in result.loads.items()]
+    accesses += [(op, store, result.store_starts.get(op), shape_of(op.type_text) if op.type_text else None)
+                 for op, store in result.stores.items() if store.buffer is not None]
+    return {"inside": frozenset(op for op, where, starts, shape in accesses
+                                if lanes.within(where, starts, shape, launch.buffers[where.buffer].size,
+                                                result.limits.get(op)))}
 
 
 def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
