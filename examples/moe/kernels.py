@@ -44,6 +44,9 @@ FORWARD_CONFIGS = [
     triton.Config({"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8}, num_warps=4, num_stages=4),
     triton.Config({"BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 16}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 16}, num_warps=8, num_stages=4),
+    # (the widest tiles won at 64 and 128 experts, bench/moe_kernels.py run 13: two more of that width)
+    triton.Config({"BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8}, num_warps=8, num_stages=4),
+    triton.Config({"BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 16}, num_warps=8, num_stages=6),
 ]
 DW_CONFIGS = [
     triton.Config({"BLOCK_SIZE_K": 128, "BLOCK_SIZE_N": 128, "BLOCK_ROWS": 64}, num_warps=8, num_stages=4),
@@ -52,6 +55,10 @@ DW_CONFIGS = [
     triton.Config({"BLOCK_SIZE_K": 128, "BLOCK_SIZE_N": 128, "BLOCK_ROWS": 32}, num_warps=4, num_stages=5),
     triton.Config({"BLOCK_SIZE_K": 128, "BLOCK_SIZE_N": 128, "BLOCK_ROWS": 128}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_SIZE_K": 128, "BLOCK_SIZE_N": 256, "BLOCK_ROWS": 32}, num_warps=8, num_stages=4),
+    # (the largest tile of 64 rows won at 64 and 128 experts, run 13: fewer, longer programs)
+    triton.Config({"BLOCK_SIZE_K": 128, "BLOCK_SIZE_N": 256, "BLOCK_ROWS": 64}, num_warps=8, num_stages=4),
+    triton.Config({"BLOCK_SIZE_K": 256, "BLOCK_SIZE_N": 128, "BLOCK_ROWS": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_SIZE_K": 256, "BLOCK_SIZE_N": 128, "BLOCK_ROWS": 64}, num_warps=8, num_stages=4),
 ]
 #: On the CPU every kernel is translated to XLA ops; one small configuration (the CPU runs the first).
 CPU_FORWARD_CONFIGS = [triton.Config({"BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1})]
