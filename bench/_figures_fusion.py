@@ -6,12 +6,14 @@ a run's output check (against XLA's op) is named beside it. The check of ``run1`
 0.06, which bf16 outputs in the tens (SwiGLU) and weight gradients in the thousands (RMSNorm's dW) exceed by one
 bf16 step; later runs compare each output relative to its magnitude (``bench/fusion.py --tol``). ``run1``'s
 ``"auto"`` chose by timing each call alone, the rule before ``tune`` timed the whole program: its figures are a
-column of their own (:data:`TIMED_ALONE`), never pooled with today's rule.
+column of their own (:data:`TIMED_ALONE`), never pooled with today's rule. Runs of different translations are
+never pooled either (:data:`CODE_CHANGES`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 
 from _report import RESULTS, cell, table
@@ -20,6 +22,24 @@ FOLDER = "fusion-h200"
 VARIANTS = ("launch", "inline", "auto", "auto, each call timed alone")
 #: runs whose ``"auto"`` chose by timing each call in a program of its own (path prefix under bench/results)
 TIMED_ALONE = ("fusion-h200/run1/",)
+#: The runs (their folders' numbers) from which the code changed, and how: from run 4 ``"auto"`` keeps an
+#: inlining only when it beats the whole program beyond the noise of its samples (``program_paths.beats``); from
+#: run 6 RMSNorm's backward runs on programs that divide the rows (no loop bound per program, no gathers:
+#: ``equal_loops``); from run 7 an access needs no bounds mask where every lane its mask leaves live is inside
+#: the buffer (``lanes.within``).
+CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bounds mask on live lanes inside"))
+
+
+def _code(path: str) -> str:
+    """The code a run ran (:data:`CODE_CHANGES`)."""
+    found = re.search(r"/run(\d+)", path)
+    run = int(found.group(1)) if found else 0
+    return ", ".join(label for first, label in CODE_CHANGES if run >= first) or "before run 4"
+
+
+def _in_order(code: str) -> int:
+    """Where ``code`` (a :func:`_code`) stands in time: how many changes it holds."""
+    return 0 if code.startswith("before") else code.count(",") + 1
 
 
 def _runs() -> list[tuple[str, list[dict]]]:
@@ -40,32 +60,34 @@ def _unfusible(record: dict) -> str:
 
 
 def ops() -> str:
-    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
-    best: dict[str, list[float]] = defaultdict(list)
-    checks: dict[tuple[str, str], set[str]] = defaultdict(set)
-    xla_us: dict[str, list[float]] = defaultdict(list)
-    unfusible: dict[str, str] = {}
+    ratios: dict[tuple[tuple[str, str], str], list[float]] = defaultdict(list)
+    best: dict[tuple[str, str], list[float]] = defaultdict(list)
+    checks: dict[tuple[tuple[str, str], str], set[str]] = defaultdict(set)
+    xla_us: dict[tuple[str, str], list[float]] = defaultdict(list)
+    unfusible: dict[tuple[str, str], str] = {}
     for path, records in _runs():
+        code = _code(path)
         for r in records:
             if r.get("median_us") is None or r["bench"].endswith((" tune", " build")):
                 continue
+            key = (r["bench"], code)
             if r["impl"] == "xla":
-                xla_us[r["bench"]].append(r["median_us"])
+                xla_us[key].append(r["median_us"])
             elif r.get("vs_xla") is not None:
                 alone = r["impl"] == "auto" and path.startswith(TIMED_ALONE)
-                ratios[(r["bench"], VARIANTS[3] if alone else r["impl"])].append(r["vs_xla"])
-                checks[(r["bench"], r["impl"])].add(f"{r.get('check', 'not checked')} (`{path}`)")
+                ratios[(key, VARIANTS[3] if alone else r["impl"])].append(r["vs_xla"])
+                checks[(key, r["impl"])].add(f"{r.get('check', 'not checked')} (`{path}`)")
                 if r["impl"] == "inline":
-                    unfusible[r["bench"]] = _unfusible(r)
+                    unfusible[key] = _unfusible(r)
             if r.get("auto_vs_best") is not None and not path.startswith(TIMED_ALONE):
-                best[r["bench"]].append(r["auto_vs_best"])
+                best[key].append(r["auto_vs_best"])
     rows = []
-    for bench in sorted(xla_us):
-        rows.append([bench, cell(xla_us[bench], "{:.0f}"),
+    for bench in sorted(xla_us, key=lambda k: (k[0], _in_order(k[1]))):
+        rows.append([*bench, cell(xla_us[bench], "{:.0f}"),
                      *(cell(ratios[(bench, v)], "{:.2f}", "×") for v in VARIANTS),
                      cell(best[bench], "{:.2f}", "×"), unfusible.get(bench, "—"),
                      "; ".join(sorted(checks[(bench, "launch")] | checks[(bench, "inline")]))])
-    return table(["op, program", "XLA µs", "launched", "inlined", "`auto`", "`auto` timed alone (run1)",
+    return table(["op, program", "translations", "XLA µs", "launched", "inlined", "`auto`", "`auto` timed alone (run1)",
                   "`auto` over the better path",
                   "gathers, scatters, loops in the inlined translation", "outputs against XLA's"], rows)
 
@@ -73,17 +95,20 @@ def ops() -> str:
 def step() -> str:
     """The ``step`` part: the Llama loss and gradient per op choice, its tokens/s over the ``jax`` choice's (each
     ratio within its run; the median over runs, with the range), and the choices that failed, by run."""
-    speed: dict[str, list[float]] = defaultdict(list)
-    us: dict[str, list[float]] = defaultdict(list)
-    failed: dict[str, list[str]] = defaultdict(list)
+    speed: dict[tuple[str, str], list[float]] = defaultdict(list)
+    us: dict[tuple[str, str], list[float]] = defaultdict(list)
+    failed: dict[tuple[str, str], list[str]] = defaultdict(list)
     for path, records in _runs():
         for r in records:
+            key = (r["impl"], _code(path))
             if r["bench"] == "step" and r.get("vs_xla"):
-                speed[r["impl"]].append(1.0 / r["vs_xla"])
-                us[r["impl"]].append(r["median_us"])
+                speed[key].append(1.0 / r["vs_xla"])
+                us[key].append(r["median_us"])
             elif r["bench"].startswith("step") and r.get("error"):
-                failed[r["impl"]].append(f"`{path}`: {r['error'].splitlines()[0][:120]}")
-    rows = [[f"`{c}`", cell([u / 1e3 for u in us[c]], "{:.1f}"), cell(speed[c], "{:.3f}", "×"), str(len(speed[c])),
-             "; ".join(failed.get(c, [])) or "—"] for c in sorted(speed, key=lambda c: (c != "jax", c))]
-    rows += [[f"`{c}`", "—", "—", "0", "; ".join(f)] for c, f in sorted(failed.items()) if c not in speed]
-    return table(["op choice", "step ms", "tokens/s over `jax`", "runs", "failed"], rows)
+                failed[key].append(f"`{path}`: {r['error'].splitlines()[0][:120]}")
+    order = sorted(speed, key=lambda k: (k[0] != "jax", k[0], _in_order(k[1])))
+    rows = [[f"`{c}`", code, cell([u / 1e3 for u in us[c, code]], "{:.1f}"), cell(speed[c, code], "{:.3f}", "×"),
+             str(len(speed[c, code])), "; ".join(failed.get((c, code), [])) or "—"] for c, code in order]
+    rows += [[f"`{c}`", code, "—", "—", "0", "; ".join(f)] for (c, code), f in sorted(failed.items())
+             if (c, code) not in speed]
+    return table(["op choice", "code", "step ms", "tokens/s over `jax`", "runs", "failed"], rows)
