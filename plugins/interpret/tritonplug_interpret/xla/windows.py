@@ -194,16 +194,41 @@ def _box(w: Window) -> tuple[slice, ...]:
     return tuple(slice(0, w.axes[k].extent) for k in order)
 
 
+def _aligned(length: int, w: Window) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """The whole buffer as a grid of the region's radices, ``(length // outer stride, radix, …)``, and where the
+    window's box starts and ends in it, where ``start``'s digits leave every axis of the box inside its radix
+    (RoPE's second half row: ``start`` 64 of rows 128 long is column 64 of every row). The box is then a slice of
+    a reshape of the buffer itself: no padding past its end and no whole-buffer copy around an in-place store.
+    None where the box would run off its grid (the padded region of :func:`_segment` then)."""
+    order = w.moving()
+    if not order or w.start < 0 or length % w.axes[order[0]].stride:
+        return None
+    _, shape = w.region()
+    grid = (length // w.axes[order[0]].stride, *shape[1:])
+    corner, rest = [], w.start
+    for k, size in zip(order, grid, strict=True):
+        digit, rest = divmod(rest, w.axes[k].stride)
+        if digit + w.axes[k].extent > size:
+            return None
+        corner.append(digit)
+    return grid, tuple(corner), tuple(c + w.axes[k].extent for c, k in zip(corner, order, strict=True))
+
+
 def read_window(buffer: Any, w: Window) -> Any:
     """All programs' blocks of ``buffer`` as a ``(programs, *block)`` array; lanes past the buffer or past an
     extent (masked off) read zero, lanes along a stride-0 axis repeat."""
     import jax.numpy as jnp
     from jax import lax
 
-    padded, begin, _, _ = _segment(buffer, w)
-    size, shape = w.region()
-    box = lax.slice_in_dim(padded, begin, begin + size).reshape(shape)[_box(w)]
     order = w.moving()
+    aligned = _aligned(buffer.shape[0], w)
+    if aligned is not None:
+        grid, corner, end = aligned
+        box = lax.slice(buffer.reshape(grid), corner, end)
+    else:
+        padded, begin, _, _ = _segment(buffer, w)
+        size, shape = w.region()
+        box = lax.slice_in_dim(padded, begin, begin + size).reshape(shape)[_box(w)]
     # the box's axes are the moving axes, outermost first: put them in the window's axis order
     box = jnp.transpose(box, np.argsort(order).tolist()) if order else box
     full = [w.axes[k].extent if k in order else 1 for k in range(len(w.axes))]
@@ -221,8 +246,6 @@ def write_window(buffer: Any, w: Window, values: Any, active: Any) -> Any:
     import jax.numpy as jnp
     from jax import lax
 
-    padded, begin, lo, length = _segment(buffer, w)
-    size, shape = w.region()
     order = w.moving()
     sizes = tuple(a.size for a in w.axes)
     live = tuple(slice(0, w.axes[k].extent if k in order else 1) for k in range(len(w.axes)))
@@ -235,6 +258,14 @@ def write_window(buffer: Any, w: Window, values: Any, active: Any) -> Any:
         x = x.reshape([w.axes[k].extent for k in range(len(w.axes)) if k in order])
         return jnp.transpose(x, np.argsort(np.argsort(order)).tolist()) if order else x
 
+    aligned = _aligned(buffer.shape[0], w)
+    if aligned is not None:
+        grid, corner, end = aligned
+        view = buffer.reshape(grid)
+        merged = jnp.where(boxed(active), boxed(values).astype(view.dtype), lax.slice(view, corner, end))
+        return lax.dynamic_update_slice(view, merged, corner).reshape(-1)
+    padded, begin, lo, length = _segment(buffer, w)
+    size, shape = w.region()
     segment = lax.slice_in_dim(padded, begin, begin + size).reshape(shape)
     box = _box(w)
     merged = jnp.where(boxed(active), boxed(values).astype(segment.dtype), segment[box])
