@@ -26,8 +26,10 @@ TIMED_ALONE = ("fusion-h200/run1/",)
 #: inlining only when it beats the whole program beyond the noise of its samples (``program_paths.beats``); from
 #: run 6 RMSNorm's backward runs on programs that divide the rows (no loop bound per program, no gathers:
 #: ``equal_loops``); from run 7 an access needs no bounds mask where every lane its mask leaves live is inside
-#: the buffer (``lanes.within``).
-CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bounds mask on live lanes inside"))
+#: the buffer (``lanes.within``); from run 10 a window starting inside a row is a slice of the buffer reshaped to
+#: its rows (``windows._aligned``; run 10 wrote it in place), from run 11 written as a select over the buffer.
+CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bounds mask on live lanes inside"),
+                (10, "aligned windows"), (11, "stores as selects"))
 
 
 def _code(path: str) -> str:
@@ -43,12 +45,14 @@ def _in_order(code: str) -> int:
 
 
 def _runs() -> list[tuple[str, list[dict]]]:
-    """``(path relative to bench/results, records)`` of every recorded ``bench/fusion.py`` run of the ops part."""
+    """``(path relative to bench/results, records)`` of every recorded ``bench/fusion.py`` run; a run without
+    ``tune`` (``--no-tune``) keeps no ``"auto"`` record: untuned, ``"auto"`` only launches."""
     found = []
     for path in sorted((RESULTS / FOLDER).glob("**/*.json")):
         data = json.loads(path.read_text())
         if "bench/fusion.py" in data.get("command", ""):
-            found.append((str(path.relative_to(RESULTS)), data["records"]))
+            records = [r for r in data["records"] if data.get("tuned", True) or r["impl"] != "auto"]
+            found.append((str(path.relative_to(RESULTS)), records))
     return found
 
 

@@ -198,8 +198,8 @@ def _aligned(length: int, w: Window) -> tuple[tuple[int, ...], tuple[int, ...], 
     """The whole buffer as a grid of the region's radices, ``(length // outer stride, radix, …)``, and where the
     window's box starts and ends in it, where ``start``'s digits leave every axis of the box inside its radix
     (RoPE's second half row: ``start`` 64 of rows 128 long is column 64 of every row). The box is then a slice of
-    a reshape of the buffer itself: no padding past its end and no whole-buffer copy around an in-place store.
-    None where the box would run off its grid (the padded region of :func:`_segment` then)."""
+    a reshape of the buffer itself: no padding past its end, no padded copy written back whole. None where the box
+    would run off its grid (the padded region of :func:`_segment` then)."""
     order = w.moving()
     if not order or w.start < 0 or length % w.axes[order[0]].stride:
         return None
@@ -262,8 +262,12 @@ def write_window(buffer: Any, w: Window, values: Any, active: Any) -> Any:
     if aligned is not None:
         grid, corner, end = aligned
         view = buffer.reshape(grid)
-        merged = jnp.where(boxed(active), boxed(values).astype(view.dtype), lax.slice(view, corner, end))
-        return lax.dynamic_update_slice(view, merged, corner).reshape(-1)
+        # the box placed in the whole grid: every element a select XLA fuses with the values' computation and
+        # with the other stores into this buffer (an in-place update would need the loads materialised first)
+        margins = [(c, g - e, 0) for c, e, g in zip(corner, end, grid, strict=True)]
+        inside = lax.pad(boxed(active), False, margins)
+        placed = lax.pad(boxed(values).astype(view.dtype), jnp.zeros((), view.dtype), margins)
+        return jnp.where(inside, placed, view).reshape(-1)
     padded, begin, lo, length = _segment(buffer, w)
     size, shape = w.region()
     segment = lax.slice_in_dim(padded, begin, begin + size).reshape(shape)
