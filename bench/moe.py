@@ -24,7 +24,8 @@ Tuning: before a shape is timed, ``tritonplug.tune`` times each kernel configura
 a program of its own and records the fastest, which the timed programs then run (``--no-tune``: the first).
 Timing: each implementation is jitted; a sample is ``--calls`` back-to-back calls synchronised once (device time
 per call); implementations alternate round by round; medians over ``--rounds`` rounds. The JSON holds the command,
-the machine, every record and sample.
+the machine, every record and sample. ``--profile`` adds each forward + backward kernel by kernel (``… kernels``
+records, ``bench/_profile.py``): which kernels make the grouped matmul's gap to the dense one.
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ def _timed(results: Results, bench: str, fns: dict, args, flops: float) -> None:
             med = sorted(s)[len(s) // 2]
             results.add(bench, name, median_us=med * 1e6, min_us=min(s) * 1e6, max_us=max(s) * 1e6,
                         tflops=flops / med / 1e12, samples=[x * 1e6 for x in s])
+    if args.profile and bench.endswith("forward+backward"):
+        from _profile import kernel_times
+
+        for name, fn in fns.items():
+            with results.guard(bench + " kernels", name):
+                results.add(bench + " kernels", name, median_us=None, kernels=kernel_times(fn, args.calls))
 
 
 def forward_backward(f, x, w, *rest, cot):
@@ -335,6 +342,8 @@ def main(argv=None) -> None:
     p.add_argument("--first-steps-choices", default="jax,jax-dense,tritonplug", help="first-steps part: the choices")
     p.add_argument("--first-steps-donate", default=[True], type=lambda s: [w == "on" for w in s.split(",")],
                    help="first-steps part: `on`, `off` or `on,off`: whether the step donates its inputs")
+    p.add_argument("--profile", action="store_true", help="gmm and layer parts: each forward + backward kernel by "
+                   "kernel (a jax.profiler trace of --calls calls, bench/_profile.py): where the time goes")
     p.add_argument("--smoke", action="store_true", help="tiny shapes: checks the script on any backend")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
