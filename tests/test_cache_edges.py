@@ -5,18 +5,16 @@ user reads. A real cache directory (``tmp_path``), real files, no mocks."""
 from __future__ import annotations
 
 import hashlib
-import logging
 import json
-import warnings
+import logging
 from pathlib import Path
 
 import pytest
 from cache_helpers import entry_path, key, make_binary
 
 from tritonplug.cache.disk import CacheDirError, DiskCache
-from tritonplug.cache.entries import MAGIC, decode_entry, encode_entry
+from tritonplug.cache.entries import MAGIC, encode_entry
 from tritonplug.cache.signing import FleetKeys
-from tritonplug.records import Binary
 
 UNSIGNED = FleetKeys()
 
@@ -80,8 +78,8 @@ def test_two_entries_filling_the_bound_exactly_are_both_kept(tmp_path: Path) -> 
 
 # --- what the log says ----------------------------------------------------------------------------
 
-def test_the_log_names_each_key_by_its_first_12_characters_and_sizes_in_bytes(tmp_path: Path,
-                                                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_the_log_names_each_key_by_its_first_12_characters_and_sizes_in_bytes(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cache = DiskCache(tmp_path / "cache", max_bytes=5000)
     k, big, bad, blocked = key("logged"), key("big"), key("bad"), key("blocked")
     size = len(encode_entry(k, make_binary(1, 100), UNSIGNED))
