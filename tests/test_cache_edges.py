@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 from cache_helpers import entry_path, key, make_binary
 
+from tritonplug import settings
+from tritonplug.cache import signing
 from tritonplug.cache.disk import CacheDirError, DiskCache
-from tritonplug.cache.entries import MAGIC, encode_entry
-from tritonplug.cache.signing import FleetKeys
+from tritonplug.cache.entries import MAGIC, MAGIC_SIGNED, EntryRefused, decode_entry, encode_entry
+from tritonplug.cache.signing import FleetKey, FleetKeys
+from tritonplug.records import Binary
 
 UNSIGNED = FleetKeys()
 
@@ -99,3 +102,89 @@ def test_the_log_names_each_key_by_its_first_12_characters_and_sizes_in_bytes(
     assert f"not caching {big[:12]}: {too_big} bytes exceed the bound of 5000" in messages
     assert f"not caching {bad[:12]}: bad magic or truncated" in messages
     assert any(m.startswith(f"cannot open the bucket of {blocked[:12]}: ") for m in messages), messages
+
+
+# --- the entry format -----------------------------------------------------------------------------
+
+PAYLOAD = b"0123456789"
+
+
+@pytest.mark.parametrize(("images", "payload_size", "words"), [
+    ([{"name": "a", "offset": -1, "size": 2}], len(PAYLOAD), "'a' lies outside the payload"),
+    ([{"name": "a", "offset": 2, "size": -1}], len(PAYLOAD), "'a' lies outside the payload"),
+    ([{"name": "a", "offset": 0, "size": len(PAYLOAD) + 1}], len(PAYLOAD), "'a' lies outside the payload"),
+    ([{"name": "a", "offset": 4, "size": 7}], len(PAYLOAD), "'a' lies outside the payload"),
+    ([{"name": "a", "offset": 0, "size": 10}], len(PAYLOAD) + 1, "header does not match the file"),
+    ([{"name": "a", "offset": 0, "size": 10}], len(PAYLOAD) - 1, "header does not match the file"),
+])
+def test_an_entry_whose_header_does_not_fit_its_payload_is_refused(images: list, payload_size: int,
+                                                                   words: str) -> None:
+    k = key("header")
+    with pytest.raises(ValueError, match=words):
+        decode_entry(k, forged(k, header_for(k, images, payload_size), PAYLOAD), UNSIGNED)
+
+
+def test_images_that_exactly_fill_the_payload_and_an_empty_one_are_read() -> None:
+    k = key("fill")
+    images = [{"name": "a", "offset": 0, "size": 4}, {"name": "empty", "offset": 4, "size": 0},
+              {"name": "b", "offset": 4, "size": 6}]
+    got = decode_entry(k, forged(k, header_for(k, images, len(PAYLOAD)), PAYLOAD), UNSIGNED)
+    assert got.images == {"a": b"0123", "empty": b"", "b": b"456789"}
+
+
+def test_an_entry_with_another_magic_line_is_refused_even_with_a_right_checksum() -> None:
+    k = key("magic")
+    good = forged(k, header_for(k, [{"name": "a", "offset": 0, "size": 10}], len(PAYLOAD)), PAYLOAD)
+    assert decode_entry(k, good, UNSIGNED).images == {"a": PAYLOAD}
+    body = b"tritonplug-cache 3\n" + good[len(MAGIC):-32]  # a format this version does not know
+    with pytest.raises(ValueError, match="bad magic"):
+        decode_entry(k, body + hashlib.sha256(body).digest(), UNSIGNED)
+
+
+def test_metadata_with_a_cycle_is_refused_as_not_json() -> None:
+    cycle: dict = {}
+    cycle["self"] = cycle
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        encode_entry(key("cycle"), Binary("k", "cubin", {}, {"cycle": cycle}), UNSIGNED)
+
+
+# --- the fleet key --------------------------------------------------------------------------------
+
+def test_a_key_of_exactly_16_bytes_signs_and_one_of_15_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.key"
+    for secret, ok in ((b"k" * 16, True), (b"k" * 15, False)):
+        path.write_bytes(secret)
+        path.chmod(0o600)
+        with settings.FLEET_KEY.overridden(str(path)):
+            if ok:
+                assert signing.fleet_keys().current.secret == secret
+            else:
+                with pytest.raises(settings.SettingError, match="holds 15 bytes; a fleet key must have at least 16"):
+                    signing.fleet_keys()
+
+
+def test_a_key_never_shows_its_secret_and_its_fingerprint_is_16_hex_digits() -> None:
+    secret = b"a very secret fleet key"
+    fleet_key = FleetKey(secret, signing.fingerprint(secret), "TEST")
+    assert "secret" not in repr(fleet_key) and str(secret) not in repr(fleet_key)
+    assert len(fleet_key.fingerprint) == 16 and int(fleet_key.fingerprint, 16) >= 0
+    assert fleet_key.fingerprint == hashlib.sha256(b"tritonplug fleet key\0" + secret).hexdigest()[:16]
+
+
+def signed_forgery(k: str, header_line: bytes) -> bytes:
+    """A signed entry whose header line is ``header_line`` and whose signature is 32 bytes of nothing."""
+    body = MAGIC_SIGNED + header_line + b"\n" + PAYLOAD + bytes(32)
+    return body + hashlib.sha256(body).digest()
+
+
+@pytest.mark.parametrize(("header_line", "named"), [
+    (b"not json", "'None'"),
+    (b"[1, 2]", "'None'"),
+    (json.dumps({"signer": "f" * 50}).encode(), repr("f" * 40)),
+])
+def test_a_forged_signed_entry_is_refused_naming_the_signer_it_claims(header_line: bytes, named: str) -> None:
+    secret = b"s" * 32
+    keys = FleetKeys(FleetKey(secret, signing.fingerprint(secret), "TEST"))
+    with pytest.raises(EntryRefused, match="signed by an unknown key") as caught:
+        decode_entry(key("forged"), signed_forgery(key("forged"), header_line), keys)
+    assert f"(fingerprint {named}, not {signing.fingerprint(secret)!r})" in str(caught.value)
