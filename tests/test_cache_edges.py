@@ -7,6 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,11 @@ from tritonplug.cache.signing import FleetKey, FleetKeys
 from tritonplug.records import Binary
 
 UNSIGNED = FleetKeys()
+
+
+def set_age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
 
 
 def forged(key_: str, header: dict, payload: bytes) -> bytes:
@@ -188,3 +196,96 @@ def test_a_forged_signed_entry_is_refused_naming_the_signer_it_claims(header_lin
     with pytest.raises(EntryRefused, match="signed by an unknown key") as caught:
         decode_entry(key("forged"), signed_forgery(key("forged"), header_line), keys)
     assert f"(fingerprint {named}, not {signing.fingerprint(secret)!r})" in str(caught.value)
+
+
+# --- eviction and the ledger ----------------------------------------------------------------------
+
+def same_size_entries(cache: DiskCache, tags: range) -> tuple[list[str], int]:
+    """One entry per tag, all of one size, the first the oldest (an hour apart)."""
+    keys = [key(f"lru-{t}") for t in tags]
+    for k, t in zip(keys, tags, strict=True):
+        assert cache.put(k, make_binary(t, 1000))
+    for age, k in enumerate(reversed(keys)):
+        set_age(entry_path(cache, k), 3600 * (age + 1))
+    sizes = {entry_path(cache, k).stat().st_size for k in keys}
+    assert len(sizes) == 1
+    return keys, sizes.pop()
+
+
+def test_a_put_over_the_bound_evicts_the_oldest_down_to_90_percent(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    size = len(encode_entry(key("lru-100"), make_binary(100, 1000), UNSIGNED))
+    cache = DiskCache(tmp_path / "cache", max_bytes=10 * size)
+    keys, _ = same_size_entries(cache, range(100, 110))  # exactly the bound: nothing evicted yet
+    assert cache.stats().entries == 10
+    with caplog.at_level(logging.INFO, logger="tritonplug.cache.disk"):
+        assert cache.put(key("lru-110"), make_binary(110, 1000))
+    assert [entry_path(cache, k).exists() for k in keys] == [False, False] + [True] * 8
+    assert cache.stats().total_bytes == 9 * size
+    assert f"evicted 2 entries from {cache.directory}; {9 * size} bytes remain" in caplog.messages
+
+
+def test_a_prune_with_nothing_to_evict_logs_no_eviction(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cache = DiskCache(tmp_path / "cache")
+    same_size_entries(cache, range(100, 103))
+    with caplog.at_level(logging.INFO, logger="tritonplug.cache.disk"):
+        assert cache.prune() == 0
+    assert not [m for m in caplog.messages if m.startswith("evicted")]
+
+
+def test_a_new_caches_first_put_corrects_a_ledger_that_says_too_little(tmp_path: Path) -> None:
+    size = len(encode_entry(key("lru-100"), make_binary(100, 1000), UNSIGNED))
+    first = DiskCache(tmp_path / "cache", max_bytes=3 * size + size // 2)
+    keys, _ = same_size_entries(first, range(100, 103))
+    (first.directory / "size").write_text("0")  # as a writer that died before accounting leaves it
+    second = DiskCache(first.directory, max_bytes=first.max_bytes)
+    assert second.put(key("lru-103"), make_binary(103, 1000))
+    assert second.stats().total_bytes <= second.max_bytes
+    assert not entry_path(second, keys[0]).exists()
+    assert (second.directory / "size").read_text() == str(second.stats().total_bytes)
+
+
+def test_clear_removes_an_empty_entry_file_too(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache")
+    empty = entry_path(cache, key("empty"))
+    empty.parent.mkdir(parents=True, mode=0o700)
+    empty.write_bytes(b"")  # a crash between create and write; 0 bytes of the bound
+    assert cache.clear() == 1
+    assert not empty.exists()
+
+
+# --- what a get and a put leave behind ------------------------------------------------------------
+
+def test_a_get_creates_nothing_and_locks_are_private(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache")
+    assert cache.max_bytes == 1 << 30, "the default bound is TRITONPLUG_CACHE_MAX_BYTES' default, 1 GiB"
+    assert cache.get(key("absent")) is None
+    assert sorted(p.name for p in cache.directory.iterdir()) == []
+    assert cache.put(key("present"), make_binary(1, 10))
+    with cache.key_lock(key("present")):
+        held = cache.directory / "locks" / key("present")[:2] / f"{key('present')}.lock"
+        assert stat.S_IMODE(held.stat().st_mode) == 0o600
+    assert stat.S_IMODE((cache.directory / "lock").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(("header", "error"), [
+    ({"kernel_name": "k", "format": "cubin", "metadata": {}, "images": [], "payload_size": 0}, KeyError),
+    ({"key": None, "kernel_name": "k", "format": "cubin", "metadata": [1], "images": [], "payload_size": 0},
+     TypeError),
+    ({"key": None, "kernel_name": "k", "format": "cubin", "metadata": {}, "images": 5, "payload_size": 0},
+     TypeError),
+])
+def test_an_intact_entry_with_a_header_missing_or_mistyped_is_damage(tmp_path: Path, header: dict,
+                                                                      error: type[Exception]) -> None:
+    cache, k = DiskCache(tmp_path / "cache"), key("header")
+    header = {name: (k if value is None and name == "key" else value) for name, value in header.items()}
+    blob = forged(k, header, b"")
+    with pytest.raises(error):
+        decode_entry(k, blob, UNSIGNED)
+    assert cache.put_entry(k, blob) is False, "a remote entry is checked before it is stored"
+    assert cache.stats().entries == 0
+    path = entry_path(cache, k)
+    path.parent.mkdir(parents=True, mode=0o700)
+    path.write_bytes(blob)
+    assert cache.get(k) is None
+    assert not path.exists(), "the damaged entry was removed"
