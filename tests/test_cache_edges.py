@@ -149,6 +149,17 @@ def test_an_entry_with_another_magic_line_is_refused_even_with_a_right_checksum(
         decode_entry(k, body + hashlib.sha256(body).digest(), UNSIGNED)
 
 
+@pytest.mark.parametrize(("data", "words"), [
+    (MAGIC + b"x" * 31, "bad magic or truncated"),  # shorter than a checksum
+    (MAGIC + b"x" * 32, "checksum mismatch"),
+    (MAGIC_SIGNED + b"x" * 63, "bad magic or truncated"),  # shorter than a signature and a checksum
+    (MAGIC_SIGNED + b"x" * 64, "checksum mismatch"),
+], ids=["unsigned-31", "unsigned-32", "signed-63", "signed-64"])
+def test_an_entry_too_short_for_its_trailer_is_called_truncated(data: bytes, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        decode_entry(key("short"), data, UNSIGNED)
+
+
 def test_metadata_with_a_cycle_is_refused_as_not_json() -> None:
     cycle: dict = {}
     cycle["self"] = cycle
