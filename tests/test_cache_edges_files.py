@@ -157,3 +157,26 @@ def test_a_plain_miss_logs_only_the_miss(tmp_path: Path, caplog: pytest.LogCaptu
     with caplog.at_level(logging.DEBUG, logger="tritonplug.cache.disk"):
         assert cache.get(other) is None
     assert caplog.messages == [f"miss {other[:12]}"]
+
+
+# --- removing a lock file -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["missing", "unheld", "directory", "fifo"])
+def test_a_lock_path_nobody_holds_is_removed_whatever_is_there(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / f"{K}.lock"
+    if kind == "unheld":
+        path.write_bytes(b"")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    assert cache_fs.remove_unheld_lock(str(path)) == "removed"
+    assert not os.path.lexists(path)
+
+
+def test_a_held_lock_file_is_left_to_its_holder(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache")
+    with cache.key_lock(K):
+        assert cache_fs.remove_unheld_lock(str(lock_path(cache, K))) == "held"
+        assert lock_path(cache, K).is_file()
+    assert cache_fs.remove_unheld_lock(str(lock_path(cache, K))) == "removed"
