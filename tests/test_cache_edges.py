@@ -300,3 +300,16 @@ def test_an_intact_entry_with_a_header_missing_or_mistyped_is_damage(tmp_path: P
     path.write_bytes(blob)
     assert cache.get(k) is None
     assert not path.exists(), "the damaged entry was removed"
+
+
+def test_a_damaged_entry_under_a_fleet_key_is_named_once_as_damaged(tmp_path: Path) -> None:
+    secret_file = tmp_path / "fleet.key"
+    secret_file.write_bytes(b"f" * 32)
+    secret_file.chmod(0o600)
+    cache, k = DiskCache(tmp_path / "cache"), key("damaged")
+    with settings.FLEET_KEY.overridden(str(secret_file)):
+        assert cache.put(k, make_binary(1, 100))
+        entry_path(cache, k).write_bytes(entry_path(cache, k).read_bytes()[:-1])
+        with pytest.warns(RuntimeWarning, match=r"refused the cache entry .*: damaged \(checksum mismatch\)"):
+            assert cache.get(k) is None
+    assert not entry_path(cache, k).exists()

@@ -8,6 +8,7 @@ import logging
 import multiprocessing
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,19 @@ NO_SUCH_PID = 1 << 30  # above any pid_max: never a running process
 
 # --- whose temp file is it ------------------------------------------------------------------------
 
+def test_asking_whether_a_writer_is_alive_never_signals_it() -> None:
+    writer = subprocess.Popen(["sleep", "60"])
+    try:
+        assert cache_fs.is_orphaned_temp(f"/somewhere/.{K}.{writer.pid}.abcd.tmp", 1000.0, now=1000.0) is False
+        with pytest.raises(subprocess.TimeoutExpired):  # the writer is still running
+            writer.wait(timeout=0.5)
+    finally:
+        writer.kill()
+        writer.wait()
+
+
 @pytest.mark.parametrize(("name", "orphaned"), [
     (f".{K}.{os.getpid()}.abcd.tmp", False),  # this process: alive
-    (f".{K}.1.abcd.tmp", False),  # init: alive (another user's process counts as alive too)
     (f".{K}.{NO_SUCH_PID}.abcd.tmp", True),
     (f".{K}.0.abcd.tmp", True),  # pid 0 is no writer (os.kill(0, ...) would mean our own process group)
     (f".{K}.12a.abcd.tmp", True),
