@@ -7,17 +7,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
+import re
 import stat
 import time
 from pathlib import Path
 
+import filelock
 import pytest
-from cache_helpers import entry_path, key, make_binary
+from cache_helpers import entry_path, key, make_binary, obey_file_modes
 
 from tritonplug import settings
-from tritonplug.cache import signing
-from tritonplug.cache.disk import CacheDirError, DiskCache
+from tritonplug.cache import disk, signing
+from tritonplug.cache.disk import CacheDirError, DiskCache, open_cache_from_env
 from tritonplug.cache.entries import MAGIC, MAGIC_SIGNED, EntryRefused, decode_entry, encode_entry
 from tritonplug.cache.signing import FleetKey, FleetKeys
 from tritonplug.records import Binary
@@ -313,3 +316,59 @@ def test_a_damaged_entry_under_a_fleet_key_is_named_once_as_damaged(tmp_path: Pa
         with pytest.warns(RuntimeWarning, match=r"refused the cache entry .*: damaged \(checksum mismatch\)"):
             assert cache.get(k) is None
     assert not entry_path(cache, k).exists()
+
+
+# --- a cache that cannot be cleaned, a lock held elsewhere, the environment -----------------------
+
+def _clear_obeying_file_modes(directory: str) -> str:
+    """In a child that obeys file modes (even as root): clear the cache, and say why it could not."""
+    obey_file_modes()
+    try:
+        DiskCache(directory).clear()
+    except CacheDirError as exc:
+        return str(exc)
+    return "cleared"
+
+
+@pytest.mark.parametrize("stuck", [3, 4, 5])
+def test_a_clear_that_cannot_remove_names_three_items_and_counts_the_rest(tmp_path: Path, stuck: int) -> None:
+    cache = DiskCache(tmp_path / "cache")
+    keys = list(map(key, range(100)))
+    buckets = []
+    for k in keys:
+        if entry_path(cache, k).parent not in buckets and len(buckets) < stuck:
+            assert cache.put(k, make_binary(1, 10))
+            buckets.append(entry_path(cache, k).parent)
+    for bucket in buckets:
+        bucket.chmod(0o500)
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            message = pool.apply(_clear_obeying_file_modes, (str(cache.directory),))
+    finally:
+        for bucket in buckets:
+            bucket.chmod(0o700)
+    more = f" and {stuck - 3} more" if stuck > 3 else ""
+    assert re.fullmatch(rf"could not clear the kernel cache at {cache.directory}: {stuck} item\(s\) could not be "
+                        rf"removed \(is it read-only\?\): [^,]+\.bin, [^,]+\.bin, [^,]+\.bin{more}", message), message
+
+
+def test_a_cache_lock_held_elsewhere_skips_a_puts_eviction_and_fails_a_clear(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(disk, "_EVICT_LOCK_TIMEOUT_S", 0.2)  # the 30 s a put waits, shortened
+    cache = DiskCache(tmp_path / "cache")
+    elsewhere = filelock.FileLock(cache.directory / "lock")  # another holder: its own descriptor, as a process
+    with elsewhere:
+        assert cache.put(key("while held"), make_binary(1, 10)) is True, "written; its eviction skipped"
+        with pytest.raises(CacheDirError, match="cannot clear the kernel cache at .*: another process has held its "
+                                                "lock for 0 s"):
+            cache.clear()
+    assert cache.get(key("while held")) == make_binary(1, 10)
+
+
+def test_the_environment_opens_the_cache_it_names_or_none(tmp_path: Path) -> None:
+    with settings.CACHE_DIR.overridden(str(tmp_path / "env")), settings.CACHE_MAX_BYTES.overridden("12345"):
+        with settings.CACHE.overridden("0"):
+            assert open_cache_from_env() is None
+        with settings.CACHE.overridden("1"):
+            opened = open_cache_from_env()
+            assert opened is not None and opened.directory == tmp_path / "env" and opened.max_bytes == 12345
