@@ -35,17 +35,18 @@ def test_asking_whether_a_writer_is_alive_never_signals_it() -> None:
         writer.wait()
 
 
-@pytest.mark.parametrize(("name", "orphaned"), [
-    (f".{K}.{os.getpid()}.abcd.tmp", False),  # this process: alive
-    (f".{K}.{NO_SUCH_PID}.abcd.tmp", True),
-    (f".{K}.0.abcd.tmp", True),  # pid 0 is no writer (os.kill(0, ...) would mean our own process group)
-    (f".{K}.12a.abcd.tmp", True),
-    (f"x{K}.{os.getpid()}.abcd.tmp", True),  # no leading dot: not a writer's name
-    (f".{K}.{os.getpid()}.tmp", True),
-    (f".{K}.{os.getpid()}.ab.cd.tmp", True),
+@pytest.mark.parametrize(("name", "orphaned"), [  # {k}: a key, {me}: this process (alive); ids the same in each worker
+    (".{k}.{me}.abcd.tmp", False),
+    (f".{{k}}.{NO_SUCH_PID}.abcd.tmp", True),
+    (".{k}.0.abcd.tmp", True),  # pid 0 is no writer (os.kill(0, ...) would mean our own process group)
+    (".{k}.12a.abcd.tmp", True),
+    ("x{k}.{me}.abcd.tmp", True),  # no leading dot: not a writer's name
+    (".{k}.{me}.tmp", True),
+    (".{k}.{me}.ab.cd.tmp", True),
 ])
 def test_a_temp_file_is_orphaned_unless_named_by_a_live_writer(name: str, orphaned: bool) -> None:
-    assert cache_fs.is_orphaned_temp(f"/somewhere/{name}", 1000.0, now=1000.0) is orphaned
+    path = f"/somewhere/{name.format(k=K, me=os.getpid())}"
+    assert cache_fs.is_orphaned_temp(path, 1000.0, now=1000.0) is orphaned
 
 
 def test_a_temp_file_is_orphaned_once_older_than_ten_minutes_whatever_its_name() -> None:
