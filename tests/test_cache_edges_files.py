@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cache_helpers import entry_path, key, lock_path, make_binary
+from cache_helpers import entry_path, key, lock_path, make_binary, obey_file_modes
 
 from tritonplug.cache import files as cache_fs
 from tritonplug.cache.disk import CacheDirError, DiskCache, UnsafeCacheDir
@@ -192,3 +192,27 @@ def test_a_held_lock_file_is_left_to_its_holder(tmp_path: Path) -> None:
         assert cache_fs.remove_unheld_lock(str(lock_path(cache, K))) == "held"
         assert lock_path(cache, K).is_file()
     assert cache_fs.remove_unheld_lock(str(lock_path(cache, K))) == "removed"
+
+
+def _remove_locks_obeying_file_modes(unwritable: str, unsearchable: str) -> tuple[str, str]:
+    """In a child that obeys file modes (even as root): a directory at a lock path in a directory it may not write,
+    and a lock file in a directory it may list but not search."""
+    obey_file_modes()
+    return cache_fs.remove_unheld_lock(unwritable), cache_fs.remove_unheld_lock(unsearchable)
+
+
+def test_a_lock_path_that_cannot_be_removed_or_examined_is_a_failure(tmp_path: Path) -> None:
+    (tmp_path / "ro" / f"{K}.lock").mkdir(parents=True)  # a non-file whose removal the parent's mode refuses
+    (tmp_path / "ro").chmod(0o500)
+    (tmp_path / "dark").mkdir()
+    (tmp_path / "dark" / f"{K}.lock").write_bytes(b"")
+    (tmp_path / "dark").chmod(0o600)  # listable, but no lstat or open inside
+    try:
+        with SPAWN.Pool(1) as pool:
+            assert pool.apply(_remove_locks_obeying_file_modes, (str(tmp_path / "ro" / f"{K}.lock"),
+                                                                 str(tmp_path / "dark" / f"{K}.lock"))) == \
+                ("failed", "failed")
+    finally:
+        (tmp_path / "ro").chmod(0o700)
+        (tmp_path / "dark").chmod(0o700)
+    assert (tmp_path / "ro" / f"{K}.lock").is_dir() and (tmp_path / "dark" / f"{K}.lock").is_file()
