@@ -194,25 +194,25 @@ def test_a_held_lock_file_is_left_to_its_holder(tmp_path: Path) -> None:
     assert cache_fs.remove_unheld_lock(str(lock_path(cache, K))) == "removed"
 
 
-def _remove_locks_obeying_file_modes(unwritable: str, unsearchable: str) -> tuple[str, str]:
-    """In a child that obeys file modes (even as root): a directory at a lock path in a directory it may not write,
-    and a lock file in a directory it may list but not search."""
+def _remove_locks_obeying_file_modes(paths: list[str]) -> list[str]:
+    """In a child that obeys file modes (even as root): ``remove_unheld_lock`` of each path."""
     obey_file_modes()
-    return cache_fs.remove_unheld_lock(unwritable), cache_fs.remove_unheld_lock(unsearchable)
+    return [cache_fs.remove_unheld_lock(path) for path in paths]
 
 
 def test_a_lock_path_that_cannot_be_removed_or_examined_is_a_failure(tmp_path: Path) -> None:
-    (tmp_path / "ro" / f"{K}.lock").mkdir(parents=True)  # a non-file whose removal the parent's mode refuses
-    (tmp_path / "ro").chmod(0o500)
-    (tmp_path / "dark").mkdir()
-    (tmp_path / "dark" / f"{K}.lock").write_bytes(b"")
-    (tmp_path / "dark").chmod(0o600)  # listable, but no lstat or open inside
+    ro, dark = tmp_path / "ro", tmp_path / "dark"
+    paths = [ro / f"{K}.lock", ro / f"{key('file')}.lock", dark / f"{K}.lock"]
+    paths[0].mkdir(parents=True)  # a non-file whose removal the parent's mode refuses
+    paths[1].write_bytes(b"")  # an unheld lock file, the same
+    ro.chmod(0o500)
+    dark.mkdir()
+    paths[2].write_bytes(b"")
+    dark.chmod(0o600)  # listable, but no lstat or open inside
     try:
         with SPAWN.Pool(1) as pool:
-            assert pool.apply(_remove_locks_obeying_file_modes, (str(tmp_path / "ro" / f"{K}.lock"),
-                                                                 str(tmp_path / "dark" / f"{K}.lock"))) == \
-                ("failed", "failed")
+            assert pool.apply(_remove_locks_obeying_file_modes, ([str(p) for p in paths],)) == ["failed"] * 3
     finally:
-        (tmp_path / "ro").chmod(0o700)
-        (tmp_path / "dark").chmod(0o700)
-    assert (tmp_path / "ro" / f"{K}.lock").is_dir() and (tmp_path / "dark" / f"{K}.lock").is_file()
+        ro.chmod(0o700)
+        dark.chmod(0o700)
+    assert paths[0].is_dir() and paths[1].is_file() and paths[2].is_file()
