@@ -276,7 +276,7 @@ class DiskCache:
         """Remove every entry, every damaged or unknown item, the temp files of dead writers and the per-key
         lock files nobody holds; the number of entries removed. Raises :class:`CacheDirError` (after
         removing what it could) if something could not be removed, e.g. in a read-only cache."""
-        result = self._locked_evict(0, "clear")
+        result = self._locked_evict(-1, "clear")  # below 0, so an empty (damaged) entry file goes too
         if result.failed:
             raise CacheDirError(f"could not clear the kernel cache at {self.directory}: {result.describe_failures()}")
         return result.removed
