@@ -1,0 +1,139 @@
+"""The edges of ``xla/memory.py`` that the mutation run found untested (issue 37): which lanes of a load, a store
+or an atomic touch memory, and what the others read.
+
+Each test runs a real Triton kernel translated by the XLA path, asserts it was translated (a translation that
+fails falls back to the interpreter, which would hide the failure) and compares its result with NumPy:
+
+* a masked load's ``other`` fills its masked-off lanes (not zeros);
+* a masked store in a branch that only some programs take: in the parallel schedule both sides run, masked by
+  the branch's predicate, so the lanes of the side a program does not take must not write;
+* a load through loaded indices, some of them outside the buffer (the last element's successor, past it,
+  before it), in unchecked mode: those lanes read zero, the others their element;
+* a pointer chosen by ``tl.where`` between two pointers into one buffer.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from helpers import requires_backend
+
+import tritonplug
+
+pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
+OLD = -7.0   # what a stored-to buffer holds before the call: the kernels never write it
+
+
+@pytest.fixture(autouse=True)
+def _xla_path(monkeypatch):
+    from tritonplug_interpret import paths
+    from tritonplug_interpret.recent import Recent
+
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
+    monkeypatch.setattr(paths, "_KERNELS", Recent(64))     # translated afresh: no kernel from another test
+
+
+def _run(kernel, inputs, out_shape, grid, *args, **constexprs):
+    """``kernel(*inputs, out, *args)`` over ``grid``, ``out`` a ref holding ``OLD``: the result (translated)."""
+    def fn(*arrays):
+        out = jax.new_ref(arrays[-1])
+        tritonplug.triton_call(*arrays[:-1], out, *args, kernel=kernel, out_type=(), grid=grid, **constexprs)
+        return out[...]
+
+    arrays = (*inputs, np.full(out_shape, OLD, np.float32))
+    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*arrays).as_text(), "not translated to XLA"
+    return np.asarray(jax.jit(fn)(*arrays))
+
+
+@triton.jit
+def _other_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=1.5))
+
+
+def test_a_masked_load_reads_other_in_its_masked_off_lanes():
+    x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+    got = _run(_other_kernel, (x,), x.shape, (4,), 200, BLOCK=64)
+    np.testing.assert_array_equal(got, np.where(np.arange(256) < 200, x, np.float32(1.5)))
+
+
+@triton.jit
+def _even_programs_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if tl.program_id(0) % 2 == 0:
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=mask)
+
+
+def test_a_masked_store_in_a_branch_writes_only_in_the_programs_that_take_it():
+    x = np.random.default_rng(2).standard_normal(256).astype(np.float32)
+    got = _run(_even_programs_kernel, (x,), x.shape, (4,), 200, BLOCK=64)
+    offs = np.arange(256)
+    np.testing.assert_array_equal(got, np.where((offs < 200) & (offs // 64 % 2 == 0), np.abs(x) * 2 + 1,
+                                                np.float32(OLD)))
+
+
+@triton.jit
+def _indexed_kernel(x_ptr, index_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + tl.load(index_ptr + offs)))
+
+
+def test_lanes_outside_the_buffer_read_zero_in_unchecked_mode(monkeypatch):
+    """Indices ``n`` (one past the last element), ``n + 3`` and ``-1`` among valid ones: a gather, since the
+    indices are loaded; outside the buffer a lane is off, as a masked-off one (checked mode would report it)."""
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "0")
+    n = 100
+    x = np.random.default_rng(3).uniform(1, 2, n).astype(np.float32)      # no element is zero
+    index = np.random.default_rng(4).integers(0, n, 64).astype(np.int32)
+    index[[3, 17, 40, 41]] = [n, n + 3, -1, n]
+    got = _run(_indexed_kernel, (x, index), (64,), (2,), BLOCK=32)
+    inside = (index >= 0) & (index < n)
+    np.testing.assert_array_equal(got, np.where(inside, x[np.clip(index, 0, n - 1)], np.float32(0)))
+
+
+@triton.jit
+def _chosen_half_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    src = tl.where(tl.program_id(0) % 2 == 0, x_ptr + offs, x_ptr + BLOCK + offs)   # arith.select of pointers
+    tl.store(out_ptr + tl.program_id(0) * BLOCK + offs, tl.load(src))
+
+
+def test_a_pointer_chosen_between_two_pointers_into_one_buffer():
+    x = np.random.default_rng(5).standard_normal(16).astype(np.float32)
+    got = _run(_chosen_half_kernel, (x,), (32,), (4,), BLOCK=8)
+    np.testing.assert_array_equal(got, np.concatenate([x[:8], x[8:], x[:8], x[8:]]))
+
+
+@triton.jit
+def _count_kernel(x_ptr, count_ptr):
+    tl.atomic_add(count_ptr, tl.load(x_ptr + tl.program_id(0)))     # no mask
+
+
+def test_an_atomic_without_a_mask_is_given_one_by_triton(monkeypatch):
+    """Triton gives every ``tt.atomic_rmw`` a mask operand (all true when the kernel passes none), which the
+    translator's ``len(args) > 2`` reads: checked on the TTIR of a real unmasked ``tl.atomic_add``."""
+    from tritonplug_interpret.xla import plan
+    from tritonplug_interpret.xla.ttir import walk
+
+    seen, make = [], plan.make
+
+    def spy(fn, *args, **kwargs):
+        seen.extend(op for op in walk(fn.body) if op.name == "tt.atomic_rmw")
+        return make(fn, *args, **kwargs)
+
+    monkeypatch.setattr(plan, "make", spy)
+
+    def fn(a, c):
+        count = jax.new_ref(c)
+        tritonplug.triton_call(a, count, kernel=_count_kernel, out_type=(), grid=(5,))
+        return count[...]
+
+    args = (np.arange(1, 6, dtype=np.int32), np.zeros(1, np.int32))
+    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*args).as_text(), "not translated to XLA"
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(*args)), [15])
+    assert seen and all(len(op.operands) == 3 for op in seen), [op.operands for op in seen]
