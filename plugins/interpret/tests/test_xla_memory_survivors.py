@@ -9,7 +9,8 @@ fails falls back to the interpreter, which would hide the failure) and compares 
   the branch's predicate, so the lanes of the side a program does not take must not write;
 * a load through loaded indices, some of them outside the buffer (the last element's successor, past it,
   before it), in unchecked mode: those lanes read zero, the others their element;
-* a pointer chosen by ``tl.where`` between two pointers into one buffer.
+* a pointer chosen by ``tl.where`` between two pointers into one buffer;
+* a float buffer read and written through int pointers of its item size (its bits, not its values converted).
 """
 
 from __future__ import annotations
@@ -107,6 +108,19 @@ def test_a_pointer_chosen_between_two_pointers_into_one_buffer():
     x = np.random.default_rng(5).standard_normal(16).astype(np.float32)
     got = _run(_chosen_half_kernel, (x,), (32,), (4,), BLOCK=8)
     np.testing.assert_array_equal(got, np.concatenate([x[:8], x[8:], x[:8], x[8:]]))
+
+
+@triton.jit
+def _next_float_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    bits = tl.load(x_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs)        # f32 elements read as i32
+    tl.store(out_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs, bits + 1)  # and written as i32
+
+
+def test_a_float_buffer_read_and_written_through_int_pointers_keeps_its_bits():
+    x = np.random.default_rng(6).standard_normal(128).astype(np.float32)
+    got = _run(_next_float_kernel, (x,), x.shape, (2,), BLOCK=64)
+    np.testing.assert_array_equal(got.view(np.int32), x.view(np.int32) + 1)
 
 
 @triton.jit
