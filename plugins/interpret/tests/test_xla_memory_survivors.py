@@ -10,7 +10,10 @@ fails falls back to the interpreter, which would hide the failure) and compares 
 * a load through loaded indices, some of them outside the buffer (the last element's successor, past it,
   before it), in unchecked mode: those lanes read zero, the others their element;
 * a pointer chosen by ``tl.where`` between two pointers into one buffer;
-* a float buffer read and written through int pointers of its item size (its bits, not its values converted).
+* a float buffer read and written through int pointers of its item size (its bits, not its values converted);
+* a pointer whose lanes a loop changes by loaded jumps, carried whole by the loop (a pytree through the loop);
+  where the lanes jump apart the XLA path is wrong (a known bug, marked ``xfail``);
+* a compare-and-swap on the first element of a buffer of three.
 """
 
 from __future__ import annotations
@@ -121,6 +124,65 @@ def test_a_float_buffer_read_and_written_through_int_pointers_keeps_its_bits():
     x = np.random.default_rng(6).standard_normal(128).astype(np.float32)
     got = _run(_next_float_kernel, (x,), x.shape, (2,), BLOCK=64)
     np.testing.assert_array_equal(got.view(np.int32), x.view(np.int32) + 1)
+
+
+@triton.jit
+def _walk_kernel(x_ptr, jump_ptr, out_ptr, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    p = x_ptr + offs
+    acc = tl.zeros([BLOCK], tl.float32)
+    for i in range(0, STEPS):
+        acc += tl.load(p)
+        p += tl.load(jump_ptr + i * BLOCK + offs)    # loaded jumps: the loop carries the pointer itself
+    tl.store(out_ptr + offs, acc + tl.load(p))      # (and the load after the loop reads through it)
+
+
+def _walk(x, jump):
+    at, ref = np.arange(jump.shape[1]), np.zeros(jump.shape[1], np.float32)
+    for step in jump:
+        ref, at = ref + x[at], at + step
+    return ref + x[at]
+
+
+def test_a_pointer_the_loop_carries_whole_keeps_its_buffer():
+    """The loaded jumps make the pointer's lanes unknown to the plan: the loop carries the pointer itself (its
+    buffer and offsets through ``lax.while_loop``). Here every lane of a trip jumps as far (see the next test)."""
+    steps, block = 4, 16
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(64).astype(np.float32)
+    jump = np.repeat(rng.integers(0, 10, (steps, 1)), block, axis=1).astype(np.int32)
+    got = _run(_walk_kernel, (x, jump), (block,), (1,), STEPS=steps, BLOCK=block)
+    np.testing.assert_allclose(got, _walk(x, jump), rtol=1e-6)
+
+
+@pytest.mark.xfail(strict=True, reason="a real bug (issue 37's mutation run found it): the plan keeps the load's "
+                   "lanes from the loop analysis's first visit, which assumed the pointer keeps them; the strided "
+                   "pass then reads lane 0's offset plus that pattern, as if every lane jumped as lane 0 did")
+def test_a_pointer_whose_lanes_jump_apart_in_a_loop():
+    steps, block = 4, 16
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(64).astype(np.float32)
+    jump = rng.integers(0, 10, (steps, block)).astype(np.int32)
+    got = _run(_walk_kernel, (x, jump), (block,), (1,), STEPS=steps, BLOCK=block)
+    np.testing.assert_allclose(got, _walk(x, jump), rtol=1e-6)
+
+
+@triton.jit
+def _first_claim_kernel(lock_ptr, old_ptr):
+    tl.store(old_ptr + tl.program_id(0), tl.atomic_cas(lock_ptr, 0, tl.program_id(0) + 1))   # lock_ptr[0] only
+
+
+def test_a_compare_and_swap_on_the_first_element_of_a_longer_buffer():
+    def fn(lock, old):
+        lock, old = jax.new_ref(lock), jax.new_ref(old)
+        tritonplug.triton_call(lock, old, kernel=_first_claim_kernel, out_type=(), grid=(4,))
+        return lock[...], old[...]
+
+    args = (np.zeros(3, np.int32), np.full(4, -1, np.int32))
+    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*args).as_text(), "not translated to XLA"
+    lock, old = (np.asarray(a) for a in jax.jit(fn)(*args))
+    np.testing.assert_array_equal(lock, [1, 0, 0])      # programs in order: program 0 claims it
+    np.testing.assert_array_equal(old, [0, 1, 1, 1])
 
 
 @triton.jit
