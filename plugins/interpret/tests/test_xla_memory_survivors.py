@@ -1,0 +1,215 @@
+"""The edges of ``xla/memory.py`` that the mutation run found untested (issue 37): which lanes of a load, a store
+or an atomic touch memory, and what the others read.
+
+Each test runs a real Triton kernel translated by the XLA path, asserts it was translated (a translation that
+fails falls back to the interpreter, which would hide the failure) and compares its result with NumPy:
+
+* a masked load's ``other`` fills its masked-off lanes (not zeros);
+* a masked store in a branch that only some programs take: in the parallel schedule both sides run, masked by
+  the branch's predicate, so the lanes of the side a program does not take must not write;
+* a load through loaded indices, some of them outside the buffer (the last element's successor, past it,
+  before it), in unchecked mode: those lanes read zero, the others their element;
+* a pointer chosen by ``tl.where`` between two pointers into one buffer;
+* a float buffer read and written through int pointers of its item size (its bits, not its values converted);
+* a pointer whose lanes a loop changes by loaded jumps, carried whole by the loop (a pytree through the loop);
+  where the lanes jump apart the XLA path is wrong (a known bug, marked ``xfail``);
+* a compare-and-swap on the first element of a buffer of three.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from helpers import requires_backend
+
+import tritonplug
+
+pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
+OLD = -7.0   # what a stored-to buffer holds before the call: the kernels never write it
+
+
+@pytest.fixture(autouse=True)
+def _xla_path(monkeypatch):
+    from tritonplug_interpret import paths
+    from tritonplug_interpret.recent import Recent
+
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
+    monkeypatch.setattr(paths, "_KERNELS", Recent(64))     # translated afresh: no kernel from another test
+
+
+def _run(kernel, inputs, out_shape, grid, *args, **constexprs):
+    """``kernel(*inputs, out, *args)`` over ``grid``, ``out`` a ref holding ``OLD``: the result (translated)."""
+    def fn(*arrays):
+        out = jax.new_ref(arrays[-1])
+        tritonplug.triton_call(*arrays[:-1], out, *args, kernel=kernel, out_type=(), grid=grid, **constexprs)
+        return out[...]
+
+    arrays = (*inputs, np.full(out_shape, OLD, np.float32))
+    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*arrays).as_text(), "not translated to XLA"
+    return np.asarray(jax.jit(fn)(*arrays))
+
+
+@triton.jit
+def _other_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=1.5))
+
+
+def test_a_masked_load_reads_other_in_its_masked_off_lanes():
+    x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+    got = _run(_other_kernel, (x,), x.shape, (4,), 200, BLOCK=64)
+    np.testing.assert_array_equal(got, np.where(np.arange(256) < 200, x, np.float32(1.5)))
+
+
+@triton.jit
+def _even_programs_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if tl.program_id(0) % 2 == 0:
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=mask)
+
+
+def test_a_masked_store_in_a_branch_writes_only_in_the_programs_that_take_it():
+    x = np.random.default_rng(2).standard_normal(256).astype(np.float32)
+    got = _run(_even_programs_kernel, (x,), x.shape, (4,), 200, BLOCK=64)
+    offs = np.arange(256)
+    np.testing.assert_array_equal(got, np.where((offs < 200) & (offs // 64 % 2 == 0), np.abs(x) * 2 + 1,
+                                                np.float32(OLD)))
+
+
+@triton.jit
+def _indexed_kernel(x_ptr, index_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + tl.load(index_ptr + offs)))
+
+
+def test_lanes_outside_the_buffer_read_zero_in_unchecked_mode(monkeypatch):
+    """Indices ``n`` (one past the last element), ``n + 3`` and ``-1`` among valid ones: a gather, since the
+    indices are loaded; outside the buffer a lane is off, as a masked-off one (checked mode would report it)."""
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "0")
+    n = 100
+    x = np.random.default_rng(3).uniform(1, 2, n).astype(np.float32)      # no element is zero
+    index = np.random.default_rng(4).integers(0, n, 64).astype(np.int32)
+    index[[3, 17, 40, 41]] = [n, n + 3, -1, n]
+    got = _run(_indexed_kernel, (x, index), (64,), (2,), BLOCK=32)
+    inside = (index >= 0) & (index < n)
+    np.testing.assert_array_equal(got, np.where(inside, x[np.clip(index, 0, n - 1)], np.float32(0)))
+
+
+@triton.jit
+def _chosen_half_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    src = tl.where(tl.program_id(0) % 2 == 0, x_ptr + offs, x_ptr + BLOCK + offs)   # arith.select of pointers
+    tl.store(out_ptr + tl.program_id(0) * BLOCK + offs, tl.load(src))
+
+
+def test_a_pointer_chosen_between_two_pointers_into_one_buffer():
+    x = np.random.default_rng(5).standard_normal(16).astype(np.float32)
+    got = _run(_chosen_half_kernel, (x,), (32,), (4,), BLOCK=8)
+    np.testing.assert_array_equal(got, np.concatenate([x[:8], x[8:], x[:8], x[8:]]))
+
+
+@triton.jit
+def _next_float_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    bits = tl.load(x_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs)        # f32 elements read as i32
+    tl.store(out_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs, bits + 1)  # and written as i32
+
+
+def test_a_float_buffer_read_and_written_through_int_pointers_keeps_its_bits():
+    x = np.random.default_rng(6).standard_normal(128).astype(np.float32)
+    got = _run(_next_float_kernel, (x,), x.shape, (2,), BLOCK=64)
+    np.testing.assert_array_equal(got.view(np.int32), x.view(np.int32) + 1)
+
+
+@triton.jit
+def _walk_kernel(x_ptr, jump_ptr, out_ptr, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    p = x_ptr + offs
+    acc = tl.zeros([BLOCK], tl.float32)
+    for i in range(0, STEPS):
+        acc += tl.load(p)
+        p += tl.load(jump_ptr + i * BLOCK + offs)    # loaded jumps: the loop carries the pointer itself
+    tl.store(out_ptr + offs, acc + tl.load(p))      # (and the load after the loop reads through it)
+
+
+def _walk(x, jump):
+    at, ref = np.arange(jump.shape[1]), np.zeros(jump.shape[1], np.float32)
+    for step in jump:
+        ref, at = ref + x[at], at + step
+    return ref + x[at]
+
+
+def test_a_pointer_the_loop_carries_whole_keeps_its_buffer():
+    """The loaded jumps make the pointer's lanes unknown to the plan: the loop carries the pointer itself (its
+    buffer and offsets through ``lax.while_loop``). Here every lane of a trip jumps as far (see the next test)."""
+    steps, block = 4, 16
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(64).astype(np.float32)
+    jump = np.repeat(rng.integers(0, 10, (steps, 1)), block, axis=1).astype(np.int32)
+    got = _run(_walk_kernel, (x, jump), (block,), (1,), STEPS=steps, BLOCK=block)
+    np.testing.assert_allclose(got, _walk(x, jump), rtol=1e-6)
+
+
+@pytest.mark.xfail(strict=True, reason="a real bug (issue 37's mutation run found it): the plan keeps the load's "
+                   "lanes from the loop analysis's first visit, which assumed the pointer keeps them; the strided "
+                   "pass then reads lane 0's offset plus that pattern, as if every lane jumped as lane 0 did")
+def test_a_pointer_whose_lanes_jump_apart_in_a_loop():
+    steps, block = 4, 16
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(64).astype(np.float32)
+    jump = rng.integers(0, 10, (steps, block)).astype(np.int32)
+    got = _run(_walk_kernel, (x, jump), (block,), (1,), STEPS=steps, BLOCK=block)
+    np.testing.assert_allclose(got, _walk(x, jump), rtol=1e-6)
+
+
+@triton.jit
+def _first_claim_kernel(lock_ptr, old_ptr):
+    tl.store(old_ptr + tl.program_id(0), tl.atomic_cas(lock_ptr, 0, tl.program_id(0) + 1))   # lock_ptr[0] only
+
+
+def test_a_compare_and_swap_on_the_first_element_of_a_longer_buffer():
+    def fn(lock, old):
+        lock, old = jax.new_ref(lock), jax.new_ref(old)
+        tritonplug.triton_call(lock, old, kernel=_first_claim_kernel, out_type=(), grid=(4,))
+        return lock[...], old[...]
+
+    args = (np.zeros(3, np.int32), np.full(4, -1, np.int32))
+    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*args).as_text(), "not translated to XLA"
+    lock, old = (np.asarray(a) for a in jax.jit(fn)(*args))
+    np.testing.assert_array_equal(lock, [1, 0, 0])      # programs in order: program 0 claims it
+    np.testing.assert_array_equal(old, [0, 1, 1, 1])
+
+
+@triton.jit
+def _count_kernel(x_ptr, count_ptr):
+    tl.atomic_add(count_ptr, tl.load(x_ptr + tl.program_id(0)))     # no mask
+
+
+def test_an_atomic_without_a_mask_is_given_one_by_triton(monkeypatch):
+    """Triton gives every ``tt.atomic_rmw`` a mask operand (all true when the kernel passes none), which the
+    translator's ``len(args) > 2`` reads: checked on the TTIR of a real unmasked ``tl.atomic_add``."""
+    from tritonplug_interpret.xla import plan
+    from tritonplug_interpret.xla.ttir import walk
+
+    seen, make = [], plan.make
+
+    def spy(fn, *args, **kwargs):
+        seen.extend(op for op in walk(fn.body) if op.name == "tt.atomic_rmw")
+        return make(fn, *args, **kwargs)
+
+    monkeypatch.setattr(plan, "make", spy)
+
+    def fn(a, c):
+        count = jax.new_ref(c)
+        tritonplug.triton_call(a, count, kernel=_count_kernel, out_type=(), grid=(5,))
+        return count[...]
+
+    args = (np.arange(1, 6, dtype=np.int32), np.zeros(1, np.int32))
+    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*args).as_text(), "not translated to XLA"
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(*args)), [15])
+    assert seen and all(len(op.operands) == 3 for op in seen), [op.operands for op in seen]
