@@ -155,10 +155,9 @@ def test_a_pointer_the_loop_carries_whole_keeps_its_buffer():
     np.testing.assert_allclose(got, _walk(x, jump), rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="a real bug (issue 37's mutation run found it): the plan keeps the load's "
-                   "lanes from the loop analysis's first visit, which assumed the pointer keeps them; the strided "
-                   "pass then reads lane 0's offset plus that pattern, as if every lane jumped as lane 0 did")
 def test_a_pointer_whose_lanes_jump_apart_in_a_loop():
+    """Each lane jumps its own way: the plan once kept the load's lanes from the loop analysis's first visit (which
+    assumed the pointer keeps them) and read every lane as jumping as lane 0 did (issue 37's mutation work)."""
     steps, block = 4, 16
     rng = np.random.default_rng(7)
     x = rng.standard_normal(64).astype(np.float32)

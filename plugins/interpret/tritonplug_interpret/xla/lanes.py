@@ -104,13 +104,20 @@ class _Analysis:
                         self.masks.pop(name, None)
                     self.labels.set_unknown(name for name, _ in b.args)
                     self.block(b)
+            # (a loop's body is analysed again when an assumption on its iter_args fails: an access whose
+            # pointer has no lanes this time keeps no record of an earlier visit's)
             if op.name == "tt.load" and op.operands and self.lanes.get(op.operands[0]) is not None:
                 lanes = self.lanes[op.operands[0]]
                 self.loads[op] = (lanes, None if lanes.origin is None else self.loops.get(lanes.origin[0]))
+            elif op.name == "tt.load":
+                self.loads.pop(op, None)
             if op.name == "tt.store" and self.lanes.get(op.operands[0]) is not None:
                 lanes = self.lanes[op.operands[0]]
                 self.stores[op] = lanes
                 self.store_loops[op] = None if lanes.origin is None else self.loops.get(lanes.origin[0])
+            elif op.name == "tt.store":
+                self.stores.pop(op, None)
+                self.store_loops.pop(op, None)
             at = _MASK_OPERAND.get(op.name)
             if at is not None:
                 limits = self.masks.get(op.operands[at]) if len(op.operands) > at else None
@@ -235,9 +242,18 @@ class _Analysis:
         out = None
         if rule is not None and (op.name in SOURCES or (args and None not in args)):
             out = rule(op, args, shape, self.pids)
-        if out is None and not shape and types[-1].strip() in _INT_SCALARS:
+        if out is None and not shape and _scalar_type(op) in _INT_SCALARS:
             out = Lanes(())             # an integer scalar: fine as a base, whatever it is
         return None if out is None else _normal(out, shape)
+
+
+def _scalar_type(op: Op) -> str:
+    """A scalar result's element type; a scalar ``tt.load`` prints its pointer's type (``!tt.ptr<i32>``): the
+    pointee's (a step loaded at run time is one integer for every lane)."""
+    text = op.result_types[-1].strip()
+    if op.name == "tt.load" and text.startswith("!tt.ptr<") and text.endswith(">"):
+        return text[len("!tt.ptr<"):-1].split(",")[0].strip()
+    return text
 
 
 def _normal(lanes: Lanes, shape: tuple[int, ...]) -> Lanes | None:
