@@ -24,6 +24,7 @@ import pytest
 import triton
 import triton.language as tl
 from helpers import requires_backend
+from xla_hlo_support import run_translated
 
 import tritonplug
 
@@ -41,15 +42,7 @@ def _xla_path(monkeypatch):
 
 
 def _run(kernel, inputs, out_shape, grid, *args, **constexprs):
-    """``kernel(*inputs, out, *args)`` over ``grid``, ``out`` a ref holding ``OLD``: the result (translated)."""
-    def fn(*arrays):
-        out = jax.new_ref(arrays[-1])
-        tritonplug.triton_call(*arrays[:-1], out, *args, kernel=kernel, out_type=(), grid=grid, **constexprs)
-        return out[...]
-
-    arrays = (*inputs, np.full(out_shape, OLD, np.float32))
-    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*arrays).as_text(), "not translated to XLA"
-    return np.asarray(jax.jit(fn)(*arrays))
+    return run_translated(kernel, inputs, out_shape, grid, *args, fill=OLD, **constexprs)
 
 
 @triton.jit

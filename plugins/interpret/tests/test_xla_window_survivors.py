@@ -20,7 +20,6 @@ hide the failure) and, where a window is what it checks, that the access was pla
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
 import triton
@@ -28,8 +27,7 @@ import triton.language as tl
 from helpers import requires_backend
 from test_xla_masked_stores import OLD, plans  # noqa: F401 (plans: a fixture)
 from test_xla_tile_window_edges import _call, _windowed
-
-import tritonplug
+from xla_hlo_support import run_translated
 
 pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
 
@@ -39,15 +37,7 @@ def _f(x):
 
 
 def _run(kernel, inputs, out_shape, grid, *args, **constexprs):
-    """``kernel(*inputs, out, *args)`` over ``grid``, ``out`` a ref holding ``OLD``; the result (translated)."""
-    def fn(*arrays):
-        out = jax.new_ref(arrays[-1])
-        tritonplug.triton_call(*arrays[:-1], out, *args, kernel=kernel, out_type=(), grid=grid, **constexprs)
-        return out[...]
-
-    arrays = (*inputs, np.full(out_shape, OLD, np.float32))
-    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*arrays).as_text(), "not translated to XLA"
-    return np.asarray(jax.jit(fn)(*arrays))
+    return run_translated(kernel, inputs, out_shape, grid, *args, fill=OLD, **constexprs)
 
 
 # ------------------------------------------------------------------ stores of several lanes to one element

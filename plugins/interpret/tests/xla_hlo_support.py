@@ -38,3 +38,21 @@ def unfusible_ops(hlo: str) -> dict[str, int]:
 def count_unfusible(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
     """:func:`unfusible_ops` of ``jax.jit(fn)`` compiled at ``args`` on the CPU."""
     return unfusible_ops(compiled_hlo(fn, *args))
+
+
+def run_translated(kernel: Any, inputs: tuple, out_shape: tuple[int, ...], grid: tuple[int, ...], *args: Any,
+                   fill: float, **constexprs: Any) -> Any:
+    """``kernel(*inputs, out, *args)`` over ``grid`` on the XLA path, ``out`` a ref of ``out_shape`` holding ``fill``
+    (what the kernel leaves alone shows): the result, checked to have been translated (no host call)."""
+    import numpy as np
+
+    import tritonplug
+
+    def fn(*arrays: Any) -> Any:
+        out = jax.new_ref(arrays[-1])
+        tritonplug.triton_call(*arrays[:-1], out, *args, kernel=kernel, out_type=(), grid=grid, **constexprs)
+        return out[...]
+
+    arrays = (*inputs, np.full(out_shape, fill, np.float32))
+    assert HOST_CALL not in jax.jit(fn).lower(*arrays).as_text(), "not translated to XLA"
+    return np.asarray(jax.jit(fn)(*arrays))
