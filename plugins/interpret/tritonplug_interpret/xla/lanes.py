@@ -28,6 +28,7 @@ from tritonplug_interpret.xla.lane_rules import RULES, SOURCES, Lanes, checked, 
 from tritonplug_interpret.xla.mask_rules import MASK_RULES, Limits, normal
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
 from tritonplug_interpret.xla.ttir import Block, Function, Op, walk
+from tritonplug_interpret.xla.types import UnsupportedType, parse_type
 
 __all__ = ["Carried", "Found", "Lanes", "LoadLanes", "Loop", "analyse", "shape_of", "within"]
 
@@ -251,8 +252,12 @@ def _scalar_type(op: Op) -> str:
     """A scalar result's element type; a scalar ``tt.load`` prints its pointer's type (``!tt.ptr<i32>``): the
     pointee's (a step loaded at run time is one integer for every lane)."""
     text = op.result_types[-1].strip()
-    if op.name == "tt.load" and text.startswith("!tt.ptr<") and text.endswith(">"):
-        return text[len("!tt.ptr<"):-1].split(",")[0].strip()
+    if op.name == "tt.load":
+        try:
+            pointee = parse_type(text).pointee
+        except UnsupportedType:
+            return text
+        return pointee or text
     return text
 
 
