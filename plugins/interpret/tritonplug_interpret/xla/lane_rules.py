@@ -42,6 +42,13 @@ def shape_of(type_text: str) -> tuple[int, ...] | None:
         return None
 
 
+def access_shape(op: Op) -> tuple[int, ...] | None:
+    """The block a ``tt.load`` reads (its result's shape) or a ``tt.store`` writes (its pointer operand's)."""
+    if op.name == "tt.store":
+        return shape_of(op.type_text) if op.type_text else None
+    return shape_of(op.result_types[-1]) if op.result_types else None
+
+
 def checked(value: np.ndarray | None) -> np.ndarray | None:
     if value is None or (value.size and int(np.max(np.abs(value))) >= _LIMIT):
         return None

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tritonplug_interpret.xla.lane_rules import RULES, SOURCES, Lanes, checked, shape_of, uniform
+from tritonplug_interpret.xla.lane_rules import RULES, SOURCES, Lanes, access_shape, checked, shape_of, uniform
 from tritonplug_interpret.xla.mask_rules import MASK_RULES, Limits, normal
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
 from tritonplug_interpret.xla.ttir import Block, Function, Op, walk
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
 
-__all__ = ["Carried", "Found", "Lanes", "LoadLanes", "Loop", "analyse", "shape_of", "within"]
+__all__ = ["Carried", "Found", "Lanes", "LoadLanes", "Loop", "access_shape", "analyse", "shape_of", "within"]
 
 _MASK_OPERAND = {"tt.load": 1, "tt.store": 2}     # where an access's mask operand is
 _INT_SCALARS = frozenset({"i1", "i8", "i16", "i32", "i64", "index"})

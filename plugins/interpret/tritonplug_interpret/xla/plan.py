@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from tritonplug_interpret.xla import gemm, lanes, strided, tiles, vectorise
-from tritonplug_interpret.xla.lane_rules import shape_of
 from tritonplug_interpret.xla.program import WRITES, BufferInfo
 from tritonplug_interpret.xla.ttir import Function, Op, walk
 from tritonplug_interpret.xla.windows import Window, windows
@@ -84,13 +83,12 @@ def _lanes(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
 
 def _bounds(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
     result = found["lanes"]
-    accesses = [(op, load.lanes, load.starts, shape_of(op.result_types[-1]) if op.result_types else None)
-                for op, load in result.loads.items()]
-    accesses += [(op, store, result.store_starts.get(op), shape_of(op.type_text) if op.type_text else None)
-                 for op, store in result.stores.items() if store.buffer is not None]
-    return {"inside": frozenset(op for op, where, starts, shape in accesses
-                                if lanes.within(where, starts, shape, launch.buffers[where.buffer].size,
-                                                result.limits.get(op)))}
+    accesses = [(op, load.lanes, load.starts) for op, load in result.loads.items()]
+    accesses += [(op, store, result.store_starts.get(op)) for op, store in result.stores.items()
+                 if store.buffer is not None]
+    return {"inside": frozenset(op for op, where, starts in accesses
+                                if lanes.within(where, starts, lanes.access_shape(op),
+                                                launch.buffers[where.buffer].size, result.limits.get(op)))}
 
 
 def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:

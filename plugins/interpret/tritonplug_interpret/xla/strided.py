@@ -25,7 +25,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
-from tritonplug_interpret.xla.lanes import LoadLanes, shape_of
+from tritonplug_interpret.xla.lanes import LoadLanes, access_shape
 
 #: At most this many shifted copies of the buffer per view (rows closer than a window is wide).
 MAX_SHIFTS = 4
@@ -57,8 +57,7 @@ class Access:
 def access(load: LoadLanes, size: int) -> Access | None:
     """How ``load`` reads a window of a buffer of ``size`` elements, if its lanes allow one."""
     lanes = load.lanes
-    types = load.op.result_types
-    shape = shape_of(types[-1]) if types else None
+    shape = access_shape(load.op)
     if not shape or lanes.buffer is None:
         return None
     moving = [(s, d) for d, s in enumerate(lanes.strides) if s]

@@ -17,7 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from tritonplug_interpret.xla.lanes import Lanes, shape_of
+from tritonplug_interpret.xla.lanes import Lanes, access_shape
 from tritonplug_interpret.xla.ttir import Op
 
 
@@ -35,7 +35,7 @@ class Tiling:
 
 def tiling(op: Op, lanes: Lanes, size: int, programs: int) -> Tiling | None:
     """A :class:`Tiling` of ``op`` (a top-level ``tt.store`` through ``lanes``), or None."""
-    shape = shape_of(op.type_text) if op.type_text else None
+    shape = access_shape(op)
     if not shape or lanes.buffer is None or lanes.value is None or lanes.origin is not None:
         return None
     moving = [(s, d) for d, s in enumerate(lanes.strides) if s]

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonplug_interpret.xla.lanes import Found, Lanes, shape_of
+from tritonplug_interpret.xla.lanes import Found, Lanes, access_shape
 from tritonplug_interpret.xla.mask_rules import Limits
 from tritonplug_interpret.xla.ttir import Function, Op
 
@@ -95,16 +95,14 @@ def windows(fn: Function, found: Found, programs: int, loops: Mapping[Op, int] |
         candidates += [(op, names, trips) for op in loop.regions[0][0].ops]
     for op, names, trips in candidates:
         if op.name == "tt.load" and op in found.loads:
-            lanes, types = found.loads[op].lanes, op.result_types
-            shape = shape_of(types[-1]) if types else None
-            starts = found.loads[op].starts
+            lanes, starts = found.loads[op].lanes, found.loads[op].starts
         elif op.name == "tt.store" and op in found.stores:
-            lanes, shape = found.stores[op], shape_of(op.type_text) if op.type_text else None
-            starts = found.store_starts.get(op)
+            lanes, starts = found.stores[op], found.store_starts.get(op)
         else:
             continue
         starts = _grid_starts(lanes, starts, names, programs, trips)
-        window = None if starts is None else _window(lanes, shape, found.limits.get(op), starts, op.name == "tt.store")
+        window = None if starts is None else _window(lanes, access_shape(op), found.limits.get(op), starts,
+                                                     op.name == "tt.store")
         if window is not None:
             out[op] = window
     return out
