@@ -31,6 +31,7 @@ records, ``bench/_profile.py``): which kernels make the grouped matmul's gap to 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -113,7 +114,7 @@ def _tune(results: Results, bench: str, fn, args, *operands) -> None:
 
 def part_gmm(results: Results, args) -> None:
     for label, m, k, n, g in (SMOKE_GMM if args.smoke else GMM_SHAPES):
-        if not args.experts or g in args.experts:
+        if (not args.experts or g in args.experts) and (not args.shapes or label in args.shapes):
             _gmm_shape(results, args, label, m, k, n, g)
 
 
@@ -161,7 +162,7 @@ def _gmm_shape(results: Results, args, label: str, m: int, k: int, n: int, g: in
 
 def part_layer(results: Results, args) -> None:
     for label, t, d, f, g, top_k in (SMOKE_LAYER if args.smoke else LAYER_SHAPES):
-        if not args.experts or g in args.experts:
+        if (not args.experts or g in args.experts) and (not args.shapes or label in args.shapes):
             _layer_shape(results, args, label, t, d, f, g, top_k)
 
 
@@ -188,8 +189,26 @@ def _layer_shape(results: Results, args, label: str, t: int, d: int, f: int, g: 
     fns = {c: jax.jit(functools.partial(step, choice=c)) for c in CHOICES}
     bench = f"layer {label} tokens={t} d={d} f={f} experts={g} top_k={top_k} forward+backward"
     _tune(results, bench, functools.partial(step, choice="tritonplug"), args, h, p)
+    if args.dw_row_ids:
+        with _dw_through_row_ids():
+            traced = functools.partial(step, choice="tritonplug")
+            _tune(results, bench + " dw-row-ids", traced, args, h, p)
+            fns["tritonplug:dw-row-ids"] = jax.jit(traced).lower(h, p).compile()
     flops = 3 * 2.0 * t * top_k * d * 3 * f  # gate, up, down: each forward matmul and its two gradients
     _timed(results, bench, {c: functools.partial(fn, h, p) for c, fn in fns.items()}, args, flops)
+
+
+@contextlib.contextmanager
+def _dw_through_row_ids():
+    """Programs traced inside read the layer's dW through the plan's row ids (``kernels.GATHER_DW_ROWS`` off),
+    as before the rows were copied into group order: ``--dw-row-ids`` times both side by side."""
+    from examples.moe import kernels
+
+    kernels.GATHER_DW_ROWS = False
+    try:
+        yield
+    finally:
+        kernels.GATHER_DW_ROWS = True
 
 
 def part_model(results: Results, args) -> None:
@@ -315,6 +334,10 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", default="gmm,torch,layer,model")
     p.add_argument("--experts", type=lambda s: [int(x) for x in s.split(",")], help="only these expert counts")
+    p.add_argument("--shapes", type=lambda s: s.split(","), help="gmm and layer parts: only these shapes "
+                   "(qwen3, mixtral)")
+    p.add_argument("--dw-row-ids", action="store_true", help="layer part: the tritonplug choice also with its dW "
+                   "through the plan's row ids (kernels.GATHER_DW_ROWS off), side by side")
     p.add_argument("--impls", default="grouped_matmul,ragged_dot", help="gmm part: which of the two to run")
     p.add_argument("--autotune", action="store_true", help="let jaxlib's runtime autotune on the device "
                    "(examples/moe/kernels.py: ON_DEVICE_AUTOTUNE says why it is off by default)")

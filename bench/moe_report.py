@@ -74,11 +74,13 @@ DW_ON_ROWS_FROM_RUN = 14
 #: Later changes: (first run, what changed, the benches it changed). From run 18 no result is zero-filled before
 #: the kernels write it (the plan gives the rows past the groups to expert -1 blocks, which vLLM's kernel writes as
 #: zeros); from run 19 128 experts of 512 rows align to 128-row blocks (before: 64); from run 20 the tuning
-#: chooses among 8 forward and 9 dW configurations (before: 6 and 6).
+#: chooses among 8 forward and 9 dW configurations (before: 6 and 6); from run 22 the layer's dW copies its rows
+#: into group order and reads them there (``kernels.GATHER_DW_ROWS``; before: through the plan's row ids).
 KERNEL_CHANGES = ((18, "no zero fill", ("gmm", "layer")),
                   (19, "128-row block", ("gmm qwen3 m=65536 k=2048 n=768 experts=128 ",
                                          "layer qwen3 tokens=8192 d=2048 f=768 experts=128 ")),
-                  (20, "8 + 9 configurations", ("gmm", "layer")))
+                  (20, "8 + 9 configurations", ("gmm", "layer")),
+                  (22, "dW on copied rows", ("layer",)))
 
 
 def _run_number(path: str) -> int:

@@ -134,12 +134,13 @@ def test_gradients_match_ragged_dot():
             assert not np.any(drhs[e]), f"{case}: group {e} has no rows, yet its dW is not exactly zero"
 
 
-@pytest.mark.parametrize("in_order", [True, False], ids=["rows-kernel", "plan-kernel"])
-def test_dw_row_blocks_longer_than_an_experts_padded_rows(monkeypatch, in_order):
+@pytest.mark.parametrize(("in_order", "gather"), [(True, False), (False, False), (False, True)],
+                         ids=["rows-kernel", "plan-kernel", "plan-rows-copied"])
+def test_dw_row_blocks_longer_than_an_experts_padded_rows(monkeypatch, in_order, gather):
     """The GPU's dW configurations walk 32-64 rows at a time over experts padded to 16: the mask on the rows
     (``offs_row < end``) keeps the next expert's rows out. The CPU's (16 rows, the CPU's block) never needs it.
     Both dW kernels: rows in group order (``grouped_matmul``'s plan) and rows through the plan's ids (an explicit
-    order, here the identity)."""
+    order, here the identity), read there or first copied into the plan's padded group order."""
     import triton
 
     forward = kernels.tuned_kernels(True)[0]
@@ -147,6 +148,7 @@ def test_dw_row_blocks_longer_than_an_experts_padded_rows(monkeypatch, in_order)
     dw_kernels = [triton.autotune(configs=[config], key=["K", "N"])(k)
                   for k in (kernels.grouped_matmul_dw_kernel, kernels.grouped_matmul_dw_rows_kernel)]
     monkeypatch.setitem(kernels._TUNED, True, (forward, *dw_kernels))
+    monkeypatch.setattr(kernels, "GATHER_DW_ROWS", gather)
     sizes = np.array([10, 0, 20, 7], np.int32)
     plan = kernels.block_plan(jnp.asarray(sizes), M, 16, order=None if in_order else jnp.arange(M))
     assert kernels.uses_dw_rows(plan, 1) is in_order
@@ -196,7 +198,6 @@ def test_a_bad_argument_raises_at_the_call_naming_it(replaced, error, names):
 TOKENS, TOP_K = 12, 2
 
 
-@functools.partial(jax.jit, static_argnames="grad")
 def _gathered(a, b, order, sizes, weights, grad=False):
     def run(a, b):
         plan = kernels.block_plan(sizes, TOKENS * TOP_K, kernels.block_size_m(TOKENS * TOP_K, G, True), order=order)
@@ -207,11 +208,17 @@ def _gathered(a, b, order, sizes, weights, grad=False):
     return run(a, b)
 
 
+#: one compiled ``_gathered`` per dW path (``kernels.GATHER_DW_ROWS`` is read when a program is traced)
+_GATHERED = {gather: jax.jit(_gathered, static_argnames="grad") for gather in (True, False)}
+
+
+@pytest.mark.parametrize("gather", [True, False], ids=["dw-on-copied-rows", "dw-through-row-ids"])
 @settings(SETTINGS, max_examples=4)
 @example(experts=[0, 1, 3] * (TOKENS * TOP_K // 3))  # expert 2 gets no rows
 @given(experts=st.lists(st.integers(0, G - 1), min_size=TOKENS * TOP_K, max_size=TOKENS * TOP_K))
-def test_gathered_matmul_top_k_in_router_order(experts):
-    """Row ``r`` is ``a[r // top_k] @ b[experts[r]]``; the rows are read in ``argsort(experts)`` order."""
+def test_gathered_matmul_top_k_in_router_order(gather, experts):
+    """Row ``r`` is ``a[r // top_k] @ b[experts[r]]``; the rows are read in ``argsort(experts)`` order. dW both
+    ways: on the rows copied into group order (``kernels.in_group_order``) and through the plan's row ids."""
     experts = np.array(experts)
     order = np.argsort(experts).astype(np.int32)
     sizes = np.bincount(experts, minlength=G).astype(np.int32)
@@ -224,8 +231,10 @@ def test_gathered_matmul_top_k_in_router_order(experts):
     np.add.at(want_db, experts, np.einsum("rk,rn->rkn", a[token].astype(np.float64), w))
 
     args = (jnp.asarray(a), jnp.asarray(b), jnp.asarray(order), jnp.asarray(sizes), jnp.asarray(w))
-    np.testing.assert_allclose(_gathered(*args), want, rtol=1e-5, atol=1e-5)
-    da, db = _gathered(*args, grad=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "GATHER_DW_ROWS", gather)
+        np.testing.assert_allclose(_GATHERED[gather](*args), want, rtol=1e-5, atol=1e-5)
+        da, db = _GATHERED[gather](*args, grad=True)
     np.testing.assert_allclose(da, want_da, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(db, want_db, rtol=1e-5, atol=1e-5)
 

@@ -338,10 +338,31 @@ def dw_kernel(plan: BlockPlan, top_k: int):
     return grouped_matmul_dw_rows_kernel if uses_dw_rows(plan, top_k) else grouped_matmul_dw_kernel
 
 
+#: Whether a dW whose rows are not in group order (the MoE layer's: tokens read through the router's order)
+#: first copies them into the plan's padded group order and reads them there (:func:`in_group_order`), rather
+#: than through the row ids. Read when a program is traced (``bench/moe.py --parts layer`` times both).
+GATHER_DW_ROWS = True
+
+
+def in_group_order(a, dc, plan: BlockPlan, top_k: int):
+    """``(a', dc', plan')``: the rows of ``a`` (one per token: row ``r`` of ``dc`` pairs with ``a[r // top_k]``)
+    and of ``dc`` copied to the plan's padded positions, zeros at the padding, and the in-order plan whose group
+    ``e`` is positions ``expert_offsets[e] .. expert_offsets[e + 1]``. The copies cost one pass over both; the
+    row-id dW cost 0.4-0.8x cuBLAS's dW more than the same rows read in order (``bench/moe_kernels.py``)."""
+    ids = plan.sorted_token_ids  # the padding's id: num_rows, past dc's rows
+    a = jnp.take(a, jnp.where(ids < plan.num_rows, ids // top_k, a.shape[0]), axis=0, mode="fill", fill_value=0)
+    dc = jnp.take(dc, ids, axis=0, mode="fill", fill_value=0)
+    ends = plan.expert_offsets[1:]
+    return a, dc, dataclasses.replace(plan, group_ends=ends, num_rows=plan.padded_rows, in_order=True)
+
+
 def grouped_dw(a, dc, plan: BlockPlan, experts: int, top_k: int, on_cpu: bool):
     """``dW[e] = a[rows of e // top_k]^T @ dc[rows of e]``, ``(experts, a.shape[1], dc.shape[1])`` in ``a``'s dtype."""
     _, dw, dw_rows = tuned_kernels(on_cpu)
     c = tritonplug.empty(experts, a.shape[1], dc.shape[1], dtype=a.dtype)
+    if GATHER_DW_ROWS and not uses_dw_rows(plan, top_k):
+        a, dc, plan = in_group_order(a, dc, plan, top_k)
+        top_k = 1
     grid, args, kwargs = dw_launch(a, dc, c, plan, experts, top_k)
     kernel = dw_rows if uses_dw_rows(plan, top_k) else dw
     return tritonplug.launch(kernel)[grid](*args, **kwargs, autotune=autotune_mode())
