@@ -239,6 +239,19 @@ def test_a_put_over_the_bound_evicts_the_oldest_down_to_90_percent(tmp_path: Pat
     assert f"evicted 2 entries from {cache.directory}; {9 * size} bytes remain" in caplog.messages
 
 
+def test_a_put_larger_than_the_low_water_mark_keeps_its_entry_and_evicts_the_others(tmp_path: Path) -> None:
+    """The put that overflows evicts down to 90% of the bound, oldest first: an entry larger than that would be
+    the last to go, after its ``put`` said it was written (a get then missed it)."""
+    small = len(encode_entry(key("small-0"), make_binary(0, 100), UNSIGNED))
+    big = len(encode_entry(key("big"), make_binary(200, 20 * small), UNSIGNED))
+    cache = DiskCache(tmp_path / "cache", max_bytes=big + big // 20)  # big is 95% of the bound
+    for tag in range(3):
+        assert cache.put(key(f"small-{tag}"), make_binary(tag, 100))
+    assert cache.put(key("big"), make_binary(200, 20 * small))
+    assert cache.get(key("big")) == make_binary(200, 20 * small)
+    assert cache.stats().entries == 1 and cache.stats().total_bytes == big
+
+
 def test_a_prune_with_nothing_to_evict_logs_no_eviction(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cache = DiskCache(tmp_path / "cache")
     same_size_entries(cache, range(100, 103))

@@ -190,7 +190,7 @@ class DiskCache:
             return False
         log.debug("put %s (%d bytes)", key[:12], len(blob))
         try:
-            self._account(len(blob))
+            self._account(len(blob), path)
         except OSError as exc:  # includes filelock.Timeout: the next put evicts instead
             log.info("skipped eviction after put: %s", exc)
         return True
@@ -222,8 +222,10 @@ class DiskCache:
                     os.unlink(tmp, dir_fd=fd)
             os.close(fd)
 
-    def _account(self, size: int) -> None:
-        """Add a new entry to the ledger (``<dir>/size``); scan and evict only when it says we may be over.
+    def _account(self, size: int, written: Path) -> None:
+        """Add a new entry to the ledger (``<dir>/size``); scan and evict only when it says we may be over, never
+        the entry just ``written`` (the newest: an entry over the low-water mark would go at once, after its
+        ``put`` said it was written).
 
         The ledger, read and written under the cache-wide lock, may only overstate the total (a key written
         twice counts twice), which just brings the next scan forward. A writer that died between publishing
@@ -233,7 +235,7 @@ class DiskCache:
             total = None if self._first_put else _read_int(self.directory / "size")
             self._first_put = False
             if total is None or total + size > self.max_bytes:
-                self._evict(int(self.max_bytes * _LOW_WATER))
+                self._evict(int(self.max_bytes * _LOW_WATER), keep=str(written))
             else:
                 cache_fs.write_small_file(self.directory / "size", str(total + size))
 
@@ -305,8 +307,8 @@ class DiskCache:
             read_only = " it is read-only" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
             raise CacheDirError(f"cannot {action} the kernel cache at {self.directory}:{read_only} ({exc})") from exc
 
-    def _evict(self, max_bytes: int, locks: bool = False) -> _Eviction:
-        """Remove damage and dead writers' temp files, then the oldest entries until the rest fit in
+    def _evict(self, max_bytes: int, locks: bool = False, keep: str | None = None) -> _Eviction:
+        """Remove damage and dead writers' temp files, then the oldest entries but ``keep`` until the rest fit in
         ``max_bytes``, skipping what cannot be removed; with ``locks``, also unheld lock files. Needs the lock."""
         found = cache_fs.scan(self.directory)
         result = _Eviction(total=sum(size for _, size, _ in found.entries))
@@ -320,6 +322,8 @@ class DiskCache:
         for path, size, _ in sorted(found.entries, key=lambda e: e[2]):
             if result.total <= max_bytes:
                 break
+            if path == keep:
+                continue
             try:
                 os.unlink(path)
                 result.removed += 1
