@@ -50,16 +50,17 @@ def dt_of(dt, dt_bias, softplus, limit, xp):
     return xp.clip(d, limit[0], limit[1])
 
 
-def numpy_reference(a, softplus, limit):
-    """The plain sequential recurrence, in float64: h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T; y_t = h_t C_t + D x_t;
-    then y * silu(z)."""
+def numpy_reference(a, softplus, limit, initial_states=None, final=False):
+    """The plain sequential recurrence, in float64: h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T (h_0: the initial
+    states, else zeros); y_t = h_t C_t + D x_t; then y * silu(z). With ``final``: ``(y, h_last)``."""
     x, B, C = (np.asarray(a[k], np.float64) for k in ("x", "B", "C"))
     A = np.asarray(a["A"], np.float64)
     bias = None if a["dt_bias"] is None else np.asarray(a["dt_bias"], np.float64)
     d = dt_of(np.asarray(a["dt"], np.float64), bias, softplus, limit, np)
     b, seqlen, h, p = x.shape
     heads_per_group = h // B.shape[2]
-    state = np.zeros((b, h, p, B.shape[3]))
+    state = (np.zeros((b, h, p, B.shape[3])) if initial_states is None
+             else np.asarray(initial_states, np.float64).copy())
     y = np.zeros_like(x)
     for t in range(seqlen):
         Bt, Ct = (np.repeat(M[:, t], heads_per_group, axis=1) for M in (B, C))  # (b, h, n)
@@ -71,10 +72,10 @@ def numpy_reference(a, softplus, limit):
     if a["z"] is not None:
         z = np.asarray(a["z"], np.float64)
         y *= z / (1 + np.exp(-z))
-    return y
+    return (y, state) if final else y
 
 
-def scan_reference(x, dt, A, B, C, D, z, dt_bias, softplus, limit):
+def scan_reference(x, dt, A, B, C, D, z, dt_bias, softplus, limit, initial_states=None, final=False):
     """The same recurrence as a ``lax.scan`` over time, in float32, for ``jax.grad``."""
     d = dt_of(dt, dt_bias, softplus, limit, jnp)
     heads_per_group = x.shape[2] // B.shape[2]
@@ -85,12 +86,14 @@ def scan_reference(x, dt, A, B, C, D, z, dt_bias, softplus, limit):
         state = jnp.exp(dtt * A)[..., None, None] * state + (dtt[..., None] * xt)[..., None] * Bt[:, :, None]
         return state, jnp.einsum("bhpn,bhn->bhp", state, Ct)
 
-    init = jnp.zeros((x.shape[0], x.shape[2], x.shape[3], B.shape[3]), jnp.float32)
-    _, y = jax.lax.scan(step, init, tuple(jnp.swapaxes(v, 0, 1) for v in (x, d, Bh, Ch)))
+    init = (jnp.zeros((x.shape[0], x.shape[2], x.shape[3], B.shape[3]), jnp.float32) if initial_states is None
+            else initial_states.astype(jnp.float32))
+    last, y = jax.lax.scan(step, init, tuple(jnp.swapaxes(v, 0, 1) for v in (x, d, Bh, Ch)))
     y = jnp.swapaxes(y, 0, 1)
     if D is not None:
         y = y + x * (D[:, None] if D.ndim == 1 else D)
-    return y if z is None else y * jax.nn.silu(z)
+    y = y if z is None else y * jax.nn.silu(z)
+    return (y, last) if final else y
 
 
 NAMES = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
@@ -103,7 +106,7 @@ def check(a, chunk_size, softplus, limit, *, jit, grads, tol, positional=False):
     def call(**kw):
         if positional:
             return op(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], chunk_size, kw["D"], kw["z"], kw["dt_bias"],
-                      softplus, limit)
+                      None, None, None, softplus, limit)  # mamba-ssm's order: initial_states, seq_idx, cu_seqlens
         return op(**kw, chunk_size=chunk_size, dt_softplus=softplus, dt_limit=limit)  # every argument by keyword
 
     y = (jax.jit(call) if jit else call)(**a)
@@ -158,6 +161,45 @@ def test_forward_over_shapes_and_options(shape, chunk_size, D, z, dt_bias, softp
     check(a, chunk_size, softplus, (0.0, INF) if softplus else (0.0, 1.0), jit=True, grads=False, tol=2e-4)
 
 
+@pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-4), (jnp.bfloat16, 4e-2)], ids=["fp32", "bf16"])
+def test_initial_and_final_states_match_the_recurrence_with_their_gradients(dtype, tol):
+    """mamba-ssm's ``initial_states`` (the state before the first step) and ``return_final_states`` (the state
+    after the last, in fp32; 40 steps in chunks of 16, so the last chunk is partial): the forward against the
+    float64 loop, the gradients of every input, the initial states included, with a cotangent on both outputs."""
+    op = ssd_op()
+    a = inputs(5, D="h", z=True, dtype=dtype)
+    rng = np.random.default_rng(6)
+    init = jnp.asarray(rng.standard_normal((2, 4, 8, 16)).astype(np.float32), dtype)
+    options = dict(chunk_size=16, dt_softplus=True)
+    y, last = jax.jit(lambda a, init: op(**a, **options, initial_states=init, return_final_states=True))(a, init)
+    assert last.shape == (2, 4, 8, 16) and last.dtype == jnp.float32 and y.dtype == a["x"].dtype
+    f32 = {k: None if v is None else v.astype(jnp.float32) for k, v in a.items()}
+    want_y, want_last = numpy_reference(f32, True, (0.0, INF), initial_states=init.astype(jnp.float32), final=True)
+    for got, want in ((y, want_y), (last, want_last)):
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol * np.abs(want).max())
+
+    names = [*(k for k in NAMES if a[k] is not None), "initial_states"]
+    cot_y, cot_last = (jnp.asarray(rng.standard_normal(s).astype(np.float32)) for s in (a["x"].shape, last.shape))
+
+    def loss(fn):
+        def inner(*arrays):
+            kw = dict(zip(names, arrays, strict=True))
+            y, last = fn(kw)
+            return jnp.sum(y.astype(jnp.float32) * cot_y) + jnp.sum(last * cot_last)
+        return inner
+
+    ours = lambda kw: op(**kw, **options, return_final_states=True)  # noqa: E731
+    ref = lambda kw: scan_reference(**{k: v for k, v in kw.items() if k != "initial_states"}, softplus=True,  # noqa: E731
+                                    limit=(0.0, INF), initial_states=kw["initial_states"], final=True)
+    argnums = tuple(range(len(names)))
+    got = jax.jit(jax.grad(loss(ours), argnums=argnums))(*[a[k] for k in names[:-1]], init)
+    want = jax.grad(loss(ref), argnums=argnums)(*[f32[k] for k in names[:-1]], init.astype(jnp.float32))
+    for name, g, w in zip(names, got, want, strict=True):
+        w = np.asarray(w, np.float64)
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=tol, atol=tol * np.abs(w).max(),
+                                   err_msg=f"d{name}")
+
+
 BAD = [
     (dict(x=("shape", (2, 40, 32))), ValueError, "`x` must have shape (batch, seqlen, nheads, headdim)"),
     (dict(dt=("shape", (2, 40))), ValueError, "`dt` must have shape (2, 40, 4)"),
@@ -175,9 +217,12 @@ BAD = [
     (dict(chunk_size=True), ValueError, "`chunk_size` must be a positive int, got True"),
     (dict(dt_limit=(1.0, 0.5)), ValueError, "`dt_limit` must be a pair of numbers (low, high) with low <= high"),
     (dict(dt_softplus="yes"), TypeError, "`dt_softplus` must be a bool"),
-    (dict(initial_states=("shape", (2, 4, 8, 16))), NotImplementedError, "`initial_states` is not supported"),
-    (dict(return_final_states=True), NotImplementedError, "`return_final_states` is not supported"),
+    (dict(initial_states=("shape", (2, 4, 16, 8))), ValueError, "`initial_states` must have shape (2, 4, 8, 16)"),
+    (dict(initial_states=[0.0]), TypeError, "`initial_states` must be an array, got list"),
+    (dict(return_final_states="yes"), TypeError, "`return_final_states` must be a bool"),
     (dict(seq_idx=("shape", (2, 40))), NotImplementedError, "`seq_idx` is not supported"),
+    (dict(cu_seqlens=("shape", (3,))), NotImplementedError, "`cu_seqlens` is not supported"),
+    (dict(return_varlen_states=True), NotImplementedError, "`return_varlen_states` is not supported"),
 ]
 
 

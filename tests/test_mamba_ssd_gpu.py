@@ -44,8 +44,9 @@ SHAPES = {  # b, l, h, p, g, n, chunk, dtype
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
-@pytest.mark.parametrize("gated", [False, True], ids=["plain", "z_D_bias"])
-def test_port_matches_mamba_ssm_forward_and_backward(name, gated):
+@pytest.mark.parametrize("gated, states", [(False, False), (True, False), (True, True)],
+                         ids=["plain", "z_D_bias", "z_D_bias_initial_final_states"])
+def test_port_matches_mamba_ssm_forward_and_backward(name, gated, states):
     torch, ssd_combined = MAMBA
     from ports.mamba_ssd import mamba_chunk_scan_combined
 
@@ -57,24 +58,35 @@ def test_port_matches_mamba_ssm_forward_and_backward(name, gated):
               "C": f(b, seqlen, g, n, scale=0.3)}
     if gated:
         arrays.update(D=f(h), z=f(b, seqlen, h, p), dt_bias=f(h, scale=0.5))
+    if states:
+        arrays.update(initial_states=f(b, h, p, n))
     low = {"x", "B", "C", "z"}
     jx = {k: jnp.asarray(v, dtype if k in low else jnp.float32) for k, v in arrays.items()}
-    options = dict(dt_softplus=True, dt_limit=(0.0, float("inf")))
+    options = dict(dt_softplus=True, dt_limit=(0.0, float("inf")), return_final_states=states)
     dout = rng.standard_normal((b, seqlen, h, p)).astype(np.float32)
+    dlast = rng.standard_normal((b, h, p, n)).astype(np.float32)
 
     names = list(jx)
-    y, vjp = jax.vjp(lambda *a: mamba_chunk_scan_combined(**dict(zip(names, a, strict=True)), chunk_size=chunk,
-                                                          **options), *jx.values())
-    grads = vjp(jnp.asarray(dout, y.dtype))
+    out, vjp = jax.vjp(lambda *a: mamba_chunk_scan_combined(**dict(zip(names, a, strict=True)), chunk_size=chunk,
+                                                            **options), *jx.values())
+    y, last = out if states else (out, None)
+    grads = vjp((jnp.asarray(dout, y.dtype), jnp.asarray(dlast)) if states else jnp.asarray(dout, y.dtype))
 
     tdtype = torch.bfloat16 if dtype == jnp.bfloat16 else torch.float32
     tx = {k: torch.tensor(np.asarray(v.astype(jnp.float32)), device="cuda").to(tdtype if k in low else torch.float32)
           .requires_grad_() for k, v in jx.items()}
-    ty = ssd_combined.mamba_chunk_scan_combined(**tx, chunk_size=chunk, **options)
-    ty.backward(torch.tensor(dout, device="cuda").to(ty.dtype))
+    tout = ssd_combined.mamba_chunk_scan_combined(**tx, chunk_size=chunk, **options)
+    ty, tlast = tout if states else (tout, None)
+    if states:
+        torch.autograd.backward([ty, tlast], [torch.tensor(dout, device="cuda").to(ty.dtype),
+                                              torch.tensor(dlast, device="cuda")])
+    else:
+        ty.backward(torch.tensor(dout, device="cuda").to(ty.dtype))
 
     tol = 2e-2 if dtype == jnp.bfloat16 else 2e-3
-    for label, got, want in [("y", y, ty)] + [(f"d{k}", gr, tx[k].grad) for k, gr in zip(names, grads, strict=True)]:
+    finals = [("final_states", last, tlast)] if states else []
+    for label, got, want in [("y", y, ty), *finals] + [(f"d{k}", gr, tx[k].grad)
+                                                       for k, gr in zip(names, grads, strict=True)]:
         want = want.detach().float().cpu().numpy()
         got = np.asarray(got.astype(jnp.float32))
         scale = max(np.abs(want).max(), 1e-6)

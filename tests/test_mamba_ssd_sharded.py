@@ -29,21 +29,25 @@ SCRIPT = textwrap.dedent('''
     from tritonplug import inspection
     from ports.mamba_ssd import mamba_chunk_scan_combined
 
-    def arrays(b, l, h, p, g, n):
+    def arrays(b, l, h, p, g, n, states=False):
         rng = np.random.default_rng(0)
         f = lambda *s: rng.standard_normal(s).astype(np.float32)
-        return dict(x=f(b, l, h, p), dt=f(b, l, h), A=-np.abs(f(h)) - 0.2, B=0.5 * f(b, l, g, n),
-                    C=0.5 * f(b, l, g, n), D=f(h, p), z=f(b, l, h, p), dt_bias=0.5 * f(h))
+        out = dict(x=f(b, l, h, p), dt=f(b, l, h), A=-np.abs(f(h)) - 0.2, B=0.5 * f(b, l, g, n),
+                   C=0.5 * f(b, l, g, n), D=f(h, p), z=f(b, l, h, p), dt_bias=0.5 * f(h))
+        return dict(out, initial_states=f(b, h, p, n)) if states else out
 
     SPECS = dict(x=P("x", None, "y"), dt=P("x", None, "y"), A=P("y"), B=P("x"), C=P("x"), D=P("y"),
-                 z=P("x", None, "y"), dt_bias=P("y"))
+                 z=P("x", None, "y"), dt_bias=P("y"), initial_states=P("x", "y"))
 
     def run(mesh, a, heads_split_groups):
         names = list(a)
         specs = dict(SPECS, **({"B": P("x", None, "y"), "C": P("x", None, "y")} if heads_split_groups else {}))
+        states = "initial_states" in a  # then the final states are returned and in the loss too
         def loss(*values):
-            y = mamba_chunk_scan_combined(**dict(zip(names, values)), chunk_size=16, dt_softplus=True)
-            return jnp.sum(y * jnp.cos(y)), y
+            out = mamba_chunk_scan_combined(**dict(zip(names, values)), chunk_size=16, dt_softplus=True,
+                                            return_final_states=states)
+            y, last = out if states else (out, jnp.zeros(()))
+            return jnp.sum(y * jnp.cos(y)) + jnp.sum(jnp.sin(last)), y
         step = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(names))), has_aux=True))
         (_, y1), g1 = step(*[jnp.asarray(v) for v in a.values()])
         placed = [jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in a.items()]
@@ -59,6 +63,8 @@ SCRIPT = textwrap.dedent('''
     cases = {
         "one_group/batch_x2_heads_x4": (Mesh(devices.reshape(2, 4), ("x", "y")), arrays(2, 40, 4, 8, 1, 16), False),
         "two_groups/batch_x2_heads_x2": (Mesh(devices[:4].reshape(2, 2), ("x", "y")), arrays(2, 40, 4, 8, 2, 16), True),
+        "states/two_groups/batch_x2_heads_x2": (Mesh(devices[:4].reshape(2, 2), ("x", "y")),
+                                                arrays(2, 40, 4, 8, 2, 16, states=True), True),
     }
     for name, (mesh, a, split_groups) in cases.items():
         try:
@@ -84,7 +90,8 @@ def report(tmp_path_factory):
     return result
 
 
-@pytest.mark.parametrize("name", ["one_group/batch_x2_heads_x4", "two_groups/batch_x2_heads_x2"])
+@pytest.mark.parametrize("name", ["one_group/batch_x2_heads_x4", "two_groups/batch_x2_heads_x2",
+                                  "states/two_groups/batch_x2_heads_x2"])
 def test_sharded_forward_and_gradients_equal_the_unsharded_call(report, name):
     entry = case_ran(report, name)
     assert entry["vs_one_device"] <= 1e-4, entry

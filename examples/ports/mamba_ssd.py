@@ -8,8 +8,9 @@ launchers ported with ``tritonplug.launch``: ``mamba_ssd_fwd.py`` (the forward's
 ``mamba_ssd_scan_bwd.py`` (the backward's); their docstrings list where they differ from mamba-ssm's. This
 module is ``MambaChunkScanCombinedFn`` (``jax.custom_vjp``), ``_mamba_chunk_scan_combined_bwd`` and the checks.
 
-* Semantics: mamba-ssm's, with ``z`` gating applied as its combined forward does (``y * silu(z)`` in
-  ``_chunk_scan_fwd``); ``initial_states``, ``seq_idx``, ``cu_seqlens`` and the returned states are refused.
+* Semantics and signature: mamba-ssm's, with ``z`` gating applied as its combined forward does (``y * silu(z)``
+  in ``_chunk_scan_fwd``); ``initial_states`` (differentiable) and ``return_final_states`` as mamba-ssm's;
+  ``seq_idx``, ``cu_seqlens`` and ``return_varlen_states`` are refused.
 * ``MAMBA_DETERMINISTIC``: the port takes mamba-ssm's non-deterministic path (``tl.atomic_add`` reductions):
   mamba-ssm's deterministic path needs torch to pick it and extra workspaces; results agree to rounding.
 * Autotuned kernels are tuned by tritonplug (docs/using.md, "Autotuning"); buffers that mamba-ssm sums
@@ -55,21 +56,41 @@ _NAME = "mamba_chunk_scan_combined"
 _FLOATS = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16), np.dtype(jnp.float32))
 
 
-def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False,
-                              dt_limit=(0.0, float("inf")), *, initial_states=None, seq_idx=None, cu_seqlens=None,
-                              return_final_states=False, return_varlen_states=False) -> jax.Array:
-    """mamba-ssm's ``mamba_chunk_scan_combined`` on JAX arrays: y ``(b, l, h, p)`` in ``x.dtype``.
+def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
+                              seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
+                              return_final_states=False, return_varlen_states=False):
+    """mamba-ssm's ``mamba_chunk_scan_combined`` on JAX arrays (its signature): y ``(b, l, h, p)`` in
+    ``x.dtype``, or ``(y, final_states)`` with ``return_final_states`` (the state after the last step,
+    ``(b, h, p, n)`` in fp32).
 
     x ``(b, l, h, p)``; dt ``(b, l, h)``; A ``(h,)``; B, C ``(b, l, g, n)`` with ``h % g == 0``; D ``(h,)`` or
-    ``(h, p)``; z ``(b, l, h, p)``; dt_bias ``(h,)``. Differentiable in every array argument."""
-    for name, value in (("initial_states", initial_states), ("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens),
-                        ("return_final_states", return_final_states or None),
+    ``(h, p)``; z ``(b, l, h, p)``; dt_bias ``(h,)``; initial_states ``(b, h, p, n)``, the state before the first
+    step (default zeros). Differentiable in every array argument, ``final_states`` too."""
+    for name, value in (("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens),
                         ("return_varlen_states", return_varlen_states or None)):
         if value is not None:
-            raise NotImplementedError(f"{_NAME}: `{name}` is not supported by this port (only the plain scan: "
-                                      f"no initial or returned states, no seq_idx/varlen); got {value!r}")
+            raise NotImplementedError(f"{_NAME}: `{name}` is not supported by this port (no seq_idx/varlen: "
+                                      f"one sequence per batch row); got {value!r}")
     dt_limit = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit)
-    return _combined(x, dt, A, B, C, D, z, dt_bias, chunk_size, bool(dt_softplus), dt_limit)
+    _check_states(x, B, initial_states, return_final_states)
+    return _combined(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, bool(dt_softplus), dt_limit,
+                     bool(return_final_states))
+
+
+def _check_states(x, B, initial_states, return_final_states) -> None:
+    if not isinstance(return_final_states, (bool, np.bool_)):
+        raise TypeError(f"{_NAME}: `return_final_states` must be a bool, got {return_final_states!r}")
+    if initial_states is None:
+        return
+    if not hasattr(initial_states, "shape") or not hasattr(initial_states, "dtype"):
+        raise TypeError(f"{_NAME}: `initial_states` must be an array, got {type(initial_states).__name__}")
+    if np.dtype(initial_states.dtype) not in _FLOATS:
+        raise TypeError(f"{_NAME}: `initial_states` must be float16, bfloat16 or float32, got "
+                        f"{initial_states.dtype}")
+    want = (x.shape[0], x.shape[2], x.shape[3], B.shape[3])
+    if tuple(initial_states.shape) != want:
+        raise ValueError(f"{_NAME}: `initial_states` must have shape {want} (batch, nheads, headdim, dstate), got "
+                         f"{tuple(initial_states.shape)}")
 
 
 def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit):
@@ -125,13 +146,14 @@ def _heads(B):
     return ("h", "g") if B.shape[2] == 1 else ("(g r)", "g")
 
 
-def _fwd_rule(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
+def _fwd_rule(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit):
     h, g = _heads(B)
     groups = [f"b l {h} p", f"b l {h}", h, f"b l {g} n", f"b l {g} n"]
     groups += [] if D is None else [h if D.ndim == 1 else f"{h} p"]
     groups += [] if z is None else [f"b l {h} p"]
     groups += [] if dt_bias is None else [h]
-    results = [f"b l {h} p"] * (1 if z is None else 2) + _kept_factors(h, g)
+    groups += [] if initial_states is None else [f"b {h} p n"]
+    results = [f"b l {h} p"] * (1 if z is None else 2) + [f"b {h} p n"] + _kept_factors(h, g)
     return tritonplug.sharding_rule(f"{', '.join(groups)} -> {', '.join(results)}",
                                     need_replication=_WHOLE + (() if h == "h" else ("r",)))
 
@@ -147,14 +169,15 @@ def _kept_factors(h: str, g: str) -> list[str]:
 _WHOLE = ("l", "c", "k", "s", "p", "n")
 
 
-def _bwd_rule(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D, z, dt_bias, chunk_size,
-              dt_softplus, dt_limit):
+def _bwd_rule(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D, z, dt_bias, initial_states,
+              dfinal_states, chunk_size, dt_softplus, dt_limit):
     h, g = _heads(B)
-    y, d_group = f"b l {h} p", (None if D is None else (h if D.ndim == 1 else f"{h} p"))
+    y, d_group, state = f"b l {h} p", (None if D is None else (h if D.ndim == 1 else f"{h} p")), f"b {h} p n"
+    optional = ((d_group, D), (y, z), (h, dt_bias), (state, initial_states))
     operands = [y, y, f"b l {h}", h, f"b l {g} n", f"b l {g} n", y] + _kept_factors(h, g)
-    operands += [g_ for g_, a in ((d_group, D), (y, z), (h, dt_bias)) if a is not None]
+    operands += [g_ for g_, a in (*optional, (state, dfinal_states)) if a is not None]
     results = [y, f"b l {h}", h, f"b l {g} n", f"b l {g} n"]
-    results += [g_ for g_, a in ((d_group, D), (y, z), (h, dt_bias)) if a is not None]
+    results += [g_ for g_, a in optional if a is not None]
     # dA, dD, ddt_bias sum over batch and time; with one group, dB and dC also sum over the heads
     reduce = ("b",) + (("h",) if h == "h" else ())
     whole = _WHOLE + (() if h == "h" else ("r",))
@@ -163,19 +186,20 @@ def _bwd_rule(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D
 
 
 @tritonplug.partitioned(_fwd_rule)
-def _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
-    """The combined forward: ``out``, with z also ``out_x`` (before the gating), which the backward needs, then
-    the four arrays of ``ForwardResiduals``."""
-    out, out_x, *_, kept = _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
-                                                          dt_softplus=dt_softplus, dt_limit=dt_limit)
-    return (out, *kept) if z is None else (out, out_x, *kept)
+def _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit):
+    """The combined forward: ``out``, with z also ``out_x`` (before the gating), which the backward needs, the
+    final states, then the four arrays of ``ForwardResiduals``."""
+    out, out_x, _, _, _, final_states, kept = _mamba_chunk_scan_combined_fwd(
+        x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
+        dt_softplus=dt_softplus, dt_limit=dt_limit)
+    return (out, final_states, *kept) if z is None else (out, out_x, final_states, *kept)
 
 
 @tritonplug.partitioned(_bwd_rule)
 def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D, z, dt_bias,
-                                   chunk_size, dt_softplus, dt_limit):
-    """Ports ``ssd_combined._mamba_chunk_scan_combined_bwd`` (without initial/final states, seq_idx,
-    ``recompute_output`` and the ``dx=`` … output buffers): (dx, ddt, dA, dB, dC[, dD][, dz][, ddt_bias]).
+                                   initial_states, dfinal_states, chunk_size, dt_softplus, dt_limit):
+    """Ports ``ssd_combined._mamba_chunk_scan_combined_bwd`` (without seq_idx, ``recompute_output`` and the
+    ``dx=`` … output buffers): (dx, ddt, dA, dB, dC[, dD][, dz][, ddt_bias][, dinitial_states]).
     mamba-ssm's recomputes the forward's cumsum, ``C Bᵀ`` and chunk states; this one is given them (the
     forward's ``ForwardResiduals``) and recomputes only the state passing, as mamba-ssm's does (in fp32)."""
     batch, seqlen, nheads, headdim = x.shape
@@ -187,7 +211,9 @@ def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept
     assert C.shape == B.shape
     assert out.shape == x.shape
     dt_in, dt = dt, dt_kept
-    states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1], chunk_size=chunk_size)
+    states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
+                                   initial_states=None if initial_states is None else _merge_pn(initial_states),
+                                   chunk_size=chunk_size)
     states = _split_pn(states, dstate)
     if z is not None:
         dz, dout, dD = _chunk_scan_bwd_dz(x, z, out, dout, chunk_size=chunk_size, D=D)
@@ -195,9 +221,11 @@ def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept
         dz = None
     dstates = _chunk_scan_bwd_dstates(C, dA_cumsum, dout, dtype=states.dtype)
     # dstates: the gradient of the state entering each chunk; ddA_chunk_cumsum: of dA_cumsum's last entries
-    dstates, ddA_chunk_cumsum, states = _state_passing_bwd(
+    dstates, ddA_chunk_cumsum, dinitial_states, states = _state_passing_bwd(
         _merge_pn(states), dA_cumsum[:, :, :, -1], _merge_pn(dstates),
-        dstates_dtype=x.dtype, states_dtype=x.dtype, chunk_size=chunk_size)
+        dfinal_states=None if dfinal_states is None else _merge_pn(dfinal_states),
+        has_initial_states=initial_states is not None, dstates_dtype=x.dtype, states_dtype=x.dtype,
+        chunk_size=chunk_size)
     states = _split_pn(states, dstate)
     dstates = _split_pn(dstates, dstate)
     dx, ddt, dD_from_x = _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=D)
@@ -215,29 +243,36 @@ def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept
     ddA = ddA + ddA_next + ddA_prev
     ddt_given, dA, ddt_bias = _chunk_cumsum_bwd(ddA, ddt, dt_in, A, dt_bias=dt_bias, dt_softplus=dt_softplus,
                                                 dt_limit=dt_limit)
-    return (dx, ddt_given, dA, dB_given, dC_given, *[g for g in (dD, dz, ddt_bias) if g is not None])
+    dinitial_states = None if dinitial_states is None else _split_pn(dinitial_states, dstate)
+    return (dx, ddt_given, dA, dB_given, dC_given,
+            *[g for g in (dD, dz, ddt_bias, dinitial_states) if g is not None])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
-def _combined(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
-    """``MambaChunkScanCombinedFn``."""
-    return _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(9, 10, 11, 12))
+def _combined(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit, return_final_states):
+    """``MambaChunkScanCombinedFn``: ``out``, or ``(out, final_states)``."""
+    return _fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit,
+                return_final_states)[0]
 
 
-def _fwd(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit):
-    out, *rest = _forward(x, dt, A, B, C, D, z, dt_bias, chunk_size, dt_softplus, dt_limit)
-    saved, kept = (out, rest) if z is None else (rest[0], rest[1:])
-    return out, (saved, tuple(kept), x, dt, A, B, C, D, z, dt_bias)
+def _fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit, return_final_states):
+    out, *rest = _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit)
+    saved, rest = (out, rest) if z is None else (rest[0], rest[1:])
+    final_states, *kept = rest
+    result = (out, final_states) if return_final_states else out
+    return result, (saved, tuple(kept), x, dt, A, B, C, D, z, dt_bias, initial_states)
 
 
-def _bwd(chunk_size, dt_softplus, dt_limit, res, dout):
-    out, kept, x, dt, A, B, C, D, z, dt_bias = res
+def _bwd(chunk_size, dt_softplus, dt_limit, return_final_states, res, cotangent):
+    dout, dfinal_states = cotangent if return_final_states else (cotangent, None)
+    out, kept, x, dt, A, B, C, D, z, dt_bias, initial_states = res
     dx, ddt, dA, dB, dC, *rest = _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, *kept, D, z, dt_bias,
-                                                                chunk_size, dt_softplus, dt_limit)
+                                                                initial_states, dfinal_states, chunk_size,
+                                                                dt_softplus, dt_limit)
     rest = iter(rest)
-    dD, dz, ddt_bias = (None if a is None else next(rest) for a in (D, z, dt_bias))
-    grads = (dx, ddt, dA, dB, dC, dD, dz, ddt_bias)
-    primals = (x, dt, A, B, C, D, z, dt_bias)
+    dD, dz, ddt_bias, dinitial_states = (None if a is None else next(rest) for a in (D, z, dt_bias, initial_states))
+    grads = (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states)
+    primals = (x, dt, A, B, C, D, z, dt_bias, initial_states)
     return tuple(None if p is None else g.astype(p.dtype) for g, p in zip(grads, primals, strict=True))
 
 

@@ -129,12 +129,16 @@ def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=None, ngroups=1):
 
 
 @tritonplug.torch_launcher
-def _state_passing_bwd(states, dA_chunk_cumsum, dout, dstates_dtype=None, states_dtype=None, chunk_size=None):
-    """Ports ``ssd_state_passing._state_passing_bwd`` (no initial or final states): the gradient of each
-    chunk's state, of ``dA_cumsum``'s last entries, and the states in ``states_dtype``."""
+def _state_passing_bwd(states, dA_chunk_cumsum, dout, dfinal_states=None, has_initial_states=None,
+                       dstates_dtype=None, states_dtype=None, chunk_size=None):
+    """Ports ``ssd_state_passing._state_passing_bwd`` (without seq_idx): the gradient of each chunk's state, of
+    ``dA_cumsum``'s last entries and of the initial states (``None`` without them), and the states in
+    ``states_dtype``; ``states[:, 0]`` holds the initial states."""
     batch, nchunks, nheads, dim = states.shape
     assert dA_chunk_cumsum.shape == (batch, nheads, nchunks)
     assert dout.shape == (batch, nchunks, nheads, dim)
+    if dfinal_states is not None:
+        assert dfinal_states.shape == (batch, nheads, dim)
     dstates = tritonplug.empty_like(dout, dtype=dstates_dtype if dstates_dtype is not None else dout.dtype)
     if states_dtype is not None and states_dtype != states.dtype:
         states_converted = tritonplug.empty_like(states, dtype=dstates_dtype if dstates_dtype is not None
@@ -142,31 +146,35 @@ def _state_passing_bwd(states, dA_chunk_cumsum, dout, dstates_dtype=None, states
         assert states_converted.stride() == states.stride()
     else:
         states_converted = None
+    dinitstates = tritonplug.empty(batch, nheads, dim, dtype=dstates.dtype) if has_initial_states else None
     BLOCK_SIZE_min = 64
     n_blocks = (dim + BLOCK_SIZE_min - 1) // BLOCK_SIZE_min
     ddA_chunk_cumsum = tritonplug.zeros(batch, nheads, nchunks, n_blocks, dtype=jnp.float32)
     grid = lambda META: (triton.cdiv(dim, META['BLOCK_SIZE']), batch, nheads)  # noqa: E731
     _state_passing_bwd_kernel[grid](
-        dout, states, dA_chunk_cumsum, None, None,
-        dstates, ddA_chunk_cumsum, None, states_converted,
+        dout, states, dA_chunk_cumsum, dfinal_states, None,
+        dstates, ddA_chunk_cumsum, dinitstates, states_converted,
         dim, nchunks, 0, 0,
         dout.stride(0), dout.stride(1), dout.stride(2), dout.stride(3),
         states.stride(0), states.stride(1), states.stride(2), states.stride(3),
         dA_chunk_cumsum.stride(0), dA_chunk_cumsum.stride(2), dA_chunk_cumsum.stride(1),
-        0, 0, 0,
+        *((dfinal_states.stride(0), dfinal_states.stride(1), dfinal_states.stride(2))
+          if dfinal_states is not None else (0, 0, 0)),
         0, 0,
         dstates.stride(0), dstates.stride(1), dstates.stride(2), dstates.stride(3),
         ddA_chunk_cumsum.stride(0), ddA_chunk_cumsum.stride(2), ddA_chunk_cumsum.stride(1),
-        0, 0, 0,
+        *((dinitstates.stride(0), dinitstates.stride(1), dinitstates.stride(2))
+          if dinitstates is not None else (0, 0, 0)),
         CONVERT_STATES=states_converted is not None,
-        HAS_DFINAL_STATES=False,
-        HAS_DINITSTATES=False,
+        HAS_DFINAL_STATES=dfinal_states is not None,
+        HAS_DINITSTATES=dinitstates is not None,
         HAS_SEQ_IDX=False, autotune=AUTOTUNE,
     )
     ddA_chunk_cumsum = jnp.sum(ddA_chunk_cumsum[...], axis=-1).astype(dA_chunk_cumsum.dtype)
     if states_dtype is not None and states_dtype == states.dtype:
         states_converted = states
-    return (dstates, ddA_chunk_cumsum) if states_dtype is None else (dstates, ddA_chunk_cumsum, states_converted)
+    return ((dstates, ddA_chunk_cumsum, dinitstates) if states_dtype is None
+            else (dstates, ddA_chunk_cumsum, dinitstates, states_converted))
 
 
 @tritonplug.torch_launcher

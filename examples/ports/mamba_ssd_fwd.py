@@ -105,24 +105,28 @@ def _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True):
 
 
 @tritonplug.torch_launcher
-def _state_passing_fwd(states, dA_chunk_cumsum, chunk_size=None, out_dtype=None):
-    """Ports ``ssd_state_passing._state_passing_fwd``: the state entering each chunk, and the final state."""
+def _state_passing_fwd(states, dA_chunk_cumsum, initial_states=None, chunk_size=None, out_dtype=None):
+    """Ports ``ssd_state_passing._state_passing_fwd`` (without seq_idx): the state entering each chunk (the
+    first: ``initial_states``, else zeros), and the final state."""
     batch, nchunks, nheads, dim = states.shape
     assert dA_chunk_cumsum.shape == (batch, nheads, nchunks)
+    if initial_states is not None:
+        assert initial_states.shape == (batch, nheads, dim)
     out_dtype = states.dtype if out_dtype is None else out_dtype
     out = tritonplug.empty(batch, nchunks, nheads, dim, dtype=out_dtype)
     final_states = tritonplug.empty(batch, nheads, dim, dtype=jnp.float32)
     grid = lambda META: (triton.cdiv(dim, META['BLOCK_SIZE']), batch, nheads)  # noqa: E731
     _state_passing_fwd_kernel[grid](
-        states, out, final_states, dA_chunk_cumsum, None, None,
+        states, out, final_states, dA_chunk_cumsum, initial_states, None,
         dim, nchunks, 0, 0,
         states.stride(0), states.stride(1), states.stride(2), states.stride(3),
         out.stride(0), out.stride(1), out.stride(2), out.stride(3),
         final_states.stride(0), final_states.stride(1), final_states.stride(2),
         dA_chunk_cumsum.stride(0), dA_chunk_cumsum.stride(2), dA_chunk_cumsum.stride(1),
-        0, 0, 0,
+        *((initial_states.stride(0), initial_states.stride(1), initial_states.stride(2))
+          if initial_states is not None else (0, 0, 0)),
         0, 0,
-        HAS_INITSTATES=False,
+        HAS_INITSTATES=initial_states is not None,
         HAS_SEQ_IDX=False, autotune=AUTOTUNE,
     )
     return out, final_states
@@ -233,9 +237,9 @@ class ForwardResiduals(NamedTuple):
     chunk_states: jax.Array
 
 
-def _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False,
-                                   dt_limit=(0.0, float("inf"))):
-    """Ports ``ssd_combined._mamba_chunk_scan_combined_fwd`` (without initial states, seq_idx, varlen)."""
+def _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
+                                   dt_softplus=False, dt_limit=(0.0, float("inf"))):
+    """Ports ``ssd_combined._mamba_chunk_scan_combined_fwd`` (without seq_idx, varlen)."""
     batch, seqlen, nheads, headdim = x.shape
     _, _, ngroups, dstate = B.shape
     assert nheads % ngroups == 0
@@ -245,8 +249,11 @@ def _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=None, z=None, d
     assert C.shape == B.shape
     dA_cumsum, dt = _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit)
     chunk_states = _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True)
+    if initial_states is not None:
+        assert initial_states.shape == (batch, nheads, headdim, dstate)
     states, final_states = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
-                                              chunk_size=chunk_size, out_dtype=C.dtype)
+                                              initial_states=None if initial_states is None else
+                                              _merge_pn(initial_states), chunk_size=chunk_size, out_dtype=C.dtype)
     states, final_states = [_split_pn(t, dstate) for t in [states, final_states]]
     CB = _bmm_chunk_fwd(C, B, chunk_size, output_dtype=jnp.float32)
     out, out_x = _chunk_scan_fwd(CB, x, dt, dA_cumsum, C, states, D=D, z=z)
