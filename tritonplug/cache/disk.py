@@ -224,13 +224,10 @@ class DiskCache:
 
     def _account(self, size: int, written: Path) -> None:
         """Add a new entry to the ledger (``<dir>/size``); scan and evict only when it says we may be over, never
-        the entry just ``written`` (the newest: an entry over the low-water mark would go at once, after its
-        ``put`` said it was written).
-
+        the entry just ``written`` (one over the low-water mark would go at once, after ``put`` said written).
         The ledger, read and written under the cache-wide lock, may only overstate the total (a key written
         twice counts twice), which just brings the next scan forward. A writer that died between publishing
-        and accounting leaves it short; each DiskCache scans on its first put to correct that.
-        """
+        and accounting leaves it short; each DiskCache scans on its first put to correct that."""
         with self._cache_lock():
             total = None if self._first_put else _read_int(self.directory / "size")
             self._first_put = False
