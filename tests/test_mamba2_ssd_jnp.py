@@ -29,13 +29,15 @@ def _dt_reference(dt, dt_bias, softplus, limit):
     return np.clip(step, *limit)
 
 
-def reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limit=(0.0, np.inf)):
-    """The recurrence, one step at a time, in float64."""
+def reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limit=(0.0, np.inf), init=None,
+              final=False):
+    """The recurrence, one step at a time, in float64, from the state ``init`` (default zeros); with ``final``
+    also the state after the last step."""
     x, A, B, C = (np.asarray(a, np.float64) for a in (x, A, B, C))
     step = _dt_reference(np.asarray(dt), dt_bias, softplus, limit)
     b, seq, h, p = x.shape
     r = h // B.shape[2]
-    state = np.zeros((b, h, p, B.shape[3]))
+    state = np.zeros((b, h, p, B.shape[3])) if init is None else np.asarray(init, np.float64)
     y = np.empty_like(x)
     for t in range(seq):
         Bt, Ct = np.repeat(B[:, t], r, axis=1), np.repeat(C[:, t], r, axis=1)  # (b, h, n): head i in group i // r
@@ -48,10 +50,11 @@ def reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limi
     if z is not None:
         z = np.asarray(z, np.float64)
         y = y * z / (1.0 + np.exp(-z))
-    return y
+    return (y, state) if final else y
 
 
-def scan_reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limit=(0.0, float("inf"))):
+def scan_reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limit=(0.0, float("inf")),
+                   init=None, final=False):
     """The same recurrence in ``jax`` (fp32), as a ``lax.scan`` over time: what ``jax.grad`` differentiates."""
     import jax
     import jax.numpy as jnp
@@ -70,11 +73,12 @@ def scan_reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False,
         return state, jnp.einsum("bhpn,bhn->bhp", state, Ct)
 
     time_major = [jnp.moveaxis(a, 1, 0) for a in (x, step, B, C)]
-    _, y = jax.lax.scan(one, jnp.zeros((b, h, p, B.shape[3])), time_major)
+    last, y = jax.lax.scan(one, jnp.zeros((b, h, p, B.shape[3])) if init is None else init, time_major)
     y = jnp.moveaxis(y, 0, 1)
     if D is not None:
         y = y + x * (D[:, None] if D.ndim == 1 else D)
-    return y if z is None else y * jax.nn.silu(z)
+    y = y if z is None else y * jax.nn.silu(z)
+    return (y, last) if final else y
 
 
 def _ssd(args, chunk, softplus=False, limit=(0.0, float("inf"))):
@@ -210,4 +214,65 @@ def test_bad_arguments_are_refused_naming_the_argument(change, message):
     args = {**_inputs(0, 1, 8, 4, 2, 2, 4), "chunk_size": 4, **change}
     x, dt, A, B, C = (args.pop(k) for k in ("x", "dt", "A", "B", "C"))
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        ssd(x, dt, A, B, C, **args)
+
+
+@pytest.mark.parametrize("seq, chunk, within", [(37, 8, None), (64, 4, 2), (5, 16, None)])
+def test_initial_and_final_states_are_the_recurrences(seq, chunk, within, monkeypatch):
+    """``initial_states`` (the state before the first step) and ``return_final_states`` (the state after the last,
+    past a partial chunk's padding too), the chunks at once or in steps; and their gradients, the initial states'
+    included, with a cotangent on both outputs."""
+    import jax
+    import jax.numpy as jnp
+
+    from examples.mamba2 import ssd_jnp
+
+    b, h, g, p, n = 2, 4, 2, 3, 4
+    if within:
+        monkeypatch.setattr(ssd_jnp, "WITHIN_ELEMENTS", within * b * h * chunk * chunk)
+    args = {k: (None if v is None else jnp.asarray(v)) for k, v in _inputs(9, b, seq, h, g, p, n).items()}
+    rng = np.random.default_rng(10)
+    init = jnp.asarray(rng.standard_normal((b, h, p, n)), jnp.float32)
+    options = dict(dt_softplus=True, return_final_states=True)
+    call = jax.jit(lambda a, init: ssd_jnp.ssd(**a, chunk_size=chunk, initial_states=init, **options))
+    y, last = call(args, init)
+    assert last.shape == (b, h, p, n) and last.dtype == jnp.float32
+    want_y, want_last = reference(**{k: None if v is None else np.asarray(v) for k, v in args.items()},
+                                  softplus=True, init=np.asarray(init), final=True)
+    for got, want in ((y, want_y), (last, want_last)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(want).max())))
+
+    names = [k for k, v in args.items() if v is not None]
+    cot_y, cot_last = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in (y.shape, last.shape))
+
+    def grads(f):
+        def objective(*values):
+            *rest, init = values
+            y, last = f({**args, **dict(zip(names, rest, strict=True))}, init)
+            return jnp.vdot(y, cot_y) + jnp.vdot(last, cot_last)
+        return jax.jit(jax.grad(objective, argnums=tuple(range(len(names) + 1))))(*(args[k] for k in names), init)
+
+    got = grads(lambda a, init: ssd_jnp.ssd(**a, chunk_size=chunk, initial_states=init, **options))
+    with jax.default_matmul_precision("highest"):
+        want = grads(lambda a, init: scan_reference(**a, softplus=True, init=init, final=True))
+    for name, a, w in zip([*names, "initial_states"], got, want, strict=True):
+        a, w = np.asarray(a), np.asarray(w)
+        np.testing.assert_allclose(a, w, rtol=1e-3, atol=1e-3 * max(1.0, float(np.max(np.abs(w)))), err_msg=name)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(initial_states=np.zeros((1, 4, 4, 2), np.float32)), ValueError,
+     "`initial_states` must be shape (1, 4, 2, 4)"),
+    (dict(initial_states=np.zeros((1, 4, 2, 4), np.int32)), ValueError, "`initial_states` must be a floating-point"),
+    (dict(return_final_states=1), ValueError, "`return_final_states` must be a bool"),
+    (dict(seq_idx=np.zeros((1, 8), np.int32)), NotImplementedError, "`seq_idx` is not supported"),
+    (dict(cu_seqlens=np.zeros((2,), np.int32)), NotImplementedError, "`cu_seqlens` is not supported"),
+    (dict(return_varlen_states=True), NotImplementedError, "`return_varlen_states` is not supported"),
+])
+def test_bad_state_arguments_are_refused_naming_the_argument(change, error, message):
+    from examples.mamba2.ssd_jnp import ssd
+
+    args = {**_inputs(0, 1, 8, 4, 2, 2, 4), "chunk_size": 4, **change}
+    x, dt, A, B, C = (args.pop(k) for k in ("x", "dt", "A", "B", "C"))
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         ssd(x, dt, A, B, C, **args)

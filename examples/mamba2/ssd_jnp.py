@@ -32,13 +32,18 @@ import jax.numpy as jnp
 F32 = jnp.float32
 
 
-def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-        dt_limit: Sequence[float] = (0.0, float("inf"))) -> jax.Array:
-    """``y`` ``(batch, seq, heads, head_dim)`` in ``x``'s dtype; the arguments as ``mamba_chunk_scan_combined``'s:
-    ``x`` ``(b, l, h, p)``, ``dt`` ``(b, l, h)``, ``A`` ``(h,)``, ``B``/``C`` ``(b, l, g, n)`` with ``h % g == 0``,
-    ``D`` ``(h,)`` or ``(h, p)``, ``z`` like ``x``, ``dt_bias`` ``(h,)``. ``l`` need not be a multiple of
-    ``chunk_size``. Bad arguments raise ``ValueError`` naming the argument, before anything is computed."""
+def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
+        cu_seqlens=None, dt_softplus: bool = False, dt_limit: Sequence[float] = (0.0, float("inf")),
+        return_final_states: bool = False, return_varlen_states: bool = False):
+    """``y`` ``(batch, seq, heads, head_dim)`` in ``x``'s dtype, or ``(y, final_states)`` with
+    ``return_final_states`` (``(b, h, p, n)`` fp32: the state after the last step); the arguments as
+    ``mamba_chunk_scan_combined``'s, in its order: ``x`` ``(b, l, h, p)``, ``dt`` ``(b, l, h)``, ``A`` ``(h,)``,
+    ``B``/``C`` ``(b, l, g, n)`` with ``h % g == 0``, ``D`` ``(h,)`` or ``(h, p)``, ``z`` like ``x``, ``dt_bias``
+    ``(h,)``, ``initial_states`` ``(b, h, p, n)`` (the state before the first step; default zeros). ``l`` need not
+    be a multiple of ``chunk_size``. ``seq_idx``, ``cu_seqlens`` and ``return_varlen_states`` are not supported.
+    Bad arguments raise ``ValueError`` naming the argument, before anything is computed."""
     lo, hi = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_limit)
+    _check_states(x, B, initial_states, seq_idx, cu_seqlens, return_final_states, return_varlen_states)
     b, seq, h, p = x.shape
     g, n = B.shape[2:]
     step = _dt(dt, dt_bias, dt_softplus, lo, hi)
@@ -52,14 +57,16 @@ def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, dt_softpl
     Cc = C.reshape(b, chunks, chunk_size, g, n)
     # dt' and the decays' cumulative sums as (b, chunks, g, r, chunk): the time axis last, next to the matmuls'
     step = jnp.moveaxis(step.reshape(b, chunks, chunk_size, g, r), 2, -1)
-    y = _chunked(xc, step, A.astype(F32).reshape(g, r), Bc, Cc).reshape(b, chunks * chunk_size, h, p)[:, :seq]
+    init = None if initial_states is None else initial_states.astype(F32).reshape(b, g, r, p, n)
+    y, final = _chunked(xc, step, A.astype(F32).reshape(g, r), Bc, Cc, init, bool(return_final_states))
+    y = y.reshape(b, chunks * chunk_size, h, p)[:, :seq]
     x = x[:, :seq]
     if D is not None:
         D = D.astype(F32)
         y = y + x.astype(F32) * (D[:, None] if D.ndim == 1 else D)
     if z is not None:
         y = y * jax.nn.silu(z.astype(F32))
-    return y.astype(x.dtype)
+    return (y.astype(x.dtype), final.reshape(b, h, p, n)) if return_final_states else y.astype(x.dtype)
 
 
 def _dt(dt, dt_bias, softplus: bool, lo: float, hi: float) -> jax.Array:
@@ -75,9 +82,11 @@ def _dt(dt, dt_bias, softplus: bool, lo: float, hi: float) -> jax.Array:
     return step
 
 
-def _chunked_core(xc, step, A, Bc, Cc):
+def _chunked_core(xc, step, A, Bc, Cc, init, final: bool):
     """The SSD of chunked inputs: ``xc`` ``(b, c, L, g, r, p)``, ``step`` ``(b, c, g, r, L)`` fp32, ``A`` ``(g, r)``
-    fp32, ``Bc``/``Cc`` ``(b, c, L, g, n)``; ``y`` ``(b, c, L, g, r, p)`` fp32, without ``D`` and ``z``."""
+    fp32, ``Bc``/``Cc`` ``(b, c, L, g, n)``, ``init`` ``(b, g, r, p, n)`` fp32 or None; ``(y, last)``: ``y``
+    ``(b, c, L, g, r, p)`` fp32 without ``D`` and ``z``, and with ``final`` the state after the last chunk
+    ``(b, g, r, p, n)`` fp32 (else None)."""
     dtype = xc.dtype
     cum = jnp.cumsum(step * A[..., None], axis=-1)  # (b, c, g, r, L): within-chunk cumulative log-decay
     y = _within_chunks(xc, step, cum, Bc, Cc)
@@ -86,13 +95,27 @@ def _chunked_core(xc, step, A, Bc, Cc):
     decayed = (xc * to_end[..., None]).astype(dtype)
     states = jnp.einsum("bclgn,bclgrp->bcgrpn", Bc, decayed, preferred_element_type=F32)
     # the state entering chunk k: sum_{j < k} exp(total_{j+1} + ... + total_{k-1}) states_j, as one matmul
-    entering = jnp.einsum("bgrkj,bjgrpn->bkgrpn", _chunk_decays(jnp.moveaxis(cum[..., -1], 1, -1)), states,
-                          preferred_element_type=F32).astype(Cc.dtype)
-    y_in = jnp.einsum("bclgn,bcgrpn->bclgrp", Cc, entering, preferred_element_type=F32)
-    return y + y_in * jnp.moveaxis(jnp.exp(cum), -1, 2)[..., None]
+    totals = jnp.moveaxis(cum[..., -1], 1, -1)  # (b, g, r, c): each chunk's log-decay
+    entering = jnp.einsum("bgrkj,bjgrpn->bkgrpn", _chunk_decays(totals), states, preferred_element_type=F32)
+    last = None
+    if final:  # the state after chunk c-1: sum_j exp(totals[j+1] + ... + totals[c-1]) states_j
+        after = jnp.concatenate([jnp.flip(jnp.cumsum(jnp.flip(totals[..., 1:], -1), -1), -1),
+                                 jnp.zeros_like(totals[..., :1])], axis=-1)
+        last = jnp.einsum("bgrj,bjgrpn->bgrpn", jnp.exp(after), states, preferred_element_type=F32)
+    if init is not None:  # the initial state, decayed by every chunk before
+        before = _exclusive_cumsum(totals)
+        entering = entering + jnp.moveaxis(jnp.exp(before), -1, 1)[..., None, None] * init[:, None]
+        last = None if last is None else last + jnp.exp(jnp.sum(totals, -1))[..., None, None] * init
+    y_in = jnp.einsum("bclgn,bcgrpn->bclgrp", Cc, entering.astype(Cc.dtype), preferred_element_type=F32)
+    return y + y_in * jnp.moveaxis(jnp.exp(cum), -1, 2)[..., None], last
 
 
-_chunked = jax.checkpoint(_chunked_core, policy=jax.checkpoint_policies.dots_saveable)
+def _exclusive_cumsum(totals: jax.Array) -> jax.Array:
+    """``[..., k] = totals[..., 0] + ... + totals[..., k-1]`` (0 at ``k = 0``), each a sum of its own terms."""
+    return jnp.concatenate([jnp.zeros_like(totals[..., :1]), jnp.cumsum(totals[..., :-1], axis=-1)], axis=-1)
+
+
+_chunked = jax.checkpoint(_chunked_core, policy=jax.checkpoint_policies.dots_saveable, static_argnums=(6,))
 
 #: The ``(chunk, chunk)`` tensors of the quadratic part hold at most this many elements at a time (over the batch,
 #: the heads and the chunks done together): beyond it the chunks are done in that many steps (``lax.map``), each
@@ -142,6 +165,24 @@ def _chunk_decays(totals: jax.Array) -> jax.Array:
     sums = jnp.cumsum(terms, axis=-2)  # [..., i, j] = sum of totals[j+1..i]
     before = jnp.concatenate([jnp.zeros_like(sums[..., :1, :]), sums[..., :-1, :]], axis=-2)  # sum to k - 1
     return jnp.where(j < k, jnp.exp(before), 0.0)  # before is 0 where masked: no overflow to hide
+
+
+def _check_states(x, B, initial_states, seq_idx, cu_seqlens, return_final_states, return_varlen_states) -> None:
+    """``initial_states``' shape and dtype; the options this SSD does not have refused, each by its name."""
+    for name, value in (("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens),
+                        ("return_varlen_states", return_varlen_states or None)):
+        if value is not None:
+            raise NotImplementedError(f"ssd: `{name}` is not supported (one sequence per batch row), got {value!r}")
+    if not isinstance(return_final_states, bool):
+        raise ValueError(f"ssd: `return_final_states` must be a bool, got {return_final_states!r}")
+    if initial_states is None:
+        return
+    want = (x.shape[0], x.shape[2], x.shape[3], B.shape[3])
+    if getattr(initial_states, "shape", None) != want:
+        raise ValueError(f"ssd: `initial_states` must be shape {want} (batch, heads, head_dim, state), got "
+                         f"{getattr(initial_states, 'shape', type(initial_states).__name__)}")
+    if not jnp.issubdtype(initial_states.dtype, jnp.floating):
+        raise ValueError(f"ssd: `initial_states` must be a floating-point array, got dtype {initial_states.dtype}")
 
 
 def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_limit) -> tuple[float, float]:
