@@ -181,6 +181,22 @@ def test_a_kernel_with_no_input_array_repeats():
     assert id(grid3_kernel) in state.memo.recent
 
 
+@triton.jit
+def mode_kernel(x_ptr, MODE: tl.constexpr, out_ptr):
+    offs = tl.arange(0, 64)
+    x = tl.load(x_ptr + offs)
+    if MODE == "neg":
+        x = -x
+    tl.store(out_ptr + offs, x)
+
+
+def test_one_array_followed_by_a_string_constexpr_repeats():
+    """One array by position, then a positional ``str`` constexpr: the quick path gathers the array alone."""
+    for scale in (1, 2, 3):
+        got = tritonplug.triton_call(X * scale, "neg", kernel=mode_kernel, out_type=SPEC, grid=(1,))
+        np.testing.assert_array_equal(got, -X * scale)
+
+
 # ------------------------------------------------------------------ how many records (runners.remember)
 
 def _forms(count):
