@@ -39,7 +39,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "eager": (["tritonplug/eager/guards.py", "tritonplug/eager/keys.py", "tritonplug/eager/memo.py",
                "tritonplug/eager/runners.py"],
               ["tests/test_eager_guards.py", "tests/test_eager_keys.py", "tests/test_eager_quick_path.py",
-               "tests/test_call_repeats.py", "tests/test_call_memo.py"]),
+               "tests/test_call_repeats.py", "tests/test_call_memo.py", "tests/test_eager_survivors.py"]),
     "sharding_rules": (["tritonplug/calls/sharding_rules.py"], ["tests/test_sharding_rules.py"]),
     "xla_memory": ([f"{XLA}/memory.py"], [f"{XLA_TESTS}/test_xla_masked_stores.py", f"{XLA_TESTS}/test_xla_path.py",
                                          f"{XLA_TESTS}/test_xla_windows.py",
