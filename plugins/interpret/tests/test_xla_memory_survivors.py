@@ -6,9 +6,11 @@ fails falls back to the interpreter, which would hide the failure) and compares 
 
 * a masked load's ``other`` fills its masked-off lanes (not zeros);
 * a masked store in a branch that only some programs take: in the parallel schedule both sides run, masked by
-  the branch's predicate, so the lanes of the side a program does not take must not write;
+  the branch's predicate, so the lanes of the side a program does not take must not write (nor, in a program
+  that takes it, the lanes its mask leaves off);
 * a load through loaded indices, some of them outside the buffer (the last element's successor, past it,
-  before it), in unchecked mode: those lanes read zero, the others their element;
+  before it), in unchecked mode: those lanes read zero, the others their element; a store through such
+  indices writes only the valid ones, and so does a bitwise atomic (``tl.atomic_or``, run lane by lane);
 * a pointer chosen by ``tl.where`` between two pointers into one buffer;
 * a float buffer read and written through int pointers of its item size (its bits, not its values converted);
 * a pointer whose lanes a loop changes by loaded jumps, carried whole by the loop (a pytree through the loop);
@@ -66,11 +68,13 @@ def _even_programs_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
         tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=mask)
 
 
-def test_a_masked_store_in_a_branch_writes_only_in_the_programs_that_take_it():
+@pytest.mark.parametrize("n", [200, 150])
+def test_a_masked_store_in_a_branch_writes_only_in_the_programs_that_take_it(n):
+    """``n`` 150 cuts program 2's block, which takes the branch: the mask and the branch's predicate both hold."""
     x = np.random.default_rng(2).standard_normal(256).astype(np.float32)
-    got = _run(_even_programs_kernel, (x,), x.shape, (4,), 200, BLOCK=64)
+    got = _run(_even_programs_kernel, (x,), x.shape, (4,), n, BLOCK=64)
     offs = np.arange(256)
-    np.testing.assert_array_equal(got, np.where((offs < 200) & (offs // 64 % 2 == 0), np.abs(x) * 2 + 1,
+    np.testing.assert_array_equal(got, np.where((offs < n) & (offs // 64 % 2 == 0), np.abs(x) * 2 + 1,
                                                 np.float32(OLD)))
 
 
@@ -91,6 +95,54 @@ def test_lanes_outside_the_buffer_read_zero_in_unchecked_mode(monkeypatch):
     got = _run(_indexed_kernel, (x, index), (64,), (2,), BLOCK=32)
     inside = (index >= 0) & (index < n)
     np.testing.assert_array_equal(got, np.where(inside, x[np.clip(index, 0, n - 1)], np.float32(0)))
+
+
+@triton.jit
+def _scattered_kernel(x_ptr, index_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + tl.load(index_ptr + offs), tl.load(x_ptr + offs))
+
+
+def test_lanes_outside_the_buffer_write_nothing_in_unchecked_mode(monkeypatch):
+    """The store's side: a scatter through loaded indices ``n``, ``n + 3`` and ``-1`` among distinct valid ones
+    writes only the valid ones (a store the plan cannot prove inside keeps its bounds mask)."""
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "0")
+    n = 100
+    x = np.random.default_rng(6).uniform(1, 2, 64).astype(np.float32)
+    index = np.random.default_rng(7).permutation(n)[:64].astype(np.int32)
+    index[[3, 17, 40, 41]] = [n, n + 3, -1, n]
+    got = _run(_scattered_kernel, (x, index), (n,), (2,), BLOCK=32)
+    want = np.full(n, OLD, np.float32)
+    inside = (index >= 0) & (index < n)
+    want[index[inside]] = x[inside]
+    np.testing.assert_array_equal(got, want)
+
+
+@triton.jit
+def _or_through_index_kernel(index_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.atomic_or(out_ptr + tl.load(index_ptr + offs), 1 << offs)
+
+
+def test_a_bitwise_atomic_outside_the_buffer_changes_nothing_in_unchecked_mode(monkeypatch):
+    """``tl.atomic_or`` (run lane by lane) through indices of which one is ``-1``: that lane is off, not the last
+    element (the bounds mask of an atomic is never dropped)."""
+    monkeypatch.setenv("TRITONPLUG_INTERPRET_CHECK", "0")
+    index = np.array([0, 2, -1, 2, 1, 8, 3, 0], np.int32)
+    old = np.array([0, 0, 0, 256], np.int32)
+
+    def fn(i, o):
+        out = jax.new_ref(o)
+        tritonplug.triton_call(i, out, kernel=_or_through_index_kernel, out_type=(), grid=(1,), BLOCK=8)
+        return out[...]
+
+    assert "tritonplug_host_kernel" not in jax.jit(fn).lower(index, old).as_text(), "not translated to XLA"
+    got = np.asarray(jax.jit(fn)(index, old))
+    want = old.copy()
+    for lane, i in enumerate(index):
+        if 0 <= i < old.size:
+            want[i] |= 1 << lane
+    np.testing.assert_array_equal(got, want)
 
 
 @triton.jit

@@ -15,7 +15,10 @@ hide the failure) and, where a window is what it checks, that the access was pla
   (three program axes);
 * loops run vectorised whose chunks are the same in every program (a program axis of stride 0 over the
   trips) or start where the plan cannot know (an op the lane evaluator has no rule for: no window);
-* a gather and a scatter through loaded indices, whose lanes are unknown.
+* a gather and a scatter through loaded indices, whose lanes are unknown;
+* (the third run, after ``_aligned``) boxes that must take the padded region, not a slice of the buffer reshaped:
+  a buffer that is not whole rows (many programs of small blocks; rows whose live columns are fewer than the
+  row's stride, merged back into the region), a window from one lane before the buffer.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import triton
 import triton.language as tl
 from helpers import requires_backend
 from test_xla_masked_stores import OLD, plans  # noqa: F401 (plans: a fixture)
-from test_xla_tile_window_edges import _call, _windowed
+from test_xla_tile_window_edges import _call, _shifted_block_kernel, _windowed
 from xla_hlo_support import run_translated
 
 pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
@@ -118,12 +121,43 @@ def _block_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=offs < n)
 
 
-def test_more_programs_than_lanes_in_a_block(plans):  # noqa: F811
-    """32 programs of 8 lanes: the region's outermost axis (the programs') is longer than the block."""
-    size, n = 256, 250
+@pytest.mark.parametrize("size", [256, 250], ids=["whole-rows", "padded"])
+def test_more_programs_than_lanes_in_a_block(plans, size):  # noqa: F811
+    """32 programs of 8 lanes: the region's outermost axis (the programs') is longer than the block. A buffer of
+    250 is not whole rows of 8, so the box is not a slice of it reshaped (``_aligned``) but of a padded region,
+    which is 32 rows long."""
+    n = 250
     x, got = _call(_block_kernel, (size,), (32,), n, BLOCK=8)
     assert _windowed(plans, "tt.load") and _windowed(plans, "tt.store")
     np.testing.assert_array_equal(got, np.where(np.arange(size) < n, _f(x), np.float32(OLD)))
+
+
+def test_a_window_from_one_lane_before_the_buffer(plans):  # noqa: F811
+    """One program's 256 lanes from element -1, lane 0 masked off: the window starts before the buffer, so it is a
+    slice of the region padded in front (``_segment``), not a slice of the buffer itself (``_aligned``: a slice
+    from -1 fails to trace, and the kernel would fall back to the interpreter)."""
+    size, n = 256, 200
+    x, got = _call(_shifted_block_kernel, (size,), (1,), n, SHIFT=1, BLOCK=256)
+    assert _windowed(plans, "tt.load") and _windowed(plans, "tt.store")
+    np.testing.assert_array_equal(got, np.where(np.arange(size) < n, _f(x), np.float32(OLD)))
+
+
+@triton.jit
+def _row_prefix_kernel(x_ptr, out_ptr, n_cols, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    offs = tl.program_id(0) * STRIDE + cols
+    x = tl.load(x_ptr + offs, mask=cols < n_cols, other=0.0)
+    tl.store(out_ptr + offs, tl.abs(x) * 2 + 1, mask=cols < n_cols)
+
+
+def test_a_box_narrower_than_its_region_in_a_buffer_not_whole_rows(plans):  # noqa: F811
+    """8 rows of 16, the first 10 columns of each live, in a buffer of 122 (the last row's live part ends at its
+    end): not whole rows, so the store merges its (8, 10) box into the region padded to (8, 16) and writes that
+    region back whole, the 6 columns past each box as they were."""
+    size, n_cols = 122, 10
+    x, got = _call(_row_prefix_kernel, (size,), (8,), n_cols, STRIDE=16, BLOCK=16)
+    assert _windowed(plans, "tt.load") and _windowed(plans, "tt.store")
+    np.testing.assert_array_equal(got, np.where(np.arange(size) % 16 < n_cols, _f(x), np.float32(OLD)))
 
 
 @triton.jit
