@@ -199,32 +199,28 @@ def test_one_array_followed_by_a_string_constexpr_repeats():
 
 # ------------------------------------------------------------------ how many records (runners.remember)
 
-def _forms(count):
-    return [(jnp.arange(n, dtype=jnp.float32), jax.ShapeDtypeStruct((n,), jnp.float32), n)
-            for n in range(8, 8 * count + 1, 8)]
+def _quick_keys_of_repeats(monkeypatch, count: int, rounds: int) -> int:
+    """``count`` forms of one call (sizes 8, 16, …), each made twice, then repeated ``rounds`` times, each repeat
+    checked against NumPy: how many quick keys the repeats built (the kernel's runner holds
+    ``runners.RECENT_PER_KERNEL`` forms; a form past them takes the quick key)."""
+    forms = [(jnp.arange(n, dtype=jnp.float32), jax.ShapeDtypeStruct((n,), jnp.float32), n)
+             for n in range(8, 8 * count + 1, 8)]
+    for _ in range(2):
+        for x, spec, n in forms:
+            add(x, x, n, out_type=spec)
+    quick = _counting(monkeypatch, keys, "quick_key")
+    for _ in range(rounds):
+        for x, spec, n in forms:
+            np.testing.assert_array_equal(add(x, x, n, out_type=spec), x + x)
+    return quick[0]
 
 
 def test_four_forms_of_a_call_each_repeat_without_a_key(monkeypatch):
-    forms = _forms(4)
-    for _ in range(2):
-        for x, spec, n in forms:
-            add(x, x, n, out_type=spec)
-    quick = _counting(monkeypatch, keys, "quick_key")
-    for x, spec, n in forms:
-        np.testing.assert_array_equal(add(x, x, n, out_type=spec), x + x)
-    assert quick[0] == 0
+    assert _quick_keys_of_repeats(monkeypatch, 4, 1) == 0
 
 
 def test_a_fifth_form_takes_the_quick_key_on_every_call(monkeypatch):
-    forms = _forms(5)
-    for _ in range(2):
-        for x, spec, n in forms:
-            add(x, x, n, out_type=spec)
-    quick = _counting(monkeypatch, keys, "quick_key")
-    for _ in range(3):
-        for x, spec, n in forms:
-            np.testing.assert_array_equal(add(x, x, n, out_type=spec), x + x)
-    assert quick[0] == 3  # the fifth form's, once a round: the first four are the runner's
+    assert _quick_keys_of_repeats(monkeypatch, 5, 3) == 3  # the fifth form's, once a round
 
 
 @triton.jit
