@@ -236,5 +236,6 @@ def test_lowers_for_sm90_without_a_gpu(monkeypatch):
         return jnp.sum(out.astype(jnp.float32)) + aux
 
     text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    # dW reads the rows copied into group order (kernels.GATHER_DW_ROWS), not through the plan's row ids
     assert sorted(call["name"] for call in kernel_calls(text)) == ["fused_moe_kernel"] * 4 + [
-        "grouped_matmul_dw_kernel"] * 2
+        "grouped_matmul_dw_rows_kernel"] * 2
