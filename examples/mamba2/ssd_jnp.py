@@ -99,8 +99,7 @@ def _chunked_core(xc, step, A, Bc, Cc, init, final: bool):
     entering = jnp.einsum("bgrkj,bjgrpn->bkgrpn", _chunk_decays(totals), states, preferred_element_type=F32)
     last = None
     if final:  # the state after chunk c-1: sum_j exp(totals[j+1] + ... + totals[c-1]) states_j
-        after = jnp.concatenate([jnp.flip(jnp.cumsum(jnp.flip(totals[..., 1:], -1), -1), -1),
-                                 jnp.zeros_like(totals[..., :1])], axis=-1)
+        after = jnp.flip(_exclusive_cumsum(jnp.flip(totals, -1)), -1)  # the chunks after j, summed
         last = jnp.einsum("bgrj,bjgrpn->bgrpn", jnp.exp(after), states, preferred_element_type=F32)
     if init is not None:  # the initial state, decayed by every chunk before
         before = _exclusive_cumsum(totals)
