@@ -33,7 +33,7 @@ from tritonplug.hookspecs import hookimpl
 from tritonplug.inspection import paths
 from tritonplug.process.state import state
 from tritonplug.records import BackendInfo, Binary, HostKernel, Options, Target
-from tritonplug.tuner import Tuner
+from tritonplug.tuner import Tuner, _path_reason
 from tritonplug.tuning import program_paths
 from tritonplug.tuning.path_records import trying
 from tritonplug.tuning.records import decode_file, encode_file
@@ -247,31 +247,71 @@ def test_the_tuner_refuses_a_bad_trial_bound():
 
 
 @given(costs=st.lists(st.floats(-50.0, 50.0), min_size=0, max_size=8), noise=st.floats(0.0, 5.0),
-       cap=st.integers(0, 8))
-def test_greedy_over_a_cost_function_keeps_only_inlinings_beyond_noise(costs, noise, cap):
-    """The search alone, over an additive cost model (each inlined candidate adds its cost to 100 units) timed with
-    ``noise`` either side of the cost: the assignment is never slower than all launched, an inlining is kept
-    exactly when its samples all beat the program before it and its median by more than the least gain, at most
-    ``cap`` candidates are tried, in order, and those beyond stay launched."""
+       cap=st.integers(0, 8), together=st.floats(-60.0, 20.0))
+def test_greedy_over_a_cost_function_keeps_only_inlinings_beyond_noise(costs, noise, cap, together):
+    """The search alone, over a cost model (each inlined candidate adds its cost to 100 units, and ``together``
+    more once the last two are both inlined: neighbours that pay only jointly) timed with ``noise`` either side of
+    the cost: the assignment is never slower than all launched, an inlining is kept exactly when its samples all
+    beat the program before it and its median by more than the least gain, at most ``cap`` candidates are tried,
+    in order, those beyond stay launched, and the candidates not kept (two or more) get one joint trial, kept by
+    the same rule."""
     names = [f"c{i}" for i in range(len(costs))]
     calls = []
 
     def cost(assignment):
-        return 100.0 + sum(c for n, c in zip(names, costs, strict=True) if assignment[n] == "inline")
+        pair = len(names) >= 2 and all(assignment[n] == "inline" for n in names[-2:])
+        return 100.0 + sum(c for n, c in zip(names, costs, strict=True) if assignment[n] == "inline") + (
+            together if pair else 0.0)
 
     def time_us(assignment):
         calls.append(dict(assignment))
         return [cost(assignment) - noise, cost(assignment), cost(assignment) + noise]
 
-    chosen, trials = program_paths.greedy(names, time_us, max_trials=cap)
-    assert len(calls) == 1 + min(cap, len(names)) and [t.identity for t in trials] == names[:cap]
-    assert cost(chosen) <= 100.0
-    for trial in trials:
-        beyond = (trial.inline_us + noise < trial.launch_us - noise
-                  and trial.inline_us < trial.launch_us * (1 - program_paths.MIN_GAIN))
-        assert trial.kept == beyond, trial
-        assert chosen[trial.identity] == ("inline" if trial.kept else "launch")
-    assert all(chosen[n] == "launch" for n in names[cap:])
+    def beyond(trial):
+        return (trial.inline_us + noise < trial.launch_us - noise
+                and trial.inline_us < trial.launch_us * (1 - program_paths.MIN_GAIN))
+
+    search = program_paths.greedy(names, time_us, max_trials=cap)
+    assert [t.identity for t in search.trials] == names[:cap]
+    not_kept = tuple(t.identity for t in search.trials if not t.kept)
+    assert search.joined == (not_kept if len(not_kept) >= 2 else ())
+    assert len(calls) == 1 + min(cap, len(names)) + (1 if search.joined else 0)
+    assert cost(search.chosen) <= 100.0
+    for trial in search.trials:
+        assert trial.kept == beyond(trial), trial
+    if search.joint is not None:
+        assert search.joint.identity == program_paths.JOINT and search.joint.kept == beyond(search.joint)
+        greedy_choice = {**calls[-1], **dict.fromkeys(search.joined, "launch")}  # the joint trial ran last
+        assert (search.joint.launch_us, search.joint.inline_us) == (cost(greedy_choice), cost(calls[-1]))
+    joined = set(search.joined) if search.joint is not None and search.joint.kept else set()
+    for trial in search.trials:
+        assert search.chosen[trial.identity] == ("inline" if trial.kept or trial.identity in joined else "launch")
+    assert all(search.chosen[n] == "launch" for n in names[cap:])
+
+
+def test_two_inlinings_that_pay_only_together_are_kept_together():
+    """Each of two neighbours slows the program inlined alone (+5) but together they speed it (-20, one fusion
+    where two custom calls stood): the greedy trials keep neither, the joint trial both."""
+    def time_us(assignment):
+        inline = {n for n, p in assignment.items() if p == "inline"}
+        cost = 100.0 + (-20.0 if inline == {"a", "b"} else 5.0 * len(inline))
+        return [cost - 0.5, cost, cost + 0.5]
+
+    search = program_paths.greedy(["a", "b"], time_us)
+    assert [t.kept for t in search.trials] == [False, False] and search.joined == ("a", "b")
+    assert search.joint == program_paths.Trial(program_paths.JOINT, 100.0, 80.0, True)
+    assert search.chosen == {"a": "inline", "b": "inline"}
+    alone = search.trials[0]
+    assert _path_reason(alone, search.joint, 2, "step") == (
+        "inlining it made step slower alone, but inlined with the 1 other calls not kept, step ran faster "
+        "(100.0 -> 80.0 us): inlined together")
+    slower = program_paths.Trial(program_paths.JOINT, 100.0, 130.0, False)
+    assert _path_reason(alone, slower, 3, "step") == (
+        "inlining it made step slower; inlined with the 2 other calls not kept, no faster either "
+        "(100.0 -> 130.0 us)")
+    assert _path_reason(alone, None, 1, "step") == "inlining it made step slower"
+    kept = program_paths.Trial("a", 100.0, 80.0, True)
+    assert _path_reason(kept, None, 0, "step") == ""
 
 
 def test_an_inlining_within_the_noise_is_not_kept():

@@ -229,12 +229,12 @@ class Tuner:
             return self._samples_us(lambda: compiled(*arrays))
 
         try:
-            _, trials = program_paths.greedy(list(self._candidates), time_us, max_trials=self.path_trials)
+            search = program_paths.greedy(list(self._candidates), time_us, max_trials=self.path_trials)
         except Exception as exc:
             raise RuntimeError(f"tritonplug.tune: deciding the inline='auto' paths times {name} as one jitted "
                                f"program (jax.jit of it, every array argument traced), which failed with all "
                                f"calls launched: {type(exc).__name__}: {exc}") from exc
-        tried = {t.identity: t for t in trials}
+        tried = {t.identity: t for t in search.trials}
         for identity, (call, operands, backend, target, device) in self._candidates.items():
             trial = tried.get(identity)
             if trial is None:
@@ -244,14 +244,11 @@ class Tuner:
                     f"{NOT_TRIED}: {name} has more than {self.path_trials} inline='auto' calls to try (no record "
                     f"made; it keeps any it had)")
                 continue
+            joint = search.joint if identity in search.joined else None
             timings = (ConfigTiming("launch", {"path": "launch"}, trial.launch_us),
                        ConfigTiming("inline", {"path": "inline"}, trial.inline_us, trial.error))
-            reason = "" if trial.kept else (
-                f"inlining it failed: {trial.error}" if trial.error else
-                f"inlining it made {name} slower" if (trial.inline_us or 0.0) >= trial.launch_us else
-                f"inlining it made {name} faster by no more than its noise (program_paths.beats)")
-            self._record_path(identity, call, operands, backend, target, device,
-                              "inline" if trial.kept else "launch", timings, reason, name)
+            self._record_path(identity, call, operands, backend, target, device, search.chosen[identity],
+                              timings, _path_reason(trial, joint, len(search.joined), name), name)
         jax.clear_caches()  # the trials' programs are not what later lowerings (which follow the records) make
 
     def _record_path(self, identity: str, call: CallSpec, operands: tuple[BufferSpec, ...], backend: str,
@@ -317,3 +314,21 @@ def _device_of(args: Sequence[Any]) -> Any:
             if found:
                 return found[0]
     return jax.devices()[0]
+
+
+def _path_reason(trial: program_paths.Trial, joint: program_paths.Trial | None, joined: int, name: str) -> str:
+    """Why a tried candidate takes its path: nothing for an inlining kept on its own; for one not kept, why not,
+    and what the joint trial of the ``joined`` candidates not kept (``joint``, where one ran) found."""
+    if trial.kept:
+        return ""
+    alone = (f"inlining it failed: {trial.error}" if trial.error else
+             f"inlining it made {name} slower" if (trial.inline_us or 0.0) >= trial.launch_us else
+             f"inlining it made {name} faster by no more than its noise (program_paths.beats)")
+    if joint is None:
+        return alone
+    together = (f"{joint.launch_us:.1f} -> {joint.inline_us:.1f} us" if joint.inline_us is not None
+                else f"failed: {joint.error}")
+    return (f"{alone} alone, but inlined with the {joined - 1} other calls not kept, {name} ran faster "
+            f"({together}): inlined together" if joint.kept else
+            f"{alone}; inlined with the {joined - 1} other calls not kept, no faster either ({together})")
+

@@ -107,8 +107,9 @@ def decide(call: CallSpec, platform: str, device: Any | None, operands: Sequence
         why = (record.info.get("reason") or "measured faster launched") + (f" ({measured})" if measured else "")
         return Decision(own, target, dataclasses.replace(
             choice, reason=f"inline='auto' by {by}: the path record says launch: {why}"))
-    why = record.info.get("reason") if record.info.get("reason") == TRIAL else "the path record measured inlined " \
-        "faster" + (f" ({measured})" if measured else "")
+    reason = record.info.get("reason")  # an inlining kept only jointly with others says so
+    why = reason if reason == TRIAL else (reason or "the path record measured inlined faster") + (
+        f" ({measured})" if measured else "")
     return dataclasses.replace(
         _decision(call, platform, device, True, dataclasses.replace(
             choice, path=INLINED, reason=f"inline='auto' by {by}: {why}")), check=True)

@@ -12,7 +12,10 @@ the function it is given, jitted as one program (:func:`program_of`), with assig
   program (in the Llama example about 2 % of a two-layer step, the whole call's cost), so a 2 % threshold
   could never keep one;
 * at most :data:`MAX_TRIALS` candidates are tried (each trial compiles the whole program); later ones are not
-  tried and stay launched in those trials (``tune`` records nothing for them: they keep any record they had).
+  tried and stay launched in those trials (``tune`` records nothing for them: they keep any record they had);
+* last, when two or more of the tried candidates were not kept, one joint trial inlines them all on top of the
+  kept ones, and keeps that if it beats the greedy choice beyond noise: inlinings that pay only together (two
+  neighbours XLA fuses into one loop only when neither is a custom call between them) each lose alone.
 
 A candidate is a distinct call (kernel source, every argument, target: its path record's identity) whose
 translation holds no gather, scatter or while loop; a call the program makes twice is one candidate, both
@@ -50,6 +53,22 @@ class Trial:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class Search:
+    """What :func:`greedy` found: the assignment (``"inline"``/``"launch"`` by candidate), one trial per tried
+    candidate, and the joint trial (``identity`` :data:`JOINT`, its program with ``joined`` inlined as well) when
+    one ran. The times of a candidate's own trial are against the program as it stood then."""
+
+    chosen: dict[str, str]
+    trials: list[Trial]
+    joint: Trial | None = None
+    joined: tuple[str, ...] = ()
+
+
+#: The joint trial's identity (no candidate's: those are call identities)
+JOINT = "(the candidates not kept, inlined together)"
+
+
 def beats(samples: Sequence[float], current: Sequence[float], min_gain: float = MIN_GAIN) -> bool:
     """Whether a program timed ``samples`` (µs) is faster than one timed ``current`` beyond noise: all of its
     samples below all of ``current``'s (two programs equally fast give that by chance with probability
@@ -58,27 +77,40 @@ def beats(samples: Sequence[float], current: Sequence[float], min_gain: float = 
             and statistics.median(samples) < statistics.median(current) * (1.0 - min_gain))
 
 
+def _trial(identity: str, best: Sequence[float], assignment: Mapping[str, str],
+           time_us: Callable[[Mapping[str, str]], Sequence[float]], min_gain: float
+           ) -> tuple[Trial, Sequence[float] | None]:
+    """``assignment`` timed against the current program (timed ``best``), and its samples (``None``
+    where its program failed to compile or run: that trial is not kept)."""
+    try:
+        samples = time_us(assignment)
+    except Exception as exc:  # an inlining that cannot compile or run is not kept; the others are still tried
+        return Trial(identity, statistics.median(best), None, False,
+                     f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}"), None
+    kept = beats(samples, best, min_gain)
+    return Trial(identity, statistics.median(best), statistics.median(samples), kept), samples
+
+
 def greedy(candidates: Sequence[str], time_us: Callable[[Mapping[str, str]], Sequence[float]],
-           min_gain: float = MIN_GAIN, max_trials: int = MAX_TRIALS) -> tuple[dict[str, str], list[Trial]]:
-    """The assignment (``"inline"``/``"launch"`` by candidate) the greedy search keeps, and its trials (the first
-    ``max_trials`` candidates'). ``time_us(assignment)`` is the program's time samples under ``assignment``; an
-    exception from the baseline (all launched) propagates, one from a trial drops that inlining."""
+           min_gain: float = MIN_GAIN, max_trials: int = MAX_TRIALS) -> Search:
+    """The greedy search over the first ``max_trials`` candidates, then the joint trial of those it did not keep
+    (two or more, none of whose own trials failed). ``time_us(assignment)`` is the program's time samples under
+    ``assignment``; an exception from the baseline (all launched) propagates, one from a trial drops it."""
     chosen = {identity: "launch" for identity in candidates}
     best = time_us(chosen)
     trials = []
     for identity in candidates[:max_trials]:
-        assignment = {**chosen, identity: "inline"}
-        try:
-            inline = time_us(assignment)
-        except Exception as exc:  # an inlining that cannot compile or run is not kept; the others are still tried
-            trials.append(Trial(identity, statistics.median(best), None, False,
-                                f"{type(exc).__name__}: {str(exc).splitlines()[0]:.300}"))
-            continue
-        kept = beats(inline, best, min_gain)
-        trials.append(Trial(identity, statistics.median(best), statistics.median(inline), kept))
-        if kept:
-            chosen, best = assignment, inline
-    return chosen, trials
+        trial, samples = _trial(identity, best, {**chosen, identity: "inline"}, time_us, min_gain)
+        trials.append(trial)
+        if trial.kept and samples is not None:
+            chosen, best = {**chosen, identity: "inline"}, samples
+    joined = tuple(t.identity for t in trials if not t.kept and not t.error)
+    if len(joined) < 2:
+        return Search(chosen, trials)
+    joint, _ = _trial(JOINT, best, {**chosen, **dict.fromkeys(joined, "inline")}, time_us, min_gain)
+    if joint.kept:
+        chosen = {**chosen, **dict.fromkeys(joined, "inline")}
+    return Search(chosen, trials, joint, joined)
 
 
 def program_of(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
