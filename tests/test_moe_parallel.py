@@ -239,3 +239,17 @@ def test_lowers_for_sm90_without_a_gpu(monkeypatch):
     # dW reads the rows copied into group order (kernels.GATHER_DW_ROWS), not through the plan's row ids
     assert sorted(call["name"] for call in kernel_calls(text)) == ["fused_moe_kernel"] * 4 + [
         "grouped_matmul_dw_rows_kernel"] * 2
+
+
+def test_train_compare_on_a_mesh_runs_the_partitioned_choices_and_they_agree(tmp_path):
+    """``train.py --ops compare --mesh model=2`` (2 CPU devices, a child process): ``tritonplug``'s kernels are not
+    partitioned, so compare runs the three choices that work on a mesh, and their curves agree."""
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "moe" / "train.py"), "--config", "tiny", "--ops",
+                           "compare", "--mesh", "model=2", "--steps", "2", "--json", str(out)],
+                          env=cpu_devices_env(2, TRITONPLUG_INTERPRET_CHECK="0"), capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["mesh"] == {"data": 1, "model": 2} and list(report["runs"]) == ["jax", "jax-dense", "tritonplug-ep"]
+    assert report["max_loss_difference"] < 1e-3

@@ -85,10 +85,12 @@ def train_family(args: argparse.Namespace, cfg: Config, family, make_ops, argv=N
     """A model of the Llama family (``examples/moe``, ``examples/mamba2``: a module ``family`` with ``CHOICES``,
     ``init``, ``loss`` and ``PARAM_SPECS``) trained per op choice (``args.ops``, or each of ``CHOICES`` for
     ``compare``) from one init, as :func:`train` trains: ``make_ops(choice, dense, mesh)`` is a choice's ops, the
-    rest of the model on the Llama example's ``--dense-ops``."""
+    rest of the model on the Llama example's ``--dense-ops``. On a mesh ``compare`` runs the family's
+    ``MESH_CHOICES`` where it has them (the choices whose kernels are partitioned)."""
     dense = Ops.parse(args.dense_ops)
     mesh = mesh_of(args.mesh, cfg.batch) if args.mesh else None
-    choices = [make_ops(c, dense, mesh) for c in (family.CHOICES if args.ops == "compare" else (args.ops,))]
+    compared = getattr(family, "MESH_CHOICES", family.CHOICES) if mesh else family.CHOICES
+    choices = [make_ops(c, dense, mesh) for c in (compared if args.ops == "compare" else (args.ops,))]
     params = family.init(cfg, jax.random.key(args.seed))
     trainers = [Trainer(cfg, ops, params, mesh, loss=family.loss, param_specs=family.PARAM_SPECS, donate=args.donate)
                 for ops in choices]

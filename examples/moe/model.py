@@ -21,6 +21,8 @@ from .config import MoEConfig
 #: ``data`` and ``model``, exchanged by all-to-all (``parallel.py``; on one device: ``tritonplug``'s kernels
 #: behind GShard's capacity dispatch)
 CHOICES = (*layer.CHOICES, "tritonplug-ep")
+#: ``compare``'s choices on a mesh: ``tritonplug``'s kernels are not partitioned (``tritonplug-ep`` partitions them)
+MESH_CHOICES = tuple(c for c in CHOICES if c != "tritonplug")
 
 #: On a mesh the experts' weights are split over ``model`` by expert (expert parallelism, ``parallel.py``).
 PARAM_SPECS = {**{k: v for k, v in LLAMA_SPECS.items() if k not in ("w_gate", "w_up", "w_down")},

@@ -13,7 +13,8 @@ experts split over the mesh's ``model`` axis and the tokens exchanged by all-to-
 the Llama example's choice for them). The last line printed is one JSON object, as ``examples/llama/train.py``
 prints: per choice the losses, tokens/s and memory; ``max_loss_difference`` between the first choice and the others.
 (*) with ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` and ``TRITONPLUG_INTERPRET_CHECK=0``. On a mesh
-``tritonplug`` itself is refused (its kernels are not partitioned: the experts' weights are split by expert).
+``tritonplug`` itself is refused (its kernels are not partitioned: the experts' weights are split by expert),
+and ``compare`` runs the other three.
 """
 
 from __future__ import annotations
