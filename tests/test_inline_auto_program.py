@@ -319,3 +319,11 @@ def test_an_inlining_within_the_noise_is_not_kept():
     assert not program_paths.beats([90.0, 95.0, 101.0], [100.0, 102.0, 104.0])  # median 5 % faster, overlapping
     assert program_paths.beats([97.0, 98.0, 99.0], [100.0, 100.5, 101.0])  # 2.5 %, apart: a 2 % margin kept none
     assert not program_paths.beats([99.95], [100.0])  # apart, but below the least gain
+
+
+def test_a_program_is_named_by_its_function_through_wrappers():
+    import functools
+
+    assert program_paths.name_of(program) == "test_inline_auto_program.program"
+    assert program_paths.name_of(functools.partial(program)) == "partial(test_inline_auto_program.program)"
+    assert program_paths.name_of(jax.jit(program)) == "test_inline_auto_program.program"

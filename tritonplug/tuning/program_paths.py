@@ -24,6 +24,7 @@ inlined or both launched. Calls without a fusible translation are never tried.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -140,7 +141,10 @@ def compiled_with(whole: Callable[..., Any], arrays: Sequence[Any], paths: Mappi
 
 
 def name_of(fn: Callable[..., Any]) -> str:
-    """The name a record gives the program: ``module.qualname`` where ``fn`` has them."""
+    """The name a record gives the program: ``module.qualname`` where ``fn`` has them (a ``functools.partial``'s
+    function's, marked ``partial(...)``)."""
+    if isinstance(fn, functools.partial):
+        return f"partial({name_of(fn.func)})"
     inner = getattr(fn, "__wrapped__", fn)
     qualname = getattr(inner, "__qualname__", None) or type(inner).__name__
     module = getattr(inner, "__module__", None)
