@@ -356,3 +356,24 @@ def test_a_library_stand_in_for_triton_is_replaced_by_the_real_module(tmp_path, 
     out = tritonplug.triton_call(kernel=module.k, grid=(1,), out_type=jax.ShapeDtypeStruct((16,), jnp.float32),
                                  BLOCK=16)
     np.testing.assert_array_equal(np.asarray(out), np.ones(16, np.float32))
+
+
+def test_a_module_under_namespace_packages_of_an_unimported_package_loads(tmp_path, monkeypatch):
+    """A regular package (never run) holding directories without ``__init__.py`` (vLLM's sources copied without
+    them): their search paths come from the directories, not from the parent module, which is not imported."""
+    name = f"nslib_{uuid.uuid4().hex[:8]}"
+    write_package(tmp_path, name, {"__init__.py": 'raise RuntimeError("the package __init__ ran")',
+                                   "mid/deeper/kern.py": """
+                                       import triton
+                                       import triton.language as tl
+
+                                       @triton.jit
+                                       def fill_kernel(out_ptr, BLOCK: tl.constexpr):
+                                           tl.store(out_ptr + tl.arange(0, BLOCK), 2.0)
+                                   """})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = kernels_of(f"{name}.mid.deeper.kern", use_import=False)
+    assert module.__file__ == str(tmp_path / name / "mid" / "deeper" / "kern.py") and name not in sys.modules
+    out = tritonplug.triton_call(kernel=module.fill_kernel, grid=(1,),
+                                 out_type=jax.ShapeDtypeStruct((8,), jnp.float32), BLOCK=8)
+    np.testing.assert_array_equal(np.asarray(out), np.full(8, 2.0, np.float32))

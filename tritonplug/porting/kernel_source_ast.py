@@ -11,6 +11,7 @@ import __future__
 import ast
 import importlib.machinery
 import symtable
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +35,11 @@ def find_module_file(name: str) -> ModuleFile:
     """Locate ``name``'s source with the path finder alone: ``importlib.util.find_spec`` would import
     (run) every parent package, and a library's ``__init__.py`` is usually where ``import torch`` is."""
     parts = name.split(".")
-    spec = importlib.machinery.PathFinder.find_spec(parts[0])
+    spec = _find_spec(parts[0], list(sys.path))
     for depth in range(1, len(parts)):
         if spec is None or spec.submodule_search_locations is None:
             break
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]),
-                                                         list(spec.submodule_search_locations))
+        spec = _find_spec(".".join(parts[:depth + 1]), list(spec.submodule_search_locations))
     if spec is None:
         raise ModuleNotFoundError(f"kernels_of: no module named {name!r} on sys.path", name=name)
     locations = tuple(spec.submodule_search_locations or ())
@@ -49,6 +49,21 @@ def find_module_file(name: str) -> ModuleFile:
     if path.suffix != ".py":
         raise ImportError(f"kernels_of: module {name!r} has no Python source to read ({path})", name=name)
     return ModuleFile(name, path, bool(locations), locations)
+
+
+def _find_spec(name: str, where: list[str]) -> importlib.machinery.ModuleSpec | None:
+    """The path finder's spec of ``name`` in the directories ``where``. For a namespace package (a directory
+    without ``__init__.py``: vLLM's sources copied without them) the finder builds a ``_NamespacePath``, which
+    reads the parent module from ``sys.modules`` and so fails (``KeyError``) where the parent was never imported,
+    as here: that spec is made from the directories themselves."""
+    try:
+        return importlib.machinery.PathFinder.find_spec(name, where)
+    except KeyError:
+        last = name.rpartition(".")[2]
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [str(Path(entry) / last) for entry in where
+                                           if (Path(entry) / last).is_dir()]
+        return spec
 
 
 @dataclass
