@@ -100,17 +100,19 @@ SCRIPT = textwrap.dedent('''
         return {jax.tree_util.keystr(path): scaled(g, w) for (path, g), w in
                 zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True)}
 
-    def case(name, cfg, want, token_axes=("model",)):
-        """``parallel.moe_mlp_expert_parallel`` with the tokens split over ``token_axes`` (``None``: no mesh)."""
+    def case(name, cfg, want, token_axes=("model",), axis="model"):
+        """``parallel.moe_mlp_expert_parallel`` with the experts split over ``axis`` and the tokens over
+        ``token_axes`` (``None``: no mesh)."""
         try:
             state.partitions.clear()
             if token_axes:
                 h = jax.device_put(H, NamedSharding(mesh, P(token_axes)))
-                p = {k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in PARAMS.items()}
+                specs = {**SPECS, "w_gate_up": P(axis), "w_down": P(axis)}
+                p = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in PARAMS.items()}
             else:
                 h, p = H, PARAMS
             ep = lambda h, p: parallel.moe_mlp_expert_parallel(  # noqa: E731
-                h, p, cfg, mesh if token_axes else None, token_axes=token_axes)
+                h, p, cfg, mesh if token_axes else None, axis, token_axes=token_axes)
             (out, aux, grads), text = compiled(ep, h, p)
             if want not in WANTED:
                 WANTED[want] = compiled(want, H, PARAMS)[0]
@@ -130,6 +132,7 @@ SCRIPT = textwrap.dedent('''
     one_device = lambda h, p: layer.moe_mlp(h, p, no_drops, "jax")  # noqa: E731
     case("no_drops", no_drops, one_device)
     case("no_drops_2d", no_drops, one_device, token_axes=("data", "model"))
+    case("experts_over_data", no_drops, one_device, token_axes=("data", "model"), axis="data")
     drops = config(1.0)
     mlp, REPORT["dropped"] = reference(drops, 4)
     case("drops", drops, mlp)
@@ -155,8 +158,10 @@ def report(tmp_path_factory):
     return result
 
 
-#: the cases without drops: the tokens split over ``model`` (4 source shards), or over ``data`` and ``model`` (8)
-NO_DROPS = {"no_drops": "P('model',)", "no_drops_2d": "P(('data', 'model'),)"}
+#: the cases without drops: the tokens split over ``model`` (4 source shards), or over ``data`` and ``model`` (8),
+#: the experts over ``model``, or over ``data`` (``examples/moe/model.py: expert_axis`` on a data-parallel mesh)
+NO_DROPS = {"no_drops": "P('model',)", "no_drops_2d": "P(('data', 'model'),)",
+            "experts_over_data": "P(('data', 'model'),)"}
 
 
 @pytest.mark.parametrize("name", list(NO_DROPS))
@@ -172,7 +177,8 @@ def test_gradients_match_one_device(report, name):
     assert set(entry["grads"]) == {"[0]", "[1]['router']", "[1]['w_down']", "[1]['w_gate_up']"}, entry["grads"]
     assert max(entry["grads"].values()) <= 2e-6, entry["grads"]  # relative to the largest (seen: 2e-7)
     # the experts' gradients come back split by expert, as their weights
-    assert entry["grad_specs"][1:] == ["P('model',)"] * 2, entry["grad_specs"]
+    axis = "data" if name == "experts_over_data" else "model"
+    assert entry["grad_specs"][1:] == [f"P('{axis}',)"] * 2, entry["grad_specs"]
 
 
 @pytest.mark.parametrize("name", ["drops", "drops_one_device"])
@@ -191,6 +197,8 @@ SPLITS = {"no_drops": [["_experts_backward", "e", "model", 0], ["_experts_forwar
 SPLITS["drops"] = SPLITS["no_drops"]
 SPLITS["no_drops_2d"] = sorted(SPLITS["no_drops"] + [["_experts_backward", "s", "data", 0],
                                                      ["_experts_forward", "s", "data", 0]])
+SPLITS["experts_over_data"] = sorted([[f, factor, axis, 0] for f in ("_experts_backward", "_experts_forward")
+                                      for factor, axis in (("e", "data"), ("s", "model"))])
 
 
 @pytest.mark.parametrize("name", list(SPLITS))
@@ -241,15 +249,36 @@ def test_lowers_for_sm90_without_a_gpu(monkeypatch):
         "grouped_matmul_dw_rows_kernel"] * 2
 
 
-def test_train_compare_on_a_mesh_runs_the_partitioned_choices_and_they_agree(tmp_path):
-    """``train.py --ops compare --mesh model=2`` (2 CPU devices, a child process): ``tritonplug``'s kernels are not
-    partitioned, so compare runs the three choices that work on a mesh, and their curves agree."""
+@pytest.mark.parametrize("mesh", ["model=2", "data=2"])
+def test_train_compare_on_a_mesh_runs_the_partitioned_choices_and_they_agree(tmp_path, mesh):
+    """``train.py --ops compare --mesh ...`` (2 CPU devices, a child process): ``tritonplug``'s kernels are not
+    partitioned, so compare runs the three choices that work on a mesh, and their curves agree, with the experts
+    split over ``model`` or, on a data-parallel mesh, over ``data``."""
     out = tmp_path / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "moe" / "train.py"), "--config", "tiny", "--ops",
-                           "compare", "--mesh", "model=2", "--steps", "2", "--json", str(out)],
+                           "compare", "--mesh", mesh, "--steps", "2", "--json", str(out)],
                           env=cpu_devices_env(2, TRITONPLUG_INTERPRET_CHECK="0"), capture_output=True, text=True,
                           timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["mesh"] == {"data": 1, "model": 2} and list(report["runs"]) == ["jax", "jax-dense", "tritonplug-ep"]
+    axis, size = mesh.split("=")
+    assert report["mesh"] == {"data": 1, "model": 1, axis: int(size)}
+    assert list(report["runs"]) == ["jax", "jax-dense", "tritonplug-ep"]
     assert report["max_loss_difference"] < 1e-3
+
+
+def test_the_experts_axis_is_model_unless_the_mesh_is_data_parallel():
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from jax.sharding import PartitionSpec as P
+
+    from examples.moe import model
+
+    def Mesh(data, model):  # noqa: N802 (shapes this process has no devices for: an abstract mesh)
+        return jax.sharding.AbstractMesh((data, model), ("data", "model"))
+
+    assert model.expert_axis(None) == "model" and model.expert_axis(Mesh(1, 1)) == "model"
+    assert model.expert_axis(Mesh(2, 2)) == "model" and model.expert_axis(Mesh(1, 4)) == "model"
+    assert model.expert_axis(Mesh(4, 1)) == "data"
+    assert model.param_specs(Mesh(4, 1))["w_down"] == P(None, "data", None, None)
+    assert model.param_specs(Mesh(2, 2))["w_gate_up"] == model.PARAM_SPECS["w_gate_up"]

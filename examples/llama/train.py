@@ -83,16 +83,18 @@ def main(argv=None) -> dict:
 
 def train_family(args: argparse.Namespace, cfg: Config, family, make_ops, argv=None) -> dict:
     """A model of the Llama family (``examples/moe``, ``examples/mamba2``: a module ``family`` with ``CHOICES``,
-    ``init``, ``loss`` and ``PARAM_SPECS``) trained per op choice (``args.ops``, or each of ``CHOICES`` for
-    ``compare``) from one init, as :func:`train` trains: ``make_ops(choice, dense, mesh)`` is a choice's ops, the
-    rest of the model on the Llama example's ``--dense-ops``. On a mesh ``compare`` runs the family's
+    ``init``, ``loss`` and ``PARAM_SPECS``, or ``param_specs(mesh)`` where they depend on the mesh) trained per op
+    choice (``args.ops``, or each of ``CHOICES`` for ``compare``) from one init, as :func:`train` trains:
+    ``make_ops(choice, dense, mesh)`` is a choice's ops, the rest of the model on the Llama example's
+    ``--dense-ops``. On a mesh ``compare`` runs the family's
     ``MESH_CHOICES`` where it has them (the choices whose kernels are partitioned)."""
     dense = Ops.parse(args.dense_ops)
     mesh = mesh_of(args.mesh, cfg.batch) if args.mesh else None
     compared = getattr(family, "MESH_CHOICES", family.CHOICES) if mesh else family.CHOICES
     choices = [make_ops(c, dense, mesh) for c in (compared if args.ops == "compare" else (args.ops,))]
     params = family.init(cfg, jax.random.key(args.seed))
-    trainers = [Trainer(cfg, ops, params, mesh, loss=family.loss, param_specs=family.PARAM_SPECS, donate=args.donate)
+    specs = family.param_specs(mesh) if hasattr(family, "param_specs") else family.PARAM_SPECS
+    trainers = [Trainer(cfg, ops, params, mesh, loss=family.loss, param_specs=specs, donate=args.donate)
                 for ops in choices]
     return train(args, cfg, trainers, mesh, argv)
 

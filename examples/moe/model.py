@@ -30,6 +30,20 @@ PARAM_SPECS = {**{k: v for k, v in LLAMA_SPECS.items() if k not in ("w_gate", "w
                "w_down": P(None, "model", None, None)}
 
 
+def expert_axis(mesh: jax.sharding.Mesh | None) -> str:
+    """The mesh axis the experts are split over: ``model`` where it has several devices, else ``data``: on a
+    data-parallel mesh (``--mesh data=N``) each device holds ``E / N`` experts and the tokens are exchanged within
+    ``data`` (attention stays data-parallel: no tensor-parallel all-reduces), as DeepSpeed-MoE and GShard place
+    them."""
+    return "data" if mesh is not None and mesh.shape["model"] == 1 and mesh.shape["data"] > 1 else "model"
+
+
+def param_specs(mesh: jax.sharding.Mesh | None) -> dict[str, P]:
+    """:data:`PARAM_SPECS` with the experts' weights split over :func:`expert_axis`."""
+    axis = expert_axis(mesh)
+    return {**PARAM_SPECS, "w_gate_up": P(None, axis, None, None), "w_down": P(None, axis, None, None)}
+
+
 @dataclasses.dataclass(frozen=True)
 class MoEOps:
     """One model's op choice: the MoE MLP's (``jax``, ``jax-dense``, ``tritonplug``, ``tritonplug-ep``) and the
@@ -70,7 +84,7 @@ def init(cfg: MoEConfig, key: jax.Array) -> dict:
 
 def _mlp(h, p, cfg: MoEConfig, dense_ops: Ops, choice: str, mesh=None):
     if choice == "tritonplug-ep":
-        return parallel.moe_mlp_expert_parallel(h, p, cfg, mesh, "model", ("data", "model"))
+        return parallel.moe_mlp_expert_parallel(h, p, cfg, mesh, expert_axis(mesh), ("data", "model"))
     return layer.moe_mlp(h, p, cfg, choice)
 
 
