@@ -141,24 +141,30 @@ def meshes() -> str:
                   "the mix's device peak vs `jax`", "run (`bench/results/model-gpu/`, 1 each)"], rows)
 
 
+#: the vocabulary-parallel loss's choices (under ``model=N``), each with its control: the same ops with the loss
+#: keeping the vocabulary whole (Liger's fused loss, the projection replicated)
+VOCAB_PARALLEL = (("tritonplug", "tritonplug,loss=liger"), ("jax,loss=tritonplug", "jax,loss=liger"))
+
+
 def vocab_parallel() -> str:
-    """Issue 39's loss goal: on each mesh run with a ``model`` axis, ``tritonplug`` (the vocabulary-parallel loss)
-    against ``tritonplug,loss=liger`` (the vocabulary whole) and ``jax``, side by side in the run."""
+    """Issue 39's loss goal: on each mesh run with a ``model`` axis, a choice with the vocabulary-parallel loss
+    against its control (:data:`VOCAB_PARALLEL`) and ``jax``, side by side in the run."""
     rows = []
     for name, data in model_runs():
-        for train in (r for r in data["records"] if r["impl"] == "tritonplug" and "model=" in r["bench"]
-                      and r.get("tokens_per_s")):
-            whole = find(data["records"], bench=train["bench"], impl="tritonplug,loss=liger")
-            xla = find(data["records"], bench=train["bench"], impl="jax")
-            if not whole or not whole.get("tokens_per_s"):
-                continue
-            mesh = train["bench"].split("mesh ")[1]
-            rows.append([f"`{mesh}`", f"{train['devices']} × {_gpu(train, data)}",
-                         f"{train['tokens_per_s'] / whole['tokens_per_s']:.3f}×",
-                         f"{train['tokens_per_s'] / xla['tokens_per_s']:.3f}×" if xla else "—",
-                         f"{train['device_peak_gb'] / whole['device_peak_gb']:.2f}×", f"`{name}`"])
-    return table(["mesh", "machine", "tokens/s vs `tritonplug,loss=liger`", "tokens/s vs `jax`",
-                  "device peak vs `tritonplug,loss=liger`", "run (`bench/results/model-gpu/`, 1 each)"], rows)
+        for choice, control in VOCAB_PARALLEL:
+            for train in (r for r in data["records"] if r["impl"] == choice and "model=" in r["bench"]
+                          and r.get("tokens_per_s")):
+                whole = find(data["records"], bench=train["bench"], impl=control)
+                xla = find(data["records"], bench=train["bench"], impl="jax")
+                if not whole or not whole.get("tokens_per_s"):
+                    continue
+                rows.append([f"`{train['bench'].split('mesh ')[1]}`", f"{train['devices']} × {_gpu(train, data)}",
+                             f"`{choice}` vs `{control}`", f"{train['tokens_per_s'] / whole['tokens_per_s']:.3f}×",
+                             f"{train['tokens_per_s'] / xla['tokens_per_s']:.3f}×" if xla else "—",
+                             f"{train['device_peak_gb'] / whole['device_peak_gb']:.2f}×",
+                             f"{train['device_peak_gb'] / xla['device_peak_gb']:.2f}×" if xla else "—", f"`{name}`"])
+    return table(["mesh", "machine", "vocabulary-parallel vs whole", "tokens/s vs whole", "tokens/s vs `jax`",
+                  "device peak vs whole", "device peak vs `jax`", "run (`bench/results/model-gpu/`, 1 each)"], rows)
 
 
 def loss_curves() -> str:
