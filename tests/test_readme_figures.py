@@ -43,11 +43,11 @@ def test_every_document_is_its_rendering():
 
 # A figure of each document, and a false value for it: the check must fail on a copy holding the false one.
 EDITS = [
-    ("README.md", "1.014× as fast as XLA's alone", "1.025× as fast as XLA's alone"),  # the model's median, not its best
+    ("README.md", "1.013× as fast as XLA's alone", "1.025× as fast as XLA's alone"),  # the model's median, not its best
     ("README.md", "1.062–1.120× for add and softmax", "within a few percent for add and softmax"),
     ("docs/benchmarks.md", "0.800 s with 16 warm workers", "0.72 s with 16 warm workers"),
     ("docs/benchmarks.md", "1.158× (1.076–1.240×); ≤ 1.15× in 1 of 2", "1.076×; ≤ 1.15× in 1 of 1"),
-    ("docs/model.md", "| 4 | 1.014× (1.005–1.025×) |", "| 1 | 1.025× |"),
+    ("docs/model.md", "| 5 | 1.013× (1.005–1.025×) |", "| 1 | 1.025× |"),
     ("docs/partitioned.md", "`test_rule_splits_the_row_local_factors_and_gathers_only_what_it_keeps_whole`: 25 of 25",
      "—"),
 ]
@@ -75,7 +75,7 @@ def test_a_lost_marker_fails_instead_of_keeping_old_figures(tmp_path, monkeypatc
 
 
 def test_the_readme_model_figure_is_the_median_of_every_one_gpu_run():
-    """Issue 37: 1.025× was the best of the four runs that trained the mix and `jax` on one GPU."""
+    """Issue 37: 1.025× was the best of the (then four) runs that trained the mix and `jax` on one GPU."""
     ratios = []
     for path in sorted((RESULTS / "model-gpu").glob("model-1b-*.json")):
         if path.name == "model-1b-batch4-first.json":  # other code: the loss's chunks came after it
@@ -83,8 +83,9 @@ def test_the_readme_model_figure_is_the_median_of_every_one_gpu_run():
         for r in json.loads(path.read_text())["records"]:
             if r["impl"] == "jax,loss=tritonplug" and "mesh" not in r["bench"] and r.get("tokens_vs_jax"):
                 ratios.append(r["tokens_vs_jax"])
-    assert len(ratios) == 4
-    quoted = f"{statistics.median(ratios):.3f}× as fast as XLA's alone (4 runs: {min(ratios):.3f}–{max(ratios):.3f}×)"
+    assert len(ratios) >= 5  # four by the nineteenth session, a fifth (model=2's one-GPU runs) in the twentieth
+    quoted = (f"{statistics.median(ratios):.3f}× as fast as XLA's alone ({len(ratios)} runs: "
+              f"{min(ratios):.3f}–{max(ratios):.3f}×)")
     assert quoted in _text("README.md"), quoted
 
 
