@@ -331,4 +331,3 @@ def _path_reason(trial: program_paths.Trial, joint: program_paths.Trial | None, 
     return (f"{alone} alone, but inlined with the {joined - 1} other calls not kept, {name} ran faster "
             f"({together}): inlined together" if joint.kept else
             f"{alone}; inlined with the {joined - 1} other calls not kept, no faster either ({together})")
-
