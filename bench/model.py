@@ -13,8 +13,9 @@ that choice's alone; JAX may use 95% of the device (``XLA_PYTHON_CLIENT_MEM_FRAC
 compiles the step at two batches, fits XLA's memory plan (linear in the batch) to the device's limit, then
 runs steps at the predicted batch, stepping down by about 8% until one runs (four tries). ``--breakdown``
 times each op's forward and backward alone at the model's shapes (jitted ``grad`` of a weighted sum, medians),
-once per op choice. With ``--mesh``, each choice also runs on one GPU at the per-data-shard batch, and the
-scaling efficiency is tokens/s on N GPUs / (N x tokens/s on one). Under ``model=N`` the ``tritonplug`` loss is
+once per op choice. With ``--mesh``, each choice also runs on the mesh at ``--batch`` times its devices (the
+same work per GPU as its one-GPU run at ``--batch``: weak scaling), and the scaling efficiency is tokens/s on N
+GPUs / (N x tokens/s on one). Under ``model=N`` the ``tritonplug`` loss is
 vocabulary-parallel (the output projection split, never gathered); ``loss=liger`` is the fused loss before it (the
 vocabulary whole, the projection replicated), so ``tritonplug,loss=liger`` against ``tritonplug`` measures it.
 """
