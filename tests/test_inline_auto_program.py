@@ -314,6 +314,21 @@ def test_two_inlinings_that_pay_only_together_are_kept_together():
     assert _path_reason(kept, None, 0, "step") == ""
 
 
+def test_a_candidate_whose_inlining_failed_is_left_out_of_the_joint_trial():
+    """The joint trial inlines the candidates not kept whose own trial ran: one that failed to compile would fail
+    the joint program too."""
+    def time_us(assignment):
+        inline = {n for n, p in assignment.items() if p == "inline"}
+        if "broken" in inline:
+            raise RuntimeError("does not compile")
+        return [100.0 + (-20.0 if inline == {"a", "b"} else 5.0 * len(inline))] * 3
+
+    search = program_paths.greedy(["a", "broken", "b"], time_us)
+    assert search.trials[1].error.startswith("RuntimeError: does not compile")
+    assert search.joined == ("a", "b") and search.joint is not None and search.joint.kept
+    assert search.chosen == {"a": "inline", "broken": "launch", "b": "inline"}
+
+
 def test_an_inlining_within_the_noise_is_not_kept():
     """Samples that overlap are noise however the medians fall; separated ones count only past the least gain."""
     assert not program_paths.beats([90.0, 95.0, 101.0], [100.0, 102.0, 104.0])  # median 5 % faster, overlapping

@@ -279,6 +279,6 @@ def test_the_experts_axis_is_model_unless_the_mesh_is_data_parallel():
 
     assert model.expert_axis(None) == "model" and model.expert_axis(Mesh(1, 1)) == "model"
     assert model.expert_axis(Mesh(2, 2)) == "model" and model.expert_axis(Mesh(1, 4)) == "model"
-    assert model.expert_axis(Mesh(4, 1)) == "data"
+    assert model.expert_axis(Mesh(4, 1)) == "data" and model.expert_axis(Mesh(2, 1)) == "data"
     assert model.param_specs(Mesh(4, 1))["w_down"] == P(None, "data", None, None)
     assert model.param_specs(Mesh(2, 2))["w_gate_up"] == model.PARAM_SPECS["w_gate_up"]
