@@ -13,10 +13,9 @@ never pooled either (:data:`CODE_CHANGES`).
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 
-from _report import RESULTS, cell, table
+from _report import RESULTS, cell, run_number, table
 
 FOLDER = "fusion-h200"
 VARIANTS = ("launch", "inline", "auto", "auto, each call timed alone")
@@ -35,8 +34,7 @@ CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bo
 
 def _code(path: str) -> str:
     """The code a run ran (:data:`CODE_CHANGES`)."""
-    found = re.search(r"/run(\d+)", path)
-    run = int(found.group(1)) if found else 0
+    run = run_number(path)
     return ", ".join(label for first, label in CODE_CHANGES if run >= first) or "before run 4"
 
 

@@ -114,6 +114,12 @@ def pytest_failures(rel: str) -> Counter[str]:
 # ------------------------------------------------------------------ figures
 
 
+def run_number(path: str) -> int:
+    """The N of a ``.../runN-...`` results folder in ``path`` (0 where there is none)."""
+    found = re.search(r"/run(\d+)", path)
+    return int(found.group(1)) if found else 0
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 

@@ -51,11 +51,12 @@ def download(requirements: list[str], into: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     wheels, libs = ROOT / ".whl", ROOT / ".moe-libs"
-    vllm = [p for p in pins() if p.startswith("vllm==")]
+    pinned = pins()
+    vllm = [p for p in pinned if p.startswith("vllm==")]
     for folder in (wheels, libs):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
-    download([p for p in pins() if p not in vllm] + list(TOOLS), wheels)
+    download([p for p in pinned if p not in vllm] + list(TOOLS), wheels)
     with tempfile.TemporaryDirectory() as tmp:
         download(vllm, Path(tmp))
         (wheel,) = Path(tmp).glob("vllm-*.whl")

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent))  # for _report, when loaded by path (tests)
-from _report import RESULTS, ROOT, replace_between, rewrite, timed_by_bench  # noqa: E402
+from _report import RESULTS, ROOT, replace_between, rewrite, run_number, timed_by_bench  # noqa: E402
 
 DOC = ROOT / "docs" / "moe.md"
 BEGIN, END = "<!-- moe-report: begin (bench/moe_report.py writes this part) -->", "<!-- moe-report: end -->"
@@ -83,15 +82,10 @@ KERNEL_CHANGES = ((18, "no zero fill", ("gmm", "layer")),
                   (22, "dW on copied rows", ("layer",)))
 
 
-def _run_number(path: str) -> int:
-    found = re.search(r"/run(\d+)", path)
-    return int(found.group(1)) if found else 0
-
-
 def _code(path: str, bench: str) -> str:
     """The kernels a run's benchmark ran, where they changed between runs (``DW_ON_ROWS_FROM_RUN``,
     ``KERNEL_CHANGES``)."""
-    run = _run_number(path)
+    run = run_number(path)
     labels = [("dW on rows" if run >= DW_ON_ROWS_FROM_RUN else "dW via row ids")] if bench.startswith("gmm") else []
     labels += [label for first, label, benches in KERNEL_CHANGES if run >= first and bench.startswith(benches)]
     return ", ".join(labels)
@@ -281,10 +275,9 @@ EXPERTS_OVER_DATA_FROM = 26
 
 def _experts_split(path: str, mesh: dict) -> str:
     """Over which mesh axis a ``tritonplug-ep`` report's experts were split (``whole``: on no axis)."""
-    found = re.search(r"/run(\d+)", path)
     if mesh.get("model", 1) > 1:
         return "model"
-    return "data" if found and int(found.group(1)) >= EXPERTS_OVER_DATA_FROM else "whole"
+    return "data" if run_number(path) >= EXPERTS_OVER_DATA_FROM else "whole"
 
 
 def _scaling_goals(reports) -> list[str]:

@@ -86,8 +86,8 @@ def train_family(args: argparse.Namespace, cfg: Config, family, make_ops, argv=N
     ``init``, ``loss`` and ``PARAM_SPECS``, or ``param_specs(mesh)`` where they depend on the mesh) trained per op
     choice (``args.ops``, or each of ``CHOICES`` for ``compare``) from one init, as :func:`train` trains:
     ``make_ops(choice, dense, mesh)`` is a choice's ops, the rest of the model on the Llama example's
-    ``--dense-ops``. On a mesh ``compare`` runs the family's
-    ``MESH_CHOICES`` where it has them (the choices whose kernels are partitioned)."""
+    ``--dense-ops``. On a mesh ``compare`` runs the family's ``MESH_CHOICES`` where it has them (the choices whose
+    kernels are partitioned)."""
     dense = Ops.parse(args.dense_ops)
     mesh = mesh_of(args.mesh, cfg.batch) if args.mesh else None
     compared = getattr(family, "MESH_CHOICES", family.CHOICES) if mesh else family.CHOICES

@@ -24,10 +24,14 @@ CHOICES = (*layer.CHOICES, "tritonplug-ep")
 #: ``compare``'s choices on a mesh: ``tritonplug``'s kernels are not partitioned (``tritonplug-ep`` partitions them)
 MESH_CHOICES = tuple(c for c in CHOICES if c != "tritonplug")
 
+def _experts_split_over(axis: str) -> dict[str, P]:
+    """The experts' stacked weights ``(layers, experts, ...)`` split over ``axis`` by expert."""
+    return {"w_gate_up": P(None, axis, None, None), "w_down": P(None, axis, None, None)}
+
+
 #: On a mesh the experts' weights are split over ``model`` by expert (expert parallelism, ``parallel.py``).
 PARAM_SPECS = {**{k: v for k, v in LLAMA_SPECS.items() if k not in ("w_gate", "w_up", "w_down")},
-               "router": P(None, None, None), "w_gate_up": P(None, "model", None, None),
-               "w_down": P(None, "model", None, None)}
+               "router": P(None, None, None), **_experts_split_over("model")}
 
 
 def expert_axis(mesh: jax.sharding.Mesh | None) -> str:
@@ -40,8 +44,7 @@ def expert_axis(mesh: jax.sharding.Mesh | None) -> str:
 
 def param_specs(mesh: jax.sharding.Mesh | None) -> dict[str, P]:
     """:data:`PARAM_SPECS` with the experts' weights split over :func:`expert_axis`."""
-    axis = expert_axis(mesh)
-    return {**PARAM_SPECS, "w_gate_up": P(None, axis, None, None), "w_down": P(None, axis, None, None)}
+    return {**PARAM_SPECS, **_experts_split_over(expert_axis(mesh))}
 
 
 @dataclasses.dataclass(frozen=True)

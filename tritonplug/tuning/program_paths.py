@@ -101,17 +101,17 @@ def greedy(candidates: Sequence[str], time_us: Callable[[Mapping[str, str]], Seq
     best = time_us(chosen)
     trials = []
     for identity in candidates[:max_trials]:
-        trial, samples = _trial(identity, best, {**chosen, identity: "inline"}, time_us, min_gain)
+        assignment = {**chosen, identity: "inline"}
+        trial, samples = _trial(identity, best, assignment, time_us, min_gain)
         trials.append(trial)
-        if trial.kept and samples is not None:
-            chosen, best = {**chosen, identity: "inline"}, samples
+        if trial.kept and samples is not None:  # kept: it ran
+            chosen, best = assignment, samples
     joined = tuple(t.identity for t in trials if not t.kept and not t.error)
     if len(joined) < 2:
         return Search(chosen, trials)
-    joint, _ = _trial(JOINT, best, {**chosen, **dict.fromkeys(joined, "inline")}, time_us, min_gain)
-    if joint.kept:
-        chosen = {**chosen, **dict.fromkeys(joined, "inline")}
-    return Search(chosen, trials, joint, joined)
+    assignment = {**chosen, **dict.fromkeys(joined, "inline")}
+    joint, _ = _trial(JOINT, best, assignment, time_us, min_gain)
+    return Search(assignment if joint.kept else chosen, trials, joint, joined)
 
 
 def program_of(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
