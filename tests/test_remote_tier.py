@@ -90,13 +90,16 @@ def test_forged_entries_in_the_coordination_service_are_refused_and_replaced(tmp
     """Rank 0 finds forged entries under both keys (another configuration's payload re-encoded unsigned, and signed
     with a key of the forger's own): it names each once, compiles both and publishes them over the forgeries; rank 1
     then fetches the good ones."""
+    from tritonplug import settings
     from tritonplug.cache.entries import decode_entry, encode_entry
     from tritonplug.cache.remote import namespace
-    from tritonplug.cache.signing import FleetKey, FleetKeys, fingerprint
+    from tritonplug.cache.signing import FleetKey, FleetKeys, fingerprint, fleet_keys
 
     key, warm = warm_disk(tmp_path, 204)
     (k0, good0), (k1, good1) = sorted((p.stem, p.read_bytes()) for p in Path(warm).glob("entries/*/*.bin"))
-    other = decode_entry(k1, good1, FleetKeys(FleetKey(key.read_bytes(), fingerprint(key.read_bytes()), "TEST")))
+    with settings.FLEET_KEY.overridden(str(key)):  # read as the hosts read it (white space around the bytes dropped)
+        ours = fleet_keys()
+    other = decode_entry(k1, good1, ours)
     secret = b"the forger's own key, 32 bytes.."
     theirs = FleetKeys(FleetKey(secret, fingerprint(secret), "X"))
     forged = {k0: encode_entry(k0, other, FleetKeys()), k1: encode_entry(k1, decode_entry(k0, good0), theirs)}
