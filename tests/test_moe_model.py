@@ -32,17 +32,23 @@ def _layer_inputs(dtype, experts=8, top_k=2, tokens=40, hidden=32, ffn=16):
 
 
 @pytest.mark.parametrize("dtype, tol", [("float32", 2e-5), ("bfloat16", 3e-2)])
-@pytest.mark.parametrize("choice", ["jax-dense", "tritonplug"])
+@pytest.mark.parametrize("choice", ["jax-dense", "tritonplug", "tritonplug-ep-ragged"])
 def test_each_moe_choice_matches_ragged_dot_in_value_and_gradient(choice, dtype, tol):
+    """Each layer choice, and the ragged expert-parallel MLP on one device (its exchange and bookkeeping run
+    as on a mesh of one), against ``ragged_dot``'s."""
     import jax
     import jax.numpy as jnp
 
     from examples.moe.layer import moe_mlp
+    from examples.moe.ragged import moe_mlp_ragged
 
     cfg, h, p, cot = _layer_inputs(jnp.dtype(dtype))
 
+    def mlp(h, p, choice):
+        return moe_mlp_ragged(h, p, cfg) if choice == "tritonplug-ep-ragged" else moe_mlp(h, p, cfg, choice)
+
     def run(h, p, choice):
-        (out, aux), vjp = jax.vjp(lambda h, p: moe_mlp(h, p, cfg, choice), h, p)
+        (out, aux), vjp = jax.vjp(lambda h, p: mlp(h, p, choice), h, p)
         return out, aux, vjp((cot, jnp.ones_like(aux)))
 
     got, want = (jax.jit(run, static_argnums=2)(h, p, c) for c in (choice, "jax"))
@@ -68,12 +74,12 @@ def test_the_dense_choice_drops_tokens_past_its_capacity():
     np.testing.assert_array_equal(kept, np.arange(16) < 4)
 
 
-def test_train_compare_four_choices_agree(tmp_path):
+def test_train_compare_five_choices_agree(tmp_path):
     from examples.moe import train
 
     report = train.main(["--config", "tiny", "--ops", "compare", "--steps", "3", "--json", str(tmp_path / "r.json")])
     runs = report["runs"]
-    assert set(runs) == {"jax", "jax-dense", "tritonplug", "tritonplug-ep"}
+    assert set(runs) == {"jax", "jax-dense", "tritonplug", "tritonplug-ep", "tritonplug-ep-ragged"}
     for run in runs.values():
         assert len(run["losses"]) == 3 and all(np.isfinite(run["losses"]))
     assert report["max_loss_difference"] < 1e-3

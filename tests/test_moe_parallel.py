@@ -13,6 +13,7 @@ Needs vLLM 0.33.0 (``tox -e corpus``); skipped where it is not installed.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import json
 import os
@@ -36,7 +37,7 @@ SCRIPT = textwrap.dedent('''
     from jax.sharding import NamedSharding, PartitionSpec as P
     from tritonplug import inspection
     from tritonplug.process.state import state
-    from examples.moe import layer, parallel
+    from examples.moe import layer, parallel, ragged
     from examples.moe.config import MoEConfig
 
     T, D, F, E, K = (int(a) for a in sys.argv[1:6])
@@ -100,23 +101,23 @@ SCRIPT = textwrap.dedent('''
         return {jax.tree_util.keystr(path): scaled(g, w) for (path, g), w in
                 zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True)}
 
-    def case(name, cfg, want, token_axes=("model",), axis="model"):
-        """``parallel.moe_mlp_expert_parallel`` with the experts split over ``axis`` and the tokens over
-        ``token_axes`` (``None``: no mesh)."""
+    def case(name, cfg, want, token_axes=("model",), axis="model", mlp=parallel.moe_mlp_expert_parallel,
+             inputs=(H, PARAMS)):
+        """``mlp`` (``parallel.moe_mlp_expert_parallel`` or ``ragged.moe_mlp_ragged``) with the experts split over
+        ``axis`` and the tokens over ``token_axes`` (``None``: no mesh), on ``inputs`` ``(h, params)``."""
         try:
             state.partitions.clear()
             if token_axes:
-                h = jax.device_put(H, NamedSharding(mesh, P(token_axes)))
+                h = jax.device_put(inputs[0], NamedSharding(mesh, P(token_axes)))
                 specs = {**SPECS, "w_gate_up": P(axis), "w_down": P(axis)}
-                p = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in PARAMS.items()}
+                p = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in inputs[1].items()}
             else:
-                h, p = H, PARAMS
-            ep = lambda h, p: parallel.moe_mlp_expert_parallel(  # noqa: E731
-                h, p, cfg, mesh if token_axes else None, axis, token_axes=token_axes)
+                h, p = inputs
+            ep = lambda h, p: mlp(h, p, cfg, mesh if token_axes else None, axis, token_axes=token_axes)  # noqa: E731
             (out, aux, grads), text = compiled(ep, h, p)
-            if want not in WANTED:
-                WANTED[want] = compiled(want, H, PARAMS)[0]
-            want_out, want_aux, want_grads = WANTED[want]
+            if (want, id(inputs)) not in WANTED:
+                WANTED[want, id(inputs)] = compiled(want, *inputs)[0]
+            want_out, want_aux, want_grads = WANTED[want, id(inputs)]
             REPORT[name] = {
                 "ok": True, "out": differences(out, want_out)[""], "aux": abs(float(aux) - float(want_aux)),
                 "grads": differences(grads, want_grads), "out_spec": str(getattr(out.sharding, "spec", None)),
@@ -138,6 +139,50 @@ SCRIPT = textwrap.dedent('''
     case("drops", drops, mlp)
     mlp, REPORT["dropped_one_device"] = reference(drops, 1)
     case("drops_one_device", drops, mlp, token_axes=None)
+    # the ragged all-to-all (no capacity: nothing dropped at any capacity factor), and every slot routed to the
+    # experts of the first `model` device (0 and 1): its receive buffer full, the other devices' experts idle
+    skewed = (np.concatenate([np.full((T, 1), 10.0, np.float32), H[:, 1:]], axis=1),
+              {**PARAMS, "router": np.concatenate([np.eye(1, E, dtype=np.float32) * 10 + np.eye(1, E, 1) * 9,
+                                                   PARAMS["router"][1:]])})
+    for name, axes, axis, inputs in (("ragged", ("model",), "model", (H, PARAMS)), ("ragged_2d", ("data", "model"),
+                                     "model", (H, PARAMS)), ("ragged_over_data", ("data", "model"), "data",
+                                     (H, PARAMS)), ("ragged_one_device", None, "model", (H, PARAMS)),
+                                     ("ragged_skewed", ("model",), "model", skewed)):
+        case(name, drops, lambda h, p: layer.moe_mlp(h, p, drops, "jax"), axes, axis, ragged.moe_mlp_ragged, inputs)
+    REPORT["skewed_experts"] = np.unique(np.asarray(layer.route(jnp.asarray(skewed[0]), skewed[1]["router"],
+                                                                drops)[1])).tolist()
+
+    def exchange_numpy(operands, sizes, offsets, recv, out_rows, slices):
+        """``ragged_all_to_all``'s docstring, in NumPy: device d's slice i goes to device i // slices, at
+        ``offsets[d][i]`` there (``sizes``: input offsets 0, s0, s0 + s1, ...)."""
+        outs = [np.zeros((out_rows,), np.float32) for _ in operands]
+        for d, operand in enumerate(operands):
+            starts = np.cumsum(sizes[d]) - sizes[d]
+            for i, (start, size) in enumerate(zip(starts, sizes[d])):
+                outs[i // slices][offsets[d][i]:offsets[d][i] + size] = operand[start:start + size]
+        return np.stack(outs)
+
+    def exchange_case(seed, slices=2, rows=6):
+        """Random slice sizes (zeros among them) on the 4 `model` devices, each receiver packing what it receives
+        by source then slice, one row of gap after each source: ``ragged.exchange``'s CPU path against NumPy."""
+        rng = np.random.default_rng(seed)
+        n = 4 * slices
+        sizes = np.stack([rng.multinomial(rng.integers(0, rows + 1), [1 / n] * n) for _ in range(4)])
+        recv = sizes.reshape(4, 4, slices).transpose(1, 0, 2).reshape(4, n)  # recv[r][s * slices + j]
+        gap = np.zeros((4, n), int)
+        gap[:, slices - 1::slices] = 1
+        landing = np.cumsum(recv + gap, axis=1) - recv - gap
+        offsets = landing.reshape(4, 4, slices).transpose(1, 0, 2).reshape(4, n)  # sender-side
+        operands = rng.standard_normal((4, rows)).astype(np.float32)
+        out_rows = 4 * rows + 4
+        m = jax.make_mesh((4,), ("model",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
+        body = lambda x, o, s, w, r: ragged.exchange(  # noqa: E731
+            x[0], o[0], (jnp.cumsum(s[0]) - s[0]).astype(jnp.int32), s[0], w[0], r[0], axis_name="model")[None]
+        got = jax.jit(jax.shard_map(body, mesh=m, in_specs=(P("model"),) * 5, out_specs=P("model")))(
+            operands, np.zeros((4, out_rows), np.float32), *(a.astype(np.int32) for a in (sizes, offsets, recv)))
+        return float(np.max(np.abs(np.asarray(got) - exchange_numpy(operands, sizes, offsets, recv, out_rows,
+                                                                      slices))))
+    REPORT["exchange"] = [exchange_case(seed, slices) for seed in range(6) for slices in (1, 2)]
     print("REPORT " + json.dumps(REPORT))
 ''')
 
@@ -217,15 +262,47 @@ def test_tokens_move_by_all_to_all_and_the_expert_weights_stay_split(report, nam
     assert entry["partitions"] == SPLITS[name]
 
 
+#: ``ragged.moe_mlp_ragged`` (``tritonplug-ep-ragged``): its output's split per case (``None``: one device)
+RAGGED = {"ragged": "P('model',)", "ragged_2d": "P(('data', 'model'),)", "ragged_over_data": "P(('data', 'model'),)",
+          "ragged_skewed": "P('model',)", "ragged_one_device": None}
+
+
+@pytest.mark.parametrize("name", list(RAGGED))
+def test_the_ragged_exchange_drops_nothing_and_matches_one_device(report, name):
+    """At capacity factor 1, where ``tritonplug-ep`` drops slots, the ragged all-to-all keeps every one: values,
+    the loss and every gradient equal the one-device ``jax`` choice's (``ragged_dot``), the experts' gradients
+    split by expert, also when every slot goes to one device's experts (``ragged_skewed``: its buffer full)."""
+    entry = case_ran(report, name)
+    assert entry["out"] <= 1e-6 and entry["aux"] <= 1e-6, entry
+    assert max(entry["grads"].values()) <= 2e-6, entry["grads"]
+    if RAGGED[name]:
+        assert entry["out_spec"] == RAGGED[name], entry
+        axis = "data" if name == "ragged_over_data" else "model"
+        assert entry["grad_specs"][1:] == [f"P('{axis}',)"] * 2, entry["grad_specs"]
+        ops = {op for op, _ in entry["collectives"]}
+        assert "all-to-all" in ops and "all-gather" not in ops, entry["collectives"]
+    assert report["skewed_experts"] == [0, 1]
+
+
+def test_the_ragged_exchange_on_cpu_keeps_ragged_all_to_alls_semantics(report):
+    """``ragged.exchange`` on XLA:CPU (which has no ``ragged-all-to-all``): slices of drawn sizes, zeros among
+    them, one or two per device, land exactly where ``jax.lax.ragged_all_to_all``'s documented semantics put them
+    (a NumPy transcription of its docstring), gaps left as the output was."""
+    assert report["exchange"] == [0.0] * 12
+
+
 @for_backend("cuda")
-def test_lowers_for_sm90_without_a_gpu(monkeypatch):
+@pytest.mark.parametrize("module", ["parallel", "ragged"])
+def test_lowers_for_sm90_without_a_gpu(monkeypatch, module):
     """On one device (no mesh) the forward and its gradient make a CUDA program on a CPU machine: vLLM's kernel
-    for gate/up and down, their dX, and our dW kernel for each."""
+    for gate/up and down, their dX, and our dW kernel for each; the ragged exchange as XLA's own
+    ``ragged-all-to-all`` (the padded one is XLA:CPU's)."""
+    import importlib
+
     from tritonplug.inspection import kernel_calls
 
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from examples.moe import parallel
     from examples.moe.config import MoEConfig
 
     monkeypatch.setenv("TRITONPLUG_CUDA_ARCH", "90")
@@ -235,9 +312,11 @@ def test_lowers_for_sm90_without_a_gpu(monkeypatch):
     args = (spec((T, D), jnp.bfloat16), {"router": spec((D, E), jnp.float32),
                                          "w_gate_up": spec((E, D, 2 * F), jnp.bfloat16),
                                          "w_down": spec((E, F, D), jnp.bfloat16)})
-    mlp = lambda h, p: parallel.moe_mlp_expert_parallel(h, p, cfg)  # noqa: E731
+    moe_mlp = {"parallel": "moe_mlp_expert_parallel", "ragged": "moe_mlp_ragged"}[module]
+    mlp = functools.partial(getattr(importlib.import_module(f"examples.moe.{module}"), moe_mlp), cfg=cfg)
     text = jax.jit(mlp).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert [call["name"] for call in kernel_calls(text)] == ["fused_moe_kernel"] * 2
+    assert text.count("@ragged_all_to_all(") == (2 if module == "ragged" else 0)  # a custom call
 
     def loss(h, p):
         out, aux = mlp(h, p)
@@ -252,8 +331,8 @@ def test_lowers_for_sm90_without_a_gpu(monkeypatch):
 @pytest.mark.parametrize("mesh", ["model=2", "data=2"])
 def test_train_compare_on_a_mesh_runs_the_partitioned_choices_and_they_agree(tmp_path, mesh):
     """``train.py --ops compare --mesh ...`` (2 CPU devices, a child process): ``tritonplug``'s kernels are not
-    partitioned, so compare runs the three choices that work on a mesh, and their curves agree, with the experts
-    split over ``model`` or, on a data-parallel mesh, over ``data``."""
+    partitioned, so compare runs the choices that work on a mesh, and their curves agree, with the experts
+    split over ``model`` or, on a data-parallel mesh, over ``data``, by capacity buffers or the ragged exchange."""
     out = tmp_path / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "moe" / "train.py"), "--config", "tiny", "--ops",
                            "compare", "--mesh", mesh, "--steps", "2", "--json", str(out)],
@@ -263,7 +342,7 @@ def test_train_compare_on_a_mesh_runs_the_partitioned_choices_and_they_agree(tmp
     report = json.loads(out.read_text())
     axis, size = mesh.split("=")
     assert report["mesh"] == {"data": 1, "model": 1, axis: int(size)}
-    assert list(report["runs"]) == ["jax", "jax-dense", "tritonplug-ep"]
+    assert list(report["runs"]) == ["jax", "jax-dense", "tritonplug-ep", "tritonplug-ep-ragged"]
     assert report["max_loss_difference"] < 1e-3
 
 

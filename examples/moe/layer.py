@@ -74,7 +74,7 @@ def experts_jax(h, weights, experts, p, cfg: MoEConfig):
     x = h[order // cfg.top_k]
     y = jax.lax.ragged_dot(swiglu(jax.lax.ragged_dot(x, p["w_gate_up"], sizes)), p["w_down"], sizes)
     slots = jnp.zeros_like(y).at[order].set(y)
-    return _combine(slots, weights, h.dtype)
+    return combine_slots(slots, weights, h.dtype)
 
 
 def experts_jax_dense(h, weights, experts, p, cfg: MoEConfig):
@@ -109,10 +109,10 @@ def experts_tritonplug(h, weights, experts, p, cfg: MoEConfig):
     plan = kernels.block_plan(sizes, rows, kernels.block_size_m(rows, cfg.experts, cpu), order=order)
     gate_up = grouped.gathered_matmul(h, p["w_gate_up"], plan, cfg.top_k, jnp.dtype(h.dtype), cpu)
     slots = grouped.gathered_matmul(swiglu(gate_up), p["w_down"], plan, 1, jnp.dtype(h.dtype), cpu)
-    return _combine(slots, weights, h.dtype)
+    return combine_slots(slots, weights, h.dtype)
 
 
-def _combine(slots: jax.Array, weights: jax.Array, dtype) -> jax.Array:
+def combine_slots(slots: jax.Array, weights: jax.Array, dtype) -> jax.Array:
     """``sum_k weight[t, k] * slots[t * top_k + k]`` in fp32, back in ``dtype``."""
     slots = slots.reshape(*weights.shape, slots.shape[-1]).astype(jnp.float32)
     return jnp.sum(slots * weights[..., None], axis=1).astype(dtype)

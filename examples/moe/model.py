@@ -14,13 +14,15 @@ from examples.llama import model as llama
 from examples.llama.ops import Ops
 from examples.llama.step import PARAM_SPECS as LLAMA_SPECS
 
-from . import layer, parallel
+from . import layer, parallel, ragged
 from .config import MoEConfig
 
-#: the layer's choices, and ``tritonplug-ep``: the experts split over the mesh's ``model`` axis, the tokens over
-#: ``data`` and ``model``, exchanged by all-to-all (``parallel.py``; on one device: ``tritonplug``'s kernels
-#: behind GShard's capacity dispatch)
-CHOICES = (*layer.CHOICES, "tritonplug-ep")
+#: the layer's choices, and two with the experts split over the mesh's ``model`` axis (or ``data``:
+#: :func:`expert_axis`), the tokens over ``data`` and ``model``: ``tritonplug-ep`` exchanges capacity buffers by
+#: all-to-all (``parallel.py``; on one device: ``tritonplug``'s kernels behind GShard's capacity dispatch),
+#: ``tritonplug-ep-ragged`` the tokens sorted by expert by a ragged all-to-all (``ragged.py``: nothing dropped)
+EXPERT_PARALLEL = {"tritonplug-ep": parallel.moe_mlp_expert_parallel, "tritonplug-ep-ragged": ragged.moe_mlp_ragged}
+CHOICES = (*layer.CHOICES, *EXPERT_PARALLEL)
 #: ``compare``'s choices on a mesh: ``tritonplug``'s kernels are not partitioned (``tritonplug-ep`` partitions them)
 MESH_CHOICES = tuple(c for c in CHOICES if c != "tritonplug")
 
@@ -49,9 +51,9 @@ def param_specs(mesh: jax.sharding.Mesh | None) -> dict[str, P]:
 
 @dataclasses.dataclass(frozen=True)
 class MoEOps:
-    """One model's op choice: the MoE MLP's (``jax``, ``jax-dense``, ``tritonplug``, ``tritonplug-ep``) and the
-    Llama ops' for the rest (XLA's by default: the MoE choice is what is compared). ``mesh``: the training's
-    mesh, which ``tritonplug-ep`` splits the experts over (``None``: one device)."""
+    """One model's op choice: the MoE MLP's (:data:`CHOICES`) and the Llama ops' for the rest (XLA's by default:
+    the MoE choice is what is compared). ``mesh``: the training's mesh, which the expert-parallel choices split
+    the experts over (``None``: one device)."""
 
     moe: str
     dense: Ops = dataclasses.field(default_factory=lambda: Ops.of("jax"))
@@ -86,8 +88,8 @@ def init(cfg: MoEConfig, key: jax.Array) -> dict:
 
 
 def _mlp(h, p, cfg: MoEConfig, dense_ops: Ops, choice: str, mesh=None):
-    if choice == "tritonplug-ep":
-        return parallel.moe_mlp_expert_parallel(h, p, cfg, mesh, expert_axis(mesh), ("data", "model"))
+    if choice in EXPERT_PARALLEL:
+        return EXPERT_PARALLEL[choice](h, p, cfg, mesh, expert_axis(mesh), ("data", "model"))
     return layer.moe_mlp(h, p, cfg, choice)
 
 

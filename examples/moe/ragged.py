@@ -1,0 +1,124 @@
+"""Expert parallelism without capacity buffers: the tokens sorted by expert and exchanged by a ragged all-to-all.
+
+    out, aux = jax.jit(lambda h, p: moe_mlp_ragged(h, p, cfg, mesh))(h, p)
+
+The ``tritonplug-ep-ragged`` choice. ``parallel.py`` (``tritonplug-ep``) pads each (expert, source shard) to a
+capacity of rows and drops what does not fit; here nothing is dropped or padded on the wire. On a mesh whose
+``axis`` has ``S`` devices, each of its ``E / S`` experts, inside one ``jax.shard_map`` (per device):
+
+1. The device's tokens are routed (``layer.route``, outside) and their ``t * top_k`` slots sorted by expert
+   (``x``: the tokens' rows in that order), so the rows for each destination device lie together, expert by expert.
+2. The per-expert counts go by ``all_to_all`` to the experts' devices; each device then knows what it receives,
+   lays it out expert by expert (all sources' rows of its first expert, then its second, ...) and tells each source
+   where its rows land (another ``all_to_all``, of offsets).
+3. :func:`exchange` (``jax.lax.ragged_all_to_all``: one slice per expert) moves the rows; the device's experts run
+   on them as one grouped matmul each (``grouped.grouped_matmul``: vLLM's kernel, our dW), SwiGLU between, the
+   rows past the received ones never read and zero.
+4. The results go back the same way (the slices and offsets swapped), are put back in slot order and combined
+   with the routing weights.
+
+The receive buffer holds ``S * t * top_k`` rows, the most any device can receive (every source routing every
+slot to it): memory for balance never being needed, not time (the kernels read only the rows received).
+``jax.grad`` differentiates through it (``ragged_all_to_all`` transposes to itself with the offsets swapped;
+``grouped_matmul`` is a ``custom_vjp``). XLA:CPU has no ``ragged-all-to-all``: there :func:`exchange` runs the
+same semantics as an ``all_to_all`` of slices padded to the operand's length and a scatter (``_exchange_padded``),
+chosen per lowering platform (``lax.platform_dependent``), so CPU meshes test every offset computed here.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from . import grouped
+from .config import MoEConfig
+from .layer import combine_slots, route, swiglu
+
+
+def _exclusive_cumsum(x: jax.Array, axis: int = 0) -> jax.Array:
+    return jnp.cumsum(x, axis=axis) - x
+
+
+def _exchange_padded(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axis_name):
+    """``ragged_all_to_all``'s documented semantics from ``all_to_all``: each slice sent padded to the operand's
+    length, written at its receiver-side offset by a scatter (rows past ``recv_sizes`` dropped)."""
+    rows = jnp.arange(operand.shape[0], dtype=jnp.int32)
+    take = input_offsets[:, None] + rows  # (slices, rows): slice i's rows in the operand
+    sent = (rows < send_sizes[:, None])[(...,) + (None,) * (operand.ndim - 1)]
+    slices = jnp.where(sent, operand[jnp.minimum(take, operand.shape[0] - 1)], 0)
+    got = jax.lax.all_to_all(slices, axis_name, 0, 0, tiled=True)  # by source device, then its slices
+    at = jax.lax.all_to_all(output_offsets, axis_name, 0, 0, tiled=True)[:, None] + rows
+    at = jnp.where(rows < recv_sizes[:, None], at, output.shape[0])  # out of range: dropped
+    return output.at[at.reshape(-1)].set(got.reshape(-1, *operand.shape[1:]), mode="drop")
+
+
+def exchange(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axis_name):
+    """``jax.lax.ragged_all_to_all`` (its arguments and semantics), on XLA:CPU through :func:`_exchange_padded`."""
+    args = (operand, output, input_offsets, send_sizes, output_offsets, recv_sizes)
+    real = functools.partial(jax.lax.ragged_all_to_all, axis_name=axis_name)
+    padded = functools.partial(_exchange_padded, axis_name=axis_name)
+    return jax.lax.platform_dependent(*args, cpu=padded, default=real)
+
+
+def _experts_on_device(h, weights, chosen, w_gate_up, w_down, *, axis: str, num_experts: int):
+    """One device's part: its tokens ``h`` ``(t, d)`` with their routing ``(t, top_k)``, its experts' weights
+    ``(E / S, ...)``; the tokens' outputs ``(t, d)``."""
+    shards = jax.lax.axis_size(axis)
+    local = num_experts // shards
+    top_k, slots = chosen.shape[1], chosen.size
+    flat = chosen.reshape(-1)
+    order = jnp.argsort(flat, stable=True).astype(jnp.int32)  # the slots by expert
+    sizes = jnp.zeros((num_experts,), jnp.int32).at[flat].add(1)
+    starts = _exclusive_cumsum(sizes)  # each expert's slice in `x`
+    x = h[order // top_k]
+    # what each source sends to this device's experts, (source, expert), laid out expert by expert, then source
+    received = jax.lax.all_to_all(sizes, axis, 0, 0, tiled=True)
+    per_source = received.reshape(shards, local)
+    local_sizes = per_source.sum(axis=0)
+    placed = (_exclusive_cumsum(local_sizes)[None, :] + _exclusive_cumsum(per_source, axis=0)).reshape(-1)
+    lands_at = jax.lax.all_to_all(placed, axis, 0, 0, tiled=True)  # where this device's slices land
+    buffer = jnp.zeros((shards * slots, h.shape[1]), h.dtype)
+    x = exchange(x, buffer, starts, sizes, lands_at, received, axis_name=axis)
+    y = grouped.grouped_matmul(swiglu(grouped.grouped_matmul(x, w_gate_up, local_sizes)), w_down, local_sizes)
+    came_from = jax.lax.all_to_all(starts, axis, 0, 0, tiled=True)  # where each received slice lies at its source
+    y = exchange(y, jnp.zeros((slots, h.shape[1]), y.dtype), placed, received, came_from, sizes, axis_name=axis)
+    return combine_slots(jnp.zeros_like(y).at[order].set(y), weights, h.dtype)
+
+
+def experts_ragged(h: jax.Array, weights: jax.Array, chosen: jax.Array, p: dict, cfg: MoEConfig,
+                   mesh: jax.sharding.Mesh | None = None, axis: str = "model",
+                   token_axes: Sequence[str] | None = None) -> jax.Array:
+    """The experts' part of the layer for routed tokens (``layer.IMPLEMENTATIONS``' signature): ``h``
+    ``(T, hidden)``, ``weights``/``chosen`` ``(T, top_k)``; the experts split over ``mesh``'s ``axis``, the
+    tokens over ``token_axes`` (default ``(axis,)``; they must include ``axis``). Without a mesh: one device."""
+    token_axes = tuple(token_axes or (axis,))
+    if mesh is None:  # one device, the same program
+        names = tuple(dict.fromkeys((*token_axes, axis)))
+        mesh = jax.make_mesh((1,) * len(names), names, axis_types=(jax.sharding.AxisType.Auto,) * len(names),
+                             devices=jax.devices()[:1])
+    if axis not in token_axes or not set(token_axes) <= set(mesh.axis_names):
+        raise ValueError(f"expert parallelism: token_axes {token_axes} must be axes of the mesh {dict(mesh.shape)} "
+                         f"and include the experts' axis {axis!r}")
+    shards = math.prod(mesh.shape[a] for a in token_axes)
+    if h.shape[0] % shards or cfg.experts % mesh.shape[axis]:
+        raise ValueError(f"expert parallelism: the tokens ({h.shape[0]}) must be a multiple of the source shards "
+                         f"({shards}) and the experts ({cfg.experts}) of the size of {axis!r}")
+    body = functools.partial(_experts_on_device, axis=axis, num_experts=cfg.experts)
+    tokens, experts = P(token_axes), P(axis)
+    return jax.shard_map(body, mesh=mesh, in_specs=(tokens, tokens, tokens, experts, experts), out_specs=tokens,
+                         check_vma=False)(h, weights, chosen, p["w_gate_up"], p["w_down"])
+
+
+def moe_mlp_ragged(h: jax.Array, p: dict, cfg: MoEConfig, mesh: jax.sharding.Mesh | None = None,
+                   axis: str = "model", token_axes: Sequence[str] | None = None) -> tuple[jax.Array, jax.Array]:
+    """``layer.moe_mlp`` with the experts split over ``mesh``'s ``axis`` and the tokens exchanged by a ragged
+    all-to-all: ``(out, aux)`` for ``h`` ``(..., hidden)``, ``h``'s shape and dtype, and the load-balancing loss."""
+    flat = h.reshape(-1, h.shape[-1])
+    weights, chosen, aux = route(flat, p["router"], cfg)
+    out = experts_ragged(flat, weights, chosen, p, cfg, mesh, axis, token_axes)
+    return out.reshape(h.shape), aux
