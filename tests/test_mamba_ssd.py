@@ -50,9 +50,11 @@ def dt_of(dt, dt_bias, softplus, limit, xp):
     return xp.clip(d, limit[0], limit[1])
 
 
-def numpy_reference(a, softplus, limit, initial_states=None, final=False):
+def numpy_reference(a, softplus, limit, initial_states=None, final=False, seq_idx=None):
     """The plain sequential recurrence, in float64: h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T (h_0: the initial
-    states, else zeros); y_t = h_t C_t + D x_t; then y * silu(z). With ``final``: ``(y, h_last)``."""
+    states, else zeros); y_t = h_t C_t + D x_t; then y * silu(z). With ``final``: ``(y, h_last)``. With
+    ``seq_idx`` the state is zeroed before each step whose id differs from the step before's (before the first:
+    id 0, whose state the initial states are)."""
     x, B, C = (np.asarray(a[k], np.float64) for k in ("x", "B", "C"))
     A = np.asarray(a["A"], np.float64)
     bias = None if a["dt_bias"] is None else np.asarray(a["dt_bias"], np.float64)
@@ -62,7 +64,9 @@ def numpy_reference(a, softplus, limit, initial_states=None, final=False):
     state = (np.zeros((b, h, p, B.shape[3])) if initial_states is None
              else np.asarray(initial_states, np.float64).copy())
     y = np.zeros_like(x)
+    ids = np.zeros((b, seqlen + 1), int) if seq_idx is None else np.pad(np.asarray(seq_idx), [(0, 0), (1, 0)])
     for t in range(seqlen):
+        state = np.where((ids[:, t + 1] != ids[:, t])[:, None, None, None], 0.0, state)
         Bt, Ct = (np.repeat(M[:, t], heads_per_group, axis=1) for M in (B, C))  # (b, h, n)
         state = np.exp(d[:, t] * A)[..., None, None] * state + (d[:, t, :, None] * x[:, t])[..., None] * Bt[:, :, None]
         y[:, t] = np.einsum("bhpn,bhn->bhp", state, Ct)
@@ -75,20 +79,24 @@ def numpy_reference(a, softplus, limit, initial_states=None, final=False):
     return (y, state) if final else y
 
 
-def scan_reference(x, dt, A, B, C, D, z, dt_bias, softplus, limit, initial_states=None, final=False):
+def scan_reference(x, dt, A, B, C, D, z, dt_bias, softplus, limit, initial_states=None, final=False, seq_idx=None):
     """The same recurrence as a ``lax.scan`` over time, in float32, for ``jax.grad``."""
     d = dt_of(dt, dt_bias, softplus, limit, jnp)
     heads_per_group = x.shape[2] // B.shape[2]
     Bh, Ch = (jnp.repeat(M, heads_per_group, axis=2) for M in (B, C))
 
+    ids = jnp.zeros(x.shape[:2], jnp.int32) if seq_idx is None else jnp.asarray(seq_idx, jnp.int32)
+    restart = ids != jnp.pad(ids, [(0, 0), (1, 0)])[:, :-1]  # (b, l): a new sequence starts at this step
+
     def step(state, inputs):
-        xt, dtt, Bt, Ct = inputs
+        xt, dtt, Bt, Ct, new = inputs
+        state = jnp.where(new[:, None, None, None], 0.0, state)
         state = jnp.exp(dtt * A)[..., None, None] * state + (dtt[..., None] * xt)[..., None] * Bt[:, :, None]
         return state, jnp.einsum("bhpn,bhn->bhp", state, Ct)
 
     init = (jnp.zeros((x.shape[0], x.shape[2], x.shape[3], B.shape[3]), jnp.float32) if initial_states is None
             else initial_states.astype(jnp.float32))
-    last, y = jax.lax.scan(step, init, tuple(jnp.swapaxes(v, 0, 1) for v in (x, d, Bh, Ch)))
+    last, y = jax.lax.scan(step, init, tuple(jnp.swapaxes(v, 0, 1) for v in (x, d, Bh, Ch, restart)))
     y = jnp.swapaxes(y, 0, 1)
     if D is not None:
         y = y + x * (D[:, None] if D.ndim == 1 else D)
@@ -161,20 +169,29 @@ def test_forward_over_shapes_and_options(shape, chunk_size, D, z, dt_bias, softp
     check(a, chunk_size, softplus, (0.0, INF) if softplus else (0.0, 1.0), jit=True, grads=False, tol=2e-4)
 
 
+#: packed sequences in rows of 40 steps (chunks of 16): row 0 starts new ones inside chunk 0, exactly at chunk 1's
+#: first step and inside the last (partial) chunk; row 1 is one sequence of id 1, so its initial state is unused
+PACKED = np.array([[0] * 10 + [1] * 6 + [2] * 20 + [3] * 4, [1] * 40], np.int32)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["one-sequence", "seq_idx"])
 @pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-4), (jnp.bfloat16, 4e-2)], ids=["fp32", "bf16"])
-def test_initial_and_final_states_match_the_recurrence_with_their_gradients(dtype, tol):
+def test_initial_and_final_states_match_the_recurrence_with_their_gradients(dtype, tol, packed):
     """mamba-ssm's ``initial_states`` (the state before the first step) and ``return_final_states`` (the state
-    after the last, in fp32; 40 steps in chunks of 16, so the last chunk is partial): the forward against the
-    float64 loop, the gradients of every input, the initial states included, with a cotangent on both outputs."""
+    after the last, in fp32; 40 steps in chunks of 16, so the last chunk is partial), alone and with ``seq_idx``
+    (:data:`PACKED`): the forward against the float64 loop, the gradients of every input, the initial states
+    included, with a cotangent on both outputs."""
     op = ssd_op()
     a = inputs(5, D="h", z=True, dtype=dtype)
     rng = np.random.default_rng(6)
     init = jnp.asarray(rng.standard_normal((2, 4, 8, 16)).astype(np.float32), dtype)
-    options = dict(chunk_size=16, dt_softplus=True)
+    seq_idx = PACKED if packed else None
+    options = dict(chunk_size=16, dt_softplus=True, seq_idx=seq_idx)
     y, last = jax.jit(lambda a, init: op(**a, **options, initial_states=init, return_final_states=True))(a, init)
     assert last.shape == (2, 4, 8, 16) and last.dtype == jnp.float32 and y.dtype == a["x"].dtype
     f32 = {k: None if v is None else v.astype(jnp.float32) for k, v in a.items()}
-    want_y, want_last = numpy_reference(f32, True, (0.0, INF), initial_states=init.astype(jnp.float32), final=True)
+    want_y, want_last = numpy_reference(f32, True, (0.0, INF), initial_states=init.astype(jnp.float32), final=True,
+                                        seq_idx=seq_idx)
     for got, want in ((y, want_y), (last, want_last)):
         np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol * np.abs(want).max())
 
@@ -190,7 +207,8 @@ def test_initial_and_final_states_match_the_recurrence_with_their_gradients(dtyp
 
     ours = lambda kw: op(**kw, **options, return_final_states=True)  # noqa: E731
     ref = lambda kw: scan_reference(**{k: v for k, v in kw.items() if k != "initial_states"}, softplus=True,  # noqa: E731
-                                    limit=(0.0, INF), initial_states=kw["initial_states"], final=True)
+                                    limit=(0.0, INF), initial_states=kw["initial_states"], final=True,
+                                    seq_idx=seq_idx)
     argnums = tuple(range(len(names)))
     got = jax.jit(jax.grad(loss(ours), argnums=argnums))(*[a[k] for k in names[:-1]], init)
     want = jax.grad(loss(ref), argnums=argnums)(*[f32[k] for k in names[:-1]], init.astype(jnp.float32))
@@ -220,7 +238,9 @@ BAD = [
     (dict(initial_states=("shape", (2, 4, 16, 8))), ValueError, "`initial_states` must have shape (2, 4, 8, 16)"),
     (dict(initial_states=[0.0]), TypeError, "`initial_states` must be an array, got list"),
     (dict(return_final_states="yes"), TypeError, "`return_final_states` must be a bool"),
-    (dict(seq_idx=("shape", (2, 40))), NotImplementedError, "`seq_idx` is not supported"),
+    (dict(seq_idx=np.zeros((2, 39), np.int32)), ValueError, "`seq_idx` must have shape (2, 40) (batch, seqlen)"),
+    (dict(seq_idx=("shape", (2, 40))), TypeError, "`seq_idx` must be integers (int32), got float32"),
+    (dict(seq_idx=[[0] * 40] * 2), TypeError, "`seq_idx` must be an array, got list"),
     (dict(cu_seqlens=("shape", (3,))), NotImplementedError, "`cu_seqlens` is not supported"),
     (dict(return_varlen_states=True), NotImplementedError, "`return_varlen_states` is not supported"),
 ]

@@ -9,8 +9,9 @@ launchers ported with ``tritonplug.launch``: ``mamba_ssd_fwd.py`` (the forward's
 module is ``MambaChunkScanCombinedFn`` (``jax.custom_vjp``), ``_mamba_chunk_scan_combined_bwd`` and the checks.
 
 * Semantics and signature: mamba-ssm's, with ``z`` gating applied as its combined forward does (``y * silu(z)``
-  in ``_chunk_scan_fwd``); ``initial_states`` (differentiable) and ``return_final_states`` as mamba-ssm's;
-  ``seq_idx``, ``cu_seqlens`` and ``return_varlen_states`` are refused.
+  in ``_chunk_scan_fwd``); ``initial_states`` (differentiable), ``return_final_states`` and ``seq_idx`` (several
+  sequences packed in a row, non-decreasing ids: the state restarts where the id changes, the initial states
+  belong to id 0) as mamba-ssm's; ``cu_seqlens`` and ``return_varlen_states`` are refused.
 * ``MAMBA_DETERMINISTIC``: the port takes mamba-ssm's non-deterministic path (``tl.atomic_add`` reductions):
   mamba-ssm's deterministic path needs torch to pick it and extra workspaces; results agree to rounding.
 * Autotuned kernels are tuned by tritonplug (docs/using.md, "Autotuning"); buffers that mamba-ssm sums
@@ -65,16 +66,31 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
 
     x ``(b, l, h, p)``; dt ``(b, l, h)``; A ``(h,)``; B, C ``(b, l, g, n)`` with ``h % g == 0``; D ``(h,)`` or
     ``(h, p)``; z ``(b, l, h, p)``; dt_bias ``(h,)``; initial_states ``(b, h, p, n)``, the state before the first
-    step (default zeros). Differentiable in every array argument, ``final_states`` too."""
-    for name, value in (("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens),
-                        ("return_varlen_states", return_varlen_states or None)):
+    step (default zeros); seq_idx ``(b, l)`` integers, each step's sequence in its row (non-decreasing). Differentiable
+    in every float argument, ``final_states`` too."""
+    for name, value in (("cu_seqlens", cu_seqlens), ("return_varlen_states", return_varlen_states or None)):
         if value is not None:
-            raise NotImplementedError(f"{_NAME}: `{name}` is not supported by this port (no seq_idx/varlen: "
-                                      f"one sequence per batch row); got {value!r}")
+            raise NotImplementedError(f"{_NAME}: `{name}` is not supported by this port (no varlen: packed "
+                                      f"sequences take seq_idx); got {value!r}")
     dt_limit = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit)
     _check_states(x, B, initial_states, return_final_states)
-    return _combined(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, bool(dt_softplus), dt_limit,
-                     bool(return_final_states))
+    seq_idx = _check_seq_idx(x, seq_idx)
+    return _combined(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, bool(dt_softplus),
+                     dt_limit, bool(return_final_states))
+
+
+def _check_seq_idx(x, seq_idx):
+    """``seq_idx`` as the kernels read it (int32), after its kind and shape are checked."""
+    if seq_idx is None:
+        return None
+    if not hasattr(seq_idx, "shape") or not hasattr(seq_idx, "dtype"):
+        raise TypeError(f"{_NAME}: `seq_idx` must be an array, got {type(seq_idx).__name__}")
+    if not np.issubdtype(np.dtype(seq_idx.dtype), np.integer):
+        raise TypeError(f"{_NAME}: `seq_idx` must be integers (int32), got {seq_idx.dtype}")
+    if tuple(seq_idx.shape) != tuple(x.shape[:2]):
+        raise ValueError(f"{_NAME}: `seq_idx` must have shape {tuple(x.shape[:2])} (batch, seqlen), got "
+                         f"{tuple(seq_idx.shape)}")
+    return jnp.asarray(seq_idx, jnp.int32)
 
 
 def _check_states(x, B, initial_states, return_final_states) -> None:
@@ -146,13 +162,14 @@ def _heads(B):
     return ("h", "g") if B.shape[2] == 1 else ("(g r)", "g")
 
 
-def _fwd_rule(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit):
+def _fwd_rule(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit):
     h, g = _heads(B)
     groups = [f"b l {h} p", f"b l {h}", h, f"b l {g} n", f"b l {g} n"]
     groups += [] if D is None else [h if D.ndim == 1 else f"{h} p"]
     groups += [] if z is None else [f"b l {h} p"]
     groups += [] if dt_bias is None else [h]
     groups += [] if initial_states is None else [f"b {h} p n"]
+    groups += [] if seq_idx is None else ["b l"]
     results = [f"b l {h} p"] * (1 if z is None else 2) + [f"b {h} p n"] + _kept_factors(h, g)
     return tritonplug.sharding_rule(f"{', '.join(groups)} -> {', '.join(results)}",
                                     need_replication=_WHOLE + (() if h == "h" else ("r",)))
@@ -170,12 +187,12 @@ _WHOLE = ("l", "c", "k", "s", "p", "n")
 
 
 def _bwd_rule(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D, z, dt_bias, initial_states,
-              dfinal_states, chunk_size, dt_softplus, dt_limit):
+              dfinal_states, seq_idx, chunk_size, dt_softplus, dt_limit):
     h, g = _heads(B)
     y, d_group, state = f"b l {h} p", (None if D is None else (h if D.ndim == 1 else f"{h} p")), f"b {h} p n"
     optional = ((d_group, D), (y, z), (h, dt_bias), (state, initial_states))
     operands = [y, y, f"b l {h}", h, f"b l {g} n", f"b l {g} n", y] + _kept_factors(h, g)
-    operands += [g_ for g_, a in (*optional, (state, dfinal_states)) if a is not None]
+    operands += [g_ for g_, a in (*optional, (state, dfinal_states), ("b l", seq_idx)) if a is not None]
     results = [y, f"b l {h}", h, f"b l {g} n", f"b l {g} n"]
     results += [g_ for g_, a in optional if a is not None]
     # dA, dD, ddt_bias sum over batch and time; with one group, dB and dC also sum over the heads
@@ -186,19 +203,19 @@ def _bwd_rule(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D
 
 
 @tritonplug.partitioned(_fwd_rule)
-def _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit):
+def _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit):
     """The combined forward: ``out``, with z also ``out_x`` (before the gating), which the backward needs, the
     final states, then the four arrays of ``ForwardResiduals``."""
     out, out_x, _, _, _, final_states, kept = _mamba_chunk_scan_combined_fwd(
-        x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
+        x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
         dt_softplus=dt_softplus, dt_limit=dt_limit)
     return (out, final_states, *kept) if z is None else (out, out_x, final_states, *kept)
 
 
 @tritonplug.partitioned(_bwd_rule)
 def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D, z, dt_bias,
-                                   initial_states, dfinal_states, chunk_size, dt_softplus, dt_limit):
-    """Ports ``ssd_combined._mamba_chunk_scan_combined_bwd`` (without seq_idx, ``recompute_output`` and the
+                                   initial_states, dfinal_states, seq_idx, chunk_size, dt_softplus, dt_limit):
+    """Ports ``ssd_combined._mamba_chunk_scan_combined_bwd`` (without ``recompute_output`` and the
     ``dx=`` … output buffers): (dx, ddt, dA, dB, dC[, dD][, dz][, ddt_bias][, dinitial_states]).
     mamba-ssm's recomputes the forward's cumsum, ``C Bᵀ`` and chunk states; this one is given them (the
     forward's ``ForwardResiduals``) and recomputes only the state passing, as mamba-ssm's does (in fp32)."""
@@ -213,25 +230,27 @@ def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept
     dt_in, dt = dt, dt_kept
     states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
                                    initial_states=None if initial_states is None else _merge_pn(initial_states),
-                                   chunk_size=chunk_size)
+                                   seq_idx=seq_idx, chunk_size=chunk_size)
     states = _split_pn(states, dstate)
     if z is not None:
         dz, dout, dD = _chunk_scan_bwd_dz(x, z, out, dout, chunk_size=chunk_size, D=D)
     else:
         dz = None
-    dstates = _chunk_scan_bwd_dstates(C, dA_cumsum, dout, dtype=states.dtype)
+    dstates = _chunk_scan_bwd_dstates(C, dA_cumsum, dout, seq_idx=seq_idx, dtype=states.dtype)
     # dstates: the gradient of the state entering each chunk; ddA_chunk_cumsum: of dA_cumsum's last entries
     dstates, ddA_chunk_cumsum, dinitial_states, states = _state_passing_bwd(
         _merge_pn(states), dA_cumsum[:, :, :, -1], _merge_pn(dstates),
-        dfinal_states=None if dfinal_states is None else _merge_pn(dfinal_states),
+        dfinal_states=None if dfinal_states is None else _merge_pn(dfinal_states), seq_idx=seq_idx,
         has_initial_states=initial_states is not None, dstates_dtype=x.dtype, states_dtype=x.dtype,
         chunk_size=chunk_size)
     states = _split_pn(states, dstate)
     dstates = _split_pn(dstates, dstate)
-    dx, ddt, dD_from_x = _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=D)
-    dB, ddA_next = _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=B, ngroups=ngroups)
-    dC, ddA_cumsum_prev = _chunk_scan_bwd_dC(states.astype(x.dtype), dA_cumsum, dout, C=C, ngroups=ngroups)
-    dCB = _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=ngroups)
+    dx, ddt, dD_from_x = _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=D,
+                                                        seq_idx=seq_idx)
+    dB, ddA_next = _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, seq_idx=seq_idx, B=B, ngroups=ngroups)
+    dC, ddA_cumsum_prev = _chunk_scan_bwd_dC(states.astype(x.dtype), dA_cumsum, dout, seq_idx=seq_idx, C=C,
+                                             ngroups=ngroups)
+    dCB = _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, seq_idx=seq_idx, ngroups=ngroups)
     dCB = dCB.astype(CB.dtype)
     dB_given = _bmm_chunk_bwd(C, dCB, residual=dB)
     dC_given = _bmm_chunk_bwd(B, jnp.swapaxes(dCB, -1, -2), residual=dC)  # rearrange "... l s -> ... s l"
@@ -248,32 +267,35 @@ def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept
             *[g for g in (dD, dz, ddt_bias, dinitial_states) if g is not None])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(9, 10, 11, 12))
-def _combined(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit, return_final_states):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11, 12, 13))
+def _combined(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit,
+              return_final_states):
     """``MambaChunkScanCombinedFn``: ``out``, or ``(out, final_states)``."""
-    return _fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit,
+    return _fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit,
                 return_final_states)[0]
 
 
-def _fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit, return_final_states):
-    out, *rest = _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size, dt_softplus, dt_limit)
+def _fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit,
+         return_final_states):
+    out, *rest = _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
+                          dt_limit)
     saved, rest = (out, rest) if z is None else (rest[0], rest[1:])
     final_states, *kept = rest
     result = (out, final_states) if return_final_states else out
-    return result, (saved, tuple(kept), x, dt, A, B, C, D, z, dt_bias, initial_states)
+    return result, (saved, tuple(kept), x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
 
 
 def _bwd(chunk_size, dt_softplus, dt_limit, return_final_states, res, cotangent):
     dout, dfinal_states = cotangent if return_final_states else (cotangent, None)
-    out, kept, x, dt, A, B, C, D, z, dt_bias, initial_states = res
+    out, kept, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx = res
     dx, ddt, dA, dB, dC, *rest = _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, *kept, D, z, dt_bias,
-                                                                initial_states, dfinal_states, chunk_size,
-                                                                dt_softplus, dt_limit)
+                                                                initial_states, dfinal_states, seq_idx,
+                                                                chunk_size, dt_softplus, dt_limit)
     rest = iter(rest)
     dD, dz, ddt_bias, dinitial_states = (None if a is None else next(rest) for a in (D, z, dt_bias, initial_states))
     grads = (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states)
     primals = (x, dt, A, B, C, D, z, dt_bias, initial_states)
-    return tuple(None if p is None else g.astype(p.dtype) for g, p in zip(grads, primals, strict=True))
+    return (*(None if p is None else g.astype(p.dtype) for g, p in zip(grads, primals, strict=True)), None)
 
 
 _combined.defvjp(_fwd, _bwd)

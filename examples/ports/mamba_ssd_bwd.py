@@ -6,7 +6,7 @@ below ports the mamba-ssm function of the same name; the kernels are loaded from
 (:mod:`mamba_source`).
 
 Where they differ from mamba-ssm's, besides what ``mamba_ssd_fwd.py`` lists (handles, ``tritonplug.empty``,
-no ``seq_idx`` / initial or final states, no ``.contiguous()``):
+no ``cu_seqlens``, no ``.contiguous()``):
 
 * the non-deterministic path only (``DETERMINISTIC_REDUCTION=False``; ``tl.atomic_add`` into buffers the
   kernels' ``pre_hook=init_to_zero([...])`` zero): ``alloc_tile_workspace`` / ``finalize_tile_workspace`` and
@@ -82,10 +82,12 @@ def _chunk_cumsum_bwd(ddA, ddt_out, dt, A, dt_bias=None, dt_softplus=False, dt_l
 
 
 @tritonplug.torch_launcher
-def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=None, ngroups=1):
+def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, seq_idx=None, B=None, ngroups=1):
     """Ports ``ssd_chunk_state._chunk_state_bwd_db``: dB through the chunk states (and, given B, its ddA_cumsum)."""
     batch, seqlen, nheads, headdim = x.shape
     _, _, nchunks, chunk_size = dt.shape
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     dstate = dstates.shape[-1]
     assert dt.shape == (batch, nheads, nchunks, chunk_size)
     assert dA_cumsum.shape == dt.shape
@@ -105,7 +107,7 @@ def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=None, ngroups=1):
     grid_db = lambda META: (triton.cdiv(chunk_size, META['BLOCK_SIZE_M']) * triton.cdiv(dstate, META['BLOCK_SIZE_N']),  # noqa: E731
                             batch * nchunks, nsplits * ngroups)
     _chunk_state_bwd_db_kernel[grid_db](
-        x, dstates, B, dt, dA_cumsum, None, dB, ddA_cumsum,
+        x, dstates, B, dt, dA_cumsum, seq_idx, dB, ddA_cumsum,
         chunk_size, dstate, headdim,
         batch, seqlen, nheads, nheads_per_program, ngroups,
         x.stride(0), x.stride(1), x.stride(2), x.stride(3),
@@ -113,11 +115,11 @@ def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=None, ngroups=1):
         *B_strides,
         dt.stride(0), dt.stride(2), dt.stride(1), dt.stride(3),
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
-        0, 0,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         dB.stride(0), dB.stride(1), dB.stride(2), dB.stride(3), dB.stride(4),
         *ddA_cumsum_strides, 0,
         HAS_DDA_CS=ddA_cumsum is not None,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=seq_idx is not None,
         DETERMINISTIC_REDUCTION=False,
         BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16), autotune=AUTOTUNE,
     )
@@ -129,14 +131,18 @@ def _chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=None, ngroups=1):
 
 
 @tritonplug.torch_launcher
-def _state_passing_bwd(states, dA_chunk_cumsum, dout, dfinal_states=None, has_initial_states=None,
+def _state_passing_bwd(states, dA_chunk_cumsum, dout, dfinal_states=None, seq_idx=None, has_initial_states=None,
                        dstates_dtype=None, states_dtype=None, chunk_size=None):
-    """Ports ``ssd_state_passing._state_passing_bwd`` (without seq_idx): the gradient of each chunk's state, of
+    """Ports ``ssd_state_passing._state_passing_bwd``: the gradient of each chunk's state, of
     ``dA_cumsum``'s last entries and of the initial states (``None`` without them), and the states in
     ``states_dtype``; ``states[:, 0]`` holds the initial states."""
     batch, nchunks, nheads, dim = states.shape
     assert dA_chunk_cumsum.shape == (batch, nheads, nchunks)
     assert dout.shape == (batch, nchunks, nheads, dim)
+    if seq_idx is not None:
+        assert chunk_size is not None
+        seqlen = seq_idx.shape[-1]
+        assert seq_idx.shape == (batch, seqlen)
     if dfinal_states is not None:
         assert dfinal_states.shape == (batch, nheads, dim)
     dstates = tritonplug.empty_like(dout, dtype=dstates_dtype if dstates_dtype is not None else dout.dtype)
@@ -152,15 +158,15 @@ def _state_passing_bwd(states, dA_chunk_cumsum, dout, dfinal_states=None, has_in
     ddA_chunk_cumsum = tritonplug.zeros(batch, nheads, nchunks, n_blocks, dtype=jnp.float32)
     grid = lambda META: (triton.cdiv(dim, META['BLOCK_SIZE']), batch, nheads)  # noqa: E731
     _state_passing_bwd_kernel[grid](
-        dout, states, dA_chunk_cumsum, dfinal_states, None,
+        dout, states, dA_chunk_cumsum, dfinal_states, seq_idx,
         dstates, ddA_chunk_cumsum, dinitstates, states_converted,
-        dim, nchunks, 0, 0,
+        dim, nchunks, seqlen if seq_idx is not None else 0, chunk_size if seq_idx is not None else 0,
         dout.stride(0), dout.stride(1), dout.stride(2), dout.stride(3),
         states.stride(0), states.stride(1), states.stride(2), states.stride(3),
         dA_chunk_cumsum.stride(0), dA_chunk_cumsum.stride(2), dA_chunk_cumsum.stride(1),
         *((dfinal_states.stride(0), dfinal_states.stride(1), dfinal_states.stride(2))
           if dfinal_states is not None else (0, 0, 0)),
-        0, 0,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         dstates.stride(0), dstates.stride(1), dstates.stride(2), dstates.stride(3),
         ddA_chunk_cumsum.stride(0), ddA_chunk_cumsum.stride(2), ddA_chunk_cumsum.stride(1),
         *((dinitstates.stride(0), dinitstates.stride(1), dinitstates.stride(2))
@@ -168,7 +174,7 @@ def _state_passing_bwd(states, dA_chunk_cumsum, dout, dfinal_states=None, has_in
         CONVERT_STATES=states_converted is not None,
         HAS_DFINAL_STATES=dfinal_states is not None,
         HAS_DINITSTATES=dinitstates is not None,
-        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
+        HAS_SEQ_IDX=seq_idx is not None, autotune=AUTOTUNE,
     )
     ddA_chunk_cumsum = jnp.sum(ddA_chunk_cumsum[...], axis=-1).astype(dA_chunk_cumsum.dtype)
     if states_dtype is not None and states_dtype == states.dtype:

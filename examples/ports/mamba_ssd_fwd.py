@@ -9,8 +9,7 @@ Where the launchers differ from mamba-ssm's (JAX requires it, or the port leaves
 * ``@tritonplug.torch_launcher`` hands the bodies torch-like handles and returns arrays; ``torch.empty`` is
   ``tritonplug.empty``, ``torch.float32`` ``jnp.float32``; ``with torch.cuda.device(...)`` is gone (JAX places
   the call); einops' ``rearrange`` of ``(p n)`` is a reshape;
-* ``seq_idx``, ``initial_states`` and ``cu_seqlens`` (varlen) are left out: the kernels get ``None`` and
-  ``HAS_SEQ_IDX=False`` / ``HAS_INITSTATES=False``, which the op (``mamba_ssd.py``) never asks for;
+* ``cu_seqlens`` (varlen) is left out;
 * the ``.contiguous()`` calls are gone: JAX arrays are row-major, the strides are always the contiguous ones;
 * ``_mamba_chunk_scan_combined_fwd`` also returns what its backward would recompute (``ForwardResiduals``).
 """
@@ -76,7 +75,7 @@ def _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_lim
 
 
 @tritonplug.torch_launcher
-def _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True):
+def _chunk_state_fwd(B, x, dt, dA_cumsum, seq_idx=None, states_in_fp32=True):
     """Ports ``ssd_chunk_state._chunk_state_fwd``: each chunk's final state from a zero state."""
     batch, seqlen, nheads, headdim = x.shape
     _, _, nchunks, chunk_size = dt.shape
@@ -85,12 +84,14 @@ def _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True):
     assert B.shape == (batch, seqlen, ngroups, dstate)
     assert dt.shape == (batch, nheads, nchunks, chunk_size)
     assert dA_cumsum.shape == dt.shape
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     states_dtype = jnp.float32 if states_in_fp32 else B.dtype
     states = tritonplug.empty(batch, nchunks, nheads, headdim, dstate, dtype=states_dtype)
     grid = lambda META: (triton.cdiv(headdim, META['BLOCK_SIZE_M']) * triton.cdiv(dstate, META['BLOCK_SIZE_N']),  # noqa: E731
                          batch * nchunks, nheads)
     _chunk_state_fwd_kernel[grid](
-        x, B, states, dt, dA_cumsum, None,
+        x, B, states, dt, dA_cumsum, seq_idx,
         headdim, dstate, chunk_size,
         batch, seqlen, nheads // ngroups,
         x.stride(0), x.stride(1), x.stride(2), x.stride(3),
@@ -98,36 +99,40 @@ def _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True):
         states.stride(0), states.stride(1), states.stride(2), states.stride(3), states.stride(4),
         dt.stride(0), dt.stride(2), dt.stride(1), dt.stride(3),
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
-        0, 0,
-        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
+        HAS_SEQ_IDX=seq_idx is not None, autotune=AUTOTUNE,
     )
     return states
 
 
 @tritonplug.torch_launcher
-def _state_passing_fwd(states, dA_chunk_cumsum, initial_states=None, chunk_size=None, out_dtype=None):
-    """Ports ``ssd_state_passing._state_passing_fwd`` (without seq_idx): the state entering each chunk (the
+def _state_passing_fwd(states, dA_chunk_cumsum, initial_states=None, seq_idx=None, chunk_size=None, out_dtype=None):
+    """Ports ``ssd_state_passing._state_passing_fwd``: the state entering each chunk (the
     first: ``initial_states``, else zeros), and the final state."""
     batch, nchunks, nheads, dim = states.shape
     assert dA_chunk_cumsum.shape == (batch, nheads, nchunks)
     if initial_states is not None:
         assert initial_states.shape == (batch, nheads, dim)
+    if seq_idx is not None:
+        assert chunk_size is not None
+        seqlen = seq_idx.shape[-1]
+        assert seq_idx.shape == (batch, seqlen)
     out_dtype = states.dtype if out_dtype is None else out_dtype
     out = tritonplug.empty(batch, nchunks, nheads, dim, dtype=out_dtype)
     final_states = tritonplug.empty(batch, nheads, dim, dtype=jnp.float32)
     grid = lambda META: (triton.cdiv(dim, META['BLOCK_SIZE']), batch, nheads)  # noqa: E731
     _state_passing_fwd_kernel[grid](
-        states, out, final_states, dA_chunk_cumsum, initial_states, None,
-        dim, nchunks, 0, 0,
+        states, out, final_states, dA_chunk_cumsum, initial_states, seq_idx,
+        dim, nchunks, seqlen if seq_idx is not None else 0, chunk_size if seq_idx is not None else 0,
         states.stride(0), states.stride(1), states.stride(2), states.stride(3),
         out.stride(0), out.stride(1), out.stride(2), out.stride(3),
         final_states.stride(0), final_states.stride(1), final_states.stride(2),
         dA_chunk_cumsum.stride(0), dA_chunk_cumsum.stride(2), dA_chunk_cumsum.stride(1),
         *((initial_states.stride(0), initial_states.stride(1), initial_states.stride(2))
           if initial_states is not None else (0, 0, 0)),
-        0, 0,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         HAS_INITSTATES=initial_states is not None,
-        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
+        HAS_SEQ_IDX=seq_idx is not None, autotune=AUTOTUNE,
     )
     return out, final_states
 
@@ -139,10 +144,12 @@ def dot_dtype_of(a, b):
 
 
 @tritonplug.torch_launcher
-def _bmm_chunk_fwd(a, b, chunk_size, causal=False, output_dtype=None):
+def _bmm_chunk_fwd(a, b, chunk_size, seq_idx=None, causal=False, output_dtype=None):
     """Ports ``ssd_bmm._bmm_chunk_fwd`` (with groups): ``C_i · B_j`` within each chunk."""
     batch, seqlen, ngroups, k = a.shape
     assert b.shape == a.shape
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     nchunks = triton.cdiv(seqlen, chunk_size)
     out_dtype = a.dtype if output_dtype is None else output_dtype
     out = tritonplug.empty(batch, nchunks, ngroups, chunk_size, chunk_size, dtype=out_dtype)
@@ -150,21 +157,21 @@ def _bmm_chunk_fwd(a, b, chunk_size, causal=False, output_dtype=None):
     grid = lambda META: (triton.cdiv(chunk_size, META['BLOCK_SIZE_M']) * triton.cdiv(chunk_size, META['BLOCK_SIZE_N']),  # noqa: E731
                          batch, nchunks * ngroups)
     _bmm_chunk_fwd_kernel[grid](
-        a, b, out, None,
+        a, b, out, seq_idx,
         seqlen, chunk_size, k, ngroups,
         a.stride(0), a.stride(1), a.stride(2), a.stride(-1),
         b.stride(0), b.stride(1), b.stride(2), b.stride(-1),
         out.stride(0), out.stride(1), out.stride(2), out.stride(-2), out.stride(-1),
-        0, 0,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         causal,
         dot_dtype,
-        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
+        HAS_SEQ_IDX=seq_idx is not None, autotune=AUTOTUNE,
     )
     return out
 
 
 @tritonplug.torch_launcher
-def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None):
+def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None, seq_idx=None):
     """Ports ``ssd_chunk_scan._chunk_scan_fwd``: y from the chunk's own inputs and the state entering it, plus
     ``x * D``; with z, ``out = y * silu(z)`` and ``out_x = y``."""
     batch, seqlen, nheads, headdim = x.shape
@@ -180,6 +187,8 @@ def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None):
     assert dt.shape == (batch, nheads, nchunks, chunk_size)
     assert dA_cumsum.shape == (batch, nheads, nchunks, chunk_size)
     assert states.shape == (batch, nchunks, nheads, headdim, dstate)
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     out = tritonplug.empty(batch, seqlen, nheads, headdim, dtype=x.dtype)
     if z is not None:
         out_x = tritonplug.empty(batch, seqlen, nheads, headdim, dtype=x.dtype)
@@ -191,7 +200,7 @@ def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None):
     z_strides = ((z.stride(0), z.stride(1), z.stride(2), z.stride(3))
                  if z is not None else (0, 0, 0, 0))
     _chunk_scan_fwd_kernel[grid](
-        cb, x, z, out, out_x, dt, dA_cumsum, None, C, states, D,
+        cb, x, z, out, out_x, dt, dA_cumsum, seq_idx, C, states, D,
         chunk_size, headdim, dstate,
         batch, seqlen, nheads // ngroups,
         cb.stride(0), cb.stride(1), cb.stride(2), cb.stride(3), cb.stride(4),
@@ -200,7 +209,7 @@ def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None):
         out.stride(0), out.stride(1), out.stride(2), out.stride(3),
         dt.stride(0), dt.stride(2), dt.stride(1), dt.stride(3),
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
-        0, 0,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         C.stride(0), C.stride(1), C.stride(2), C.stride(3),
         states.stride(0), states.stride(1), states.stride(2), states.stride(3), states.stride(4),
         D.stride(0) if D is not None else 0,
@@ -209,7 +218,7 @@ def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None):
         D.dim() == 2 if D is not None else True,
         BLOCK_SIZE_DSTATE=max(triton.next_power_of_2(dstate), 16),
         HAS_Z=z is not None,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=seq_idx is not None,
         IS_TRITON_22=TRITON_22, autotune=AUTOTUNE,
     )
     return out, out_x
@@ -238,8 +247,8 @@ class ForwardResiduals(NamedTuple):
 
 
 def _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
-                                   dt_softplus=False, dt_limit=(0.0, float("inf"))):
-    """Ports ``ssd_combined._mamba_chunk_scan_combined_fwd`` (without seq_idx, varlen)."""
+                                   seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
+    """Ports ``ssd_combined._mamba_chunk_scan_combined_fwd`` (without varlen)."""
     batch, seqlen, nheads, headdim = x.shape
     _, _, ngroups, dstate = B.shape
     assert nheads % ngroups == 0
@@ -247,14 +256,17 @@ def _mamba_chunk_scan_combined_fwd(x, dt, A, B, C, chunk_size, D=None, z=None, d
     assert dt.shape == (batch, seqlen, nheads)
     assert A.shape == (nheads,)
     assert C.shape == B.shape
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     dA_cumsum, dt = _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit)
-    chunk_states = _chunk_state_fwd(B, x, dt, dA_cumsum, states_in_fp32=True)
+    chunk_states = _chunk_state_fwd(B, x, dt, dA_cumsum, seq_idx=seq_idx, states_in_fp32=True)
     if initial_states is not None:
         assert initial_states.shape == (batch, nheads, headdim, dstate)
     states, final_states = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
                                               initial_states=None if initial_states is None else
-                                              _merge_pn(initial_states), chunk_size=chunk_size, out_dtype=C.dtype)
+                                              _merge_pn(initial_states), seq_idx=seq_idx, chunk_size=chunk_size,
+                                              out_dtype=C.dtype)
     states, final_states = [_split_pn(t, dstate) for t in [states, final_states]]
-    CB = _bmm_chunk_fwd(C, B, chunk_size, output_dtype=jnp.float32)
-    out, out_x = _chunk_scan_fwd(CB, x, dt, dA_cumsum, C, states, D=D, z=z)
+    CB = _bmm_chunk_fwd(C, B, chunk_size, seq_idx=seq_idx, output_dtype=jnp.float32)
+    out, out_x = _chunk_scan_fwd(CB, x, dt, dA_cumsum, C, states, D=D, z=z, seq_idx=seq_idx)
     return out, out_x, dt, dA_cumsum, states, final_states, ForwardResiduals(dA_cumsum, dt, CB, chunk_states)

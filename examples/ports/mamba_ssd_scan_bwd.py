@@ -77,10 +77,12 @@ def _chunk_scan_bwd_dz(x, z, out, dout, chunk_size, D=None):
 
 
 @tritonplug.torch_launcher
-def _chunk_scan_bwd_dstates(C, dA_cumsum, dout, dtype=None):
+def _chunk_scan_bwd_dstates(C, dA_cumsum, dout, seq_idx=None, dtype=None):
     """Ports ``ssd_chunk_scan._chunk_scan_bwd_dstates``: the gradient of the state entering each chunk."""
     batch, seqlen, nheads, headdim = dout.shape
     _, _, nchunks, chunk_size = dA_cumsum.shape
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     _, _, ngroups, dstate = C.shape
     assert nheads % ngroups == 0
     assert C.shape == (batch, seqlen, ngroups, dstate)
@@ -90,7 +92,7 @@ def _chunk_scan_bwd_dstates(C, dA_cumsum, dout, dtype=None):
     grid_dstates = lambda META: (triton.cdiv(headdim, META['BLOCK_SIZE_M']) * triton.cdiv(dstate, META['BLOCK_SIZE_N']),  # noqa: E731
                                  batch * nchunks, nheads)
     _chunk_scan_bwd_dstates_kernel[grid_dstates](
-        dout, C, dprev_states, dA_cumsum, None,
+        dout, C, dprev_states, dA_cumsum, seq_idx,
         headdim, dstate, chunk_size,
         batch, seqlen, nchunks, nheads // ngroups,
         dout.stride(0), dout.stride(1), dout.stride(2), dout.stride(3),
@@ -98,17 +100,19 @@ def _chunk_scan_bwd_dstates(C, dA_cumsum, dout, dtype=None):
         dprev_states.stride(0), dprev_states.stride(1), dprev_states.stride(2), dprev_states.stride(3),
         dprev_states.stride(4),
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
-        0, 0,
-        HAS_SEQ_IDX=False, autotune=AUTOTUNE,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
+        HAS_SEQ_IDX=seq_idx is not None, autotune=AUTOTUNE,
     )
     return dprev_states
 
 
 @tritonplug.torch_launcher
-def _chunk_scan_bwd_dC(prev_states, dA_cumsum, dout, C=None, ngroups=1):
+def _chunk_scan_bwd_dC(prev_states, dA_cumsum, dout, seq_idx=None, C=None, ngroups=1):
     """Ports ``ssd_chunk_scan._chunk_scan_bwd_dC``: dC through the states (and, given C, ddA_cumsum_prev)."""
     batch, nchunks, nheads, headdim, dstate = prev_states.shape
     _, seqlen, _, _ = dout.shape
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     _, _, _, chunk_size = dA_cumsum.shape
     assert prev_states.shape == (batch, nchunks, nheads, headdim, dstate)
     assert dA_cumsum.shape == (batch, nheads, nchunks, chunk_size)
@@ -128,7 +132,7 @@ def _chunk_scan_bwd_dC(prev_states, dA_cumsum, dout, C=None, ngroups=1):
     grid_dc = lambda META: (triton.cdiv(chunk_size, META['BLOCK_SIZE_M']) * triton.cdiv(dstate, META['BLOCK_SIZE_N']),  # noqa: E731
                             batch * nchunks, nsplits * ngroups)
     _chunk_scan_bwd_dc_kernel[grid_dc](
-        dout, prev_states, C, dA_cumsum, None, dC, ddA_cumsum_prev,
+        dout, prev_states, C, dA_cumsum, seq_idx, dC, ddA_cumsum_prev,
         chunk_size, dstate, headdim,
         batch, seqlen, nheads, nheads_per_program, ngroups,
         dout.stride(0), dout.stride(1), dout.stride(2), dout.stride(3),
@@ -136,11 +140,11 @@ def _chunk_scan_bwd_dC(prev_states, dA_cumsum, dout, C=None, ngroups=1):
         prev_states.stride(4),
         *C_strides,
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
-        0, 0,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         dC.stride(0), dC.stride(1), dC.stride(2), dC.stride(3), dC.stride(4),
         *ddA_cumsum_prev_strides, 0,
         HAS_DDA_CS=ddA_cumsum_prev is not None,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=seq_idx is not None,
         DETERMINISTIC_REDUCTION=False,
         BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16), autotune=AUTOTUNE,
     )
@@ -149,11 +153,13 @@ def _chunk_scan_bwd_dC(prev_states, dA_cumsum, dout, C=None, ngroups=1):
 
 
 @tritonplug.torch_launcher
-def _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=1):
+def _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, seq_idx=None, ngroups=1):
     """Ports ``ssd_chunk_scan._chunk_scan_bwd_dcb`` without ``CB`` (as the combined backward calls it): the
     gradient of ``C_i · B_j`` within each chunk."""
     batch, seqlen, nheads, headdim = x.shape
     _, _, nchunks, chunk_size = dt.shape
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     assert dt.shape == (batch, nheads, nchunks, chunk_size)
     assert dA_cumsum.shape == dt.shape
     assert dout.shape == x.shape
@@ -163,7 +169,7 @@ def _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=1):
         triton.cdiv(chunk_size, META['BLOCK_SIZE_M']) * triton.cdiv(chunk_size, META['BLOCK_SIZE_N']),
         batch * nchunks, nsplits * ngroups)
     _chunk_scan_bwd_dcb_kernel[grid_dcb](
-        x, dout, None, dt, dA_cumsum, None, dcb, None,
+        x, dout, None, dt, dA_cumsum, seq_idx, dcb, None,
         chunk_size, headdim,
         batch, seqlen, nheads, nheads_per_program, ngroups,
         x.stride(0), x.stride(1), x.stride(2), x.stride(3),
@@ -171,11 +177,11 @@ def _chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=1):
         0, 0, 0, 0, 0,
         dt.stride(0), dt.stride(2), dt.stride(1), dt.stride(3),
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
-        0, 0,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         dcb.stride(0), dcb.stride(1), dcb.stride(2), dcb.stride(3), dcb.stride(4), dcb.stride(5),
         0, 0, 0, 0, 0,
         HAS_DDA_CS=False,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=seq_idx is not None,
         BLOCK_SIZE_K=max(triton.next_power_of_2(headdim), 16), autotune=AUTOTUNE,
     )
     return jnp.sum(dcb[...], axis=2)
@@ -213,11 +219,13 @@ def _chunk_scan_bwd_ddAcs_stable(x, dt, dA_cumsum, dout, cb):
 
 
 @tritonplug.torch_launcher
-def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=None):
+def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=None, seq_idx=None):
     """Ports ``ssd_combined._chunk_scan_chunk_state_bwd_dx``: dx, ddt' and dD through both the in-chunk scan
     and the chunk states."""
     batch, seqlen, nheads, headdim = x.shape
     _, _, nchunks, chunk_size = dt.shape
+    if seq_idx is not None:
+        assert seq_idx.shape == (batch, seqlen)
     _, _, ngroups, dstate = B.shape
     assert nheads % ngroups == 0
     assert B.shape == (batch, seqlen, ngroups, dstate)
@@ -241,7 +249,7 @@ def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=Non
     grid_dx = lambda META: (triton.cdiv(chunk_size, META['BLOCK_SIZE_M']) * triton.cdiv(headdim, META['BLOCK_SIZE_N']),  # noqa: E731
                             batch * nchunks, nheads)
     _chunk_scan_chunk_state_bwd_dx_kernel[grid_dx](
-        x, CB, dout, dt, dA_cumsum, None, D, B, dstates, dx, ddt, dD,
+        x, CB, dout, dt, dA_cumsum, seq_idx, D, B, dstates, dx, ddt, dD,
         chunk_size, headdim, dstate,
         batch, seqlen, nheads // ngroups,
         x.stride(0), x.stride(1), x.stride(2), x.stride(3),
@@ -249,7 +257,7 @@ def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=Non
         dout.stride(0), dout.stride(1), dout.stride(2), dout.stride(3),
         dt.stride(0), dt.stride(2), dt.stride(1), dt.stride(3),
         dA_cumsum.stride(0), dA_cumsum.stride(2), dA_cumsum.stride(1), dA_cumsum.stride(3),
-        0, 0,
+        *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         D.stride(0) if D is not None else 0,
         B.stride(0), B.stride(1), B.stride(2), B.stride(3),
         dstates.stride(0), dstates.stride(1), dstates.stride(2), dstates.stride(3), dstates.stride(4),
@@ -258,7 +266,7 @@ def _chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, B, CB, dout, dstates, D=Non
         dD_strides[1], dD_strides[2], dD_strides[3], dD_strides[0], dD_strides[4],
         D is not None,
         D.dim() == 2 if D is not None else True,
-        HAS_SEQ_IDX=False,
+        HAS_SEQ_IDX=seq_idx is not None,
         BLOCK_SIZE_DSTATE=max(triton.next_power_of_2(dstate), 16),
         IS_TRITON_22=TRITON_22,
         DETERMINISTIC_REDUCTION=False, autotune=AUTOTUNE,
