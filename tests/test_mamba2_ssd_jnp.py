@@ -30,16 +30,19 @@ def _dt_reference(dt, dt_bias, softplus, limit):
 
 
 def reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limit=(0.0, np.inf), init=None,
-              final=False):
+              final=False, seq_idx=None):
     """The recurrence, one step at a time, in float64, from the state ``init`` (default zeros); with ``final``
-    also the state after the last step."""
+    also the state after the last step; with ``seq_idx`` the state zeroed where a step's id differs from the step
+    before's (id 0 before the first)."""
     x, A, B, C = (np.asarray(a, np.float64) for a in (x, A, B, C))
     step = _dt_reference(np.asarray(dt), dt_bias, softplus, limit)
     b, seq, h, p = x.shape
     r = h // B.shape[2]
     state = np.zeros((b, h, p, B.shape[3])) if init is None else np.asarray(init, np.float64)
     y = np.empty_like(x)
+    ids = np.zeros((b, seq + 1), int) if seq_idx is None else np.pad(np.asarray(seq_idx), [(0, 0), (1, 0)])
     for t in range(seq):
+        state = np.where((ids[:, t + 1] != ids[:, t])[:, None, None, None], 0.0, state)
         Bt, Ct = np.repeat(B[:, t], r, axis=1), np.repeat(C[:, t], r, axis=1)  # (b, h, n): head i in group i // r
         decay = np.exp(step[:, t] * A)[:, :, None, None]
         state = decay * state + step[:, t, :, None, None] * x[:, t, :, :, None] * Bt[:, :, None, :]
@@ -54,7 +57,7 @@ def reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limi
 
 
 def scan_reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False, limit=(0.0, float("inf")),
-                   init=None, final=False):
+                   init=None, final=False, seq_idx=None):
     """The same recurrence in ``jax`` (fp32), as a ``lax.scan`` over time: what ``jax.grad`` differentiates."""
     import jax
     import jax.numpy as jnp
@@ -66,13 +69,17 @@ def scan_reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=False,
     b, seq, h, p = x.shape
     r = h // B.shape[2]
 
+    ids = jnp.zeros((b, seq), jnp.int32) if seq_idx is None else jnp.asarray(seq_idx, jnp.int32)
+    new = ids != jnp.pad(ids, [(0, 0), (1, 0)])[:, :-1]  # a sequence starts at this step
+
     def one(state, t):
-        xt, st, Bt, Ct = t
+        xt, st, Bt, Ct, restart = t
+        state = jnp.where(restart[:, None, None, None], 0.0, state)
         Bt, Ct = jnp.repeat(Bt, r, axis=1), jnp.repeat(Ct, r, axis=1)
         state = jnp.exp(st * A)[:, :, None, None] * state + st[:, :, None, None] * xt[..., None] * Bt[:, :, None]
         return state, jnp.einsum("bhpn,bhn->bhp", state, Ct)
 
-    time_major = [jnp.moveaxis(a, 1, 0) for a in (x, step, B, C)]
+    time_major = [jnp.moveaxis(a, 1, 0) for a in (x, step, B, C, new)]
     last, y = jax.lax.scan(one, jnp.zeros((b, h, p, B.shape[3])) if init is None else init, time_major)
     y = jnp.moveaxis(y, 0, 1)
     if D is not None:
@@ -217,11 +224,22 @@ def test_bad_arguments_are_refused_naming_the_argument(change, message):
         ssd(x, dt, A, B, C, **args)
 
 
+def _packed(b, seq, chunk):
+    """Sequence ids for rows of ``seq`` steps: row 0 starts sequences inside the first chunk, at the second chunk's
+    first step, and one step before the end; row 1 is one sequence of id 2 (its initial state unused)."""
+    row = np.zeros(seq, np.int32)
+    for start in sorted({min(3, seq - 1), min(chunk, seq - 1), seq - 1} - {0}):
+        row[start:] += 1
+    return np.stack([row] + [np.full(seq, 2, np.int32)] * (b - 1))
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["one-sequence", "seq_idx"])
 @pytest.mark.parametrize("seq, chunk, within", [(37, 8, None), (64, 4, 2), (5, 16, None)])
-def test_initial_and_final_states_are_the_recurrences(seq, chunk, within, monkeypatch):
+def test_initial_and_final_states_are_the_recurrences(seq, chunk, within, packed, monkeypatch):
     """``initial_states`` (the state before the first step) and ``return_final_states`` (the state after the last,
-    past a partial chunk's padding too), the chunks at once or in steps; and their gradients, the initial states'
-    included, with a cotangent on both outputs."""
+    past a partial chunk's padding too), the chunks at once or in steps, alone and with packed sequences
+    (``seq_idx``: :func:`_packed`); and their gradients, the initial states' included, with a cotangent on both
+    outputs."""
     import jax
     import jax.numpy as jnp
 
@@ -233,12 +251,13 @@ def test_initial_and_final_states_are_the_recurrences(seq, chunk, within, monkey
     args = {k: (None if v is None else jnp.asarray(v)) for k, v in _inputs(9, b, seq, h, g, p, n).items()}
     rng = np.random.default_rng(10)
     init = jnp.asarray(rng.standard_normal((b, h, p, n)), jnp.float32)
-    options = dict(dt_softplus=True, return_final_states=True)
+    seq_idx = _packed(b, seq, chunk) if packed else None
+    options = dict(dt_softplus=True, return_final_states=True, seq_idx=seq_idx)
     call = jax.jit(lambda a, init: ssd_jnp.ssd(**a, chunk_size=chunk, initial_states=init, **options))
     y, last = call(args, init)
     assert last.shape == (b, h, p, n) and last.dtype == jnp.float32
     want_y, want_last = reference(**{k: None if v is None else np.asarray(v) for k, v in args.items()},
-                                  softplus=True, init=np.asarray(init), final=True)
+                                  softplus=True, init=np.asarray(init), final=True, seq_idx=seq_idx)
     for got, want in ((y, want_y), (last, want_last)):
         np.testing.assert_allclose(np.asarray(got), want, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(want).max())))
 
@@ -254,7 +273,7 @@ def test_initial_and_final_states_are_the_recurrences(seq, chunk, within, monkey
 
     got = grads(lambda a, init: ssd_jnp.ssd(**a, chunk_size=chunk, initial_states=init, **options))
     with jax.default_matmul_precision("highest"):
-        want = grads(lambda a, init: scan_reference(**a, softplus=True, init=init, final=True))
+        want = grads(lambda a, init: scan_reference(**a, softplus=True, init=init, final=True, seq_idx=seq_idx))
     for name, a, w in zip([*names, "initial_states"], got, want, strict=True):
         a, w = np.asarray(a), np.asarray(w)
         np.testing.assert_allclose(a, w, rtol=1e-3, atol=1e-3 * max(1.0, float(np.max(np.abs(w)))), err_msg=name)
@@ -265,7 +284,8 @@ def test_initial_and_final_states_are_the_recurrences(seq, chunk, within, monkey
      "`initial_states` must be shape (1, 4, 2, 4)"),
     (dict(initial_states=np.zeros((1, 4, 2, 4), np.int32)), ValueError, "`initial_states` must be a floating-point"),
     (dict(return_final_states=1), ValueError, "`return_final_states` must be a bool"),
-    (dict(seq_idx=np.zeros((1, 8), np.int32)), NotImplementedError, "`seq_idx` is not supported"),
+    (dict(seq_idx=np.zeros((1, 7), np.int32)), ValueError, "`seq_idx` must be integers of shape (1, 8)"),
+    (dict(seq_idx=np.zeros((1, 8), np.float32)), ValueError, "`seq_idx` must be integers of shape (1, 8)"),
     (dict(cu_seqlens=np.zeros((2,), np.int32)), NotImplementedError, "`cu_seqlens` is not supported"),
     (dict(return_varlen_states=True), NotImplementedError, "`return_varlen_states` is not supported"),
 ])

@@ -44,9 +44,10 @@ SHAPES = {  # b, l, h, p, g, n, chunk, dtype
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
-@pytest.mark.parametrize("gated, states", [(False, False), (True, False), (True, True)],
-                         ids=["plain", "z_D_bias", "z_D_bias_initial_final_states"])
-def test_port_matches_mamba_ssm_forward_and_backward(name, gated, states):
+@pytest.mark.parametrize("gated, states, packed", [(False, False, False), (True, False, False),
+                                                   (True, True, False), (True, True, True)],
+                         ids=["plain", "z_D_bias", "z_D_bias_initial_final_states", "z_D_bias_states_seq_idx"])
+def test_port_matches_mamba_ssm_forward_and_backward(name, gated, states, packed):
     torch, ssd_combined = MAMBA
     from ports.mamba_ssd import mamba_chunk_scan_combined
 
@@ -63,19 +64,24 @@ def test_port_matches_mamba_ssm_forward_and_backward(name, gated, states):
     low = {"x", "B", "C", "z"}
     jx = {k: jnp.asarray(v, dtype if k in low else jnp.float32) for k, v in arrays.items()}
     options = dict(dt_softplus=True, dt_limit=(0.0, float("inf")), return_final_states=states)
+    # packed: row 0 starts sequences inside the first chunk and at the third chunk's first step, row 1 at its middle
+    starts = np.array([[chunk // 3, 2 * chunk], [seqlen // 2, seqlen]])
+    seq_idx = np.stack([np.searchsorted(row, np.arange(seqlen), side="right") for row in starts]).astype(np.int32)
     dout = rng.standard_normal((b, seqlen, h, p)).astype(np.float32)
     dlast = rng.standard_normal((b, h, p, n)).astype(np.float32)
 
     names = list(jx)
     out, vjp = jax.vjp(lambda *a: mamba_chunk_scan_combined(**dict(zip(names, a, strict=True)), chunk_size=chunk,
-                                                            **options), *jx.values())
+                                                            seq_idx=seq_idx if packed else None, **options),
+                       *jx.values())
     y, last = out if states else (out, None)
     grads = vjp((jnp.asarray(dout, y.dtype), jnp.asarray(dlast)) if states else jnp.asarray(dout, y.dtype))
 
     tdtype = torch.bfloat16 if dtype == jnp.bfloat16 else torch.float32
     tx = {k: torch.tensor(np.asarray(v.astype(jnp.float32)), device="cuda").to(tdtype if k in low else torch.float32)
           .requires_grad_() for k, v in jx.items()}
-    tout = ssd_combined.mamba_chunk_scan_combined(**tx, chunk_size=chunk, **options)
+    tseq = torch.tensor(seq_idx, device="cuda") if packed else None
+    tout = ssd_combined.mamba_chunk_scan_combined(**tx, chunk_size=chunk, seq_idx=tseq, **options)
     ty, tlast = tout if states else (tout, None)
     if states:
         torch.autograd.backward([ty, tlast], [torch.tensor(dout, device="cuda").to(ty.dtype),

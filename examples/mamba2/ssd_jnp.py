@@ -39,9 +39,11 @@ def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, initial_s
     ``return_final_states`` (``(b, h, p, n)`` fp32: the state after the last step); the arguments as
     ``mamba_chunk_scan_combined``'s, in its order: ``x`` ``(b, l, h, p)``, ``dt`` ``(b, l, h)``, ``A`` ``(h,)``,
     ``B``/``C`` ``(b, l, g, n)`` with ``h % g == 0``, ``D`` ``(h,)`` or ``(h, p)``, ``z`` like ``x``, ``dt_bias``
-    ``(h,)``, ``initial_states`` ``(b, h, p, n)`` (the state before the first step; default zeros). ``l`` need not
-    be a multiple of ``chunk_size``. ``seq_idx``, ``cu_seqlens`` and ``return_varlen_states`` are not supported.
-    Bad arguments raise ``ValueError`` naming the argument, before anything is computed."""
+    ``(h,)``, ``initial_states`` ``(b, h, p, n)`` (the state before the first step; default zeros), ``seq_idx``
+    ``(b, l)`` integers: sequences packed in a row, each step's id, non-decreasing (the state restarts from zero
+    where the id changes; the initial states are id 0's, as mamba-ssm's kernels take them). ``l`` need not be a
+    multiple of ``chunk_size``. ``cu_seqlens`` and ``return_varlen_states`` are not supported. Bad arguments
+    raise ``ValueError`` naming the argument, before anything is computed."""
     lo, hi = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_limit)
     _check_states(x, B, initial_states, seq_idx, cu_seqlens, return_final_states, return_varlen_states)
     b, seq, h, p = x.shape
@@ -51,6 +53,9 @@ def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, initial_s
     if pad:  # padded steps have dt' = 0: they neither decay the state nor add to it
         x, step, B, C = (jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2)) for a in (x, step, B, C))
     chunks = (seq + pad) // chunk_size
+    if seq_idx is not None:  # the padding continues the last sequence
+        seq_idx = jnp.pad(jnp.asarray(seq_idx, jnp.int32), [(0, 0), (0, pad)], mode="edge")
+        seq_idx = seq_idx.reshape(b, chunks, chunk_size)
     r = h // g
     xc = x.reshape(b, chunks, chunk_size, g, r, p)
     Bc = B.reshape(b, chunks, chunk_size, g, n)
@@ -58,7 +63,7 @@ def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, initial_s
     # dt' and the decays' cumulative sums as (b, chunks, g, r, chunk): the time axis last, next to the matmuls'
     step = jnp.moveaxis(step.reshape(b, chunks, chunk_size, g, r), 2, -1)
     init = None if initial_states is None else initial_states.astype(F32).reshape(b, g, r, p, n)
-    y, final = _chunked(xc, step, A.astype(F32).reshape(g, r), Bc, Cc, init, bool(return_final_states))
+    y, final = _chunked(xc, step, A.astype(F32).reshape(g, r), Bc, Cc, init, seq_idx, bool(return_final_states))
     y = y.reshape(b, chunks * chunk_size, h, p)[:, :seq]
     x = x[:, :seq]
     if D is not None:
@@ -82,31 +87,52 @@ def _dt(dt, dt_bias, softplus: bool, lo: float, hi: float) -> jax.Array:
     return step
 
 
-def _chunked_core(xc, step, A, Bc, Cc, init, final: bool):
+def _chunked_core(xc, step, A, Bc, Cc, init, seq, final: bool):
     """The SSD of chunked inputs: ``xc`` ``(b, c, L, g, r, p)``, ``step`` ``(b, c, g, r, L)`` fp32, ``A`` ``(g, r)``
-    fp32, ``Bc``/``Cc`` ``(b, c, L, g, n)``, ``init`` ``(b, g, r, p, n)`` fp32 or None; ``(y, last)``: ``y``
-    ``(b, c, L, g, r, p)`` fp32 without ``D`` and ``z``, and with ``final`` the state after the last chunk
-    ``(b, g, r, p, n)`` fp32 (else None)."""
+    fp32, ``Bc``/``Cc`` ``(b, c, L, g, n)``, ``init`` ``(b, g, r, p, n)`` fp32 or None, ``seq`` ``(b, c, L)``
+    int32 sequence ids or None; ``(y, last)``: ``y`` ``(b, c, L, g, r, p)`` fp32 without ``D`` and ``z``, and with
+    ``final`` the state after the last chunk ``(b, g, r, p, n)`` fp32 (else None).
+
+    With ``seq`` (non-decreasing) a term links two steps only within one sequence: a chunk's state holds only its
+    last sequence's steps, a chunk state reaches a later chunk only if that chunk's predecessor ends in the same
+    sequence, and a step reads the state entering its chunk only if it continues the sequence the previous chunk
+    ended in (id 0 before the first chunk: the initial states')."""
     dtype = xc.dtype
     cum = jnp.cumsum(step * A[..., None], axis=-1)  # (b, c, g, r, L): within-chunk cumulative log-decay
-    y = _within_chunks(xc, step, cum, Bc, Cc)
+    y = _within_chunks(xc, step, cum, Bc, Cc, seq)
     # each chunk's own contribution to the state at its end: sum_s exp(cum_last - cum_s) dt'_s x_s B_s^T
     to_end = jnp.moveaxis(jnp.exp(cum[..., -1:] - cum) * step, -1, 2)  # (b, c, L, g, r)
+    if seq is not None:
+        to_end = jnp.where((seq == seq[..., -1:])[..., None, None], to_end, 0.0)
     decayed = (xc * to_end[..., None]).astype(dtype)
     states = jnp.einsum("bclgn,bclgrp->bcgrpn", Bc, decayed, preferred_element_type=F32)
     # the state entering chunk k: sum_{j < k} exp(total_{j+1} + ... + total_{k-1}) states_j, as one matmul
     totals = jnp.moveaxis(cum[..., -1], 1, -1)  # (b, g, r, c): each chunk's log-decay
-    entering = jnp.einsum("bgrkj,bjgrpn->bkgrpn", _chunk_decays(totals), states, preferred_element_type=F32)
+    decays = _chunk_decays(totals)
+    ends = None if seq is None else seq[..., -1]  # (b, c): the sequence each chunk ends in
+    before_ends = None if seq is None else jnp.pad(ends[:, :-1], [(0, 0), (1, 0)])  # the chunk before's (0 first)
+    if seq is not None:  # [k, j]: chunk j's state reaches chunk k where chunk k - 1 ends in j's sequence
+        decays = jnp.where((before_ends[:, :, None] == ends[:, None, :])[:, None, None], decays, 0.0)
+    entering = jnp.einsum("bgrkj,bjgrpn->bkgrpn", decays, states, preferred_element_type=F32)
     last = None
     if final:  # the state after chunk c-1: sum_j exp(totals[j+1] + ... + totals[c-1]) states_j
-        after = jnp.flip(_exclusive_cumsum(jnp.flip(totals, -1)), -1)  # the chunks after j, summed
-        last = jnp.einsum("bgrj,bjgrpn->bgrpn", jnp.exp(after), states, preferred_element_type=F32)
+        after = jnp.exp(jnp.flip(_exclusive_cumsum(jnp.flip(totals, -1)), -1))  # the chunks after j, summed
+        if seq is not None:
+            after = jnp.where((ends == ends[:, -1:])[:, None, None], after, 0.0)
+        last = jnp.einsum("bgrj,bjgrpn->bgrpn", after, states, preferred_element_type=F32)
     if init is not None:  # the initial state, decayed by every chunk before
-        before = _exclusive_cumsum(totals)
-        entering = entering + jnp.moveaxis(jnp.exp(before), -1, 1)[..., None, None] * init[:, None]
-        last = None if last is None else last + jnp.exp(jnp.sum(totals, -1))[..., None, None] * init
+        before = jnp.exp(_exclusive_cumsum(totals))  # (b, g, r, c)
+        through = jnp.exp(jnp.sum(totals, -1))  # (b, g, r)
+        if seq is not None:  # id 0's
+            before = jnp.where((before_ends == 0)[:, None, None], before, 0.0)
+            through = jnp.where((ends[:, -1] == 0)[:, None, None], through, 0.0)
+        entering = entering + jnp.moveaxis(before, -1, 1)[..., None, None] * init[:, None]
+        last = None if last is None else last + through[..., None, None] * init
     y_in = jnp.einsum("bclgn,bcgrpn->bclgrp", Cc, entering.astype(Cc.dtype), preferred_element_type=F32)
-    return y + y_in * jnp.moveaxis(jnp.exp(cum), -1, 2)[..., None], last
+    reads = jnp.moveaxis(jnp.exp(cum), -1, 2)  # (b, c, L, g, r)
+    if seq is not None:
+        reads = jnp.where((seq == before_ends[..., None])[..., None, None], reads, 0.0)
+    return y + y_in * reads[..., None], last
 
 
 def _exclusive_cumsum(totals: jax.Array) -> jax.Array:
@@ -114,7 +140,7 @@ def _exclusive_cumsum(totals: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.zeros_like(totals[..., :1]), jnp.cumsum(totals[..., :-1], axis=-1)], axis=-1)
 
 
-_chunked = jax.checkpoint(_chunked_core, policy=jax.checkpoint_policies.dots_saveable, static_argnums=(6,))
+_chunked = jax.checkpoint(_chunked_core, policy=jax.checkpoint_policies.dots_saveable, static_argnums=(7,))
 
 #: The ``(chunk, chunk)`` tensors of the quadratic part hold at most this many elements at a time (over the batch,
 #: the heads and the chunks done together): beyond it the chunks are done in that many steps (``lax.map``), each
@@ -123,7 +149,7 @@ _chunked = jax.checkpoint(_chunked_core, policy=jax.checkpoint_policies.dots_sav
 WITHIN_ELEMENTS = 1 << 26
 
 
-def _within_chunks(xc, step, cum, Bc, Cc):
+def _within_chunks(xc, step, cum, Bc, Cc, seq):
     """Each chunk's output from its own inputs: ``y[l] = sum_{s <= l} (C_l . B_s) exp(cum_l - cum_s) dt'_s x_s``,
     fp32 ``(b, c, L, g, r, p)``; in steps of :data:`WITHIN_ELEMENTS` where the chunks are many."""
     b, c, L, g, r, _ = xc.shape
@@ -132,22 +158,25 @@ def _within_chunks(xc, step, cum, Bc, Cc):
     while c % together:
         together -= 1
     if together == c:
-        return _quadratic(xc, step, cum, Bc, Cc)
+        return _quadratic(xc, step, cum, Bc, Cc, seq)
     steps = c // together
 
     def split(a):  # (b, c, ...) -> (steps, b, together, ...)
         return jnp.moveaxis(a.reshape(b, steps, together, *a.shape[2:]), 1, 0)
 
     y = jax.lax.map(lambda args: jax.checkpoint(_quadratic)(*args),
-                    (split(xc), split(step), split(cum), split(Bc), split(Cc)))
+                    (split(xc), split(step), split(cum), split(Bc), split(Cc), None if seq is None else split(seq)))
     return jnp.moveaxis(y, 0, 1).reshape(xc.shape)
 
 
-def _quadratic(xc, step, cum, Bc, Cc):
-    """:func:`_within_chunks` of chunks done together: the ``(chunk, chunk)`` decayed scores, one matmul."""
+def _quadratic(xc, step, cum, Bc, Cc, seq):
+    """:func:`_within_chunks` of chunks done together: the ``(chunk, chunk)`` decayed scores, one matmul (with
+    ``seq``, only steps of one sequence see each other)."""
     L = xc.shape[2]
     scores = jnp.einsum("bclgn,bcsgn->bcgls", Cc, Bc, preferred_element_type=F32)
     causal = jnp.arange(L)[:, None] >= jnp.arange(L)[None, :]
+    if seq is not None:
+        causal = causal & (seq[..., :, None] == seq[..., None, :])[:, :, None, None]  # (b, c, 1, 1, L, L)
     gap = jnp.where(causal, cum[..., :, None] - cum[..., None, :], -jnp.inf)  # masked before exp: no inf * 0
     weights = (scores[:, :, :, None] * jnp.exp(gap) * step[..., None, :]).astype(xc.dtype)  # (b, c, g, r, L, L)
     return jnp.einsum("bcgrls,bcsgrp->bclgrp", weights, xc, preferred_element_type=F32)
@@ -168,10 +197,14 @@ def _chunk_decays(totals: jax.Array) -> jax.Array:
 
 def _check_states(x, B, initial_states, seq_idx, cu_seqlens, return_final_states, return_varlen_states) -> None:
     """``initial_states``' shape and dtype; the options this SSD does not have refused, each by its name."""
-    for name, value in (("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens),
-                        ("return_varlen_states", return_varlen_states or None)):
+    for name, value in (("cu_seqlens", cu_seqlens), ("return_varlen_states", return_varlen_states or None)):
         if value is not None:
-            raise NotImplementedError(f"ssd: `{name}` is not supported (one sequence per batch row), got {value!r}")
+            raise NotImplementedError(f"ssd: `{name}` is not supported (packed sequences take seq_idx), got "
+                                      f"{value!r}")
+    if seq_idx is not None and (getattr(seq_idx, "shape", None) != x.shape[:2]
+                                or not jnp.issubdtype(seq_idx.dtype, jnp.integer)):
+        raise ValueError(f"ssd: `seq_idx` must be integers of shape {x.shape[:2]} (batch, seq), got "
+                         f"{getattr(seq_idx, 'shape', type(seq_idx).__name__)} {getattr(seq_idx, 'dtype', '')}")
     if not isinstance(return_final_states, bool):
         raise ValueError(f"ssd: `return_final_states` must be a bool, got {return_final_states!r}")
     if initial_states is None:
