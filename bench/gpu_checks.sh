@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The eager-call benchmarks and the GPU checks of the argument path and of partitioned calls, on a lent GPU machine
 # (jax with its CUDA plugin, Triton, torch there; jax-triton, liger-kernel and fla-core carried as wheels in .whl/).
-# Usage: OUT=dir bash bench/gpu_checks.sh STEP...   STEP: eager | args | partitioned | ports (several GPUs)
+# Usage: OUT=dir bash bench/gpu_checks.sh STEP...   STEP: eager | args | partitioned | ports | moe-ragged (several GPUs)
+#        | mamba-seq-idx
 set -uo pipefail
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda -e plugins/interpret >/dev/null 2>&1 || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null || exit 1
@@ -41,5 +42,12 @@ PY
     ports)  # the ports' partitioned cases on the GPUs: the full output (each failure's entry) in ports-pytest.txt
       SHARDING_TESTS_ON_GPUS=1 timeout 300 python3 -m pytest -q -p no:cacheprovider --tb=line tests/test_partitioned_ports.py \
         > "$OUT/ports-pytest.txt" 2>&1; grep -E "^(E |/.*Error)|passed|failed" "$OUT/ports-pytest.txt" | cut -c1-400 | tail -14 ;;
+    moe-ragged)  # XLA's ragged_all_to_all against its CPU stand-in, the ragged expert-parallel MLP against ragged_dot
+      PYTHONPATH=/tmp/site:$PWD/.moe-libs:$PWD/tests:$PWD timeout 300 python3 -m pytest -q -p no:cacheprovider \
+        --tb=short tests/test_moe_ragged_gpu.py > "$OUT/moe-ragged-pytest.txt" 2>&1; tail -5 "$OUT/moe-ragged-pytest.txt" ;;
+    mamba-seq-idx)  # the SSD port with packed sequences against mamba-ssm's own function (needs .moe-libs' mamba_ssm)
+      PYTHONPATH=/tmp/site:$PWD/.moe-libs:$PWD/tests:$PWD/examples:$PWD timeout 400 python3 -m pytest -q \
+        -p no:cacheprovider --tb=short tests/test_mamba_ssd_gpu.py -k seq_idx > "$OUT/mamba-seq-idx-pytest.txt" 2>&1
+      tail -5 "$OUT/mamba-seq-idx-pytest.txt" ;;
   esac
 done
