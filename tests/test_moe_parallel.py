@@ -39,16 +39,12 @@ SCRIPT = textwrap.dedent('''
     from tritonplug.process.state import state
     from examples.moe import layer, parallel, ragged
     from examples.moe.config import MoEConfig
+    from moe_inputs import mlp_arrays
 
     T, D, F, E, K = (int(a) for a in sys.argv[1:6])
     mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     SPECS = {"router": P(), "w_gate_up": P("model"), "w_down": P("model")}
-    rng = np.random.default_rng(0)
-    H = rng.standard_normal((T, D)).astype(np.float32)
-    PARAMS = {"router": rng.standard_normal((D, E)).astype(np.float32),
-              "w_gate_up": (0.3 * rng.standard_normal((E, D, 2 * F))).astype(np.float32),
-              "w_down": (0.3 * rng.standard_normal((E, F, D))).astype(np.float32)}
-    COT = rng.standard_normal((T, D)).astype(np.float32)
+    H, PARAMS, COT = mlp_arrays(T, D, F, E)
     REPORT = {"devices": len(jax.devices())}
 
     def config(capacity_factor):

@@ -16,6 +16,7 @@ import pytest
 from helpers import gpu_platforms, requires_backend
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from moe_inputs import mlp_arrays
 
 DEVICES = jax.devices("cuda") if "cuda" in gpu_platforms() else []
 pytestmark = [pytest.mark.cuda, requires_backend("cuda"),
@@ -64,12 +65,7 @@ def test_the_ragged_mlp_on_the_gpus_matches_ragged_dot_on_one():
     t, d, f, e, k = 128 * n, 64, 32, 4 * n, 2
     cfg = MoEConfig(vocab=256, hidden=d, layers=1, heads=2, kv_heads=1, ffn=0, seq=8, batch=t // 8, experts=e,
                     top_k=k, expert_ffn=f, capacity_factor=1.0, dtype="float32")
-    rng = np.random.default_rng(0)
-    h = rng.standard_normal((t, d)).astype(np.float32)
-    p = {"router": rng.standard_normal((d, e)).astype(np.float32),
-         "w_gate_up": (0.3 * rng.standard_normal((e, d, 2 * f))).astype(np.float32),
-         "w_down": (0.3 * rng.standard_normal((e, f, d))).astype(np.float32)}
-    cot = rng.standard_normal((t, d)).astype(np.float32)
+    h, p, cot = mlp_arrays(t, d, f, e)
 
     def with_grads(mlp):
         def run(h, p):
