@@ -58,7 +58,9 @@ def _exchange_padded(operand, output, input_offsets, send_sizes, output_offsets,
 
 
 def exchange(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axis_name):
-    """``jax.lax.ragged_all_to_all`` (its arguments and semantics), on XLA:CPU through :func:`_exchange_padded`."""
+    """``jax.lax.ragged_all_to_all`` (its arguments and semantics), on XLA:CPU through :func:`_exchange_padded`.
+    Inside ``shard_map(..., check_vma=False)``: with the check, JAX (0.11 on) types ``ragged_all_to_all``'s result as
+    its ``output`` argument (not varying over the axis), so the two platforms' branches would not type alike."""
     args = (operand, output, input_offsets, send_sizes, output_offsets, recv_sizes)
     real = functools.partial(jax.lax.ragged_all_to_all, axis_name=axis_name)
     padded = functools.partial(_exchange_padded, axis_name=axis_name)
