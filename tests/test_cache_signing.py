@@ -6,6 +6,7 @@ The remote tier's side (Redis, the coordination service): ``plugins/redis/tests/
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -55,6 +56,17 @@ def strip_signature(data: bytes) -> bytes:
     """A signed entry turned into an unsigned one of the first format: magic 1, no HMAC, checksum made right."""
     body = MAGIC + data[len(MAGIC_SIGNED):-64]
     return body + hashlib.sha256(body).digest()
+
+
+def test_a_key_read_once_cannot_be_changed_by_its_holders() -> None:
+    """The keys are read once per version of the file and shared (``signing._load`` caches them): a holder that could
+    swap a key's secret, or the keys in effect, would change what every later entry is signed and checked with."""
+    fleet_key = key_of(b"a very secret fleet key, 32 byte")
+    keys = FleetKeys(fleet_key)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fleet_key.secret = b"another key, 32 bytes long......"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        keys.current = None  # type: ignore[misc]
 
 
 # --- the key settings -----------------------------------------------------------------------------------------------
