@@ -71,6 +71,29 @@ def test_the_mixer_is_causal():
     assert np.max(np.abs(before[:, 25:] - after[:, 25:])) > 1e-3
 
 
+@pytest.mark.parametrize("choice", ["jax", "tritonplug"])
+def test_packed_sequences_are_each_mixed_as_if_alone(choice):
+    """``seq_idx``: three sequences packed in a row of 40 steps (chunks of 16: one starts inside the first chunk,
+    one inside the third) give, step for step, what the mixer gives each sequence alone: the convolution reads no
+    step of the sequence before, and the SSD's state restarts."""
+    import jax
+    import jax.numpy as jnp
+
+    from examples.llama.ops import rms_norm_jax
+    from examples.mamba2 import block
+
+    cfg, p, h = _mixer_inputs(jnp.float32)
+    h = h[:1]
+    bounds = [0, 13, 33, 40]
+    seq_idx = jnp.asarray(np.repeat(np.arange(3), np.diff(bounds))[None], jnp.int32)
+    mix = jax.jit(lambda h, p, s: block.mixer(h, p, cfg, block.SSD[choice], rms_norm_jax, seq_idx=s))
+    packed = np.asarray(mix(h, p, seq_idx))
+    pieces = zip(bounds[:-1], bounds[1:], strict=True)
+    alone = np.concatenate([np.asarray(_mixer(cfg, choice)(h[:, a:b], p)) for a, b in pieces], axis=1)
+    np.testing.assert_allclose(packed, alone, rtol=2e-4, atol=2e-4 * float(np.max(np.abs(alone))))
+    assert np.max(np.abs(packed - np.asarray(_mixer(cfg, choice)(h, p)))) > 1e-2  # without seq_idx: another result
+
+
 def test_the_tiny_model_learns_with_the_jax_ssd(tmp_path):
     from examples.mamba2 import train
 

@@ -71,12 +71,19 @@ def init_layers(cfg: Mamba2Config, key: jax.Array) -> dict:
 FP32_PARAMS = ("dt_bias", "A_log", "D")
 
 
-def causal_conv(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+def causal_conv(x: jax.Array, w: jax.Array, b: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
     """Depthwise causal convolution over time: ``out[t, c] = b[c] + sum_k w[k, c] x[t - width + 1 + k, c]`` (zeros
-    before the start), accumulated in fp32; ``x`` ``(batch, seq, channels)``, ``w`` ``(width, channels)``."""
+    before the start), accumulated in fp32; ``x`` ``(batch, seq, channels)``, ``w`` ``(width, channels)``. With
+    ``seq_idx`` ``(batch, seq)`` (packed sequences) a step reads only earlier steps of its own sequence, as
+    mamba-ssm's ``causal_conv1d`` with ``seq_idx``."""
     width, seq = w.shape[0], x.shape[1]
     padded = jnp.pad(x, ((0, 0), (width - 1, 0), (0, 0))).astype(jnp.float32)
-    out = b.astype(jnp.float32) + sum(padded[:, k:k + seq] * w[k].astype(jnp.float32) for k in range(width))
+    taps = [padded[:, k:k + seq] for k in range(width)]
+    if seq_idx is not None:  # the padding's id is -1: never a sequence's
+        ids = jnp.pad(jnp.asarray(seq_idx, jnp.int32), ((0, 0), (width - 1, 0)), constant_values=-1)
+        taps = [jnp.where((ids[:, k:k + seq] == ids[:, width - 1:])[..., None], tap, 0.0)
+                for k, tap in enumerate(taps)]
+    out = b.astype(jnp.float32) + sum(tap * w[k].astype(jnp.float32) for k, tap in enumerate(taps))
     return out.astype(x.dtype)
 
 
@@ -91,15 +98,18 @@ def gated_norm(y: jax.Array, z: jax.Array, w: jax.Array, cfg: Mamba2Config, rms_
     return rms_norm(gated.reshape(per), w.reshape(cfg.groups, -1), cfg.eps).reshape(gated.shape)
 
 
-def mixer(h: jax.Array, p: dict, cfg: Mamba2Config, ssd: Callable[..., jax.Array], rms_norm) -> jax.Array:
+def mixer(h: jax.Array, p: dict, cfg: Mamba2Config, ssd: Callable[..., jax.Array], rms_norm,
+          seq_idx: jax.Array | None = None) -> jax.Array:
     """The Mamba-2 mixer of ``h`` ``(batch, seq, hidden)`` (compute dtype) with a layer's params ``p``; ``ssd`` one
-    of :data:`SSD`, ``rms_norm`` the Llama example's op. Returns ``h``'s shape and dtype."""
+    of :data:`SSD`, ``rms_norm`` the Llama example's op; ``seq_idx`` ``(batch, seq)``: sequences packed in a row
+    (non-decreasing ids), each mixed as if alone (the convolution and the SSD restart where the id changes). Returns
+    ``h``'s shape and dtype."""
     b, t, _ = h.shape
     gn = cfg.groups * cfg.state
     z, xbc, dt = jnp.split(h @ p["w_in"], [cfg.inner, cfg.inner + cfg.conv_channels], axis=-1)
-    xbc = jax.nn.silu(causal_conv(xbc, p["conv_w"], p["conv_b"]))
+    xbc = jax.nn.silu(causal_conv(xbc, p["conv_w"], p["conv_b"], seq_idx))
     x, B, C = jnp.split(xbc, [cfg.inner, cfg.inner + gn], axis=-1)
     y = ssd(x.reshape(b, t, cfg.heads, cfg.head_dim), dt, -jnp.exp(p["A_log"].astype(jnp.float32)),
             B.reshape(b, t, cfg.groups, cfg.state), C.reshape(b, t, cfg.groups, cfg.state), cfg.chunk,
-            D=p["D"], dt_bias=p["dt_bias"], dt_softplus=True)
+            D=p["D"], dt_bias=p["dt_bias"], dt_softplus=True, seq_idx=seq_idx)
     return gated_norm(y.reshape(b, t, cfg.inner), z, p["gate_norm"], cfg, rms_norm) @ p["w_out"]
