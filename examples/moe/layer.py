@@ -18,6 +18,7 @@ array. They differ in how tokens reach their experts:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +62,7 @@ def swiglu(gate_up: jax.Array) -> jax.Array:
     return jax.nn.silu(gate) * up
 
 
-def _sorted_slots(experts: jax.Array, num_experts: int) -> tuple[jax.Array, jax.Array]:
+def sorted_slots(experts: jax.Array, num_experts: int) -> tuple[jax.Array, jax.Array]:
     """The routed slots (``token * top_k + k``) in expert order, and each expert's count."""
     flat = experts.reshape(-1)
     order = jnp.argsort(flat, stable=True).astype(jnp.int32)
@@ -70,7 +71,7 @@ def _sorted_slots(experts: jax.Array, num_experts: int) -> tuple[jax.Array, jax.
 
 
 def experts_jax(h, weights, experts, p, cfg: MoEConfig):
-    order, sizes = _sorted_slots(experts, cfg.experts)
+    order, sizes = sorted_slots(experts, cfg.experts)
     x = h[order // cfg.top_k]
     y = jax.lax.ragged_dot(swiglu(jax.lax.ragged_dot(x, p["w_gate_up"], sizes)), p["w_down"], sizes)
     slots = jnp.zeros_like(y).at[order].set(y)
@@ -103,7 +104,7 @@ def _dense_group(h, weights, experts, p, cfg: MoEConfig):
 
 
 def experts_tritonplug(h, weights, experts, p, cfg: MoEConfig):
-    order, sizes = _sorted_slots(experts, cfg.experts)
+    order, sizes = sorted_slots(experts, cfg.experts)
     cpu = grouped.on_cpu()
     rows = h.shape[0] * cfg.top_k
     plan = kernels.block_plan(sizes, rows, kernels.block_size_m(rows, cfg.experts, cpu), order=order)
@@ -127,6 +128,13 @@ def moe_mlp(h: jax.Array, p: dict, cfg: MoEConfig, choice: str) -> tuple[jax.Arr
     output, ``h``'s shape and dtype, and the load-balancing loss."""
     if choice not in IMPLEMENTATIONS:
         raise ValueError(f"moe_mlp: `choice` must be one of {CHOICES}, got {choice!r}")
+    return routed(IMPLEMENTATIONS[choice], h, p, cfg)
+
+
+def routed(experts: Callable[..., jax.Array], h: jax.Array, p: dict, cfg: MoEConfig, *args
+           ) -> tuple[jax.Array, jax.Array]:
+    """``h`` ``(..., hidden)``'s tokens routed (:func:`route`) and given to ``experts(tokens, weights, chosen, p,
+    cfg, *args)`` (an implementation's signature): its output in ``h``'s shape, and the load-balancing loss."""
     flat = h.reshape(-1, h.shape[-1])
-    weights, experts, aux = route(flat, p["router"], cfg)
-    return IMPLEMENTATIONS[choice](flat, weights, experts, p, cfg).reshape(h.shape), aux
+    weights, chosen, aux = route(flat, p["router"], cfg)
+    return experts(flat, weights, chosen, p, cfg, *args).reshape(h.shape), aux

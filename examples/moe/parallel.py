@@ -46,7 +46,7 @@ import tritonplug
 
 from . import grouped, kernels
 from .config import MoEConfig
-from .layer import route, swiglu
+from .layer import routed, sorted_slots, swiglu
 
 #: the experts (e) and the source shards (s) may be split; each device multiplies all the rows it holds
 _WHOLE = ("c", "d", "h", "f")
@@ -121,8 +121,7 @@ def _dispatch(h, chosen, capacity: int, num_experts: int):
     top_k = chosen.shape[1]
     flat = chosen.reshape(-1)
     slots = flat.shape[0]
-    order = jnp.argsort(flat, stable=True)  # the slots by expert, in slot order within each
-    sizes = jnp.zeros((num_experts,), jnp.int32).at[flat].add(1)
+    order, sizes = sorted_slots(chosen, num_experts)  # the slots by expert, in slot order within each
     starts = jnp.cumsum(sizes) - sizes
     place = jnp.zeros((slots,), jnp.int32).at[order].set(jnp.arange(slots, dtype=jnp.int32) - starts[flat[order]])
     row = jnp.where(place < capacity, flat * capacity + place, num_experts * capacity)  # dropped: out of range
@@ -147,15 +146,8 @@ def experts_expert_parallel(h: jax.Array, weights: jax.Array, chosen: jax.Array,
     """The experts' part of the layer for routed tokens (``layer.IMPLEMENTATIONS``' signature): ``h``
     ``(T, hidden)``, ``weights``/``chosen`` ``(T, top_k)``; the experts split over ``mesh``'s ``axis``, the
     tokens over ``token_axes`` (see the module's docstring)."""
-    token_axes = tuple(token_axes or (axis,))
-    if mesh is not None and (axis not in token_axes or not set(token_axes) <= set(mesh.axis_names)):
-        raise ValueError(f"expert parallelism: token_axes {token_axes} must be axes of the mesh {dict(mesh.shape)} "
-                         f"and include the experts' axis {axis!r}")
-    shards = 1 if mesh is None else math.prod(mesh.shape[a] for a in token_axes)
     tokens, hidden = h.shape
-    if tokens % shards or (mesh is not None and cfg.experts % mesh.shape[axis]):
-        raise ValueError(f"expert parallelism: the tokens ({tokens}) must be a multiple of the source shards "
-                         f"({shards}) and the experts ({cfg.experts}) of the size of {axis!r}")
+    token_axes, shards = source_shards(tokens, cfg, mesh, axis, token_axes)
     cap = capacity(tokens // shards, cfg)
     others = tuple(a for a in token_axes if a != axis) or None
 
@@ -175,13 +167,25 @@ def experts_expert_parallel(h: jax.Array, weights: jax.Array, chosen: jax.Array,
     return jax.vmap(combine)(y_buf, on(split(weights)), on(split(chosen)), place).reshape(tokens, hidden)
 
 
+def source_shards(tokens: int, cfg: MoEConfig, mesh: jax.sharding.Mesh | None, axis: str,
+                  token_axes: Sequence[str] | None) -> tuple[tuple[str, ...], int]:
+    """``token_axes`` (default ``(axis,)``) and the source shards they make (1 without a mesh), after checking
+    that they are axes of ``mesh`` including ``axis``, that they divide the ``tokens`` and ``axis`` the experts."""
+    token_axes = tuple(token_axes or (axis,))
+    if mesh is not None and (axis not in token_axes or not set(token_axes) <= set(mesh.axis_names)):
+        raise ValueError(f"expert parallelism: token_axes {token_axes} must be axes of the mesh {dict(mesh.shape)} "
+                         f"and include the experts' axis {axis!r}")
+    shards = 1 if mesh is None else math.prod(mesh.shape[a] for a in token_axes)
+    if tokens % shards or (mesh is not None and cfg.experts % mesh.shape[axis]):
+        raise ValueError(f"expert parallelism: the tokens ({tokens}) must be a multiple of the source shards "
+                         f"({shards}) and the experts ({cfg.experts}) of the size of {axis!r}")
+    return token_axes, shards
+
+
 def moe_mlp_expert_parallel(h: jax.Array, p: dict, cfg: MoEConfig, mesh: jax.sharding.Mesh | None = None,
                             axis: str = "model", token_axes: Sequence[str] | None = None
                             ) -> tuple[jax.Array, jax.Array]:
     """``layer.moe_mlp`` with the experts split over ``mesh``'s ``axis``: ``(out, aux)`` for ``h``
     ``(..., hidden)`` (its tokens split over ``token_axes``, default ``axis``), ``h``'s shape and dtype, and the
     load-balancing loss."""
-    flat = h.reshape(-1, h.shape[-1])
-    weights, chosen, aux = route(flat, p["router"], cfg)
-    out = experts_expert_parallel(flat, weights, chosen, p, cfg, mesh, axis, token_axes)
-    return out.reshape(h.shape), aux
+    return routed(experts_expert_parallel, h, p, cfg, mesh, axis, token_axes)

@@ -28,7 +28,6 @@ chosen per lowering platform (``lax.platform_dependent``), so CPU meshes test ev
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 
 import jax
@@ -37,7 +36,8 @@ from jax.sharding import PartitionSpec as P
 
 from . import grouped
 from .config import MoEConfig
-from .layer import combine_slots, route, swiglu
+from .layer import combine_slots, routed, sorted_slots, swiglu
+from .parallel import source_shards
 
 
 def _exclusive_cumsum(x: jax.Array, axis: int = 0) -> jax.Array:
@@ -73,9 +73,7 @@ def _experts_on_device(h, weights, chosen, w_gate_up, w_down, *, axis: str, num_
     shards = jax.lax.axis_size(axis)
     local = num_experts // shards
     top_k, slots = chosen.shape[1], chosen.size
-    flat = chosen.reshape(-1)
-    order = jnp.argsort(flat, stable=True).astype(jnp.int32)  # the slots by expert
-    sizes = jnp.zeros((num_experts,), jnp.int32).at[flat].add(1)
+    order, sizes = sorted_slots(chosen, num_experts)
     starts = _exclusive_cumsum(sizes)  # each expert's slice in `x`
     x = h[order // top_k]
     # what each source sends to this device's experts, (source, expert), laid out expert by expert, then source
@@ -103,13 +101,7 @@ def experts_ragged(h: jax.Array, weights: jax.Array, chosen: jax.Array, p: dict,
         names = tuple(dict.fromkeys((*token_axes, axis)))
         mesh = jax.make_mesh((1,) * len(names), names, axis_types=(jax.sharding.AxisType.Auto,) * len(names),
                              devices=jax.devices()[:1])
-    if axis not in token_axes or not set(token_axes) <= set(mesh.axis_names):
-        raise ValueError(f"expert parallelism: token_axes {token_axes} must be axes of the mesh {dict(mesh.shape)} "
-                         f"and include the experts' axis {axis!r}")
-    shards = math.prod(mesh.shape[a] for a in token_axes)
-    if h.shape[0] % shards or cfg.experts % mesh.shape[axis]:
-        raise ValueError(f"expert parallelism: the tokens ({h.shape[0]}) must be a multiple of the source shards "
-                         f"({shards}) and the experts ({cfg.experts}) of the size of {axis!r}")
+    source_shards(h.shape[0], cfg, mesh, axis, token_axes)
     body = functools.partial(_experts_on_device, axis=axis, num_experts=cfg.experts)
     tokens, experts = P(token_axes), P(axis)
     return jax.shard_map(body, mesh=mesh, in_specs=(tokens, tokens, tokens, experts, experts), out_specs=tokens,
@@ -120,7 +112,4 @@ def moe_mlp_ragged(h: jax.Array, p: dict, cfg: MoEConfig, mesh: jax.sharding.Mes
                    axis: str = "model", token_axes: Sequence[str] | None = None) -> tuple[jax.Array, jax.Array]:
     """``layer.moe_mlp`` with the experts split over ``mesh``'s ``axis`` and the tokens exchanged by a ragged
     all-to-all: ``(out, aux)`` for ``h`` ``(..., hidden)``, ``h``'s shape and dtype, and the load-balancing loss."""
-    flat = h.reshape(-1, h.shape[-1])
-    weights, chosen, aux = route(flat, p["router"], cfg)
-    out = experts_ragged(flat, weights, chosen, p, cfg, mesh, axis, token_axes)
-    return out.reshape(h.shape), aux
+    return routed(experts_ragged, h, p, cfg, mesh, axis, token_axes)
