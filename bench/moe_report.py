@@ -297,13 +297,15 @@ def _scaling_goals(reports) -> list[str]:
         one = {label: run["tokens_per_s"] for _, data in entries if data["machine"]["devices"] == 1
                for label, run in data["runs"].items()}
         for path, data in entries:
+            devices, mesh = data["machine"]["devices"], data.get("mesh") or {}
+            if devices == 1:
+                continue
+            layout = (",".join(f"{a}={n}" for a, n in mesh.items() if n > 1), _experts_split(path, mesh))
             for choice in EXPERT_PARALLEL:
-                devices, run = data["machine"]["devices"], data["runs"].get(choice)
-                if devices == 1 or run is None or choice not in one:
+                run = data["runs"].get(choice)
+                if run is None or choice not in one:
                     continue
-                mesh = data.get("mesh") or {}
-                key = (choice, devices, ",".join(f"{a}={n}" for a, n in mesh.items() if n > 1),
-                       _experts_split(path, mesh))
+                key = (choice, devices, *layout)
                 ep.setdefault(key, []).append(run["tokens_per_s"] / devices / one[choice])
                 if "tritonplug" in one:
                     dense.setdefault(key, []).append(run["tokens_per_s"] / devices / one["tritonplug"])

@@ -109,9 +109,10 @@ def _chunked_core(xc, step, A, Bc, Cc, init, seq, final: bool):
     # the state entering chunk k: sum_{j < k} exp(total_{j+1} + ... + total_{k-1}) states_j, as one matmul
     totals = jnp.moveaxis(cum[..., -1], 1, -1)  # (b, g, r, c): each chunk's log-decay
     decays = _chunk_decays(totals)
-    ends = None if seq is None else seq[..., -1]  # (b, c): the sequence each chunk ends in
-    before_ends = None if seq is None else jnp.pad(ends[:, :-1], [(0, 0), (1, 0)])  # the chunk before's (0 first)
-    if seq is not None:  # [k, j]: chunk j's state reaches chunk k where chunk k - 1 ends in j's sequence
+    if seq is not None:
+        ends = seq[..., -1]  # (b, c): the sequence each chunk ends in
+        before_ends = jnp.pad(ends[:, :-1], [(0, 0), (1, 0)])  # the chunk before's (0 before the first)
+        # [k, j]: chunk j's state reaches chunk k where chunk k - 1 ends in j's sequence
         decays = jnp.where((before_ends[:, :, None] == ends[:, None, :])[:, None, None], decays, 0.0)
     entering = jnp.einsum("bgrkj,bjgrpn->bkgrpn", decays, states, preferred_element_type=F32)
     last = None
