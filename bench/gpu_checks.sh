@@ -2,7 +2,7 @@
 # The eager-call benchmarks and the GPU checks of the argument path and of partitioned calls, on a lent GPU machine
 # (jax with its CUDA plugin, Triton, torch there; jax-triton, liger-kernel and fla-core carried as wheels in .whl/).
 # Usage: OUT=dir bash bench/gpu_checks.sh STEP...   STEP: eager | args | partitioned | ports | moe-ragged (several GPUs)
-#        | mamba-seq-idx
+#        | mamba-seq-idx | moe-ep-scaling (two GPUs)
 set -uo pipefail
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda -e plugins/interpret >/dev/null 2>&1 || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null || exit 1
@@ -49,5 +49,15 @@ PY
       PYTHONPATH=/tmp/site:$PWD/.moe-libs:$PWD/tests:$PWD/examples:$PWD timeout 400 python3 -m pytest -q \
         -p no:cacheprovider --tb=short tests/test_mamba_ssd_gpu.py -k seq_idx > "$OUT/mamba-seq-idx-pytest.txt" 2>&1
       tail -5 "$OUT/mamba-seq-idx-pytest.txt" ;;
+    moe-ep-scaling)  # tokens/s per GPU of both expert-parallel choices on 2 GPUs against one GPU's (side by side)
+      train() { PYTHONPATH=/tmp/site:$PWD/.moe-libs:$PWD timeout 240 python3 examples/moe/train.py --config qwen3-64e \
+        --steps 10 --json "$OUT/$1.json" "${@:2}" > "/tmp/moe-logs/$1.log" 2>&1; tail -2 "/tmp/moe-logs/$1.log"; }
+      mkdir -p /tmp/moe-logs
+      CUDA_VISIBLE_DEVICES=0 train epr1 --ops tritonplug-ep-ragged --batch 8 &
+      CUDA_VISIBLE_DEVICES=1 train ep1 --ops tritonplug-ep --batch 8 &
+      wait
+      train eprdata2 --ops tritonplug-ep-ragged --mesh data=2 --batch 16
+      train epdata2 --ops tritonplug-ep --mesh data=2 --batch 16
+      tar czf "$OUT/moe-logs.tgz" -C /tmp/moe-logs . ;;
   esac
 done

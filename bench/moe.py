@@ -14,7 +14,8 @@ Parts (``--parts``, comma-separated):
 * ``torch``: the same kernels launched by Triton itself on torch tensors (vLLM's ``fused_moe_kernel`` forward and
   dX, our dW kernel), on the plan ``grouped_matmul`` computed, against tritonplug's outputs (needs torch + CUDA).
 * ``layer``: the MoE MLP (``examples/moe/layer.py``: router, dispatch, experts, combine) forward + backward per
-  choice (``jax``, ``jax-dense``, ``tritonplug``) at the shapes above, tokens x top-k = 65,536 rows.
+  choice (``--layer-choices``: ``jax``, ``jax-dense``, ``tritonplug``; the expert-parallel ones on one device) at
+  the shapes above, tokens x top-k = 65,536 rows.
 * ``model``: ``examples/moe/train.py`` per choice, each in its own process (tokens/s, device peak, losses).
 * ``grads``: the model's loss gradients per choice against the ``jax`` choice in fp32 (one layer).
 * ``first-steps``: each choice's first two training steps against the same losses computed apart (the first
@@ -171,7 +172,8 @@ def _layer_shape(results: Results, args, label: str, t: int, d: int, f: int, g: 
     import jax.numpy as jnp
 
     from examples.moe.config import MoEConfig
-    from examples.moe.layer import CHOICES, moe_mlp
+    from examples.moe.layer import moe_mlp
+    from examples.moe.model import EXPERT_PARALLEL
 
     cfg = MoEConfig(vocab=1, hidden=d, layers=1, heads=1, kv_heads=1, ffn=0, seq=1, batch=1, experts=g,
                     top_k=top_k, expert_ffn=f)
@@ -182,11 +184,12 @@ def _layer_shape(results: Results, args, label: str, t: int, d: int, f: int, g: 
          "w_down": (jax.random.normal(keys[3], (g, f, d), jnp.float32) / f ** 0.5).astype(jnp.bfloat16)}
     cot = jax.random.normal(keys[4], (t, d), jnp.bfloat16)
 
-    def step(h, p, choice):  # the forward returned too (see forward_backward)
-        (out, aux), vjp = jax.vjp(lambda h, p: moe_mlp(h, p, cfg, choice), h, p)
+    def step(h, p, choice):  # the forward returned too (see forward_backward); expert-parallel on one device
+        mlp = EXPERT_PARALLEL[choice] if choice in EXPERT_PARALLEL else functools.partial(moe_mlp, choice=choice)
+        (out, aux), vjp = jax.vjp(lambda h, p: mlp(h, p, cfg), h, p)
         return out, aux, vjp((cot, jnp.ones_like(aux)))
 
-    fns = {c: jax.jit(functools.partial(step, choice=c)) for c in CHOICES}
+    fns = {c: jax.jit(functools.partial(step, choice=c)) for c in args.layer_choices.split(",")}
     bench = f"layer {label} tokens={t} d={d} f={f} experts={g} top_k={top_k} forward+backward"
     _tune(results, bench, functools.partial(step, choice="tritonplug"), args, h, p)
     if args.dw_row_ids:
@@ -338,6 +341,7 @@ def main(argv=None) -> None:
                    "(qwen3, mixtral)")
     p.add_argument("--dw-row-ids", action="store_true", help="layer part: the tritonplug choice also with its dW "
                    "through the plan's row ids (kernels.GATHER_DW_ROWS off), side by side")
+    p.add_argument("--layer-choices", default="jax,jax-dense,tritonplug", help="layer part: the choices")
     p.add_argument("--impls", default="grouped_matmul,ragged_dot", help="gmm part: which of the two to run")
     p.add_argument("--autotune", action="store_true", help="let jaxlib's runtime autotune on the device "
                    "(examples/moe/kernels.py: ON_DEVICE_AUTOTUNE says why it is off by default)")
