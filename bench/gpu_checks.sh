@@ -54,8 +54,9 @@ PY
         --steps 10 --json "$OUT/$1.json" "${@:2}" > "/tmp/moe-logs/$1.log" 2>&1; tail -2 "/tmp/moe-logs/$1.log"; }
       mkdir -p /tmp/moe-logs
       CUDA_VISIBLE_DEVICES=0 train epr1 --ops tritonplug-ep-ragged --batch 8 &
-      CUDA_VISIBLE_DEVICES=1 train ep1 --ops tritonplug-ep --batch 8 &
+      CUDA_VISIBLE_DEVICES=1 train tp1 --ops tritonplug --batch 8 &
       wait
+      CUDA_VISIBLE_DEVICES=0 train ep1 --ops tritonplug-ep --batch 8
       train eprdata2 --ops tritonplug-ep-ragged --mesh data=2 --batch 16
       train epdata2 --ops tritonplug-ep --mesh data=2 --batch 16
       tar czf "$OUT/moe-logs.tgz" -C /tmp/moe-logs . ;;

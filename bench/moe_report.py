@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent))  # for _report, when loaded by path (tests)
+from _moe_parallel import ep_layer_table, median_range, scaling_goals, scaling_table  # noqa: E402
 from _report import RESULTS, ROOT, replace_between, rewrite, run_number, timed_by_bench  # noqa: E402
 
 DOC = ROOT / "docs" / "moe.md"
@@ -100,11 +101,6 @@ def _current(timed: dict) -> dict:
     return {(bench, mode): timed[bench, mode] for bench, mode in newest.items()}
 
 
-def _median_range(values: list[float], digits: int = 1) -> str:
-    return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
-            if values else "–")
-
-
 def _timed(recorded, prefix: str) -> dict[tuple[str, str], list[tuple[dict, dict]]]:
     """``(bench, mode) -> [(run's records by impl, run)]`` for the usable runs' timed records of ``prefix``; the
     mode names the configurations and, where they changed, the kernels (:func:`_code`)."""
@@ -127,9 +123,9 @@ def gmm_table(recorded) -> str:
             rows = [(impls[impl], impls.get("dense")) for impls, _ in entries if impl in impls]
             ratios = [r["median_us"] / d["median_us"] for r, d in rows if d]
             tflops = [r["tflops"] for r, _ in rows if r.get("tflops")]
-            lines.append(f"| {bench}{note} | {mode} | {impl} | {_median_range([r['median_us'] for r, _ in rows])} | "
+            lines.append(f"| {bench}{note} | {mode} | {impl} | {median_range([r['median_us'] for r, _ in rows])} | "
                          f"{f'{statistics.median(tflops):.0f}' if tflops else '–'} | "
-                         f"{_median_range(ratios, 2)} | {len(rows)} |")
+                         f"{median_range(ratios, 2)} | {len(rows)} |")
     return "\n".join(lines)
 
 
@@ -139,14 +135,16 @@ def layer_table(recorded) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for (bench, mode), entries in sorted(_timed(recorded, "layer").items()):
         full = [impls for impls, _ in entries if {"jax", "jax-dense", "tritonplug"} <= set(impls)]
+        if not full:  # only other choices (``--layer-choices``): ep_layer_table
+            continue
         us = {c: [impls[c]["median_us"] for impls in full] for c in ("jax", "jax-dense", "tritonplug")}
         over_jax = [i["jax"]["median_us"] / i["tritonplug"]["median_us"] for i in full]
         over_best = [min(i["jax"]["median_us"], i["jax-dense"]["median_us"]) / i["tritonplug"]["median_us"]
                      for i in full]
         lines.append(f"| {bench.removeprefix('layer ').removesuffix(' forward+backward')} | {mode} | "
-                     f"{_median_range(us['jax'], 0)} | {_median_range(us['jax-dense'], 0)} | "
-                     f"{_median_range(us['tritonplug'], 0)} | {_median_range(over_jax, 2)}× | "
-                     f"{_median_range(over_best, 2)}× | {len(full)} |")
+                     f"{median_range(us['jax'], 0)} | {median_range(us['jax-dense'], 0)} | "
+                     f"{median_range(us['tritonplug'], 0)} | {median_range(over_jax, 2)}× | "
+                     f"{median_range(over_best, 2)}× | {len(full)} |")
     return "\n".join(lines)
 
 
@@ -197,8 +195,8 @@ def model_table(recorded) -> str:
             pairs = [(i[choice]["losses"], i["tritonplug"]["losses"]) for i in rows if "tritonplug" in i]
             diff = [max(abs(a - b) for a, b in zip(x, y, strict=True)) for x, y in pairs]
             parting = ", ".join(_parting_step(x, y) for x, y in pairs) if choice != "tritonplug" else "–"
-            lines.append(f"| {bench} | {choice} | {_median_range(tps, 0)} | {_median_range(ratio, 2)} | "
-                         f"{_median_range(peak, 1)} | {_median_range(diff, 3)} | {parting} | {len(rows)} |")
+            lines.append(f"| {bench} | {choice} | {median_range(tps, 0)} | {median_range(ratio, 2)} | "
+                         f"{median_range(peak, 1)} | {median_range(diff, 3)} | {parting} | {len(rows)} |")
     return "\n".join(lines)
 
 
@@ -214,20 +212,10 @@ def grads_table(recorded) -> str:
     return "\n".join(lines)
 
 
-def scaling_table(reports) -> str:
-    lines = ["| run (bench/results/) | command | devices | tokens/s | tokens/s per device |", "|---|---|---|---|---|"]
-    for path, data in reports:
-        devices = data["machine"]["devices"]
-        for label, run in data["runs"].items():
-            lines.append(f"| `{path}` | `{data['command'].split(' --json ')[0]}` ({label}) | {devices} | "
-                         f"{run['tokens_per_s']:.0f} | {run['tokens_per_s'] / devices:.0f} |")
-    return "\n".join(lines)
-
-
 def _goal(text: str, values: list[float], met, digits: int = 2) -> str:
     if not values:
         return f"| {text} | not measured | – |"
-    return f"| {text} | {_median_range(values, digits)} | {'met' if met(statistics.median(values)) else 'NOT met'} |"
+    return f"| {text} | {median_range(values, digits)} | {'met' if met(statistics.median(values)) else 'NOT met'} |"
 
 
 def goals_table(recorded, reports) -> str:
@@ -264,62 +252,8 @@ def goals_table(recorded, reports) -> str:
         why = " (its donating step changes the parameters at learning rate 0: the first-steps table)" * (ref == "jax")
         lines.append(_goal(f"{bench}: losses agree with `{ref}`'s{why} (largest difference; bf16: ≤ 0.05)",
                            diffs, lambda x: x <= 0.05, 3))
-    lines += _scaling_goals(reports)
+    lines += scaling_goals(reports, _goal)
     return "\n".join(lines)
-
-
-#: from this run of moe-h200 on, a data-parallel mesh (``model=1``) splits the experts over ``data``
-#: (``examples/moe/model.py: expert_axis``); before it they stayed whole there
-EXPERTS_OVER_DATA_FROM = 26
-
-
-def _experts_split(path: str, mesh: dict) -> str:
-    """Over which mesh axis a ``tritonplug-ep`` report's experts were split (``whole``: on no axis)."""
-    if mesh.get("model", 1) > 1:
-        return "model"
-    return "data" if run_number(path) >= EXPERTS_OVER_DATA_FROM else "whole"
-
-
-#: the expert-parallel op choices of ``examples/moe/model.py``, each measured against its own one-GPU run
-EXPERT_PARALLEL = ("tritonplug-ep", "tritonplug-ep-ragged")
-
-
-def _scaling_goals(reports) -> list[str]:
-    """Expert parallelism's scaling: each multi-GPU report's tokens/s per GPU of an expert-parallel choice against
-    the one-GPU reports of the same call (side by side: the same folder), per choice, GPU count, mesh and experts'
-    split; and against one GPU's ``tritonplug``."""
-    by_folder: dict[str, list[tuple[str, dict]]] = {}
-    for path, data in reports:
-        by_folder.setdefault(str(Path(path).parent), []).append((path, data))
-    ep: dict[tuple[str, int, str, str], list[float]] = {}
-    dense: dict[tuple[str, int, str, str], list[float]] = {}
-    for entries in by_folder.values():
-        one = {label: run["tokens_per_s"] for _, data in entries if data["machine"]["devices"] == 1
-               for label, run in data["runs"].items()}
-        for path, data in entries:
-            devices, mesh = data["machine"]["devices"], data.get("mesh") or {}
-            if devices == 1:
-                continue
-            layout = (",".join(f"{a}={n}" for a, n in mesh.items() if n > 1), _experts_split(path, mesh))
-            for choice in EXPERT_PARALLEL:
-                run = data["runs"].get(choice)
-                if run is None or choice not in one:
-                    continue
-                key = (choice, devices, *layout)
-                ep.setdefault(key, []).append(run["tokens_per_s"] / devices / one[choice])
-                if "tritonplug" in one:
-                    dense.setdefault(key, []).append(run["tokens_per_s"] / devices / one["tritonplug"])
-    lines = []
-    for key, ratios in sorted(ep.items(), key=lambda kv: (kv[0][0], -kv[0][1], kv[0][2:])):
-        choice, devices, mesh, split = key
-        experts = "experts whole: data parallel" if split == "whole" else f"experts over {split}"
-        where = f"{devices} GPUs (`--mesh {mesh}`, {experts})"
-        goal = "" if devices == 4 else " (the goal's 4 GPUs not measured here)"
-        lines.append(_goal(f"expert parallel, {where}: tokens/s per GPU ≥ 0.85× one GPU's (`{choice}`){goal}",
-                           ratios, lambda x: x >= 0.85))
-        lines.append(_goal("the same against one GPU's `tritonplug` (no capacity dispatch)", dense.get(key, []),
-                           lambda x: x >= 0.85))
-    return lines
 
 
 def first_steps_table(recorded) -> str:
@@ -353,7 +287,7 @@ def kernels_table(kernel_runs) -> str:
             best.setdefault(key, []).append(min(ratios))
     for (shape, kernel), ratios in best.items():
         verdict = ", ".join(sorted(set(checks.get((shape, kernel), [])))) or "no"
-        lines.append(f"| {shape} | {kernel} | {_median_range(ratios, 2)} | {verdict} | {len(ratios)} |")
+        lines.append(f"| {shape} | {kernel} | {median_range(ratios, 2)} | {verdict} | {len(ratios)} |")
     return "\n".join(lines)
 
 
@@ -383,6 +317,8 @@ def render() -> str:
                         "configuration timed against cuBLAS's matmul of the same shape):",
                         kernels_table(_load("kernels")),
                         "The MoE layer:", layer_table(recorded),
+                        "The expert-parallel layers on one device (`--layer-choices`, their exchange an identity):",
+                        ep_layer_table([(path, data) for path, data in recorded if _usable(data)]),
                         "The model (`examples/moe/train.py`, one process per choice, same init and batches):",
                         model_table(recorded),
                         "The first two training steps (`--parts first-steps`; the first step's learning rate is 0):",
