@@ -11,9 +11,9 @@ capacity of rows and drops what does not fit; here nothing is dropped or padded 
 2. The per-expert counts go by ``all_to_all`` to the experts' devices; each device then knows what it receives,
    lays it out expert by expert (all sources' rows of its first expert, then its second, ...) and tells each source
    where its rows land (another ``all_to_all``, of offsets).
-3. :func:`exchange` (``jax.lax.ragged_all_to_all``: one slice per expert) moves the rows; the device's experts run
-   on them as one grouped matmul each (``grouped.grouped_matmul``: vLLM's kernel, our dW), SwiGLU between, the
-   rows past the received ones never read and zero.
+3. :func:`exchange` (``jax.lax.ragged_all_to_all``: a slice per expert, cut in :func:`pieces`) moves the rows;
+   the device's experts run on them as one grouped matmul each (``grouped.grouped_matmul``: vLLM's kernel, our
+   dW), SwiGLU between, the rows past the received ones never read and zero.
 4. The results go back the same way (the slices and offsets swapped), are put back in slot order and combined
    with the routing weights.
 
