@@ -9,6 +9,7 @@ fusion's); on the CPU, the XLA ops the host's XLA threads ran (so ``--smoke`` ch
 from __future__ import annotations
 
 import glob
+import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,14 +19,21 @@ def kernel_times(fn: Callable[[], object], calls: int) -> list[dict]:
     """Run ``fn()`` (a compiled program on fixed inputs, already warm) ``calls`` times under the profiler:
     ``[{"kernel", "launches", "us"}]`` per call of ``fn``, the slowest kernel first."""
     import jax
-    from jax.profiler import ProfileData
 
     with tempfile.TemporaryDirectory() as where:
         with jax.profiler.trace(where):
             for _ in range(calls):
                 jax.block_until_ready(fn())
-        (path,) = glob.glob(f"{where}/**/*.xplane.pb", recursive=True)
-        data = ProfileData.from_file(path)
+        return kernels_in(where, calls)
+
+
+def kernels_in(where: str, calls: int = 1) -> list[dict]:
+    """The kernels of the ``jax.profiler`` trace in the folder ``where`` (e.g. ``train.py --profile``'s), as
+    :func:`kernel_times` gives them, per one of the ``calls`` the trace holds."""
+    from jax.profiler import ProfileData
+
+    (path,) = glob.glob(f"{where}/**/*.xplane.pb", recursive=True)
+    data = ProfileData.from_file(path)
     total: dict[str, float] = defaultdict(float)
     launches: dict[str, int] = defaultdict(int)
     for name, ns in _kernel_events(data):
@@ -45,3 +53,27 @@ def _kernel_events(data) -> list[tuple[str, float]]:
             for line in plane.lines if line.name.startswith("tf_XLA")]
     return [(e.name, e.duration_ns) for line in host for e in line.events
             if not e.name.startswith(("ThreadpoolListener", "ThunkExecutor"))]
+
+
+def main(argv=None) -> None:
+    """``python bench/_profile.py FOLDER [--top N] [--out JSON]``: a trace's kernels by time."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("folder")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--out", help="also write every kernel as JSON here")
+    args = p.parse_args(argv)
+    rows = kernels_in(args.folder)
+    print(f"{sum(r['us'] for r in rows):10.0f} us in all, {len(rows)} kernels")
+    for r in rows[:args.top]:
+        print(f"{r['us']:10.0f} {r['launches']:6.0f}  {r['kernel'][:110]}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"command": "python bench/_profile.py " + " ".join(argv or sys.argv[1:]), "kernels": rows}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -103,9 +104,10 @@ def _train(tmp_path: Path, *args: str) -> dict:
 
 def test_train_compare_agrees_and_learns(tmp_path):
     """Both curves from the same init and batches, in bf16: within bf16 rounding of each other, and falling. (Each
-    op's fp32 values and gradients are compared above, tightly.)"""
+    op's fp32 values and gradients are compared above, tightly.) ``--profile`` traces each choice's last step."""
     steps, tolerance = 8, 5e-2
-    report = _train(tmp_path, "--config", "tiny-bf16", "--ops", "compare", "--steps", str(steps))
+    report = _train(tmp_path, "--config", "tiny-bf16", "--ops", "compare", "--steps", str(steps),
+                    "--profile", str(tmp_path / "trace"))
     runs = report["runs"]
     assert set(runs) == {"jax", "tritonplug"}
     assert all(set(r["ops"].values()) == {name} for name, r in runs.items())
@@ -116,6 +118,8 @@ def test_train_compare_agrees_and_learns(tmp_path):
     for name, losses in (("jax", a), ("tritonplug", b)):
         assert losses[-3:].mean() < losses[:3].mean() - 0.05, f"{name} did not learn: {losses}"
         assert runs[name]["tokens_per_s"] > 0 and runs[name]["plan_bytes"] > 0
+        traced = load_bench("_profile").kernels_in(str(tmp_path / "trace" / name))  # its last step
+        assert sum(k["us"] for k in traced) > 0
 
 
 def test_ops_choice_is_checked():

@@ -14,6 +14,7 @@ high-water mark: run one op choice per process to read it for each).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -54,6 +55,8 @@ def parser(description: str, configs: dict, ops_help: str) -> argparse.ArgumentP
     p.add_argument("--no-donate", dest="donate", action="store_false", help="the step keeps its inputs (more memory)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the final JSON object to this file")
+    p.add_argument("--profile", type=Path, help="trace each choice's last step with jax.profiler into PROFILE/CHOICE "
+                                                "(python bench/_profile.py PROFILE/CHOICE: its kernels by time)")
     return p
 
 
@@ -115,7 +118,11 @@ def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, 
             t.compile(tokens, targets)
     for step in range(0 if args.plan_only else args.steps):
         tokens, targets = data.batch(cfg.batch, cfg.seq)
-        losses = [t.step(tokens, targets) for t in trainers]
+        losses = []
+        for t in trainers:
+            traced = args.profile is not None and step == args.steps - 1
+            with jax.profiler.trace(str(args.profile / t.ops.label())) if traced else contextlib.nullcontext():
+                losses.append(t.step(tokens, targets))
         print(f"step {step:4d}  " + "  ".join(f"{t.ops.label()} {loss:.4f}" for t, loss in zip(trainers, losses,
                                                                                               strict=True)), flush=True)
     report = {
