@@ -145,6 +145,14 @@ SCRIPT = textwrap.dedent('''
                                      (H, PARAMS)), ("ragged_one_device", None, "model", (H, PARAMS)),
                                      ("ragged_skewed", ("model",), "model", skewed)):
         case(name, drops, lambda h, p: layer.moe_mlp(h, p, drops, "jax"), axes, axis, ragged.moe_mlp_ragged, inputs)
+    try:  # the ragged layer's gradient lowered for GPUs (sm_90) on this mesh: XLA's own ragged all-to-all
+        h, p = jax.device_put(H, NamedSharding(mesh, P("model"))), {
+            k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in PARAMS.items()}
+        text = jax.jit(with_grads(lambda h, p: ragged.moe_mlp_ragged(h, p, drops, mesh))).trace(h, p).lower(
+            lowering_platforms=("cuda",)).as_text()
+        REPORT["ragged_sm90"] = [text.count("@ragged_all_to_all("), text.count("stablehlo.all_to_all")]
+    except Exception as exc:  # no CUDA plugin: the test says so
+        REPORT["ragged_sm90"] = f"{type(exc).__name__}: {exc}"
     REPORT["skewed_experts"] = np.unique(np.asarray(layer.route(jnp.asarray(skewed[0]), skewed[1]["router"],
                                                                 drops)[1])).tolist()
 
@@ -189,7 +197,7 @@ def report(tmp_path_factory):
     script = tmp_path_factory.mktemp("moe_parallel") / "eight_devices.py"
     script.write_text(SCRIPT)
     # checked mode off: its jax.debug.callback crashes XLA:CPU inside a partitioned body (docs/partitioned.md)
-    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0", PYTHONPATH=os.pathsep.join(
+    env = cpu_devices_env(8, TRITONPLUG_INTERPRET_CHECK="0", TRITONPLUG_CUDA_ARCH="90", PYTHONPATH=os.pathsep.join(
         [str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, str(script), *map(str, (T, D, F, E, K))], capture_output=True, text=True,
                           timeout=600, env=env)
@@ -279,6 +287,14 @@ def test_the_ragged_exchange_drops_nothing_and_matches_one_device(report, name):
         ops = {op for op, _ in entry["collectives"]}
         assert "all-to-all" in ops and "all-gather" not in ops, entry["collectives"]
     assert report["skewed_experts"] == [0, 1]
+
+
+@for_backend("cuda")
+def test_the_ragged_gradient_on_gpus_moves_rows_by_xla_s_op_and_counts_once(report):
+    """Lowered for sm_90 on the mesh: the forward's two exchanges and the backward's two (the cotangents moved
+    back by ``ragged.move``'s reverse exchange) are XLA's ``ragged_all_to_all``; the only ``all_to_all`` s are the
+    forward's two of counts and offsets (JAX's own transpose adds two per exchange)."""
+    assert report["ragged_sm90"] == [4, 2]
 
 
 def test_the_ragged_exchange_on_cpu_keeps_ragged_all_to_alls_semantics(report):

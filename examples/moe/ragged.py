@@ -131,6 +131,26 @@ def _inverse(order):
     return jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype), unique_indices=True)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 4))
+def move(operand, rows: int, there, back, axis: str):
+    """:func:`exchange` of ``operand``'s rows into ``rows`` zero rows by ``there`` (its offsets and sizes); its
+    gradient the cotangent moved back by ``back``, the same exchange reversed (the layer knows both). JAX's own
+    transpose of ``ragged_all_to_all`` would compute ``back``'s offsets again, by two ``all_to_all`` s each time."""
+    return exchange(operand, jnp.zeros((rows, *operand.shape[1:]), operand.dtype), *there, axis_name=axis)
+
+
+def _move_fwd(operand, rows, there, back, axis):
+    return move(operand, rows, there, back, axis), (operand.shape[0], there, back)
+
+
+def _move_bwd(rows, axis, residuals, g):
+    operand_rows, there, back = residuals
+    return move(g, operand_rows, back, there, axis), None, None
+
+
+move.defvjp(_move_fwd, _move_bwd)
+
+
 def _experts_on_device(h, weights, chosen, w_gate_up, w_down, *, axis: str, num_experts: int):
     """One device's part: its tokens ``h`` ``(t, d)`` with their routing ``(t, top_k)``, its experts' weights
     ``(E / S, ...)``; the tokens' outputs ``(t, d)``."""
@@ -140,17 +160,17 @@ def _experts_on_device(h, weights, chosen, w_gate_up, w_down, *, axis: str, num_
     order, sizes = sorted_slots(chosen, num_experts)
     starts = _exclusive_cumsum(sizes)  # each expert's slice in `x`
     x = slot_rows(h, order, top_k)
-    # what each source sends to this device's experts, (source, expert), laid out expert by expert, then source
-    received = jax.lax.all_to_all(sizes, axis, 0, 0, tiled=True)
+    # what each source sends to this device's experts, (source, expert), and where each such slice lies at its
+    # source: one all_to_all of both
+    received, came_from = jax.lax.all_to_all(jnp.stack([sizes, starts], axis=1), axis, 0, 0, tiled=True).T
     per_source = received.reshape(shards, local)
-    local_sizes = per_source.sum(axis=0)
+    local_sizes = per_source.sum(axis=0)  # laid out expert by expert, then source
     placed = (_exclusive_cumsum(local_sizes)[None, :] + _exclusive_cumsum(per_source, axis=0)).reshape(-1)
     lands_at = jax.lax.all_to_all(placed, axis, 0, 0, tiled=True)  # where this device's slices land
-    buffer = jnp.zeros((shards * slots, h.shape[1]), h.dtype)
-    x = exchange(x, buffer, starts, sizes, lands_at, received, axis_name=axis)
+    there, back = (starts, sizes, lands_at, received), (placed, received, came_from, sizes)
+    x = move(x, shards * slots, there, back, axis)
     y = grouped.grouped_matmul(swiglu(grouped.grouped_matmul(x, w_gate_up, local_sizes)), w_down, local_sizes)
-    came_from = jax.lax.all_to_all(starts, axis, 0, 0, tiled=True)  # where each received slice lies at its source
-    y = exchange(y, jnp.zeros((slots, h.shape[1]), y.dtype), placed, received, came_from, sizes, axis_name=axis)
+    y = move(y, slots, back, there, axis)
     return combine_slots(unsorted(y, order), weights, h.dtype)
 
 
