@@ -241,8 +241,12 @@ BAD = [
     (dict(seq_idx=np.zeros((2, 39), np.int32)), ValueError, "`seq_idx` must have shape (2, 40) (batch, seqlen)"),
     (dict(seq_idx=("shape", (2, 40))), TypeError, "`seq_idx` must be integers (int32), got float32"),
     (dict(seq_idx=[[0] * 40] * 2), TypeError, "`seq_idx` must be an array, got list"),
-    (dict(cu_seqlens=("shape", (3,))), NotImplementedError, "`cu_seqlens` is not supported"),
-    (dict(return_varlen_states=True), NotImplementedError, "`return_varlen_states` is not supported"),
+    (dict(return_varlen_states=True), ValueError, "`return_varlen_states=True` needs `cu_seqlens`"),
+    (dict(return_varlen_states="yes"), TypeError, "`return_varlen_states` must be a bool"),
+    (dict(return_varlen_states=True, cu_seqlens=np.array([0, 40], np.int32)), ValueError,
+     "`cu_seqlens` must be 1-D with at least 2 bounds, for a batch of 1"),
+    (dict(return_varlen_states=True, cu_seqlens=("shape", (3,))), TypeError,
+     "`cu_seqlens` must be an integer array, got float32"),
 ]
 
 
@@ -260,3 +264,42 @@ def test_bad_input_is_refused_at_the_call_naming_the_argument(change, error, mes
     with pytest.raises(error) as info:
         op(**kw)
     assert message in str(info.value) and "mamba_chunk_scan_combined" in str(info.value)
+
+
+VARLEN = [0, 10, 16, 36, 40]  # PACKED's first row: ends inside a chunk, at a chunk's end, in the last partial chunk
+
+
+@pytest.mark.parametrize("chunk_size, initial", [(16, False), (8, False), (16, True)])
+def test_varlen_states_are_each_sequences_final_state(chunk_size, initial):
+    """``return_varlen_states`` with ``cu_seqlens`` (batch 1, the ``seq_idx`` it bounds): each sequence's state
+    after its last step, as the recurrence run on that sequence alone gives it (the initial states belong to the
+    first: mamba-ssm's kernel adds them only where that sequence ends past the first chunk, as here at 16 with
+    chunks of 16 it would not: so the case with initial states has the first sequence end at 20)."""
+    bounds = [0, 20, 26, 36, 40] if initial else VARLEN
+    a = inputs(5, b=1)
+    seq_idx = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))[None].astype(np.int32)
+    init = jnp.asarray(np.random.default_rng(6).standard_normal((1, 4, 8, 16)), jnp.float32) if initial else None
+    out, final, varlen = ssd_op()(**a, chunk_size=chunk_size, initial_states=init, seq_idx=jnp.asarray(seq_idx),
+                                  cu_seqlens=np.asarray(bounds, np.int32), dt_softplus=True,
+                                  return_final_states=True, return_varlen_states=True)
+    assert varlen.shape == (len(bounds) - 1, 4, 8, 16) and varlen.dtype == a["C"].dtype
+    for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        part = {k: v if v is None or k in ("A", "D", "dt_bias") else v[:, start:end] for k, v in a.items()}
+        _, want = numpy_reference(part, True, (0.0, INF), initial_states=init if i == 0 else None, final=True)
+        np.testing.assert_allclose(np.asarray(varlen[i]), want[0], rtol=2e-4, atol=2e-4, err_msg=f"sequence {i}")
+    np.testing.assert_allclose(np.asarray(final), np.asarray(varlen[-1:]), rtol=1e-5, atol=1e-5)
+    plain = ssd_op()(**a, chunk_size=chunk_size, initial_states=init, seq_idx=jnp.asarray(seq_idx), dt_softplus=True)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(plain))  # the output as without the varlen states
+
+
+def test_varlen_states_are_forward_only_as_in_mamba_ssm():
+    a = inputs(7, b=1)
+
+    def loss(x):
+        out, varlen = ssd_op()(**{**a, "x": x}, chunk_size=16, cu_seqlens=jnp.asarray(VARLEN, jnp.int32),
+                               return_varlen_states=True)
+        return jnp.sum(out) + jnp.sum(varlen)
+
+    assert np.isfinite(float(loss(a["x"])))
+    with pytest.raises(NotImplementedError, match="return_varlen_states is not supported in backward"):
+        jax.grad(loss)(a["x"])

@@ -97,3 +97,34 @@ def test_port_matches_mamba_ssm_forward_and_backward(name, gated, states, packed
         got = np.asarray(got.astype(jnp.float32))
         scale = max(np.abs(want).max(), 1e-6)
         assert np.abs(got - want).max() <= tol * scale, (label, np.abs(got - want).max(), scale)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_varlen_states_match_mamba_ssm(name):
+    """``return_varlen_states`` (batch 1, ``cu_seqlens`` with the ``seq_idx`` it bounds): the output and each
+    sequence's final state against mamba-ssm's (its ``chunk_state_varlen`` kernel launched by Triton)."""
+    torch, ssd_combined = MAMBA
+    from ports.mamba_ssd import mamba_chunk_scan_combined
+
+    _, seqlen, h, p, g, n, chunk, dtype = SHAPES[name]
+    rng = np.random.default_rng(1)
+    f = lambda *shape, scale=1.0: (scale * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
+    arrays = {"x": f(1, seqlen, h, p), "dt": f(1, seqlen, h, scale=0.5), "A": -rng.uniform(0.5, 4, h).astype(
+        np.float32), "B": f(1, seqlen, g, n, scale=0.3), "C": f(1, seqlen, g, n, scale=0.3), "D": f(h)}
+    low = {"x", "B", "C"}
+    bounds = np.array([0, chunk // 3, chunk, 2 * chunk + 5, seqlen - 7, seqlen], np.int32)
+    seq_idx = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))[None].astype(np.int32)
+    jx = {k: jnp.asarray(v, dtype if k in low else jnp.float32) for k, v in arrays.items()}
+    y, varlen = mamba_chunk_scan_combined(**jx, chunk_size=chunk, seq_idx=seq_idx, cu_seqlens=bounds,
+                                          dt_softplus=True, return_varlen_states=True)
+    tdtype = torch.bfloat16 if dtype == jnp.bfloat16 else torch.float32
+    tx = {k: torch.tensor(v, device="cuda").to(tdtype if k in low else torch.float32) for k, v in arrays.items()}
+    ty, tvarlen = ssd_combined.mamba_chunk_scan_combined(
+        **tx, chunk_size=chunk, seq_idx=torch.tensor(seq_idx, device="cuda"),
+        cu_seqlens=torch.tensor(bounds, device="cuda"), dt_softplus=True, return_varlen_states=True)
+    tol = 2e-2 if dtype == jnp.bfloat16 else 2e-3
+    for label, got, want in (("y", y, ty), ("varlen_states", varlen, tvarlen)):
+        want = want.detach().float().cpu().numpy()
+        got = np.asarray(got.astype(jnp.float32))
+        assert got.shape == want.shape, (label, got.shape, want.shape)
+        assert np.abs(got - want).max() <= tol * max(np.abs(want).max(), 1e-6), (label, np.abs(got - want).max())

@@ -11,7 +11,8 @@ module is ``MambaChunkScanCombinedFn`` (``jax.custom_vjp``), ``_mamba_chunk_scan
 * Semantics and signature: mamba-ssm's, with ``z`` gating applied as its combined forward does (``y * silu(z)``
   in ``_chunk_scan_fwd``); ``initial_states`` (differentiable), ``return_final_states`` and ``seq_idx`` (several
   sequences packed in a row, non-decreasing ids: the state restarts where the id changes, the initial states
-  belong to id 0) as mamba-ssm's; ``cu_seqlens`` and ``return_varlen_states`` are refused.
+  belong to id 0) as mamba-ssm's; ``return_varlen_states`` with ``cu_seqlens`` (batch 1) gives each packed
+  sequence's final state, forward only, as mamba-ssm's (``cu_seqlens`` is ignored otherwise, as there).
 * ``MAMBA_DETERMINISTIC``: the port takes mamba-ssm's non-deterministic path (``tl.atomic_add`` reductions):
   mamba-ssm's deterministic path needs torch to pick it and extra workspaces; results agree to rounding.
 * Autotuned kernels are tuned by tritonplug (docs/using.md, "Autotuning"); buffers that mamba-ssm sums
@@ -43,6 +44,7 @@ from .mamba_ssd_fwd import (
     _merge_pn,
     _split_pn,
     _state_passing_fwd,
+    chunk_state_varlen,
 )
 from .mamba_ssd_scan_bwd import (
     _chunk_scan_bwd_dC,
@@ -67,16 +69,19 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     x ``(b, l, h, p)``; dt ``(b, l, h)``; A ``(h,)``; B, C ``(b, l, g, n)`` with ``h % g == 0``; D ``(h,)`` or
     ``(h, p)``; z ``(b, l, h, p)``; dt_bias ``(h,)``; initial_states ``(b, h, p, n)``, the state before the first
     step (default zeros); seq_idx ``(b, l)`` integers, each step's sequence in its row (non-decreasing). Differentiable
-    in every float argument, ``final_states`` too."""
-    for name, value in (("cu_seqlens", cu_seqlens), ("return_varlen_states", return_varlen_states or None)):
-        if value is not None:
-            raise NotImplementedError(f"{_NAME}: `{name}` is not supported by this port (no varlen: packed "
-                                      f"sequences take seq_idx); got {value!r}")
+    in every float argument, ``final_states`` too. With ``return_varlen_states`` (``cu_seqlens`` ``(s + 1,)``, the
+    bounds of the ``s`` sequences of a batch of 1) also each sequence's final state ``(s, h, p, n)`` in ``C.dtype``,
+    last: forward only, as mamba-ssm's; its two launches are not partitioned."""
+    if not isinstance(return_varlen_states, (bool, np.bool_)):
+        raise TypeError(f"{_NAME}: `return_varlen_states` must be a bool, got {return_varlen_states!r}")
     dt_limit = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit)
     _check_states(x, B, initial_states, return_final_states)
     seq_idx = _check_seq_idx(x, seq_idx)
-    return _combined(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, bool(dt_softplus),
-                     dt_limit, bool(return_final_states))
+    args = (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
+    if return_varlen_states:  # mamba-ssm reads cu_seqlens for nothing else (and ignores it otherwise)
+        return _varlen(*args, _check_cu_seqlens(x, cu_seqlens), chunk_size, bool(dt_softplus), dt_limit,
+                       bool(return_final_states))
+    return _combined(*args, chunk_size, bool(dt_softplus), dt_limit, bool(return_final_states))
 
 
 def _check_seq_idx(x, seq_idx):
@@ -91,6 +96,26 @@ def _check_seq_idx(x, seq_idx):
         raise ValueError(f"{_NAME}: `seq_idx` must have shape {tuple(x.shape[:2])} (batch, seqlen), got "
                          f"{tuple(seq_idx.shape)}")
     return jnp.asarray(seq_idx, jnp.int32)
+
+
+def _check_cu_seqlens(x, cu_seqlens):
+    """``cu_seqlens`` (int32) for the varlen states: mamba-ssm's rules (given, batch 1), checked where mamba-ssm's
+    kernel would read out of bounds: bounds from 0, never decreasing, the last at most ``seqlen``."""
+    if cu_seqlens is None:
+        raise ValueError(f"{_NAME}: `return_varlen_states=True` needs `cu_seqlens` (the sequences' bounds in the "
+                         "row), as in mamba-ssm")
+    if not hasattr(cu_seqlens, "shape") or not np.issubdtype(np.dtype(cu_seqlens.dtype), np.integer):
+        got = getattr(cu_seqlens, "dtype", None) or type(cu_seqlens).__name__
+        raise TypeError(f"{_NAME}: `cu_seqlens` must be an integer array, got {got}")
+    if x.shape[0] != 1 or cu_seqlens.ndim != 1 or cu_seqlens.shape[0] < 2:
+        raise ValueError(f"{_NAME}: `cu_seqlens` must be 1-D with at least 2 bounds, for a batch of 1 (mamba-ssm's "
+                         f"rule for the varlen states); got shape {tuple(cu_seqlens.shape)} with x {tuple(x.shape)}")
+    if not isinstance(cu_seqlens, jax.core.Tracer):
+        bounds = np.asarray(cu_seqlens)
+        if bounds[0] != 0 or np.any(np.diff(bounds) < 0) or bounds[-1] > x.shape[1]:
+            raise ValueError(f"{_NAME}: `cu_seqlens` must rise from 0 to at most seqlen ({x.shape[1]}) and never "
+                             f"fall, got {bounds.tolist()}")
+    return jnp.asarray(cu_seqlens, jnp.int32)
 
 
 def _check_states(x, B, initial_states, return_final_states) -> None:
@@ -299,3 +324,32 @@ def _bwd(chunk_size, dt_softplus, dt_limit, return_final_states, res, cotangent)
 
 
 _combined.defvjp(_fwd, _bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(11, 12, 13, 14))
+def _varlen(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, chunk_size, dt_softplus, dt_limit,
+            return_final_states):
+    """``MambaChunkScanCombinedFn`` with ``return_varlen_states``: ``(out, varlen_states)`` or ``(out,
+    final_states, varlen_states)``, each sequence's final state ``(len(cu_seqlens) - 1, h, p, n)`` in ``C.dtype``
+    (from the passed states rounded to ``C.dtype``, as mamba-ssm's). Forward only, as mamba-ssm's."""
+    out, *rest = _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
+                          dt_limit)
+    final_states, dA_cumsum, dt_kept, _, chunk_states = rest if z is None else rest[1:]
+    states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
+                                   initial_states=None if initial_states is None else _merge_pn(initial_states),
+                                   seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=C.dtype)
+    varlen = chunk_state_varlen(B[0], x[0], dt_kept[0], dA_cumsum[0], cu_seqlens,
+                                _split_pn(states, B.shape[-1])[0])
+    return (out, final_states, varlen) if return_final_states else (out, varlen)
+
+
+def _varlen_fwd(*args):
+    return _varlen(*args), None
+
+
+def _varlen_bwd(*_):
+    raise NotImplementedError(f"{_NAME}: return_varlen_states is not supported in backward (as in mamba-ssm): "
+                              "differentiate a call without it")
+
+
+_varlen.defvjp(_varlen_fwd, _varlen_bwd)

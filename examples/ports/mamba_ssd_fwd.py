@@ -9,7 +9,7 @@ Where the launchers differ from mamba-ssm's (JAX requires it, or the port leaves
 * ``@tritonplug.torch_launcher`` hands the bodies torch-like handles and returns arrays; ``torch.empty`` is
   ``tritonplug.empty``, ``torch.float32`` ``jnp.float32``; ``with torch.cuda.device(...)`` is gone (JAX places
   the call); einops' ``rearrange`` of ``(p n)`` is a reshape;
-* ``cu_seqlens`` (varlen) is left out;
+* ``cu_seqlens`` reaches only :func:`chunk_state_varlen` (as in mamba-ssm: it gives the varlen states, nothing else);
 * the ``.contiguous()`` calls are gone: JAX arrays are row-major, the strides are always the contiguous ones;
 * ``_mamba_chunk_scan_combined_fwd`` also returns what its backward would recompute (``ForwardResiduals``).
 """
@@ -45,6 +45,7 @@ _chunk_state_fwd_kernel = tritonplug.launch(_chunk_state._chunk_state_fwd_kernel
 _state_passing_fwd_kernel = tritonplug.launch(_state_passing._state_passing_fwd_kernel)
 _bmm_chunk_fwd_kernel = tritonplug.launch(_bmm._bmm_chunk_fwd_kernel)
 _chunk_scan_fwd_kernel = tritonplug.launch(_chunk_scan._chunk_scan_fwd_kernel)
+_chunk_state_varlen_kernel = tritonplug.launch(_chunk_state._chunk_state_varlen_kernel)
 
 
 @tritonplug.torch_launcher
@@ -222,6 +223,37 @@ def _chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=None, z=None, seq_idx=Non
         IS_TRITON_22=TRITON_22, autotune=AUTOTUNE,
     )
     return out, out_x
+
+
+@tritonplug.torch_launcher
+def chunk_state_varlen(B, x, dt, dA_cumsum, cu_seqlens, chunk_states):
+    """Ports ``ssd_chunk_state.chunk_state_varlen``: the state at the end of each sequence of a packed row
+    (``cu_seqlens``' bounds), from the state entering the chunk of its last step (``chunk_states``, after the
+    passing) and that chunk's steps of the sequence."""
+    total_seqlen, nheads, headdim = x.shape
+    _, nchunks, chunk_size = dt.shape
+    _, ngroups, dstate = B.shape
+    batch = cu_seqlens.shape[0] - 1
+    assert nheads % ngroups == 0
+    assert B.shape == (total_seqlen, ngroups, dstate)
+    assert dt.shape == (nheads, nchunks, chunk_size)
+    assert dA_cumsum.shape == dt.shape
+    assert chunk_states.shape == (nchunks, nheads, headdim, dstate)
+    states = tritonplug.empty(batch, nheads, headdim, dstate, dtype=chunk_states.dtype)
+    grid = lambda META: (triton.cdiv(headdim, META['BLOCK_SIZE_M']) * triton.cdiv(dstate, META['BLOCK_SIZE_N']),  # noqa: E731
+                         batch, nheads)
+    _chunk_state_varlen_kernel[grid](
+        x, B, dt, dA_cumsum, chunk_states, cu_seqlens, states,
+        headdim, dstate, chunk_size,
+        total_seqlen, nheads // ngroups,
+        x.stride(0), x.stride(1), x.stride(2),
+        B.stride(0), B.stride(1), B.stride(2),
+        dt.stride(1), dt.stride(0), dt.stride(2),
+        dA_cumsum.stride(1), dA_cumsum.stride(0), dA_cumsum.stride(2),
+        chunk_states.stride(0), chunk_states.stride(1), chunk_states.stride(2), chunk_states.stride(3),
+        states.stride(0), states.stride(1), states.stride(2), states.stride(3), autotune=AUTOTUNE,
+    )
+    return states
 
 
 def _split_pn(t, dstate):
