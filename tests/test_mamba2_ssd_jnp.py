@@ -286,7 +286,6 @@ def test_initial_and_final_states_are_the_recurrences(seq, chunk, within, packed
     (dict(return_final_states=1), ValueError, "`return_final_states` must be a bool"),
     (dict(seq_idx=np.zeros((1, 7), np.int32)), ValueError, "`seq_idx` must be integers of shape (1, 8)"),
     (dict(seq_idx=np.zeros((1, 8), np.float32)), ValueError, "`seq_idx` must be integers of shape (1, 8)"),
-    (dict(cu_seqlens=np.zeros((2,), np.int32)), NotImplementedError, "`cu_seqlens` is not supported"),
     (dict(return_varlen_states=True), NotImplementedError, "`return_varlen_states` is not supported"),
 ])
 def test_bad_state_arguments_are_refused_naming_the_argument(change, error, message):

@@ -42,10 +42,11 @@ def ssd(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None, initial_s
     ``(h,)``, ``initial_states`` ``(b, h, p, n)`` (the state before the first step; default zeros), ``seq_idx``
     ``(b, l)`` integers: sequences packed in a row, each step's id, non-decreasing (the state restarts from zero
     where the id changes; the initial states are id 0's, as mamba-ssm's kernels take them). ``l`` need not be a
-    multiple of ``chunk_size``. ``cu_seqlens`` and ``return_varlen_states`` are not supported. Bad arguments
+    multiple of ``chunk_size``. ``return_varlen_states`` is not supported (``cu_seqlens``, read only for it, is
+    ignored, as by mamba-ssm). Bad arguments
     raise ``ValueError`` naming the argument, before anything is computed."""
     lo, hi = _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_limit)
-    _check_states(x, B, initial_states, seq_idx, cu_seqlens, return_final_states, return_varlen_states)
+    _check_states(x, B, initial_states, seq_idx, return_final_states, return_varlen_states)
     b, seq, h, p = x.shape
     g, n = B.shape[2:]
     step = _dt(dt, dt_bias, dt_softplus, lo, hi)
@@ -196,12 +197,11 @@ def _chunk_decays(totals: jax.Array) -> jax.Array:
     return jnp.where(j < k, jnp.exp(before), 0.0)  # before is 0 where masked: no overflow to hide
 
 
-def _check_states(x, B, initial_states, seq_idx, cu_seqlens, return_final_states, return_varlen_states) -> None:
+def _check_states(x, B, initial_states, seq_idx, return_final_states, return_varlen_states) -> None:
     """``initial_states``' shape and dtype; the options this SSD does not have refused, each by its name."""
-    for name, value in (("cu_seqlens", cu_seqlens), ("return_varlen_states", return_varlen_states or None)):
-        if value is not None:
-            raise NotImplementedError(f"ssd: `{name}` is not supported (packed sequences take seq_idx), got "
-                                      f"{value!r}")
+    if return_varlen_states:  # mamba-ssm reads cu_seqlens only for these, and so ignores it here too
+        raise NotImplementedError(f"ssd: `return_varlen_states` is not supported (the port has it: "
+                                  f"examples/ports/mamba_ssd.py), got {return_varlen_states!r}")
     if seq_idx is not None and (getattr(seq_idx, "shape", None) != x.shape[:2]
                                 or not jnp.issubdtype(seq_idx.dtype, jnp.integer)):
         raise ValueError(f"ssd: `seq_idx` must be integers of shape {x.shape[:2]} (batch, seq), got "
