@@ -147,13 +147,53 @@ def test_the_tritonplug_mixer_matches_the_jax_one_in_value_and_gradient(dtype, t
                                    err_msg=jax.tree_util.keystr(path))
 
 
-@pytest.mark.parametrize("config, tol", [("tiny", 1e-3), ("tiny-bf16", 5e-2)])
-def test_train_compare_the_two_choices_agree(config, tol, tmp_path):
+@pytest.mark.parametrize("config, tol, extra", [("tiny", 1e-3, []), ("tiny-bf16", 5e-2, []),
+                                               ("tiny", 1e-3, ["--documents", "12"])])
+def test_train_compare_the_two_choices_agree(config, tol, extra, tmp_path):
     from examples.mamba2 import train
 
-    report = train.main(["--config", config, "--ops", "compare", "--steps", "4", "--json", str(tmp_path / "r.json")])
+    report = train.main(["--config", config, "--ops", "compare", "--steps", "4", "--json", str(tmp_path / "r.json"),
+                         *extra])
+    assert report["config"]["documents"] == (12 if extra else 0)
     runs = report["runs"]
     assert set(runs) == {"jax", "tritonplug"}
     for run in runs.values():
         assert len(run["losses"]) == 4 and all(np.isfinite(run["losses"]))
     assert report["max_loss_difference"] < tol
+
+
+def test_packed_documents_begin_with_bos_and_have_their_mean_length():
+    from examples.llama.data import BOS, MarkovText
+
+    tokens, targets = MarkovText(256, seed=3, documents=12).batch(64, 96)
+    np.testing.assert_array_equal(tokens[:, 1:], targets[:, :-1])
+    assert (tokens[:, 0] == BOS).all()  # every row begins a document
+    starts = np.flatnonzero(tokens.reshape(-1) == BOS)
+    assert 9 < tokens.size / len(starts) < 15  # geometric lengths of mean 12 (8,000 draws' worth)
+    plain, _ = MarkovText(256, seed=3).batch(64, 96)
+    assert not (plain[:, 0] == BOS).all()  # without documents: no BOS at each row's start
+
+
+@pytest.mark.parametrize("choice", ["jax", "tritonplug"])
+def test_a_packed_rows_documents_are_each_modelled_as_if_alone(choice):
+    """``documents``: the model reads its documents' bounds from the BOS tokens (``seq_idx``), so the hidden states
+    of a row's second document equal those of that document alone (the first's steps neither convolved nor carried
+    in the state), in the model's two layers; without ``documents`` they differ."""
+    import jax
+    import jax.numpy as jnp
+
+    from examples.llama.data import BOS
+    from examples.mamba2 import model
+    from examples.mamba2.config import CONFIGS
+
+    cfg = CONFIGS["tiny"].replace(documents=20)
+    params = model.init(cfg, jax.random.key(0))
+    rng = np.random.default_rng(1)
+    first, second = (rng.integers(1, cfg.vocab, size=n).astype(np.int32) for n in (13, 27))
+    row = np.concatenate([[BOS], first, [BOS], second])[None]
+    alone = np.concatenate([[BOS], second])[None]
+    hidden = jax.jit(lambda t, cfg: model.hidden_states(params, t, cfg, model.Mamba2Ops(choice)), static_argnums=1)
+    packed, by_itself = np.asarray(hidden(jnp.asarray(row), cfg)), np.asarray(hidden(jnp.asarray(alone), cfg))
+    np.testing.assert_allclose(packed[:, 14:], by_itself, rtol=2e-4, atol=2e-4)
+    unpacked = np.asarray(hidden(jnp.asarray(row), cfg.replace(documents=0)))
+    assert np.max(np.abs(unpacked[:, 14:] - by_itself)) > 1e-2

@@ -104,12 +104,13 @@ def train_family(args: argparse.Namespace, cfg: Config, family, make_ops, argv=N
 
 def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, argv=None) -> dict:
     """Train every trainer on the same batches; print each step's losses, then the report as one JSON line."""
-    data = MarkovText(cfg.vocab, seed=args.seed)
+    documents = getattr(cfg, "documents", 0)  # a family that packs documents into rows (examples/mamba2)
+    data = MarkovText(cfg.vocab, seed=args.seed, documents=documents)
     print(f"config {args.config}: {cfg.params() / 1e6:.1f}M params, batch {cfg.batch} x seq {cfg.seq}, "
           f"{cfg.dtype}, on {jax.devices()[0].platform} x {len(jax.devices())}"
           + (f", mesh {dict(mesh.shape)}" if mesh else ""), flush=True)
     if args.tune:  # on a batch of its own: the training's batches stay those of a run without --tune
-        tokens, targets = MarkovText(cfg.vocab, seed=args.seed + 1).batch(cfg.batch, cfg.seq)
+        tokens, targets = MarkovText(cfg.vocab, seed=args.seed + 1, documents=documents).batch(cfg.batch, cfg.seq)
         for t in trainers:
             print(f"tune {t.ops.label()}: {t.tune(tokens, targets)}", flush=True)
     if args.plan_only:

@@ -22,6 +22,9 @@ class Mamba2Config(Config):
     conv_width: int = 4
     dt_min: float = 0.001
     dt_max: float = 0.1
+    #: documents packed in each row, of this mean length (0: one per row): each begins with ``data.BOS``, and the
+    #: mixers restart there (``seq_idx`` from the BOS tokens)
+    documents: int = 0
 
     def __post_init__(self):
         if self.inner % self.heads:

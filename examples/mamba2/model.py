@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from examples.llama import model as llama
+from examples.llama.data import BOS
 from examples.llama.ops import Ops
 from examples.llama.step import PARAM_SPECS as LLAMA_SPECS
 
@@ -57,15 +58,18 @@ def init(cfg: Mamba2Config, key: jax.Array) -> dict:
 
 
 def hidden_states(params: dict, tokens: jax.Array, cfg: Mamba2Config, ops: Mamba2Ops, constrain=None) -> jax.Array:
-    """The final normalised hidden states, ``(batch, seq, hidden)`` in the compute dtype."""
+    """The final normalised hidden states, ``(batch, seq, hidden)`` in the compute dtype; with ``cfg.documents``
+    each document (from a ``BOS`` token on) mixed as if alone."""
     constrain = constrain or (lambda x: x)
     dt = cfg.compute_dtype
     ssd, rms_norm = block.SSD[ops.ssd], ops.dense.rms_norm
     x = constrain(params["embed"].astype(dt)[tokens])
+    seq_idx = jnp.cumsum(tokens == BOS, axis=1, dtype=jnp.int32) if cfg.documents else None  # packed documents
 
     def layer(x, p):
         p = {k: v if k in block.FP32_PARAMS else v.astype(dt) for k, v in p.items()}
-        return constrain(x + block.mixer(rms_norm(x, p["mixer_norm"], cfg.eps), p, cfg, ssd, rms_norm)), None
+        mixed = block.mixer(rms_norm(x, p["mixer_norm"], cfg.eps), p, cfg, ssd, rms_norm, seq_idx=seq_idx)
+        return constrain(x + mixed), None
 
     x, _ = jax.lax.scan(llama.remat(layer, cfg), x, params["layers"])
     return rms_norm(x, params["final_norm"].astype(dt), cfg.eps)

@@ -3,6 +3,7 @@ text, with one SSD op choice or both.
 
     python examples/mamba2/train.py --config tiny --ops compare --steps 8          # a CPU, seconds
     python examples/mamba2/train.py --config 1.3b-4l --ops tritonplug --steps 20   # one GPU
+    python examples/mamba2/train.py --config tiny --ops compare --documents 24     # packed documents
 
 ``--ops`` is ``jax`` (the chunked SSD in ``jnp``, ``ssd_jnp.py``), ``tritonplug`` (mamba-ssm's Triton SSD kernels
 through tritonplug, ``examples/ports/mamba_ssd.py``) or ``compare``: both from the same init and batches. The rest
@@ -31,6 +32,8 @@ def parse_args(argv=None):
     p = llama_train.parser(__doc__.split("\n\n")[0], CONFIGS, f"{' | '.join(CHOICES)} | compare")
     p.add_argument("--dense-ops", default="jax", help="the Llama example's op choice for the RMSNorms and the loss")
     p.add_argument("--chunk", type=int, help="override the config's SSD chunk size")
+    p.add_argument("--documents", type=int, help="pack documents of this mean length into each row (each from a "
+                   "BOS token, the mixers restarting there: seq_idx); default: one per row")
     return p.parse_args(argv)
 
 
@@ -39,6 +42,8 @@ def main(argv=None) -> dict:
     cfg = llama_train.configure(args, CONFIGS)
     if args.chunk is not None:
         cfg = cfg.replace(chunk=args.chunk)
+    if args.documents is not None:
+        cfg = cfg.replace(documents=args.documents)
     return llama_train.train_family(args, cfg, model, lambda c, dense, mesh: model.Mamba2Ops(c, dense), argv)
 
 
