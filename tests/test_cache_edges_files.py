@@ -216,3 +216,14 @@ def test_a_lock_path_that_cannot_be_removed_or_examined_is_a_failure(tmp_path: P
         ro.chmod(0o700)
         dark.chmod(0o700)
     assert paths[0].is_dir() and paths[1].is_file() and paths[2].is_file()
+
+
+@pytest.mark.parametrize("kind", ["dir", "symlink"])
+def test_a_path_gone_before_its_removal_counts_as_removed(tmp_path: Path, kind: str) -> None:
+    """Another process healed it between our ``lstat`` and our removal (the race ``files``' docstring names): it is
+    gone, as the caller wanted, so ``remove_any`` answers True (the heal and the lock sweep then go on)."""
+    path = tmp_path / "damage"
+    path.mkdir() if kind == "dir" else path.symlink_to(tmp_path / "elsewhere")
+    seen = os.lstat(path)
+    path.rmdir() if kind == "dir" else path.unlink()
+    assert cache_fs.remove_any(path, seen) is True
