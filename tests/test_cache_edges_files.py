@@ -227,3 +227,25 @@ def test_a_path_gone_before_its_removal_counts_as_removed(tmp_path: Path, kind: 
     seen = os.lstat(path)
     path.rmdir() if kind == "dir" else path.unlink()
     assert cache_fs.remove_any(path, seen) is True
+
+
+def _scan_obeying_file_modes(directory: str) -> tuple[list[str], int]:
+    obey_file_modes()
+    found = cache_fs.scan(Path(directory))
+    return found.unreadable, len(found.entries)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a bucket another owner (whose mode we cannot restore) "
+                                                "needs root")
+def test_a_bucket_that_cannot_be_listed_or_given_back_its_modes_is_unreadable_and_the_scan_goes_on(
+        tmp_path: Path) -> None:
+    """Another user's bucket of mode 000 in our cache: neither listed nor chmod-ed by us, so a scan reports it
+    unreadable and still counts the entries of the other buckets (a listing error must not end the walk)."""
+    locked, fine = tmp_path / "entries" / "0a", tmp_path / "entries" / "0b"
+    locked.mkdir(parents=True)
+    fine.mkdir()
+    (fine / f"{key('fine')}.bin").write_bytes(b"x")
+    os.chown(locked, 65534, 65534)
+    locked.chmod(0)
+    with SPAWN.Pool(1) as pool:
+        assert pool.apply(_scan_obeying_file_modes, (str(tmp_path),)) == ([str(locked)], 1)
