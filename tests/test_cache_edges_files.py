@@ -249,3 +249,57 @@ def test_a_bucket_that_cannot_be_listed_or_given_back_its_modes_is_unreadable_an
     locked.chmod(0)
     with SPAWN.Pool(1) as pool:
         assert pool.apply(_scan_obeying_file_modes, (str(tmp_path),)) == ([str(locked)], 1)
+
+
+@pytest.mark.parametrize("before", ["missing", "directory"])
+def test_a_ledger_written_afresh_is_private(tmp_path: Path, before: str) -> None:
+    """The ledger ``size`` gone (or a directory in its place, damage) when a put accounts: the file written anew
+    is ``0o600`` whatever the umask lets through."""
+    cache = DiskCache(tmp_path / "cache")
+    cache.put(K, make_binary(1, 10))
+    ledger = cache.directory / "size"
+    ledger.unlink()
+    if before == "directory":
+        ledger.mkdir()
+    old = os.umask(0)
+    try:
+        cache.put(key("second"), make_binary(2, 10))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(ledger.stat().st_mode) == 0o600
+
+
+def test_an_item_removed_between_the_listing_and_its_stat_is_skipped_not_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket's first listed file removed by another process before the scan ``lstat`` s it: the scan passes over
+    it and still counts the bucket's other entries (the race, made certain by removing it right after listing)."""
+    bucket = tmp_path / "entries" / "0c"
+    bucket.mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        (bucket / f"{key(name)}.bin").write_bytes(b"x")
+    real = os.scandir
+
+    class Listing:
+        def __init__(self, path):
+            self.items = list(real(path))
+            os.unlink(self.items[0].path)  # the other process, between our listing and our lstat
+
+        def __enter__(self):
+            return iter(self.items)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(cache_fs.os, "scandir", lambda path: Listing(path) if str(path) == str(bucket) else real(path))
+    assert len(cache_fs.scan(tmp_path).entries) == 2
+
+
+def test_a_small_file_written_over_a_non_file_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "size"
+    path.mkdir()  # damage in its place: removed, then the file created
+    old = os.umask(0)
+    try:
+        cache_fs.write_small_file(path, "12")
+    finally:
+        os.umask(old)
+    assert path.read_text() == "12" and stat.S_IMODE(path.stat().st_mode) == 0o600
