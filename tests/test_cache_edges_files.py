@@ -303,3 +303,17 @@ def test_a_small_file_written_over_a_non_file_is_private(tmp_path: Path) -> None
     finally:
         os.umask(old)
     assert path.read_text() == "12" and stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_ledger_that_is_a_link_is_healed_not_followed_or_raised(tmp_path: Path) -> None:
+    """A symlink where the ledger ``size`` belongs (damage, or planted): a put neither reads through it nor fails;
+    the link is removed and a regular ledger written, the linked file untouched."""
+    cache = DiskCache(tmp_path / "cache")
+    cache.put(K, make_binary(1, 10))
+    target = tmp_path / "elsewhere"
+    target.write_text("5")
+    ledger = cache.directory / "size"
+    ledger.unlink()
+    ledger.symlink_to(target)
+    assert cache.put(key("second"), make_binary(2, 10))
+    assert not ledger.is_symlink() and ledger.is_file() and target.read_text() == "5"
