@@ -10,13 +10,20 @@ against XLA's own op in ``test_moe_ragged_gpu.py``)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from examples.moe import ragged
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from examples.moe import ragged  # noqa: E402
 
 
 def _copies(operand, rows, input_offsets, send_sizes, output_offsets):
