@@ -98,7 +98,7 @@ def slot_rows(h, order, top_k: int):
 
 
 def _slot_rows_fwd(h, order, top_k):
-    return h[order // top_k], order
+    return slot_rows(h, order, top_k), order
 
 
 def _slot_rows_bwd(top_k, order, g):
@@ -117,7 +117,7 @@ def unsorted(y, order):
 
 
 def _unsorted_fwd(y, order):
-    return y[_inverse(order)], order
+    return unsorted(y, order), order
 
 
 def _unsorted_bwd(order, g):

@@ -237,6 +237,15 @@ def _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size,
     return (out, final_states, *kept) if z is None else (out, out_x, final_states, *kept)
 
 
+def _entering_states(chunk_states, dA_cumsum, initial_states, seq_idx, chunk_size, out_dtype=None):
+    """The state entering each chunk ``(b, c, h, p, n)``, passed again from the forward's kept chunk states (as
+    mamba-ssm's backward recomputes it; in fp32 unless ``out_dtype``)."""
+    states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
+                                   initial_states=None if initial_states is None else _merge_pn(initial_states),
+                                   seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=out_dtype)
+    return _split_pn(states, chunk_states.shape[-1])
+
+
 @tritonplug.partitioned(_bwd_rule)
 def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept, CB, chunk_states, D, z, dt_bias,
                                    initial_states, dfinal_states, seq_idx, chunk_size, dt_softplus, dt_limit):
@@ -253,10 +262,7 @@ def _mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, out, dA_cumsum, dt_kept
     assert C.shape == B.shape
     assert out.shape == x.shape
     dt_in, dt = dt, dt_kept
-    states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
-                                   initial_states=None if initial_states is None else _merge_pn(initial_states),
-                                   seq_idx=seq_idx, chunk_size=chunk_size)
-    states = _split_pn(states, dstate)
+    states = _entering_states(chunk_states, dA_cumsum, initial_states, seq_idx, chunk_size)
     if z is not None:
         dz, dout, dD = _chunk_scan_bwd_dz(x, z, out, dout, chunk_size=chunk_size, D=D)
     else:
@@ -335,11 +341,8 @@ def _varlen(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, 
     out, *rest = _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
                           dt_limit)
     final_states, dA_cumsum, dt_kept, _, chunk_states = rest if z is None else rest[1:]
-    states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
-                                   initial_states=None if initial_states is None else _merge_pn(initial_states),
-                                   seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=C.dtype)
-    varlen = chunk_state_varlen(B[0], x[0], dt_kept[0], dA_cumsum[0], cu_seqlens,
-                                _split_pn(states, B.shape[-1])[0])
+    states = _entering_states(chunk_states, dA_cumsum, initial_states, seq_idx, chunk_size, out_dtype=C.dtype)
+    varlen = chunk_state_varlen(B[0], x[0], dt_kept[0], dA_cumsum[0], cu_seqlens, states[0])
     return (out, final_states, varlen) if return_final_states else (out, varlen)
 
 
