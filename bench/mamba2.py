@@ -289,6 +289,8 @@ def main(argv=None) -> None:
     p.add_argument("--no-tune", action="store_true", help="no tritonplug.tune before timing")
     p.add_argument("--profile", action="store_true",
                    help="ssd part: each JAX choice's forward + backward per kernel (bench/_profile.py)")
+    p.add_argument("--configs", choices=("wide", "mamba"), default="wide",
+                   help="the port's matmul kernels tuned over mamba-ssm's configurations or more (mamba_source.CONFIGS)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=5)
@@ -298,8 +300,11 @@ def main(argv=None) -> None:
     unknown = set(args.parts.split(",")) - set(PARTS)
     if unknown:
         p.error(f"argument --parts: unknown part(s) {sorted(unknown)}; expected some of {sorted(PARTS)}")
+    from examples.ports import mamba_source
+
+    mamba_source.CONFIGS = args.configs  # before the port's launchers are imported (they read it then)
     results = Results(args.out, parts=args.parts, impls=args.impls, tuned=not args.no_tune, smoke=args.smoke,
-                      tolerance=TOLERANCE)
+                      tolerance=TOLERANCE, configs=args.configs)
     for part in args.parts.split(","):
         PARTS[part](results, args)
         results.save()

@@ -34,6 +34,9 @@ GOAL_SEQ, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 3.0, 1.0
 _RECOMPUTING = "port's backward recomputing the forward's (before 2050dbb)"
 CODE_CHANGES = {"mamba2-h200/run1-": "`jnp` SSD before 4907fb2 (not stepped), " + _RECOMPUTING,
                 **{f"mamba2-h200/run{i}-": _RECOMPUTING for i in (2, 3, 4, 5)}}
+#: the label of tuned runs whose matmul kernels were tuned over mamba-ssm's configurations only (``--configs mamba``,
+#: and every run before the option)
+MAMBA_CONFIGS = "mamba-ssm's configurations only"
 #: kernels listed per choice in the kernels table
 TOP_KERNELS = 8
 #: the configuration the goals are judged in: tuned, today's code
@@ -70,8 +73,11 @@ def _gpu(data: dict) -> str:
 
 
 def configuration(path: str, data: dict) -> str:
-    """What a run's figures are pooled with: tuned by ``tritonplug.tune`` or not, and the code of its `jnp` SSD."""
+    """What a run's figures are pooled with: tuned by ``tritonplug.tune`` or not, over which configurations (runs
+    before ``--configs`` tuned over mamba-ssm's), and the code of its `jnp` SSD."""
     labels = ["tuned" if data.get("tuned", True) else "not tuned (`--no-tune`)"]
+    if data.get("tuned", True) and data.get("configs", "mamba") == "mamba":
+        labels.append(MAMBA_CONFIGS)
     return ", ".join(labels + [label for prefix, label in CODE_CHANGES.items() if path.startswith(prefix)])
 
 

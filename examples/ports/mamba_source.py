@@ -11,6 +11,8 @@ compiled extensions. So nothing here imports ``mamba_ssm`` as a package:
   ``MAMBA_DETERMINISTIC=0`` unless the caller set it, so all configurations are kept and torch is never
   asked. The port always takes mamba-ssm's non-deterministic path (``tl.atomic_add`` reductions,
   ``DETERMINISTIC_REDUCTION=False``).
+* :func:`launchable` is ``tritonplug.launch`` of such a kernel, over more configurations where ``CONFIGS`` says so
+  (the port's matmul kernels: see ``CONFIGS``).
 * :func:`register_bare_packages` (for code that runs mamba-ssm's own torch functions: the GPU test, the bench)
   enters ``mamba_ssm``, ``mamba_ssm.ops`` and ``mamba_ssm.ops.triton`` in ``sys.modules`` as empty packages with
   their ``__path__`` set, so ``import mamba_ssm.ops.triton.ssd_combined`` runs only that module and the ones it
@@ -26,10 +28,21 @@ import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import triton
 
 import tritonplug
 
 _PACKAGES = ("mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.triton")
+
+#: Which configurations the port's matmul kernels (those its launchers pass ``wide=True``) are tuned over: "wide"
+#: adds, after mamba-ssm's own list, each block shape of that list at 4 and 8 warps and 2 to 4 pipeline stages
+#: (mamba-ssm's lists hold mostly 4 warps and 3 stages); "mamba" keeps mamba-ssm's list. The first configuration
+#: stays mamba-ssm's first, so an untuned call (``autotune="first"``) runs the same either way. Read when the
+#: launcher modules are imported: ``bench/mamba2.py --configs`` sets it before that.
+CONFIGS = "wide"
+WARPS, STAGES = (4, 8), (2, 3, 4)
 
 
 def source_root() -> Path | None:
@@ -56,6 +69,35 @@ def kernels(module: str) -> types.ModuleType:
     """``mamba_ssm.ops.triton.<module>`` loaded from source, its kernels defined (see the module docstring)."""
     with _all_configurations():  # kernels_of defines the module's kernels (their autotune configs) now
         return tritonplug.kernels_of(f"mamba_ssm.ops.triton.{module}", use_import=False)
+
+
+def widened(kernel: Any) -> Any:
+    """``kernel`` (a ``triton.autotune`` of a jit function) over its configurations, then each of their block
+    shapes at ``WARPS`` × ``STAGES`` not among them, each keeping its shape's ``pre_hook`` (mamba-ssm's
+    ``init_to_zero``). The same jit function: the kernel's code is mamba-ssm's, only the search is wider."""
+    hooks = [name for name in ("reset_to_zero", "restore_value", "early_config_prune", "perf_model",
+                                                   "user_defined_pre_hook", "user_defined_post_hook")
+             if getattr(kernel, name, None)]
+    if hooks:  # mamba-ssm's SSD autotuners have none; a kernel that does would lose them here
+        raise ValueError(f"widened: {kernel.fn.__name__}'s autotuner has {hooks}, which widened does not carry over")
+    configs = list(kernel.configs)
+    seen = {(tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs}
+    for config in list(configs):
+        shape = tuple(sorted(config.kwargs.items()))
+        for warps in WARPS:
+            for stages in STAGES:
+                if (shape, warps, stages) not in seen:
+                    seen.add((shape, warps, stages))
+                    configs.append(triton.Config(dict(config.kwargs), num_warps=warps, num_stages=stages,
+                                                 pre_hook=config.pre_hook))
+    return triton.autotune(configs=configs, key=list(kernel.keys))(kernel.fn)
+
+
+def launchable(kernel: Any, wide: bool = False) -> Any:
+    """``tritonplug.launch(kernel)``, over :func:`widened` configurations when ``wide`` and ``CONFIGS`` is "wide"."""
+    if CONFIGS not in ("wide", "mamba"):
+        raise ValueError(f"mamba_source.CONFIGS is {CONFIGS!r}; expected 'wide' or 'mamba'")
+    return tritonplug.launch(widened(kernel) if wide and CONFIGS == "wide" else kernel)
 
 
 def register_bare_packages() -> None:

@@ -30,12 +30,13 @@ import triton
 
 import tritonplug
 
+from .mamba_source import launchable
 from .mamba_ssd_fwd import AUTOTUNE, _bmm, _chunk_state, _state_passing, dot_dtype_of
 
-_chunk_cumsum_bwd_kernel = tritonplug.launch(_chunk_state._chunk_cumsum_bwd_kernel)
-_chunk_state_bwd_db_kernel = tritonplug.launch(_chunk_state._chunk_state_bwd_db_kernel)
-_state_passing_bwd_kernel = tritonplug.launch(_state_passing._state_passing_bwd_kernel)
-_bmm_chunk_bwd_kernel = tritonplug.launch(_bmm._bmm_chunk_bwd_kernel)
+_chunk_cumsum_bwd_kernel = launchable(_chunk_state._chunk_cumsum_bwd_kernel)
+_chunk_state_bwd_db_kernel = launchable(_chunk_state._chunk_state_bwd_db_kernel, wide=True)
+_state_passing_bwd_kernel = launchable(_state_passing._state_passing_bwd_kernel)
+_bmm_chunk_bwd_kernel = launchable(_bmm._bmm_chunk_bwd_kernel)
 
 
 def _sm_count():

@@ -12,6 +12,8 @@ Where the launchers differ from mamba-ssm's (JAX requires it, or the port leaves
 * ``cu_seqlens`` reaches only :func:`chunk_state_varlen` (as in mamba-ssm: it gives the varlen states, nothing else);
 * the ``.contiguous()`` calls are gone: JAX arrays are row-major, the strides are always the contiguous ones;
 * ``_mamba_chunk_scan_combined_fwd`` also returns what its backward would recompute (``ForwardResiduals``).
+* the matmul kernels are tuned over more configurations than mamba-ssm lists (``mamba_source.CONFIGS``): its
+  block shapes at more warps and pipeline stages, the kernels' code unchanged.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import triton.language as tl
 
 import tritonplug
 
-from .mamba_source import kernels
+from .mamba_source import kernels, launchable
 
 _chunk_state = kernels("ssd_chunk_state")
 _state_passing = kernels("ssd_state_passing")
@@ -40,12 +42,12 @@ TRITON_22 = _chunk_scan.TRITON_22
 #: case did not finish within 200 s that way.
 AUTOTUNE = "first"
 
-_chunk_cumsum_fwd_kernel = tritonplug.launch(_chunk_state._chunk_cumsum_fwd_kernel)
-_chunk_state_fwd_kernel = tritonplug.launch(_chunk_state._chunk_state_fwd_kernel)
-_state_passing_fwd_kernel = tritonplug.launch(_state_passing._state_passing_fwd_kernel)
-_bmm_chunk_fwd_kernel = tritonplug.launch(_bmm._bmm_chunk_fwd_kernel)
-_chunk_scan_fwd_kernel = tritonplug.launch(_chunk_scan._chunk_scan_fwd_kernel)
-_chunk_state_varlen_kernel = tritonplug.launch(_chunk_state._chunk_state_varlen_kernel)
+_chunk_cumsum_fwd_kernel = launchable(_chunk_state._chunk_cumsum_fwd_kernel)
+_chunk_state_fwd_kernel = launchable(_chunk_state._chunk_state_fwd_kernel, wide=True)
+_state_passing_fwd_kernel = launchable(_state_passing._state_passing_fwd_kernel)
+_bmm_chunk_fwd_kernel = launchable(_bmm._bmm_chunk_fwd_kernel)
+_chunk_scan_fwd_kernel = launchable(_chunk_scan._chunk_scan_fwd_kernel, wide=True)
+_chunk_state_varlen_kernel = launchable(_chunk_state._chunk_state_varlen_kernel)
 
 
 @tritonplug.torch_launcher

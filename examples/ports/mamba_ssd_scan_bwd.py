@@ -13,18 +13,18 @@ import triton
 
 import tritonplug
 
-from .mamba_source import kernels
+from .mamba_source import kernels, launchable
 from .mamba_ssd_bwd import _nheads_per_program
 from .mamba_ssd_fwd import AUTOTUNE, _chunk_scan
 
 _combined = kernels("ssd_combined")
 TRITON_22 = _combined.TRITON_22
-_chunk_scan_bwd_dz_kernel = tritonplug.launch(_chunk_scan._chunk_scan_bwd_dz_kernel)
-_chunk_scan_bwd_dstates_kernel = tritonplug.launch(_chunk_scan._chunk_scan_bwd_dstates_kernel)
-_chunk_scan_bwd_dc_kernel = tritonplug.launch(_chunk_scan._chunk_scan_bwd_dc_kernel)
-_chunk_scan_bwd_dcb_kernel = tritonplug.launch(_chunk_scan._chunk_scan_bwd_dcb_kernel)
-_chunk_scan_bwd_ddAcs_stable_kernel = tritonplug.launch(_chunk_scan._chunk_scan_bwd_ddAcs_stable_kernel)
-_chunk_scan_chunk_state_bwd_dx_kernel = tritonplug.launch(_combined._chunk_scan_chunk_state_bwd_dx_kernel)
+_chunk_scan_bwd_dz_kernel = launchable(_chunk_scan._chunk_scan_bwd_dz_kernel)
+_chunk_scan_bwd_dstates_kernel = launchable(_chunk_scan._chunk_scan_bwd_dstates_kernel, wide=True)
+_chunk_scan_bwd_dc_kernel = launchable(_chunk_scan._chunk_scan_bwd_dc_kernel, wide=True)
+_chunk_scan_bwd_dcb_kernel = launchable(_chunk_scan._chunk_scan_bwd_dcb_kernel, wide=True)
+_chunk_scan_bwd_ddAcs_stable_kernel = launchable(_chunk_scan._chunk_scan_bwd_ddAcs_stable_kernel, wide=True)
+_chunk_scan_chunk_state_bwd_dx_kernel = launchable(_combined._chunk_scan_chunk_state_bwd_dx_kernel, wide=True)
 
 
 @tritonplug.torch_launcher
