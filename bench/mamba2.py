@@ -289,8 +289,8 @@ def main(argv=None) -> None:
     p.add_argument("--no-tune", action="store_true", help="no tritonplug.tune before timing")
     p.add_argument("--profile", action="store_true",
                    help="ssd part: each JAX choice's forward + backward per kernel (bench/_profile.py)")
-    p.add_argument("--configs", choices=("wide", "mamba"), default="wide",
-                   help="the port's matmul kernels tuned over mamba-ssm's configurations or more (mamba_source.CONFIGS)")
+    p.add_argument("--configs", choices=("mamba", "wide"), default="mamba",
+                   help="the port's matmul kernels tuned over mamba-ssm's configurations or more (CONFIGS)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=5)

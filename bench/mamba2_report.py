@@ -19,6 +19,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from statistics import median
 
 sys.path.append(str(Path(__file__).resolve().parent))  # for _report, when loaded by path (tests)
 from _report import RESULTS, ROOT, cell, replace_between, rewrite, table, timed_by_bench  # noqa: E402
@@ -34,9 +35,9 @@ GOAL_SEQ, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 3.0, 1.0
 _RECOMPUTING = "port's backward recomputing the forward's (before 2050dbb)"
 CODE_CHANGES = {"mamba2-h200/run1-": "`jnp` SSD before 4907fb2 (not stepped), " + _RECOMPUTING,
                 **{f"mamba2-h200/run{i}-": _RECOMPUTING for i in (2, 3, 4, 5)}}
-#: the label of tuned runs whose matmul kernels were tuned over mamba-ssm's configurations only (``--configs mamba``,
-#: and every run before the option)
-MAMBA_CONFIGS = "mamba-ssm's configurations only"
+#: the label of tuned runs whose matmul kernels were tuned over more configurations than mamba-ssm's (``--configs
+#: wide``; runs before the option, and ``--configs mamba``, tuned over mamba-ssm's)
+WIDE_CONFIGS = "over more configurations (`--configs wide`)"
 #: kernels listed per choice in the kernels table
 TOP_KERNELS = 8
 #: the configuration the goals are judged in: tuned, today's code
@@ -73,11 +74,11 @@ def _gpu(data: dict) -> str:
 
 
 def configuration(path: str, data: dict) -> str:
-    """What a run's figures are pooled with: tuned by ``tritonplug.tune`` or not, over which configurations (runs
-    before ``--configs`` tuned over mamba-ssm's), and the code of its `jnp` SSD."""
+    """What a run's figures are pooled with: tuned by ``tritonplug.tune`` or not, over which configurations, and
+    the code of its `jnp` SSD."""
     labels = ["tuned" if data.get("tuned", True) else "not tuned (`--no-tune`)"]
-    if data.get("tuned", True) and data.get("configs", "mamba") == "mamba":
-        labels.append(MAMBA_CONFIGS)
+    if data.get("tuned", True) and data.get("configs", "mamba") == "wide":
+        labels.append(WIDE_CONFIGS)
     return ", ".join(labels + [label for prefix, label in CODE_CHANGES.items() if path.startswith(prefix)])
 
 
@@ -198,6 +199,41 @@ def kernels_table(recorded) -> str:
                  rows)
 
 
+def _over(values: list[float], base: list[float]) -> str:
+    return f"{median(values) / median(base):.2f}×" if values and base else "—"
+
+
+def tuning_table(recorded) -> str:
+    """Per kernel of the forward + backward at ``GOAL_SEQ``, its fastest configuration's µs in ``tritonplug.tune``
+    (each configuration timed alone) by the configurations tuned over: median over runs, range, and how many
+    configurations were timed. Runs cut before timing count here: tuning is what they measured."""
+    found: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    for _, data in recorded:
+        label = "wide" if data.get("configs") == "wide" else "mamba"
+        for r in data["records"]:
+            if not (_tune(r) and _seq(r["bench"]) == GOAL_SEQ and "forward+backward" in r["bench"]):
+                continue
+            for kernel in r.get("tuned") or []:
+                timed = [t["median_us"] for t in kernel["timings"] if t.get("median_us")]
+                if timed:
+                    found.setdefault((kernel["kernel"], label), []).append((min(timed), len(timed)))
+    kernels = sorted({k for k, _ in found}, key=lambda k: -min(b for b, _ in found.get((k, "mamba"), [(0, 0)])))
+    if not any(label == "wide" for _, label in found):
+        return "No run tuned over `--configs wide` yet."
+    rows, sums = [], {"mamba": 0.0, "wide": 0.0}
+    for kernel in kernels:
+        for label in sums:
+            sums[label] += median([b for b, _ in found.get((kernel, label), [(0.0, 0)])])
+        mamba, wide = found.get((kernel, "mamba"), []), found.get((kernel, "wide"), [])
+        rows.append([f"`{kernel}`", cell([b for b, _ in mamba], "{:.0f}"), cell([b for b, _ in wide], "{:.0f}"),
+                     _over([b for b, _ in wide], [b for b, _ in mamba]),
+                     f"{max((n for _, n in mamba), default=0)} / {max((n for _, n in wide), default=0)}"])
+    rows.append(["all (the sum of the medians)", f"{sums['mamba']:.0f}", f"{sums['wide']:.0f}",
+                 _over([sums["wide"]], [sums["mamba"]]), ""])
+    return table(["kernel (forward + backward, seq 8192)", "mamba-ssm's configurations: fastest µs",
+                  "`--configs wide`: fastest µs", "wide / mamba-ssm's (medians)", "configurations timed"], rows)
+
+
 def run_table(recorded) -> str:
     if not recorded:
         return NOT_MEASURED
@@ -223,7 +259,9 @@ def render(results: Path = RESULTS) -> str:
                         ssd_table(recorded), "The port and `jnp` against mamba-ssm's torch function:",
                         checks_table(recorded), "The Mamba-2 block:", block_table(recorded),
                         "Forward + backward kernel by kernel (`--profile`, one trace of `--calls` calls each):",
-                        kernels_table(recorded), END])
+                        kernels_table(recorded),
+                        "Each kernel's fastest configuration in `tritonplug.tune`, by the configurations tried:",
+                        tuning_table(recorded), END])
 
 
 def main(argv=None) -> int:
