@@ -317,3 +317,37 @@ def test_a_ledger_that_is_a_link_is_healed_not_followed_or_raised(tmp_path: Path
     ledger.symlink_to(target)
     assert cache.put(key("second"), make_binary(2, 10))
     assert not ledger.is_symlink() and ledger.is_file() and target.read_text() == "5"
+
+
+def test_a_cache_directory_not_there_yet_is_safe_to_create(tmp_path: Path) -> None:
+    """The checks run before the cache directory exists (a first use): nothing to refuse, it will be made 0700."""
+    cache_fs.check_safe(tmp_path / "not-yet")
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_removing_the_non_file_at_a_path_where_nothing_is_removes_nothing(tmp_path: Path) -> None:
+    assert cache_fs.remove_non_file(tmp_path / "nothing") is False
+    (tmp_path / "file").write_bytes(b"x")
+    assert cache_fs.remove_non_file(tmp_path / "file") is False and (tmp_path / "file").exists()
+    (tmp_path / "dir").mkdir()
+    assert cache_fs.remove_non_file(tmp_path / "dir") is True and not (tmp_path / "dir").exists()
+
+
+def test_a_bucket_removed_before_the_scan_lists_it_is_unreadable_and_the_scan_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process removed a bucket between the scan's listing of ``entries/`` and its listing of the bucket
+    (made certain by removing it at that moment): reported unreadable, the other buckets still counted."""
+    gone, fine = tmp_path / "entries" / "0d", tmp_path / "entries" / "0e"
+    gone.mkdir(parents=True)
+    fine.mkdir()
+    (fine / f"{key('kept')}.bin").write_bytes(b"x")
+    real = os.scandir
+
+    def scandir(path):
+        if str(path) == str(gone):
+            gone.rmdir()  # the other process
+        return real(path)
+
+    monkeypatch.setattr(cache_fs.os, "scandir", scandir)
+    found = cache_fs.scan(tmp_path)
+    assert found.unreadable == [str(gone)] and len(found.entries) == 1
