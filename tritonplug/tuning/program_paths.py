@@ -13,6 +13,9 @@ the function it is given, jitted as one program (:func:`program_of`), with assig
   could never keep one;
 * at most :data:`MAX_TRIALS` candidates are tried (each trial compiles the whole program); later ones are not
   tried and stay launched in those trials (``tune`` records nothing for them: they keep any record they had);
+* a candidate not kept before a later one was kept was timed in another program than the one chosen (in a
+  forward + backward, RMSNorm's forward inlined paid only once its backward was): each is tried once more, in
+  order, against the program chosen after the first pass;
 * last, when two or more of the tried candidates were not kept, one joint trial inlines them all on top of the
   kept ones, and keeps that if it beats the greedy choice beyond noise: inlinings that pay only together (two
   neighbours XLA fuses into one loop only when neither is a custom call between them) each lose alone.
@@ -56,9 +59,10 @@ class Trial:
 
 @dataclass(frozen=True)
 class Search:
-    """What :func:`greedy` found: the assignment (``"inline"``/``"launch"`` by candidate), one trial per tried
-    candidate, and the joint trial (``identity`` :data:`JOINT`, its program with ``joined`` inlined as well) when
-    one ran. The times of a candidate's own trial are against the program as it stood then."""
+    """What :func:`greedy` found: the assignment (``"inline"``/``"launch"`` by candidate), its trials in the order
+    they ran (a candidate tried again has two: the later one's verdict holds), and the joint trial (``identity``
+    :data:`JOINT`, its program with ``joined`` inlined as well) when one ran. The times of a candidate's own trial
+    are against the program as it stood then."""
 
     chosen: dict[str, str]
     trials: list[Trial]
@@ -99,14 +103,24 @@ def greedy(candidates: Sequence[str], time_us: Callable[[Mapping[str, str]], Seq
     ``assignment``; an exception from the baseline (all launched) propagates, one from a trial drops it."""
     chosen = {identity: "launch" for identity in candidates}
     best = time_us(chosen)
-    trials = []
-    for identity in candidates[:max_trials]:
+    trials: list[Trial] = []
+
+    def attempt(identity: str) -> Trial:
+        nonlocal chosen, best
         assignment = {**chosen, identity: "inline"}
         trial, samples = _trial(identity, best, assignment, time_us, min_gain)
         trials.append(trial)
         if trial.kept and samples is not None:  # kept: it ran
             chosen, best = assignment, samples
-    joined = tuple(t.identity for t in trials if not t.kept and not t.error)
+        return trial
+
+    first = [attempt(identity) for identity in candidates[:max_trials]]
+    last_kept = max((i for i, trial in enumerate(first) if trial.kept), default=0)
+    for trial in first[:last_kept]:  # tried before the program changed: once more against the chosen one
+        if not trial.kept and not trial.error:
+            attempt(trial.identity)
+    latest = {trial.identity: trial for trial in trials}
+    joined = tuple(t.identity for t in latest.values() if not t.kept and not t.error)
     if len(joined) < 2:
         return Search(chosen, trials)
     assignment = {**chosen, **dict.fromkeys(joined, "inline")}
