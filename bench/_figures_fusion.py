@@ -27,9 +27,10 @@ TIMED_ALONE = ("fusion-h200/run1/",)
 #: ``equal_loops``); from run 7 an access needs no bounds mask where every lane its mask leaves live is inside
 #: the buffer (``lanes.within``); from run 10 a window starting inside a row is a slice of the buffer reshaped to
 #: its rows (``windows._aligned``; run 10 wrote it in place), from run 11 written as a select over the buffer; from
-#: run 14 ``tune``'s search ends with a joint trial of the calls the greedy trials did not keep.
+#: run 14 ``tune``'s search ends with a joint trial of the calls the greedy trials did not keep; from run 16 a call
+#: not kept before a later one was is tried again against the program chosen.
 CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bounds mask on live lanes inside"),
-                (10, "aligned windows"), (11, "stores as selects"), (14, "a joint trial"))
+                (10, "aligned windows"), (11, "stores as selects"), (14, "a joint trial"), (16, "tried again"))
 
 
 def _code(path: str) -> str:
