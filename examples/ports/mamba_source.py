@@ -39,9 +39,9 @@ _PACKAGES = ("mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.triton")
 #: Which configurations the port's matmul kernels (those its launchers pass ``wide=True``) are tuned over:
 #: "mamba" (the default) keeps mamba-ssm's list; "wide" adds, after it, each block shape of that list at 4 and 8
 #: warps and 2 to 4 pipeline stages (mamba-ssm's lists hold mostly 4 warps and 3 stages). On an H200 at the model's
-#: shapes "wide" found kernels about 4% faster in all (the dx kernel 10%) for about four times the tuning time
-#: (docs/mamba2.md), so it is not the default. The first configuration is mamba-ssm's first either way, so an
-#: untuned call (``autotune="first"``) runs the same. Read when the launcher modules are imported:
+#: shapes "wide" found configurations 5% faster in all (the dx kernel's 10% faster) for about four times the
+#: tuning time (docs/mamba2.md), so it is not the default. The first configuration is mamba-ssm's first either
+#: way, so an untuned call (``autotune="first"``) runs the same. Read when the launcher modules are imported:
 #: ``bench/mamba2.py --configs`` sets it before that.
 CONFIGS = "mamba"
 WARPS, STAGES = (4, 8), (2, 3, 4)
@@ -77,9 +77,9 @@ def widened(kernel: Any) -> Any:
     """``kernel`` (a ``triton.autotune`` of a jit function) over its configurations, then each of their block
     shapes at ``WARPS`` × ``STAGES`` not among them, each keeping its shape's ``pre_hook`` (mamba-ssm's
     ``init_to_zero``). The same jit function: the kernel's code is mamba-ssm's, only the search is wider."""
-    hooks = [name for name in ("reset_to_zero", "restore_value", "early_config_prune", "perf_model",
-                                                   "user_defined_pre_hook", "user_defined_post_hook")
-             if getattr(kernel, name, None)]
+    dropped = ("reset_to_zero", "restore_value", "early_config_prune", "perf_model", "user_defined_pre_hook",
+               "user_defined_post_hook")
+    hooks = [name for name in dropped if getattr(kernel, name, None)]
     if hooks:  # mamba-ssm's SSD autotuners have none; a kernel that does would lose them here
         raise ValueError(f"widened: {kernel.fn.__name__}'s autotuner has {hooks}, which widened does not carry over")
     configs = list(kernel.configs)
