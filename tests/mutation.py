@@ -55,7 +55,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "disk_cache": (["tritonplug/cache/disk.py", "tritonplug/cache/files.py", "tritonplug/cache/entries.py",
                     "tritonplug/cache/signing.py"],
                    ["tests/test_cache.py", "tests/test_cache_faults.py", "tests/test_cache_heal.py",
-                    "tests/test_cache_signing.py", "tests/test_cache_edges.py", "tests/test_cache_edges_files.py"]),
+                    "tests/test_cache_signing.py", "tests/test_cache_edges.py", "tests/test_cache_edges_files.py",
+                    "tests/test_cache_edges_disk.py"]),
 }
 
 #: Operators left out: of each binary, comparison and unary operator, all replacements but one.
