@@ -139,12 +139,18 @@ def build(fn, args: tuple, modes_for: tuple[str, ...], mode) -> tuple:
 
 
 def timed(results: Results, bench: str, compiled: dict, args: tuple, opts, extra: dict | None = None) -> None:
-    """Each compiled variant timed, round by round (``--rounds`` of ``--calls`` calls each), medians recorded."""
+    """Each compiled variant timed, round by round (``--rounds`` of ``--calls`` calls each), medians recorded. The
+    variants' order turns by one each round. In a fixed order (runs up to 16) `auto`, always timed right after
+    `inline`, ran 1.03–1.04× slower than `launch` in all three repeats of run 15 (RoPE's forward) though it
+    launched the same kernel (lowered for sm_90 on the CPU, the two StableHLO programs are the same): its place
+    in the round is the likely cause, which the turning order takes out of the comparison."""
     import jax
 
     samples: dict[str, list] = {name: [] for name in compiled}
-    for _ in range(opts.rounds):
-        for name, fn in compiled.items():
+    names = list(compiled)
+    for r in range(opts.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = compiled[name]
             with results.guard(bench, name):
                 samples[name] += batched_seconds(lambda i, fn=fn: fn(*args), opts.calls, 1, 1, jax.block_until_ready)
     for name, s in samples.items():
