@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +86,22 @@ def test_the_eviction_after_a_put_leaves_the_lock_files_alone(tmp_path: Path) ->
         cache.put(key(tag), make_binary(tag, 300))
     assert cache.stats().total_bytes <= 2000  # evicted
     assert lock_file.exists()
+
+
+def test_a_put_evicts_past_its_own_entry_when_others_look_newer(tmp_path: Path) -> None:
+    """Entries whose mtimes lie after the new one (another host's clock on a shared cache, a touch): the eviction
+    after the put passes over the entry just written, never evicted, and goes on to the others until the cache
+    fits again."""
+    probe = DiskCache(tmp_path / "probe")
+    probe.put(K, make_binary(5, 300))
+    size = entry_path(probe, K).stat().st_size  # every entry below: the same size
+    bound = int(2.5 * size)
+    cache = DiskCache(tmp_path / "cache", max_bytes=bound)
+    for tag in ("a", "b"):
+        cache.put(key(tag), make_binary(ord(tag), 300))
+    future = time.time() + 3600
+    for offset, tag in enumerate(("a", "b")):
+        os.utime(entry_path(cache, key(tag)), (future + offset, future + offset))
+    assert cache.put(K, make_binary(5, 300)) is True
+    assert cache.stats().total_bytes <= bound
+    assert entry_path(cache, K).exists() and not entry_path(cache, key("a")).exists()
