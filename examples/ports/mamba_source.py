@@ -1,3 +1,5 @@
+# Launches mamba-ssm 2.3.2.post1's kernels over its autotune configurations: Apache-2.0, Copyright (c) 2024, Tri Dao,
+# Albert Gu. The licence's text: LICENSE (Apache-2.0); the notice: THIRD_PARTY_NOTICES.md.
 """Where mamba-ssm's Triton kernels come from, for the SSD port (``examples/ports/mamba_ssd*.py``), its tests and
 the benches.
 
