@@ -35,6 +35,7 @@ from typing import Any
 import triton
 
 import tritonplug
+from tritonplug.adapters import triton_compat
 
 _PACKAGES = ("mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.triton")
 
@@ -79,14 +80,16 @@ def widened(kernel: Any) -> Any:
     """``kernel`` (a ``triton.autotune`` of a jit function) over its configurations, then each of their block
     shapes at ``WARPS`` × ``STAGES`` not among them, each keeping its shape's ``pre_hook`` (mamba-ssm's
     ``init_to_zero``). The same jit function: the kernel's code is mamba-ssm's, only the search is wider."""
-    dropped = ("reset_to_zero", "restore_value", "early_config_prune", "perf_model", "user_defined_pre_hook",
-               "user_defined_post_hook")
-    hooks = [name for name in dropped if getattr(kernel, name, None)]
+    reset, restore = triton_compat.autotune_resets(kernel)
+    dropped = {"reset_to_zero": reset, "restore_value": restore, **triton_compat.autotuner_hooks(kernel),
+               "early_config_prune": triton_compat.early_prune_function(kernel),
+               "perf_model": getattr(kernel, "perf_model", None)}
+    hooks = [name for name, value in dropped.items() if value]
     if hooks:  # mamba-ssm's SSD autotuners have none; a kernel that does would lose them here
         raise ValueError(f"widened: {kernel.fn.__name__}'s autotuner has {hooks}, which widened does not carry over")
-    configs = list(kernel.configs)
+    configs = triton_compat.autotune_configs(kernel)
     seen = {(tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs}
-    for config in list(configs):
+    for config in triton_compat.autotune_configs(kernel):
         shape = tuple(sorted(config.kwargs.items()))
         for warps in WARPS:
             for stages in STAGES:
@@ -94,7 +97,7 @@ def widened(kernel: Any) -> Any:
                     seen.add((shape, warps, stages))
                     configs.append(triton.Config(dict(config.kwargs), num_warps=warps, num_stages=stages,
                                                  pre_hook=config.pre_hook))
-    return triton.autotune(configs=configs, key=list(kernel.keys))(kernel.fn)
+    return triton.autotune(configs=configs, key=triton_compat.autotune_key_names(kernel))(kernel.fn)
 
 
 def launchable(kernel: Any, wide: bool = False) -> Any:

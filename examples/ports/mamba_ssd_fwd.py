@@ -12,8 +12,8 @@ Where the launchers differ from mamba-ssm's (JAX requires it, or the port leaves
 * ``cu_seqlens`` reaches only :func:`chunk_state_varlen` (as in mamba-ssm: it gives the varlen states, nothing else);
 * the ``.contiguous()`` calls are gone: JAX arrays are row-major, the strides are always the contiguous ones;
 * ``_mamba_chunk_scan_combined_fwd`` also returns what its backward would recompute (``ForwardResiduals``).
-* the matmul kernels are tuned over more configurations than mamba-ssm lists (``mamba_source.CONFIGS``): its
-  block shapes at more warps and pipeline stages, the kernels' code unchanged.
+* with ``mamba_source.CONFIGS = "wide"`` (not the default) the matmul kernels are tuned over more configurations
+  than mamba-ssm lists: its block shapes at more warps and pipeline stages, the kernels' code unchanged.
 """
 
 from __future__ import annotations
