@@ -30,7 +30,8 @@ TIMED_ALONE = ("fusion-h200/run1/",)
 #: run 14 ``tune``'s search ends with a joint trial of the calls the greedy trials did not keep; from run 16 a call
 #: not kept before a later one was is tried again against the program chosen.
 CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bounds mask on live lanes inside"),
-                (10, "aligned windows"), (11, "stores as selects"), (14, "a joint trial"), (16, "tried again"))
+                (10, "aligned windows"), (11, "stores as selects"), (14, "a joint trial"), (16, "tried again"),
+                (17, "order turned"))
 
 
 def _code(path: str) -> str:
