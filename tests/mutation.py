@@ -1,7 +1,7 @@
 """Mutation testing (``tox -e mutation``, outside the envlist, never gating): cosmic-ray over the modules where a
 bug means a wrong number, each module's mutants run against the tests that matter for it.
 
-    python tests/mutation.py [MODULE ...] [--jobs N] [--fresh] [--report]
+    python tests/mutation.py [MODULE ...] [--jobs N] [--shards N] [--fresh] [--report]
 
 Each module (``MODULES``: its files and its tests) gets a copy of the repository under ``.mutation/NAME/tree``
 (cosmic-ray mutates the files in place: the checkout is never touched) and a session database
@@ -12,6 +12,11 @@ are one replacement per site (``EXCLUDED``: ``+`` becomes ``-``, not ten other o
 killed (timeouts included) / (mutants run - incompetent ones, which do not import); each survivor's diff is
 written to ``.mutation/NAME.survivors.txt``, and each must be killed by a test or explained in
 ``docs/development.md``. ``--report`` prints the scores of the sessions there are without running anything.
+
+cosmic-ray runs one mutant at a time (it mutates its copy in place). ``--shards N`` splits a module's pending mutants
+over N processes, each with its own copy and a session database ``.mutation/NAME.shardI.sqlite`` in which the
+other shards' mutants are held back (marked skipped, ``HELD_BACK`` in their output); when they end, or on the
+next run, each shard's results are merged into ``.mutation/NAME.sqlite``, the module's one record.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -115,8 +121,46 @@ def _config(name: str, files: list[str], tests: list[str], timeout: float) -> Pa
     return path
 
 
-def run(name: str, fresh: bool) -> str:
-    """Run (or resume) one module's session; its score line."""
+#: the output of a result that only holds a mutant back from one shard's session (never merged)
+HELD_BACK = "held back: another shard runs it"
+RESULT_COLUMNS = "worker_outcome, output, test_outcome, diff, job_id"
+
+
+def _shard_databases(name: str) -> list[Path]:
+    return sorted(OUT.glob(f"{name}.shard*.sqlite"))
+
+
+def _split(db: Path, shards: int) -> list[Path]:
+    """Copies of the session ``db``, one per shard, each holding back the pending mutants the others run."""
+    with sqlite3.connect(db) as connection:
+        pending = [row[0] for row in connection.execute(
+            "SELECT job_id FROM work_items WHERE job_id NOT IN (SELECT job_id FROM work_results) ORDER BY job_id")]
+    copies = []
+    for index in range(shards):
+        copy = OUT / f"{db.stem}.shard{index}.sqlite"
+        shutil.copy2(db, copy)
+        with sqlite3.connect(copy) as connection:
+            connection.executemany(f"INSERT INTO work_results ({RESULT_COLUMNS}) VALUES ('SKIPPED', ?, NULL, NULL, ?)",
+                                   [(HELD_BACK, job) for n, job in enumerate(pending) if n % shards != index])
+        copies.append(copy)
+    return copies
+
+
+def _merge(name: str) -> None:
+    """Every shard's results (not its held-back marks) written into the module's session; the shards removed."""
+    db = OUT / f"{name}.sqlite"
+    for shard in _shard_databases(name):
+        with sqlite3.connect(db) as connection:
+            connection.execute("ATTACH DATABASE ? AS shard", (str(shard),))
+            connection.execute(f"INSERT OR REPLACE INTO work_results ({RESULT_COLUMNS}) SELECT {RESULT_COLUMNS} "
+                               "FROM shard.work_results WHERE output IS NOT ?", (HELD_BACK,))
+            connection.commit()
+            connection.execute("DETACH DATABASE shard")
+        shard.unlink()
+
+
+def run(name: str, fresh: bool, shards: int = 1) -> str:
+    """Run (or resume) one module's session, its pending mutants split over ``shards`` processes; its score line."""
     files, tests = MODULES[name]
     tree, db = OUT / name / "tree", OUT / f"{name}.sqlite"
     _copy(tree)
@@ -128,10 +172,27 @@ def run(name: str, fresh: bool) -> str:
     timeout = max(60.0, 4 * (time.perf_counter() - start))
     config = _config(name, files, tests, timeout)
     if fresh or not db.exists():
-        db.unlink(missing_ok=True)
+        for stale in [db, *_shard_databases(name)]:
+            stale.unlink(missing_ok=True)
         subprocess.run([_tool("cosmic-ray"), "init", str(config), str(db)], cwd=tree, env=env, check=True)
         subprocess.run([_tool("cr-filter-operators"), str(db), str(config)], cwd=tree, env=env, check=True)
-    subprocess.run([_tool("cosmic-ray"), "exec", str(config), str(db)], cwd=tree, env=env, check=True)
+    _merge(name)
+    sessions = [(tree, db)] if shards == 1 else [(OUT / name / f"shard{index}", copy)
+                                                  for index, copy in enumerate(_split(db, shards))]
+
+    def execute(session: tuple[Path, Path]) -> None:
+        where, database = session
+        if where != tree:
+            shutil.rmtree(where, ignore_errors=True)
+            shutil.copytree(tree, where)
+        subprocess.run([_tool("cosmic-ray"), "exec", str(config), str(database)], cwd=where,
+                       env=_environment(where), check=True)
+
+    try:
+        with ThreadPoolExecutor(len(sessions)) as pool:
+            list(pool.map(execute, sessions))
+    finally:
+        _merge(name)
     return score(name) + f" ({time.perf_counter() - start:.0f} s)"
 
 
@@ -166,6 +227,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", choices=[[], *MODULES], help="default: all of them")
     parser.add_argument("--jobs", type=int, default=1, help="modules run at once (each in its own copy)")
+    parser.add_argument("--shards", type=int, default=1, help="processes each module's mutants are split over")
     parser.add_argument("--fresh", action="store_true", help="start each session again")
     parser.add_argument("--report", action="store_true", help="print the scores of the sessions there are")
     args = parser.parse_args()
@@ -176,7 +238,7 @@ def main() -> None:
         lines = [score(name) for name in names]
     else:
         with ThreadPoolExecutor(args.jobs) as pool:
-            lines = list(pool.map(lambda name: run(name, args.fresh), names))
+            lines = list(pool.map(lambda name: run(name, args.fresh, args.shards), names))
     print("\n".join(lines))
 
 

@@ -15,6 +15,8 @@ fails falls back to the interpreter, which would hide the failure) and compares 
 * a float buffer read and written through int pointers of its item size (its bits, not its values converted);
 * a pointer whose lanes a loop changes by loaded jumps, carried whole by the loop (a pytree through the loop);
   where the lanes jump apart the XLA path is wrong (a known bug, marked ``xfail``);
+* the same pointer through a loop whose trip count is loaded: a ``lax.while_loop`` carrying the pointer, which JAX
+  takes apart and rebuilds (the pytree's unflatten: its buffer, its element type);
 * a compare-and-swap on the first element of a buffer of three.
 """
 
@@ -210,6 +212,28 @@ def test_a_pointer_whose_lanes_jump_apart_in_a_loop():
     got = _run(_walk_kernel, (x, jump), (block,), (1,), STEPS=steps, BLOCK=block)
     np.testing.assert_allclose(got, _walk(x, jump), rtol=1e-6)
 
+
+
+@triton.jit
+def _walk_loaded_steps_kernel(x_ptr, jump_ptr, steps_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    p = x_ptr + offs
+    acc = tl.zeros([BLOCK], tl.float32)
+    for i in range(0, tl.load(steps_ptr)):         # a trip count known only at run time: not unrolled
+        acc += tl.load(p)
+        p += tl.load(jump_ptr + i * BLOCK + offs)
+    tl.store(out_ptr + offs, acc + tl.load(p))
+
+
+def test_a_pointer_a_while_loop_carries_is_rebuilt_with_its_buffer():
+    """A scalar argument is baked into the translation (a loop over it is unrolled); a loaded trip count makes the
+    loop a ``lax.while_loop``, whose carry JAX flattens and rebuilds: the rebuilt pointer must keep its buffer."""
+    steps, block = 4, 16
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(64).astype(np.float32)
+    jump = rng.integers(0, 10, (steps, block)).astype(np.int32)
+    got = _run(_walk_loaded_steps_kernel, (x, jump, np.array([steps], np.int32)), (block,), (1,), BLOCK=block)
+    np.testing.assert_allclose(got, _walk(x, jump), rtol=1e-6)
 
 @triton.jit
 def _first_claim_kernel(lock_ptr, old_ptr):
