@@ -63,7 +63,7 @@ def test_slot_rows_is_the_gather_and_its_gradient_sums_each_tokens_slots():
     order = _permutation(t * k, 0)
     h = jax.random.normal(jax.random.key(1), (t, d), jnp.float32)
     g = jax.random.normal(jax.random.key(2), (t * k, d), jnp.float32)
-    got, vjp = jax.vjp(lambda h: ragged.slot_rows(h, order, k), h)
+    got, vjp = jax.vjp(lambda h: ragged.slot_rows(h, order, ragged.inverse(order), k), h)
     want, want_vjp = jax.vjp(lambda h: h[order // k], h)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(vjp(g)[0], want_vjp(g)[0], rtol=1e-6, atol=1e-6)
@@ -74,7 +74,8 @@ def test_unsorted_puts_rows_back_in_slot_order_and_its_gradient_is_the_gather():
     order = _permutation(n, 3)
     y = jax.random.normal(jax.random.key(4), (n, d), jnp.float32)
     g = jax.random.normal(jax.random.key(5), (n, d), jnp.float32)
-    got, vjp = jax.vjp(lambda y: ragged.unsorted(y, order), y)
+    np.testing.assert_array_equal(ragged.inverse(order)[order], np.arange(n))
+    got, vjp = jax.vjp(lambda y: ragged.unsorted(y, order, ragged.inverse(order)), y)
     want, want_vjp = jax.vjp(lambda y: jnp.zeros_like(y).at[order].set(y), y)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(vjp(g)[0], want_vjp(g)[0])
@@ -85,8 +86,10 @@ def test_the_permutations_differentiate_inside_jit_and_twice_composed_are_the_id
     order = _permutation(t * k, 6)
     h = jax.random.normal(jax.random.key(7), (t, d), jnp.float32)
 
+    back = ragged.inverse(order)
+
     def f(h):  # each slot's row sorted by expert, put back: every token k times, in slot order
-        return ragged.unsorted(ragged.slot_rows(h, order, k), order).reshape(t, k, d).sum(axis=1)
+        return ragged.unsorted(ragged.slot_rows(h, order, back, k), order, back).reshape(t, k, d).sum(axis=1)
 
     np.testing.assert_allclose(jax.jit(f)(h), k * h, rtol=1e-6)
     np.testing.assert_allclose(jax.jit(jax.grad(lambda h: jnp.sum(f(h) * h)))(h), 2 * k * h, rtol=1e-5)

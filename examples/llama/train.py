@@ -84,13 +84,13 @@ def main(argv=None) -> dict:
     return train(args, cfg, [Trainer(cfg, ops, params, mesh, donate=args.donate) for ops in choices], mesh, argv)
 
 
-def train_family(args: argparse.Namespace, cfg: Config, family, make_ops, argv=None) -> dict:
+def train_family(args: argparse.Namespace, cfg: Config, family, make_ops, argv=None, documents: int = 0) -> dict:
     """A model of the Llama family (``examples/moe``, ``examples/mamba2``: a module ``family`` with ``CHOICES``,
     ``init``, ``loss`` and ``PARAM_SPECS``, or ``param_specs(mesh)`` where they depend on the mesh) trained per op
     choice (``args.ops``, or each of ``CHOICES`` for ``compare``) from one init, as :func:`train` trains:
     ``make_ops(choice, dense, mesh)`` is a choice's ops, the rest of the model on the Llama example's
     ``--dense-ops``. On a mesh ``compare`` runs the family's ``MESH_CHOICES`` where it has them (the choices whose
-    kernels are partitioned)."""
+    kernels are partitioned). ``documents``: as :func:`train`'s."""
     dense = Ops.parse(args.dense_ops)
     mesh = mesh_of(args.mesh, cfg.batch) if args.mesh else None
     compared = getattr(family, "MESH_CHOICES", family.CHOICES) if mesh else family.CHOICES
@@ -99,12 +99,12 @@ def train_family(args: argparse.Namespace, cfg: Config, family, make_ops, argv=N
     specs = family.param_specs(mesh) if hasattr(family, "param_specs") else family.PARAM_SPECS
     trainers = [Trainer(cfg, ops, params, mesh, loss=family.loss, param_specs=specs, donate=args.donate)
                 for ops in choices]
-    return train(args, cfg, trainers, mesh, argv)
+    return train(args, cfg, trainers, mesh, argv, documents)
 
 
-def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, argv=None) -> dict:
-    """Train every trainer on the same batches; print each step's losses, then the report as one JSON line."""
-    documents = getattr(cfg, "documents", 0)  # a family that packs documents into rows (examples/mamba2)
+def train(args: argparse.Namespace, cfg: Config, trainers: list[Trainer], mesh, argv=None, documents: int = 0) -> dict:
+    """Train every trainer on the same batches; print each step's losses, then the report as one JSON line.
+    ``documents``: a mean length, to pack documents into each row (``MarkovText``'s; 0: one per row)."""
     data = MarkovText(cfg.vocab, seed=args.seed, documents=documents)
     print(f"config {args.config}: {cfg.params() / 1e6:.1f}M params, batch {cfg.batch} x seq {cfg.seq}, "
           f"{cfg.dtype}, on {jax.devices()[0].platform} x {len(jax.devices())}"

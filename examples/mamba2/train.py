@@ -44,7 +44,8 @@ def main(argv=None) -> dict:
         cfg = cfg.replace(chunk=args.chunk)
     if args.documents is not None:
         cfg = cfg.replace(documents=args.documents)
-    return llama_train.train_family(args, cfg, model, lambda c, dense, mesh: model.Mamba2Ops(c, dense), argv)
+    return llama_train.train_family(args, cfg, model, lambda c, dense, mesh: model.Mamba2Ops(c, dense), argv,
+                                    documents=cfg.documents)
 
 
 if __name__ == "__main__":

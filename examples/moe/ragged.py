@@ -89,45 +89,49 @@ def exchange(operand, output, input_offsets, send_sizes, output_offsets, recv_si
     return jax.lax.platform_dependent(*args, cpu=padded, default=real)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def slot_rows(h, order, top_k: int):
-    """``h[order // top_k]``: the token row of each slot in ``order`` (a permutation of the ``t * top_k`` slots).
-    Its gradient is a gather by the inverse permutation and a sum over ``k``, not the scatter-add XLA derives
-    (atomics, every token hit ``top_k`` times: 2 ms of a 14 ms layer at Qwen3's shape on an H200)."""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def slot_rows(h, order, inverse, top_k: int):
+    """``h[order // top_k]``: the token row of each slot in ``order`` (a permutation of the ``t * top_k`` slots,
+    ``inverse`` its :func:`inverse`). Its gradient is a gather by ``inverse`` and a sum over ``k``, not the
+    scatter-add XLA derives (atomics, every token hit ``top_k`` times: 2 ms of a 14 ms layer at Qwen3's shape on
+    an H200)."""
     return h[order // top_k]
 
 
-def _slot_rows_fwd(h, order, top_k):
-    return slot_rows(h, order, top_k), order
+def _slot_rows_fwd(h, order, inverse, top_k):
+    return slot_rows(h, order, inverse, top_k), inverse
 
 
-def _slot_rows_bwd(top_k, order, g):
-    rows = g[_inverse(order)].reshape(-1, top_k, g.shape[-1])
-    return jnp.sum(rows, axis=1, dtype=jnp.float32).astype(g.dtype), None
+def _slot_rows_bwd(top_k, inverse, g):
+    rows = g[inverse].reshape(-1, top_k, g.shape[-1])
+    return jnp.sum(rows, axis=1, dtype=jnp.float32).astype(g.dtype), None, None
 
 
 slot_rows.defvjp(_slot_rows_fwd, _slot_rows_bwd)
 
 
 @jax.custom_vjp
-def unsorted(y, order):
-    """``y``'s rows back in slot order, ``zeros_like(y).at[order].set(y)``, as a gather by the inverse of the
-    permutation ``order``; its gradient the gather by ``order`` (XLA's own would scatter both ways)."""
-    return y[_inverse(order)]
+def unsorted(y, order, inverse):
+    """``y``'s rows back in slot order, ``zeros_like(y).at[order].set(y)``, as a gather by ``inverse`` (the
+    permutation ``order``'s :func:`inverse`); its gradient the gather by ``order`` (XLA's own would scatter both
+    ways)."""
+    return y[inverse]
 
 
-def _unsorted_fwd(y, order):
-    return unsorted(y, order), order
+def _unsorted_fwd(y, order, inverse):
+    return unsorted(y, order, inverse), order
 
 
 def _unsorted_bwd(order, g):
-    return g[order], None
+    return g[order], None, None
 
 
 unsorted.defvjp(_unsorted_fwd, _unsorted_bwd)
 
 
-def _inverse(order):
+def inverse(order):
+    """The inverse of the permutation ``order``: ``inverse[order[i]] == i`` (one scatter of integers, computed once
+    for :func:`slot_rows`' gradient and :func:`unsorted`)."""
     return jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype), unique_indices=True)
 
 
@@ -159,7 +163,8 @@ def _experts_on_device(h, weights, chosen, w_gate_up, w_down, *, axis: str, num_
     top_k, slots = chosen.shape[1], chosen.size
     order, sizes = sorted_slots(chosen, num_experts)
     starts = _exclusive_cumsum(sizes)  # each expert's slice in `x`
-    x = slot_rows(h, order, top_k)
+    back_to_slots = inverse(order)
+    x = slot_rows(h, order, back_to_slots, top_k)
     # what each source sends to this device's experts, (source, expert), and where each such slice lies at its
     # source: one all_to_all of both
     received, came_from = jax.lax.all_to_all(jnp.stack([sizes, starts], axis=1), axis, 0, 0, tiled=True).T
@@ -171,7 +176,7 @@ def _experts_on_device(h, weights, chosen, w_gate_up, w_down, *, axis: str, num_
     x = move(x, shards * slots, there, back, axis)
     y = grouped.grouped_matmul(swiglu(grouped.grouped_matmul(x, w_gate_up, local_sizes)), w_down, local_sizes)
     y = move(y, slots, back, there, axis)
-    return combine_slots(unsorted(y, order), weights, h.dtype)
+    return combine_slots(unsorted(y, order, back_to_slots), weights, h.dtype)
 
 
 def experts_ragged(h: jax.Array, weights: jax.Array, chosen: jax.Array, p: dict, cfg: MoEConfig,

@@ -237,12 +237,12 @@ def _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size,
     return (out, final_states, *kept) if z is None else (out, out_x, final_states, *kept)
 
 
-def _entering_states(chunk_states, dA_cumsum, initial_states, seq_idx, chunk_size, out_dtype=None):
+def _entering_states(chunk_states, dA_cumsum, initial_states, seq_idx, chunk_size):
     """The state entering each chunk ``(b, c, h, p, n)``, passed again from the forward's kept chunk states (as
-    mamba-ssm's backward recomputes it; in fp32 unless ``out_dtype``)."""
+    mamba-ssm's backward recomputes it, in fp32)."""
     states, _ = _state_passing_fwd(_merge_pn(chunk_states), dA_cumsum[:, :, :, -1],
                                    initial_states=None if initial_states is None else _merge_pn(initial_states),
-                                   seq_idx=seq_idx, chunk_size=chunk_size, out_dtype=out_dtype)
+                                   seq_idx=seq_idx, chunk_size=chunk_size)
     return _split_pn(states, chunk_states.shape[-1])
 
 
@@ -338,10 +338,9 @@ def _varlen(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, 
     """``MambaChunkScanCombinedFn`` with ``return_varlen_states``: ``(out, varlen_states)`` or ``(out,
     final_states, varlen_states)``, each sequence's final state ``(len(cu_seqlens) - 1, h, p, n)`` in ``C.dtype``
     (from the passed states rounded to ``C.dtype``, as mamba-ssm's). Forward only, as mamba-ssm's."""
-    out, *rest = _forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
-                          dt_limit)
-    final_states, dA_cumsum, dt_kept, _, chunk_states = rest if z is None else rest[1:]
-    states = _entering_states(chunk_states, dA_cumsum, initial_states, seq_idx, chunk_size, out_dtype=C.dtype)
+    out, _, dt_kept, dA_cumsum, states, final_states, _ = _mamba_chunk_scan_combined_fwd(
+        x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
+        dt_softplus=dt_softplus, dt_limit=dt_limit)   # ``states``: each chunk's entering state, in C.dtype
     varlen = chunk_state_varlen(B[0], x[0], dt_kept[0], dA_cumsum[0], cu_seqlens, states[0])
     return (out, final_states, varlen) if return_final_states else (out, varlen)
 
