@@ -1,7 +1,7 @@
 """Mutation testing (``tox -e mutation``, outside the envlist, never gating): cosmic-ray over the modules where a
 bug means a wrong number, each module's mutants run against the tests that matter for it.
 
-    python tests/mutation.py [MODULE ...] [--jobs N] [--shards N] [--fresh] [--report]
+    python tests/mutation.py [MODULE ...] [--jobs N] [--shards N] [--fresh] [--report] [--replay-with PYTHON]
 
 Each module (``MODULES``: its files and its tests) gets a copy of the repository under ``.mutation/NAME/tree``
 (cosmic-ray mutates the files in place: the checkout is never touched) and a session database
@@ -17,6 +17,12 @@ cosmic-ray runs one mutant at a time (it mutates its copy in place). ``--shards 
 over N processes, each with its own copy and a session database ``.mutation/NAME.shardI.sqlite`` in which the
 other shards' mutants are held back (marked skipped, ``HELD_BACK`` in their output); when they end, or on the
 next run, each shard's results are merged into ``.mutation/NAME.sqlite``, the module's one record.
+
+``--replay-with PYTHON`` runs nothing new through cosmic-ray: each survivor of a module's session is applied to a
+copy (its diff, with ``patch``) and the module's tests run against it under another environment's Python (a
+``.tox`` env's: code only another Triton or jax reaches, such as the block pointers only Triton 3.6 still
+makes; ``--functions`` picks the survivors in some functions); each survivor's verdict goes to
+``.mutation/NAME.replay.txt``.
 """
 
 from __future__ import annotations
@@ -196,6 +202,43 @@ def run(name: str, fresh: bool, shards: int = 1) -> str:
     return score(name) + f" ({time.perf_counter() - start:.0f} s)"
 
 
+def _survivors(name: str, functions: set[str] | None = None) -> list[str]:
+    """The diffs of the mutants that survived in the module's session and its shards' (a run under way), those in
+    ``functions`` (by name) where given."""
+    diffs = []
+    for db in [OUT / f"{name}.sqlite", *_shard_databases(name)]:
+        with sqlite3.connect(db) as connection:
+            diffs += [diff for diff, function in connection.execute(
+                "SELECT r.diff, m.definition_name FROM work_results r JOIN mutation_specs m USING (job_id) "
+                "WHERE r.test_outcome = 'SURVIVED' ORDER BY job_id") if functions is None or function in functions]
+    return sorted(set(diffs))
+
+
+def replay(name: str, python: str, functions: set[str] | None = None) -> str:
+    """Each survivor (in ``functions`` where given) applied to a copy and the module's tests run under ``python``;
+    the verdicts' summary."""
+    tests = MODULES[name][1]
+    tree = OUT / name / "replay"
+    _copy(tree)
+    env = _environment(tree)
+    verdicts = []
+    for diff in _survivors(name, functions):
+        patch = diff.split("--- mutation diff ---\n", 1)[-1].rstrip("\n") + "\n"
+        subprocess.run(["patch", "-p1", "-s"], input=patch, text=True, cwd=tree, check=True)
+        try:
+            done = subprocess.run([python, *_test_command(tests)[1:]], cwd=tree, env=env, capture_output=True,
+                                  timeout=1800)
+            verdict = "survived" if done.returncode == 0 else "killed"
+        except subprocess.TimeoutExpired:
+            verdict = "killed (timeout)"
+        finally:
+            subprocess.run(["patch", "-p1", "-R", "-s"], input=patch, text=True, cwd=tree, check=True)
+        verdicts.append(f"{verdict}:\n{patch}")
+    (OUT / f"{name}.replay.txt").write_text("\n".join(verdicts))
+    killed = sum(not v.startswith("survived") for v in verdicts)
+    return f"{name}: {killed} of {len(verdicts)} survivors killed under {python}"
+
+
 def score(name: str) -> str:
     """The session's score line; writes the survivors' diffs to ``.mutation/NAME.survivors.txt``."""
     db = OUT / f"{name}.sqlite"
@@ -230,12 +273,17 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1, help="processes each module's mutants are split over")
     parser.add_argument("--fresh", action="store_true", help="start each session again")
     parser.add_argument("--report", action="store_true", help="print the scores of the sessions there are")
+    parser.add_argument("--replay-with", metavar="PYTHON", help="run each survivor's tests under this Python")
+    parser.add_argument("--functions", type=lambda text: set(text.split(",")),
+                        help="--replay-with: only the survivors in these functions (comma-separated names)")
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     OUT.mkdir(exist_ok=True)
     (OUT / ".gitignore").write_text("*\n")
     if args.report:
         lines = [score(name) for name in names]
+    elif args.replay_with:
+        lines = [replay(name, args.replay_with, args.functions) for name in names]
     else:
         with ThreadPoolExecutor(args.jobs) as pool:
             lines = list(pool.map(lambda name: run(name, args.fresh, args.shards), names))

@@ -13,7 +13,14 @@ Liger LayerNorm backward, 64 x 4096                     3 / 3 / 1     0 / 0 / 0
 Liger cross entropy, forward + backward, 8 x 32000      2 / 3 / 2     1 / 1 / 0
 Liger cross entropy, forward + backward, 8 x 32768      2 / 3 / 2     1 / 1 / 0
 Liger fused linear cross entropy, 16 x 2048, V 32000    3 / 4 / 3     0 / 0 / 1
+Liger PolyNorm forward, 64 x 2048 (RSTD ``(rows, 3)``)   0 / 3 / 0     0 / 0 / 0
+Liger PolyNorm backward, 64 x 2048, 4 programs          3 / 3 / 0     0 / 0 / 0
 ======================================================  ============  ============
+
+PolyNorm's per-row scalars lie three elements apart (``RSTD_ptr + row * 3 + j``, and the backward's per-program
+``dW`` partial sums the same way): windows of one element per program whose programs step 3, read and written as
+column ``j`` of the buffer reshaped to rows of 3 (the window's unit axis), where they were a gather and a scatter
+per scalar.
 
 Already none before, at 8 x 2048, 8 x 3072 and 64 x 4096: Liger's LayerNorm, GeGLU and SwiGLU forward and
 backward kernels, RMSNorm forward, Softmax forward (8 x 1024, 8 x 32000, 8 x 32768), ``examples/softmax.py``
@@ -99,6 +106,32 @@ def test_geglu_forward_and_backward(width):
     _, vjp = jax.vjp(reference, a, b)
     for got, want in zip(jax.jit(launchers.geglu_backward)(a, b, dc), vjp(dc), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def _poly_norm_reference(x, w, b):
+    norm = [u * jax.lax.rsqrt(jnp.mean(u * u, axis=-1, keepdims=True) + EPS) for u in (x ** 3, x ** 2, x)]
+    return w[0] * norm[0] + w[1] * norm[1] + w[2] * norm[2] + b[0]
+
+
+@pytest.mark.parametrize("programs", [1, 4])
+def test_poly_norm_forward_and_backward(programs):
+    """Per-row scalars three elements apart: the RSTDs the forward stores and the backward loads, the backward's
+    per-program partial sums of the weights' gradient (``programs`` of them) — windows, no gather or scatter."""
+    launchers = _liger("xla_row_launchers")
+    rows, hidden = 64, 2048
+    x, dy = 0.5 * _normal(rows, hidden, seed=11), _normal(rows, hidden, seed=12)
+    w, b = np.array([0.3, -0.7, 1.2], np.float32), np.array([0.25], np.float32)
+    forward = lambda x, w, b: launchers.poly_norm_forward(x, w, b, EPS)  # noqa: E731
+    assert count_unfusible(forward, x, w, b) == NONE
+    y, rstd = jax.jit(forward)(x, w, b)
+    np.testing.assert_allclose(np.asarray(y), _poly_norm_reference(x, w, b), rtol=1e-4, atol=1e-4)
+    want_rstd = [1 / np.sqrt(np.mean(u * u, axis=-1) + EPS) for u in (x ** 3, x ** 2, x)]
+    np.testing.assert_allclose(np.asarray(rstd), np.stack(want_rstd, axis=1), rtol=1e-5)
+    backward = lambda dy, x, w, rstd: launchers.poly_norm_backward(dy, x, w, rstd, programs)  # noqa: E731
+    assert count_unfusible(backward, dy, x, w, rstd) == NONE
+    _, vjp = jax.vjp(_poly_norm_reference, x, w, b)
+    for got, want in zip(jax.jit(backward)(dy, x, w, rstd), vjp(dy), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-4, atol=2e-3)
 
 
 @pytest.mark.parametrize("vocab", [1024, 32000])

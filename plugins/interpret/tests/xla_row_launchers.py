@@ -1,10 +1,11 @@
 """Launchers of Liger-Kernel 0.8.5's row kernels that ``examples/ports/`` does not port (LayerNorm, GeGLU,
-Softmax), for counting what their translations compile to on the CPU (``test_xla_row_kernels.py``).
+Softmax, PolyNorm), for counting what their translations compile to on the CPU (``test_xla_row_kernels.py``).
 
 Each launches the installed kernel (``tritonplug.kernels_of``, never copied) as Liger's own launcher does
 (``liger_kernel.ops.layer_norm.layer_norm_forward`` …): one program per row, ``calculate_settings`` for the
 block; LayerNorm's backward as Liger launches it off the GPU (``sm_count`` 1: one program that loops over
-every row). Outputs are fresh arrays where Liger writes in place (GeGLU's backward).
+every row). Outputs are fresh arrays where Liger writes in place (GeGLU's backward). PolyNorm's backward takes
+the program count Liger reads from the device (``sm_count``, 1 off the GPU) as an argument.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ _utils = tritonplug.kernels_of("liger_kernel.ops.utils")
 _layer_norm = tritonplug.kernels_of("liger_kernel.ops.layer_norm")
 _geglu = tritonplug.kernels_of("liger_kernel.ops.geglu")
 _softmax = tritonplug.kernels_of("liger_kernel.ops.softmax")
+_poly_norm = tritonplug.kernels_of("liger_kernel.ops.poly_norm")
 calculate_settings = _utils.calculate_settings
 _layer_norm_forward_kernel = tritonplug.launch(_layer_norm._layer_norm_forward_kernel)
 _layer_norm_backward_kernel = tritonplug.launch(_layer_norm._layer_norm_backward_kernel)
@@ -27,6 +29,8 @@ _geglu_forward_kernel = tritonplug.launch(_geglu._geglu_tanh_forward_kernel)
 _geglu_backward_kernel = tritonplug.launch(_geglu._geglu_tanh_backward_kernel)
 _softmax_single = tritonplug.launch(_softmax._softmax_single_block_forward_kernel)
 _softmax_multi = tritonplug.launch(_softmax._softmax_multi_block_forward_kernel)
+_poly_norm_forward_kernel = tritonplug.launch(_poly_norm._poly_norm_forward_kernel)
+_poly_norm_backward_kernel = tritonplug.launch(_poly_norm._poly_norm_backward_kernel)
 
 
 @tritonplug.torch_launcher
@@ -96,3 +100,32 @@ def softmax_forward(x):
     kernel = _softmax_single if n_cols <= BLOCK_SIZE else _softmax_multi
     kernel[(n_rows,)](y, y.stride(0), x, x.stride(0), n_cols, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
     return y
+
+
+@tritonplug.torch_launcher
+def poly_norm_forward(X, W, B, eps):
+    """Liger's ``poly_norm_forward``: (Y, RSTD), RSTD ``(rows, 3)``: each row's three (x³, x², x), a per-row scalar
+    three elements apart."""
+    n_rows, n_cols = X.shape
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    Y = tritonplug.empty((n_rows, n_cols), dtype=X.dtype)
+    RSTD = tritonplug.empty((n_rows, 3), dtype=jnp.float32)
+    _poly_norm_forward_kernel[(n_rows,)](Y, Y.stride(0), X, X.stride(0), W, B, RSTD, RSTD.stride(0), n_cols, eps,
+                                         BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return Y, RSTD
+
+
+@tritonplug.torch_launcher
+def poly_norm_backward(dY, X, W, RSTD, sm_count=1):
+    """Liger's ``poly_norm_backward`` (not in place) on ``sm_count`` programs: (dX, dW, dB), each program's partial
+    sums of dW three elements apart."""
+    n_rows, n_cols = dY.shape
+    BLOCK_SIZE, num_warps = calculate_settings(n_cols)
+    dX = tritonplug.zeros_like(dY)
+    _dW = tritonplug.empty((sm_count, 3), dtype=jnp.float32)
+    _dB = tritonplug.empty((sm_count,), dtype=jnp.float32)
+    rows_per_program = math.ceil(n_rows / sm_count)
+    _poly_norm_backward_kernel[(sm_count,)](
+        dY, dY.stride(0), dX, dX.stride(0), X, X.stride(0), W, RSTD, RSTD.stride(0), _dW, _dW.stride(0), _dB,
+        n_rows, n_cols, rows_per_program, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return dX, jnp.sum(_dW[...], axis=0), jnp.sum(_dB[...], axis=0, keepdims=True)

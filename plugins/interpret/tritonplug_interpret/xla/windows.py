@@ -15,7 +15,10 @@ top-level ``tt.load``/``tt.store``, such a :class:`Window`:
 * a mask bounded by :mod:`.mask_rules` (``offs < n``: a row narrower than its power-of-two block) shrinks a
   dimension to the lanes that may be live; the load still applies its mask and ``other``, a store merges
   with the buffer's contents where its mask is off;
-* a 0-d access (a per-row scalar: RSTD, a row's loss) is a window of one element;
+* a 0-d access (a per-row scalar: RSTD, a row's loss) is a window of one element; where programs step ``S > 1``
+  elements apart (``pid * S + j``: column ``j`` of a ``(rows, S)`` array, PolyNorm's three RSTDs per row, a
+  per-program partial sum of three weights), the region gains a unit axis of radix ``S`` below the programs', of
+  which the box takes one element (:meth:`Window.unit`);
 * 2-D blocks that cover part of a row (RoPE's half rows of every head) are boxes too.
 
 Everything else keeps the general gather/scatter (or :mod:`.strided`'s views, :mod:`.tiles`' tilings).
@@ -69,14 +72,22 @@ class Window:
         found = [k for k, a in enumerate(self.axes) if a.stride and a.extent > 1]
         return sorted(found, key=lambda k: -self.axes[k].stride)
 
+    def unit(self) -> int:
+        """The innermost moving axis's stride: 1, or ``S`` where only the programs move, ``S`` elements apart (a
+        per-program scalar at ``pid * S + j``): the region then ends in a unit axis of radix ``S``, of which the
+        box takes the one element at ``start``'s place."""
+        order = self.moving()
+        return self.axes[order[-1]].stride if order else 1
+
     def region(self) -> tuple[int, tuple[int, ...]]:
         """The flat length the box spans from ``start`` (whole rows of its outermost axis) and that length's
-        shape: the outermost axis's extent, then each next stride's radix."""
+        shape: the outermost axis's extent, then each next stride's radix (the unit axis's last)."""
         order = self.moving()
         if not order:
             return 1, ()
         strides = [self.axes[k].stride for k in order]
         shape = (self.axes[order[0]].extent, *(a // b for a, b in zip(strides, strides[1:], strict=False)))
+        shape += (self.unit(),) if self.unit() > 1 else ()
         return int(np.prod(shape, dtype=np.int64)), shape
 
 
@@ -146,8 +157,8 @@ def _window(lanes: Lanes, shape: tuple[int, ...] | None, limits: Limits | None, 
         a, b = axes[outer], axes[inner]
         if a.stride % b.stride or b.extent * b.stride > a.stride:
             return None     # dimensions that overlap or interleave: not a box of one reshape
-    if order and axes[order[-1]].stride != 1:
-        return None
+    if order and axes[order[-1]].stride != 1 and order[-1] >= len(grid):
+        return None     # a block whose lanes are strided: the general path (a per-program scalar: the unit axis)
     return window
 
 
@@ -189,7 +200,7 @@ def _segment(buffer: Any, w: Window) -> tuple[Any, int, int, int]:
 def _box(w: Window) -> tuple[slice, ...]:
     """The live part of the region's shape (every axis but the outermost cut to its extent)."""
     order = w.moving()
-    return tuple(slice(0, w.axes[k].extent) for k in order)
+    return tuple(slice(0, w.axes[k].extent) for k in order) + ((slice(0, 1),) if w.unit() > 1 else ())
 
 
 def _aligned(length: int, w: Window) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
@@ -204,12 +215,16 @@ def _aligned(length: int, w: Window) -> tuple[tuple[int, ...], tuple[int, ...], 
     _, shape = w.region()
     grid = (length // w.axes[order[0]].stride, *shape[1:])
     corner, rest = [], w.start
-    for k, size in zip(order, grid, strict=True):
+    for k, size in zip(order, grid, strict=False):
         digit, rest = divmod(rest, w.axes[k].stride)
         if digit + w.axes[k].extent > size:
             return None
         corner.append(digit)
-    return grid, tuple(corner), tuple(c + w.axes[k].extent for c, k in zip(corner, order, strict=True))
+    end = [c + w.axes[k].extent for c, k in zip(corner, order, strict=True)]
+    if w.unit() > 1:    # the unit axis: the one element at start's remainder
+        corner.append(rest)
+        end.append(rest + 1)
+    return grid, tuple(corner), tuple(end)
 
 
 def read_window(buffer: Any, w: Window) -> Any:
@@ -227,6 +242,7 @@ def read_window(buffer: Any, w: Window) -> Any:
         padded, begin, _, _ = _segment(buffer, w)
         size, shape = w.region()
         box = lax.slice_in_dim(padded, begin, begin + size).reshape(shape)[_box(w)]
+    box = box.reshape(box.shape[:len(order)])      # (the unit axis's one element)
     # the box's axes are the moving axes, outermost first: put them in the window's axis order
     box = jnp.transpose(box, np.argsort(order).tolist()) if order else box
     full = [w.axes[k].extent if k in order else 1 for k in range(len(w.axes))]
@@ -254,7 +270,8 @@ def write_window(buffer: Any, w: Window, values: Any, active: Any) -> Any:
         x = x.reshape(-1, *x.shape[lead:]) if lead > 1 else x
         x = jnp.broadcast_to(x, (w.programs, *w.block)).reshape(sizes)[live]
         x = x.reshape([w.axes[k].extent for k in range(len(w.axes)) if k in order])
-        return jnp.transpose(x, np.argsort(np.argsort(order)).tolist()) if order else x
+        x = jnp.transpose(x, np.argsort(np.argsort(order)).tolist()) if order else x
+        return x[..., None] if w.unit() > 1 else x      # the unit axis's one element
 
     aligned = _aligned(buffer.shape[0], w)
     if aligned is not None:
