@@ -2,7 +2,7 @@
 # The eager-call benchmarks and the GPU checks of the argument path and of partitioned calls, on a lent GPU machine
 # (jax with its CUDA plugin, Triton, torch there; jax-triton, liger-kernel and fla-core carried as wheels in .whl/).
 # Usage: OUT=dir bash bench/gpu_checks.sh STEP...   STEP: eager | args | partitioned | ports | moe-ragged (several GPUs)
-#        | mamba-seq-idx | moe-ep-scaling (two GPUs)
+#        | mamba-seq-idx | moe-ep-scaling (two GPUs) | row-kernels
 set -uo pipefail
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda -e plugins/interpret >/dev/null 2>&1 || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null || exit 1
@@ -45,6 +45,10 @@ PY
     moe-ragged)  # XLA's ragged_all_to_all against its CPU stand-in, the ragged expert-parallel MLP against ragged_dot
       PYTHONPATH=/tmp/site:$PWD/.moe-libs:$PWD/tests:$PWD timeout 300 python3 -m pytest -q -p no:cacheprovider \
         --tb=short tests/test_moe_ragged_gpu.py > "$OUT/moe-ragged-pytest.txt" 2>&1; tail -5 "$OUT/moe-ragged-pytest.txt" ;;
+    row-kernels)  # Liger's LayerNorm backward and PolyNorm inlined and launched against Liger's launchers on torch
+      PYTHONPATH=/tmp/site:$PWD/tests:$PWD timeout 400 python3 -m pytest -q -p no:cacheprovider --tb=short \
+        plugins/interpret/tests/test_xla_row_kernels_gpu.py > "$OUT/row-kernels-pytest.txt" 2>&1
+      tail -5 "$OUT/row-kernels-pytest.txt" ;;
     mamba-seq-idx)  # the SSD port with packed sequences against mamba-ssm's own function (needs .moe-libs' mamba_ssm)
       PYTHONPATH=/tmp/site:$PWD/.moe-libs:$PWD/tests:$PWD/examples:$PWD timeout 400 python3 -m pytest -q \
         -p no:cacheprovider --tb=short tests/test_mamba_ssd_gpu.py -k "seq_idx or varlen" > "$OUT/mamba-seq-idx-pytest.txt" 2>&1

@@ -16,8 +16,9 @@ Where the launchers differ from Liger's ``rms_norm_forward`` / ``rms_norm_backwa
 * ``torch_to_triton_dtype[X.dtype]`` is the same table over JAX dtypes; ``_dW.sum(dim=0).to(W.dtype)``
   is ``jnp.sum(_dW[...], axis=0).astype(W.dtype)``;
 * the backward's program count is :func:`equal_loops` of the SM count, so that every program loops over as
-  many rows: then the XLA path translates the kernel without a while loop, gathers or scatters, and
-  ``inline="auto"`` may inline it (with 132 SMs and 16,384 rows Liger's last program loops fewer times).
+  many rows (with 132 SMs and 16,384 rows Liger's last program loops 9 times where the others loop 125): the
+  XLA path translates either count without a while loop, gathers or scatters (``inline="auto"`` may inline
+  it), but an uneven count runs every program's loop as long as the longest, the extra trips masked off.
 
 In a sharded ``jit`` each launcher runs on its device's rows (``@tritonplug.partitioned``): the rows ``r``
 may be split, the normalised hidden dim ``d`` stays whole, and the backward's ``dW`` (a sum over rows) is

@@ -4,8 +4,9 @@ Softmax, PolyNorm), for counting what their translations compile to on the CPU (
 Each launches the installed kernel (``tritonplug.kernels_of``, never copied) as Liger's own launcher does
 (``liger_kernel.ops.layer_norm.layer_norm_forward`` …): one program per row, ``calculate_settings`` for the
 block; LayerNorm's backward as Liger launches it off the GPU (``sm_count`` 1: one program that loops over
-every row). Outputs are fresh arrays where Liger writes in place (GeGLU's backward). PolyNorm's backward takes
-the program count Liger reads from the device (``sm_count``, 1 off the GPU) as an argument.
+every row). Outputs are fresh arrays where Liger writes in place (GeGLU's backward). The backward launchers
+take the program count Liger reads from the device (``sm_count``, 1 off the GPU) as an argument: on a GPU it
+rarely divides the rows.
 """
 
 from __future__ import annotations
@@ -48,10 +49,9 @@ def layer_norm_forward(X, W, B, eps):
 
 
 @tritonplug.torch_launcher
-def layer_norm_backward(dY, X, W, Mean, RSTD):
-    """Liger's ``layer_norm_backward`` with one program (``sm_count`` 1 off the GPU): (dX, dW, dB)."""
+def layer_norm_backward(dY, X, W, Mean, RSTD, sm_count=1):
+    """Liger's ``layer_norm_backward`` on ``sm_count`` programs (1 off the GPU): (dX, dW, dB)."""
     n_rows, n_cols = dY.shape
-    sm_count = 1
     BLOCK_SIZE, num_warps = calculate_settings(n_cols)
     DX = tritonplug.empty((n_rows, n_cols), dtype=X.dtype)
     _DW = tritonplug.empty((sm_count, n_cols), dtype=jnp.float32)

@@ -86,6 +86,7 @@ class _Analysis:
         self.stores: dict[Op, Lanes] = {}
         self.store_loops: dict[Op, Loop | None] = {}   # store → the loop of its lanes' origin (as loads')
         self.counts: dict[Op, int] = {}         # scf.for → its trip count where every program makes as many
+        self.uneven: dict[Op, int] = {}         # scf.for → the most trips a program makes, where they differ
         self.masks: dict[str, Limits] = {}      # i1 value → bound on its live lanes (mask_rules)
         self.limits: dict[Op, Limits] = {}      # load/store → its mask's bound
         self.trips: dict[Op, int] = {}          # scf.for → its trip count, the same in every program
@@ -172,6 +173,8 @@ class _Analysis:
             trips = int(np.max(count))
             if uniform(count) is not None:
                 self.counts[op] = trips
+            elif stride > 0:
+                self.uneven[op] = trips     # as many trips as the program with the most (each its own)
             if uniform(lower) is not None and uniform(upper) is not None:
                 self.trips[op] = trips
         zero = np.zeros((), np.int64)
@@ -279,6 +282,7 @@ class Found:
     limits: dict[Op, Limits] = field(default_factory=dict)  # load/store → bound on its mask's live lanes
     counts: dict[Op, int] = field(default_factory=dict)    # scf.for → trip count, the same in every program
     store_starts: dict[Op, np.ndarray] = field(default_factory=dict)   # store → every lane-0 offset (as loads')
+    uneven: dict[Op, int] = field(default_factory=dict)    # scf.for → the most trips, where programs differ
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -292,7 +296,7 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     store_starts = {op: starts for op, lanes in analysis.stores.items()
                     if (starts := _starts(lanes, analysis.store_loops.get(op))) is not None}
     return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores),
-                 dict(analysis.limits), dict(analysis.counts), store_starts)
+                 dict(analysis.limits), dict(analysis.counts), store_starts, dict(analysis.uneven))
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:

@@ -5,8 +5,10 @@ knows every program's block start and the blocks (rows ``row`` elements apart, r
 are exactly the cells of a grid of tiles over the buffer — each tile once, none missing, none
 past an edge — the logged ``[P, R, C]`` blocks are put in place by reordering the programs and
 transposing ``[nR, nC, R, C] → [nR, R, nC, C]``, and masked-off lanes keep the old value: one
-``select`` over the buffer, no per-element index. The typical case is a matmul's output tile
-store whose tiles divide the matrix. Anything else keeps the general scatter.
+``select`` over the buffer, no per-element index. Programs that take the tiles along their rows or down
+their columns are reordered by a reshape (and a transposition); only another order (a matmul's grouped
+"swizzle") gathers whole blocks. The typical case is a matmul's output tile store whose tiles divide the
+matrix. Anything else keeps the general scatter.
 """
 
 from __future__ import annotations
@@ -69,8 +71,21 @@ def _arranged(t: Tiling, blocks: Any) -> Any:
     rows, cols = t.shape[t.row_dim], t.shape[t.col_dim]
     keep = [d for d in range(len(t.shape)) if d not in (t.row_dim, t.col_dim)]
     blocks = jnp.transpose(blocks, (0, *[1 + d for d in keep], 1 + t.row_dim, 1 + t.col_dim))
-    blocks = blocks.reshape(programs, rows, cols)[t.order]
+    blocks = _in_tile_order(t, blocks.reshape(programs, rows, cols))
     return jnp.transpose(blocks.reshape(t.n_rows, t.n_cols, rows, cols), (0, 2, 1, 3)).reshape(-1)
+
+
+def _in_tile_order(t: Tiling, blocks: Any) -> Any:
+    """``blocks[t.order]`` (the tiles in row-major order) without a gather where the programs run along the rows of
+    tiles (the order is the identity) or down their columns (a transposition of the grid of programs); any other
+    permutation is a gather of whole blocks."""
+    programs = t.order.shape[0]
+    if np.array_equal(t.order, np.arange(programs)):
+        return blocks
+    if np.array_equal(t.order, np.arange(programs).reshape(t.n_cols, t.n_rows).T.reshape(-1)):
+        grid = blocks.reshape(t.n_cols, t.n_rows, *blocks.shape[1:])
+        return jnp.swapaxes(grid, 0, 1).reshape(blocks.shape)
+    return blocks[t.order]
 
 
 def write(data: Any, t: Tiling, values: Any, active: Any) -> Any:

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tritonplug_interpret.xla.memory import Pointer
 from tritonplug_interpret.xla.program import WRITES, Frame, State
 from tritonplug_interpret.xla.ttir import Op, walk
 
@@ -38,24 +39,29 @@ _LOADS = ("tt.load", "tt.descriptor_load")
 
 @dataclass(frozen=True)
 class Vectorised:
-    """A loop run as one vectorised step: its trip count, and its sums (iter_arg index → the ``addf``/``addi``)."""
+    """A loop run as one vectorised step: its trip count, and its sums (iter_arg index → the ``addf``/``addi``);
+    ``uneven``: the programs make different numbers of trips (a row loop ``range(pid * R, min(pid * R + R, n))``
+    over a program count that does not divide ``n``), ``trips`` the most: each trip runs predicated on
+    ``iv < upper`` (the program's own bound), its stores and checks masked, its sums' terms zero."""
 
     trips: int
     sums: Mapping[int, Op]
+    uneven: bool = False
 
 
 def vectorisable(op: Op, trips: int | None, carried: Mapping[str, Any], roots: Mapping[str, frozenset[int]],
-                 buffer_of: Callable[[Op], int | None]) -> Vectorised | None:
-    """How ``op`` (an ``scf.for``) runs vectorised over its ``trips``, or None (as before: a loop). ``buffer_of``:
-    an access's buffer where the pointer-lane evaluator knows it, else the value's ``roots`` (which buffers a
-    value may point into) over-approximate it."""
+                 buffer_of: Callable[[Op], int | None], uneven: bool = False) -> Vectorised | None:
+    """How ``op`` (an ``scf.for``) runs vectorised over its ``trips`` (the most a program makes, ``uneven``:
+    where programs make different numbers), or None (as before: a loop). ``buffer_of``: an access's buffer where
+    the pointer-lane evaluator knows it, else the value's ``roots`` (which buffers a value may point into)
+    over-approximate it."""
     if op.name != "scf.for" or op.loop is None or op.loop.iv is None or not trips or not op.regions:
         return None
     body = op.regions[0][0]
     ops = list(walk(body))
     if any(o.name == "tt.dot" or (o.name in WRITES and o.name != "tt.store") for o in ops):
         return None
-    if trips == 1:
+    if trips == 1 and not uneven:
         return Vectorised(1, {})
     names = [n for n, _ in op.loop.iter_args]
     sums = _sums(body, names, op.result_types)
@@ -69,7 +75,7 @@ def vectorisable(op: Op, trips: int | None, carried: Mapping[str, Any], roots: M
     written = frozenset().union(*(buffers(o) for o in ops if o.name == "tt.store"))
     if any(o.name in _LOADS and buffers(o) & (written | {-1}) for o in ops):
         return None     # a trip might read what an earlier one wrote (or a load whose buffer is unknown)
-    return Vectorised(trips, sums)
+    return Vectorised(trips, sums, uneven)
 
 
 def _sums(body, names: list[str], types: tuple[str, ...]) -> dict[int, Op]:
@@ -103,7 +109,7 @@ def run(f: Frame, op: Op, plan: Vectorised, start: Callable[[int], list[Any]]) -
     the pointers' values at it. Accesses with a window (``f.hoisted``) get their trip's row."""
     loop, block = op.loop, op.regions[0][0]
     body = block if not block.args else type(block)([], block.ops)
-    lower, stride = f.get(loop.lower), f.get(loop.step)
+    lower, upper, stride = f.get(loop.lower), f.get(loop.upper), f.get(loop.step)
     inits = [f.get(v) for _, v in loop.iter_args]
     ops = set(block.ops)
     mine = {o: row for o, row in f.hoisted.items() if o in ops}    # (trips, *block) each (one trip: *block)
@@ -113,16 +119,24 @@ def run(f: Frame, op: Op, plan: Vectorised, start: Callable[[int], list[Any]]) -
     before = f.state
 
     order = list(mine)     # (a pytree's dict keys must sort; ops do not)
+    active: list[Any] = [None]     # uneven trips: whether this program makes the trip being traced
 
     def trip(t: Any, rows: list) -> tuple[list[Any], list[Any], tuple]:
         f.state = State(list(before.buffers), before.bad_site, before.bad_offset, before.bad_lane)
         f.hoisted.update(zip(order, rows, strict=True))
-        f.env[loop.iv] = (jnp.asarray(lower) + t.astype(jnp.asarray(lower).dtype) * stride).astype(
-            jnp.asarray(lower).dtype)
+        iv = (jnp.asarray(lower) + t.astype(jnp.asarray(lower).dtype) * stride).astype(jnp.asarray(lower).dtype)
+        f.env[loop.iv] = iv
         for (name, _), value in zip(loop.iter_args, start(t), strict=True):
             f.env[name] = value
         begin = len(log)
-        out = f.run_block(body, ())
+        outer = f.predicate
+        if plan.uneven:     # the trip runs predicated: its stores and checks masked where the program ends sooner
+            active[0] = iv < upper
+            f.predicate = active[0] if outer is None else outer & active[0]
+        try:
+            out = f.run_block(body, ())
+        finally:
+            f.predicate = outer
         entries = log[begin:]
         del log[begin:]
         kinds[:] = [(kind, b) for kind, b, _, _, _ in entries]
@@ -133,11 +147,15 @@ def run(f: Frame, op: Op, plan: Vectorised, start: Callable[[int], list[Any]]) -
         # (one trip's rows are the program's; f.state keeps the trip's record)
         out, entries, _ = trip(jnp.int32(0), list(mine.values()))
         log.extend((kind, b, *entry) for (kind, b), entry in zip(kinds, entries, strict=True))
-        return out
+        if not plan.uneven:
+            return out
+        made = start(_trips_made(lower, upper, stride, 1))   # (the pointers where this program's trips end)
+        return [m if isinstance(o, Pointer) else jnp.where(active[0], o, i)
+                for o, m, i in zip(out, made, inits, strict=True)]
     for index, add in plan.sums.items():   # the trip yields its term; the sum is added after the loop
         name = loop.iter_args[index][0]
         term = add.operands[1] if add.operands[0] == name else add.operands[0]
-        f.overrides[add] = lambda frame, o, term=term: [frame.get(term)]
+        f.overrides[add] = lambda frame, o, term=term: [_term(frame.get(term), active[0])]
     try:
         def mapped(t, rows):
             out, entries, record = trip(t, rows)
@@ -151,10 +169,21 @@ def run(f: Frame, op: Op, plan: Vectorised, start: Callable[[int], list[Any]]) -
     f.state = before
     if f.ctx.check:
         _first_failure(f, record)
-    results = start(jnp.int32(plan.trips))
+    results = start(jnp.int32(plan.trips) if not plan.uneven else _trips_made(lower, upper, stride, plan.trips))
     for index, term in zip(plan.sums, terms, strict=True):
         results[index] = (inits[index] + jnp.sum(term, axis=0)).astype(jnp.asarray(inits[index]).dtype)
     return results
+
+
+def _term(value: Any, active: Any) -> Any:
+    """A sum's term from one trip: zero where the program does not make it (uneven trips)."""
+    return value if active is None else jnp.where(active, value, jnp.zeros_like(value))
+
+
+def _trips_made(lower: Any, upper: Any, stride: Any, most: int) -> Any:
+    """How many trips this program makes (uneven trips): its pointers after the loop are bound there."""
+    made = (jnp.asarray(upper) - jnp.asarray(lower) + stride - 1) // stride
+    return jnp.clip(made, 0, most).astype(jnp.int32)
 
 
 def _first_failure(f: Frame, record: tuple) -> None:

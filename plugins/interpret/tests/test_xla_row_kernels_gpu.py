@@ -1,0 +1,88 @@
+"""On a GPU, the row kernels of ``test_xla_row_kernels.py`` inlined (their XLA translation compiled by XLA:GPU) and
+launched, against Liger's own launchers on torch tensors (Triton's launch, ``sm_count`` programs read from the
+device: 132 on an H200, which leaves the backward's last program fewer rows than the others) at model shapes.
+
+Runs where JAX sees a CUDA device, torch imports and liger_kernel is installed (by hand on the GPU machine:
+``bench/results/``); the CPU counterparts check the same launchers against ``jnp``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import jax
+import numpy as np
+import pytest
+from helpers import requires_backend, requires_cuda_device
+
+import tritonplug
+
+
+def _missing() -> str:
+    for name in ("torch", "liger_kernel"):
+        if importlib.util.find_spec(name) is None:
+            return f"{name} is not installed"
+    return ""
+
+
+REASON = _missing()
+pytestmark = [pytest.mark.cuda, requires_backend("cuda"), requires_backend("interpret"), requires_cuda_device,
+              pytest.mark.skipif(bool(REASON), reason=REASON)]
+EPS = 1e-6
+ROWS, HIDDEN = 16384, 2048
+
+
+def _inputs(seed: int, *shapes):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _run(path: str, fn, *args, monkeypatch):
+    """``fn(*args)`` jitted with every call ``inline`` (``path`` "inline") or launched; the paths recorded say
+    which it took."""
+    monkeypatch.setenv("TRITONPLUG_INLINE", "on" if path == "inline" else "off")
+    jax.clear_caches()
+    before = len(tritonplug.inspection.paths())
+    out = [np.asarray(o) for o in jax.jit(fn)(*args)]
+    taken = {p.path for p in tritonplug.inspection.paths()[before:]}
+    assert taken == {"inlined" if path == "inline" else "launched"}, taken
+    return out
+
+
+@pytest.mark.parametrize("path", ["inline", "launch"])
+def test_layer_norm_backward_on_the_devices_program_count(path, monkeypatch):
+    torch = importlib.import_module("torch")
+    liger = importlib.import_module("liger_kernel.ops.layer_norm")
+    launchers = importlib.import_module("xla_row_launchers")
+    x, dy, w, b = _inputs(1, (ROWS, HIDDEN), (ROWS, HIDDEN), HIDDEN, HIDDEN)
+    t = [torch.tensor(a, device="cuda") for a in (x, dy, w, b)]
+    _, _, mean, rstd, _, _ = liger.layer_norm_forward(t[0], t[2], t[3], EPS)
+    want = [a.cpu().numpy() for a in liger.layer_norm_backward(t[1], t[0], t[2], t[3], mean, rstd)]
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    assert ROWS % programs, "the point: a program count that does not divide the rows"
+    got = _run(path, lambda *a: launchers.layer_norm_backward(*a, programs), dy, x, w, mean.cpu().numpy(),
+               rstd.cpu().numpy(), monkeypatch=monkeypatch)
+    for g, want_one in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, want_one, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("path", ["inline", "launch"])
+def test_poly_norm_forward_and_backward(path, monkeypatch):
+    torch = importlib.import_module("torch")
+    liger = importlib.import_module("liger_kernel.ops.poly_norm")
+    launchers = importlib.import_module("xla_row_launchers")
+    x, dy = _inputs(2, (ROWS, HIDDEN), (ROWS, HIDDEN))
+    x = 0.5 * x
+    w, b = np.array([0.3, -0.7, 1.2], np.float32), np.array([0.25], np.float32)
+    t = [torch.tensor(a, device="cuda") for a in (x, dy, w, b)]
+    y, _, rstd, block, warps = liger.poly_norm_forward(t[0], t[2], t[3], EPS)
+    want_bwd = liger.poly_norm_backward(t[1], t[0], t[2], rstd, block, warps, False)
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    got_y, got_rstd = _run(path, lambda *a: launchers.poly_norm_forward(*a, EPS), x, w, b, monkeypatch=monkeypatch)
+    np.testing.assert_allclose(got_y, y.cpu().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_rstd, rstd.cpu().numpy(), rtol=1e-5)
+    got = _run(path, lambda *a: launchers.poly_norm_backward(*a, programs), dy, x, w, got_rstd,
+               monkeypatch=monkeypatch)
+    for g, want_one in zip(got, want_bwd[:3], strict=True):
+        np.testing.assert_allclose(g, want_one.cpu().numpy().reshape(g.shape), rtol=1e-4, atol=2e-3)
