@@ -305,3 +305,25 @@ def test_tune_on_a_gpu_times_the_program_with_both_paths_and_the_lowering_follow
     assert jnp.allclose(program(x, x), 3 * x)
     (cas_tuned,) = tritonplug.tune(lambda: cas(inline="auto")).calls  # untranslatable: launched, untimed
     assert cas_tuned.winner == "launch" and cas_tuned.timings == ()
+
+
+_launched_scaled_add = tritonplug.launch(scaled_add_kernel)
+
+
+@tritonplug.torch_launcher
+def _scaled_add_launcher(x, y):
+    out = tritonplug.empty_like(x)
+    _launched_scaled_add[(triton.cdiv(N, 128),)](x, y, N, 2.0, out, BLOCK=128)
+    return out
+
+
+@cuda
+@pytest.mark.parametrize("call", [_scaled_add_launcher, scaled_add], ids=["launcher", "triton_call"])
+def test_a_traced_repeat_follows_the_setting_as_it_changes(sm90, monkeypatch, call):
+    """A call traced again after ``TRITONPLUG_INLINE`` changed takes the new mode: the memo's entry of the same
+    call made before holds the old one (``eager.memo``; a kernel default set clears the memo)."""
+    for setting in ("on", "off", "on", "auto", "off"):
+        monkeypatch.setenv("TRITONPLUG_INLINE", setting)
+        launched, path = lower_for_cuda(call, SPEC, SPEC)
+        mode = {"on": True, "off": False}.get(setting, setting)
+        assert (launched, path.mode, path.source) == (mode is not True, mode, "setting"), (setting, path)

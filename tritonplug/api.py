@@ -135,7 +135,7 @@ def _call(args: tuple[Any, ...], kernel: Any, out_shape: Any, out_type: Any, kwa
         dispatch = eager_dispatcher(call)
         call_memo.remember(state.memo, kernel, args, kwargs, out_value, out_shape is None,
                            call_memo.Entry(call, bound.names, frozenset(operand_kwargs), tuple(sources), out_tree,
-                                           dispatch))
+                                           dispatch, inline_mode.setting()))
     early_compile.on_bind(call, arrays)
     return jax.tree_util.tree_unflatten(out_tree, _run(call, arrays, dispatch))
 

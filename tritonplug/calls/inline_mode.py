@@ -9,6 +9,8 @@ A call's mode comes from the first of (precedence call > kernel > setting):
 
 The mode is resolved when the call is made (traced), checked there with the other options, and carried by the
 call (``CallSpec.inline_from`` says by whom); the lowering decides the path from it (``lowering/path_choice.py``).
+A kernel default set (``tritonplug.set_inline``) clears the memo of calls made (``eager.memo``); a traced call
+memoised under another value of the setting is made again.
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ def set_kernel_default(kernel: Any, mode: Any) -> None:
         raise TypeError(f"set_inline(kernel, mode): kernel must be a Triton kernel object that takes attributes "
                         f"(a @triton.jit function, or its triton.autotune / triton.heuristics wrapper), got "
                         f"{type(kernel).__name__}") from None
+
+
+def setting() -> str | None:
+    """The setting's text now (unparsed): what a memoised traced call must have been made under."""
+    return settings.INLINE.raw()
 
 
 def kernel_default(kernel: Any) -> bool | str | None:

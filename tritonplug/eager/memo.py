@@ -10,6 +10,12 @@ arrays.
 An entry is stored under the call's general key and, where it has one, its quick key; a quick key's hit is concrete
 by construction and goes straight to the memoised program. A call with a quick key that its general key found
 (the keywords in another order) is stored under its quick key too, for the next time.
+
+The inline mode of a call that does not pass ``inline=`` comes from the kernel's default (``set_inline`` clears the
+memo) or the setting ``TRITONPLUG_INLINE`` (``calls.inline_mode``), which the key does not hold: a traced call (the
+general key: inside ``jit``, where the mode decides what XLA compiles) is a repeat only under the setting's value
+its entry was made under. An eager repeat (the quick key) keeps the program it compiled: checking would cost that
+path a lookup in the environment per call, and its result is the same on either path.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonplug.adapters import jax_compat
+from tritonplug.calls import inline_mode
 from tritonplug.calls.binding import bind_like_a_call
 from tritonplug.calls.call import CallSpec
 from tritonplug.eager import keys
@@ -35,6 +42,8 @@ class Entry:
     out_tree: Any
     #: ``primitive.eager_dispatcher(call)``: how an eager repeat runs the call.
     dispatch: Callable[..., Any]
+    #: ``inline_mode.setting()`` when the call was made: a traced repeat needs the same.
+    inline_setting: str | None = None
     # Derived from the fields above by __post_init__:
     single: bool = field(init=False, repr=False, compare=False)  # one output, not in a container
     kernel: Any = field(init=False, repr=False, compare=False)
@@ -77,7 +86,7 @@ def find(memo: Any, kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
         if entry is not None and entry.kernel is kernel:  # the key holds id(kernel), which may be reused
             return entry, True
     entry = memo.lookup(keys.signature(kernel, args, kwargs, out_value, out_type_spelling))
-    if entry is None or entry.kernel is not kernel:
+    if entry is None or entry.kernel is not kernel or entry.inline_setting != inline_mode.setting():
         return None
     if key is not None:
         memo.store(key, entry)
