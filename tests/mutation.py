@@ -210,7 +210,8 @@ def _survivors(name: str, functions: set[str] | None = None) -> list[str]:
         with sqlite3.connect(db) as connection:
             diffs += [diff for diff, function in connection.execute(
                 "SELECT r.diff, m.definition_name FROM work_results r JOIN mutation_specs m USING (job_id) "
-                "WHERE r.test_outcome = 'SURVIVED' ORDER BY job_id") if functions is None or function in functions]
+                "WHERE r.test_outcome = 'SURVIVED' ORDER BY job_id")
+                      if functions is None or (function or "<module>") in functions]
     return sorted(set(diffs))
 
 
@@ -275,7 +276,8 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="print the scores of the sessions there are")
     parser.add_argument("--replay-with", metavar="PYTHON", help="run each survivor's tests under this Python")
     parser.add_argument("--functions", type=lambda text: set(text.split(",")),
-                        help="--replay-with: only the survivors in these functions (comma-separated names)")
+                        help="--replay-with: only the survivors in these functions (comma-separated names; "
+                        "<module> for those outside any)")
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     OUT.mkdir(exist_ok=True)

@@ -17,7 +17,8 @@ fails falls back to the interpreter, which would hide the failure) and compares 
   where the lanes jump apart the XLA path is wrong (a known bug, marked ``xfail``);
 * the same pointer through a loop whose trip count is loaded: a ``lax.while_loop`` carrying the pointer, which JAX
   takes apart and rebuilds (the pytree's unflatten: its buffer, its element type);
-* a compare-and-swap on the first element of a buffer of three.
+* a compare-and-swap on the first and on the last element of a buffer of three;
+* a pointer bitcast to a pointee of another size (the XLA path refuses it: Triton's interpreter runs the call).
 """
 
 from __future__ import annotations
@@ -236,21 +237,45 @@ def test_a_pointer_a_while_loop_carries_is_rebuilt_with_its_buffer():
     np.testing.assert_allclose(got, _walk(x, jump), rtol=1e-6)
 
 @triton.jit
-def _first_claim_kernel(lock_ptr, old_ptr):
-    tl.store(old_ptr + tl.program_id(0), tl.atomic_cas(lock_ptr, 0, tl.program_id(0) + 1))   # lock_ptr[0] only
+def _first_claim_kernel(lock_ptr, old_ptr, AT: tl.constexpr):
+    tl.store(old_ptr + tl.program_id(0), tl.atomic_cas(lock_ptr + AT, 0, tl.program_id(0) + 1))   # lock_ptr[AT] only
 
 
-def test_a_compare_and_swap_on_the_first_element_of_a_longer_buffer():
+@pytest.mark.parametrize("at", [0, 2])
+def test_a_compare_and_swap_on_the_first_or_last_element_of_a_longer_buffer(at):
     def fn(lock, old):
         lock, old = jax.new_ref(lock), jax.new_ref(old)
-        tritonplug.triton_call(lock, old, kernel=_first_claim_kernel, out_type=(), grid=(4,))
+        tritonplug.triton_call(lock, old, kernel=_first_claim_kernel, out_type=(), grid=(4,), AT=at)
         return lock[...], old[...]
 
     args = (np.zeros(3, np.int32), np.full(4, -1, np.int32))
     assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*args).as_text(), "not translated to XLA"
     lock, old = (np.asarray(a) for a in jax.jit(fn)(*args))
-    np.testing.assert_array_equal(lock, [1, 0, 0])      # programs in order: program 0 claims it
+    want = np.zeros(3, np.int32)
+    want[at] = 1                                        # programs in order: program 0 claims it
+    np.testing.assert_array_equal(lock, want)
     np.testing.assert_array_equal(old, [0, 1, 1, 1])
+
+
+@triton.jit
+def _halves_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    halves = tl.load(x_ptr.to(tl.pointer_type(tl.int16), bitcast=True) + offs)   # f32 elements read as 2 x i16
+    tl.store(out_ptr + offs, halves.to(tl.float32))
+
+
+def test_a_pointer_bitcast_to_a_pointee_of_another_size_reads_its_bytes():
+    """The XLA path refuses it (``bitcast_pointer``), and the call runs in Triton's interpreter: right either way,
+    wrong if the translation took the pointer's offsets in the buffer's elements."""
+    x = np.random.default_rng(9).standard_normal(64).astype(np.float32)
+
+    def fn(x, out):
+        ref = jax.new_ref(out)
+        tritonplug.triton_call(x, ref, kernel=_halves_kernel, out_type=(), grid=(2,), BLOCK=64)
+        return ref[...]
+
+    got = np.asarray(jax.jit(fn)(x, np.zeros(128, np.float32)))
+    np.testing.assert_array_equal(got, x.view(np.int16).astype(np.float32))
 
 
 @triton.jit
