@@ -14,12 +14,24 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 from tritonplug.testing import configure_environment, private_cache_fixture  # noqa: E402
 
 configure_environment()
 _private_cache = private_cache_fixture()
+
+
+@pytest.fixture
+def fresh_xla_path(monkeypatch):
+    """The XLA path for the CPU backend, and every kernel translated afresh (none reused from another test): for
+    tests that use it with ``pytest.mark.usefixtures``."""
+    from tritonplug_interpret import paths
+    from tritonplug_interpret.recent import Recent
+
+    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
+    monkeypatch.setattr(paths, "_KERNELS", Recent(64))
 
 # As tests/conftest.py: the same examples on every run; HYPOTHESIS_PROFILE=explore draws new ones.
 settings.register_profile("repeatable", derandomize=True, print_blob=True)

@@ -33,17 +33,8 @@ from xla_hlo_support import run_translated
 
 import tritonplug
 
-pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
+pytestmark = [pytest.mark.interpret, requires_backend("interpret"), pytest.mark.usefixtures("fresh_xla_path")]
 OLD = -7.0   # what a stored-to buffer holds before the call: the kernels never write it
-
-
-@pytest.fixture(autouse=True)
-def _xla_path(monkeypatch):
-    from tritonplug_interpret import paths
-    from tritonplug_interpret.recent import Recent
-
-    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
-    monkeypatch.setattr(paths, "_KERNELS", Recent(64))     # translated afresh: no kernel from another test
 
 
 def _run(kernel, inputs, out_shape, grid, *args, **constexprs):

@@ -18,17 +18,8 @@ from xla_hlo_support import count_unfusible
 
 import tritonplug
 
-pytestmark = [pytest.mark.interpret, requires_backend("interpret")]
+pytestmark = [pytest.mark.interpret, requires_backend("interpret"), pytest.mark.usefixtures("fresh_xla_path")]
 OLD = -7.0
-
-
-@pytest.fixture(autouse=True)
-def _xla_path(monkeypatch):
-    from tritonplug_interpret import paths
-    from tritonplug_interpret.recent import Recent
-
-    monkeypatch.setenv("TRITONPLUG_CPU_PATH", "xla")
-    monkeypatch.setattr(paths, "_KERNELS", Recent(64))
 
 
 @triton.jit
