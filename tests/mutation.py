@@ -235,7 +235,7 @@ def replay(name: str, python: str, functions: set[str] | None = None) -> str:
         finally:
             subprocess.run(["patch", "-p1", "-R", "-s"], input=patch, text=True, cwd=tree, check=True)
         verdicts.append(f"{verdict}:\n{patch}")
-    (OUT / f"{name}.replay.txt").write_text("\n".join(verdicts))
+        (OUT / f"{name}.replay.txt").write_text("\n".join(verdicts))    # after each: a stopped replay keeps them
     killed = sum(not v.startswith("survived") for v in verdicts)
     return f"{name}: {killed} of {len(verdicts)} survivors killed under {python}"
 

@@ -18,10 +18,15 @@ def test_every_distribution_declares_the_licence():
         assert project.get("license") == "Apache-2.0", f"{path.relative_to(ROOT)}: license = \"Apache-2.0\""
 
 
+#: Test files that port a library's launchers (the examples' are found by what they do).
+TEST_PORTS = [ROOT / "plugins" / "interpret" / "tests" / "xla_row_launchers.py"]
+
+
 def _ports() -> list[Path]:
-    """Example files that load a library's kernels (``kernels_of``) and launch them: ported launchers."""
+    """Example files that load a library's kernels (``kernels_of``) and launch them: ported launchers; and
+    :data:`TEST_PORTS`."""
     return [p for p in sorted((ROOT / "examples").rglob("*.py"))
-            if re.search(r"kernels_of\(", p.read_text()) and "launch" in p.read_text()]
+            if re.search(r"kernels_of\(", p.read_text()) and "launch" in p.read_text()] + TEST_PORTS
 
 
 def test_every_ported_launcher_keeps_its_origins_notice():

@@ -142,6 +142,34 @@ def test_poly_norm_forward_and_backward(programs):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-4, atol=2e-3)
 
 
+def _gated_reference(x, w, z, groups):
+    gated = x * jax.nn.silu(z)
+    rows = gated.reshape(gated.shape[0], groups, -1)
+    normed = rows * jax.lax.rsqrt(jnp.mean(rows * rows, axis=-1, keepdims=True) + EPS)
+    return normed.reshape(gated.shape) * w
+
+
+@pytest.mark.parametrize("groups, sm_count", [(1, 4), (1, 3), (4, 3), (2, 5)])
+def test_fla_gated_rms_norm_forward_and_backward(groups, sm_count):
+    """flash-linear-attention's gated RMSNorm (Mamba-2's): the backward's programs walk their rows through scalar
+    pointers the loop advances (``x += stride``), on program counts that divide the rows or not."""
+    pytest.importorskip("fla", reason="fla-core is not installed (tox's cpu and corpus envs install it)")
+    launchers = _liger("xla_row_launchers")
+    rows, hidden = 64, 1024
+    x, z, dy = (_normal(rows, hidden, seed=s) for s in (21, 22, 23))
+    w = 1 + 0.1 * _normal(hidden, seed=24)
+    forward = lambda x, w, z: launchers.gated_rms_norm_forward(x, w, z, groups, EPS)  # noqa: E731
+    assert count_unfusible(forward, x, w, z) == NONE
+    y, rstd = jax.jit(forward)(x, w, z)
+    np.testing.assert_allclose(np.asarray(y), _gated_reference(x, w, z, groups), rtol=1e-4, atol=1e-4)
+    backward = lambda *a: launchers.gated_rms_norm_backward(*a, groups, EPS, sm_count)  # noqa: E731
+    assert count_unfusible(backward, dy, x, w, z, rstd)["while"] == 0
+    _, vjp = jax.vjp(lambda x, w, z: _gated_reference(x, w, z, groups), x, w, z)
+    want_dx, want_dw, want_dz = vjp(dy)
+    for got, want in zip(jax.jit(backward)(dy, x, w, z, rstd), (want_dx, want_dw, want_dz), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-4, atol=2e-3)
+
+
 @pytest.mark.parametrize("vocab", [1024, 32000])
 def test_softmax_forward(vocab):
     launchers = _liger("xla_row_launchers")

@@ -1,5 +1,9 @@
+# Launchers ported from Liger-Kernel 0.8.5 (BSD-2-Clause, Copyright 2024 LinkedIn Corporation, All Rights
+# Reserved) and flash-linear-attention (fla-core 0.6.0; MIT, Copyright (c) 2023-2026 Songlin Yang, Yu Zhang,
+# Zhiyuan Li): their conditions and the licences' full texts in THIRD_PARTY_NOTICES.md.
 """Launchers of Liger-Kernel 0.8.5's row kernels that ``examples/ports/`` does not port (LayerNorm, GeGLU,
-Softmax, PolyNorm), for counting what their translations compile to on the CPU (``test_xla_row_kernels.py``).
+Softmax, PolyNorm) and of flash-linear-attention 0.6.0's gated RMSNorm (Mamba-2's), for counting what their
+translations compile to on the CPU (``test_xla_row_kernels.py``).
 
 Each launches the installed kernel (``tritonplug.kernels_of``, never copied) as Liger's own launcher does
 (``liger_kernel.ops.layer_norm.layer_norm_forward`` …): one program per row, ``calculate_settings`` for the
@@ -23,6 +27,7 @@ _layer_norm = tritonplug.kernels_of("liger_kernel.ops.layer_norm")
 _geglu = tritonplug.kernels_of("liger_kernel.ops.geglu")
 _softmax = tritonplug.kernels_of("liger_kernel.ops.softmax")
 _poly_norm = tritonplug.kernels_of("liger_kernel.ops.poly_norm")
+_gated = tritonplug.kernels_of("fla.modules.norm.layernorm_gated")
 calculate_settings = _utils.calculate_settings
 _layer_norm_forward_kernel = tritonplug.launch(_layer_norm._layer_norm_forward_kernel)
 _layer_norm_backward_kernel = tritonplug.launch(_layer_norm._layer_norm_backward_kernel)
@@ -32,6 +37,8 @@ _softmax_single = tritonplug.launch(_softmax._softmax_single_block_forward_kerne
 _softmax_multi = tritonplug.launch(_softmax._softmax_multi_block_forward_kernel)
 _poly_norm_forward_kernel = tritonplug.launch(_poly_norm._poly_norm_forward_kernel)
 _poly_norm_backward_kernel = tritonplug.launch(_poly_norm._poly_norm_backward_kernel)
+_gated_forward_kernel = tritonplug.launch(_gated.layer_norm_fwd_kernel_group)
+_gated_backward_kernel = tritonplug.launch(_gated.layer_norm_bwd_kernel_group)
 
 
 @tritonplug.torch_launcher
@@ -129,3 +136,42 @@ def poly_norm_backward(dY, X, W, RSTD, sm_count=1):
         dY, dY.stride(0), dX, dX.stride(0), X, X.stride(0), W, RSTD, RSTD.stride(0), _dW, _dW.stride(0), _dB,
         n_rows, n_cols, rows_per_program, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
     return dX, jnp.sum(_dW[...], axis=0), jnp.sum(_dB[...], axis=0, keepdims=True)
+
+
+def _gated_settings(group_size):
+    BD = triton.next_power_of_2(group_size)
+    return BD, min(max(BD // 256, 1), 8)
+
+
+@tritonplug.torch_launcher
+def gated_rms_norm_forward(x, weight, z, groups, eps):
+    """FLA's ``layernorm_gated.layer_norm_fwd`` as RMSNorm with the gate applied first (``norm_before_gate=False``:
+    Mamba-2's): (out, rstd), rstd ``(groups * rows,)``."""
+    T, D = x.shape
+    BD, num_warps = _gated_settings(D // groups)
+    out = tritonplug.empty_like(x)
+    rstd = tritonplug.empty((groups * T,), dtype=jnp.float32)
+    _gated_forward_kernel[(T, groups)](
+        x=x, y=out, w=weight, b=None, g=z, mean=None, rstd=rstd, stride_x_row=x.stride(0),
+        stride_y_row=out.stride(0), stride_g_row=z.stride(0), T=T, D=D // groups, eps=eps, BD=BD,
+        NORM_BEFORE_GATE=False, IS_RMS_NORM=True, num_warps=num_warps)
+    return out, rstd
+
+
+@tritonplug.torch_launcher
+def gated_rms_norm_backward(dy, x, weight, z, rstd, groups, eps, sm_count=1):
+    """FLA's ``layernorm_gated.layer_norm_bwd`` for the forward above, on ``sm_count`` SMs (its ``NS`` programs per
+    group each walk ``BS`` rows, the last fewer where they do not divide): (dx, dw, dz)."""
+    T, D = x.shape
+    BD, num_warps = _gated_settings(D // groups)
+    dx, dz = tritonplug.empty_like(x), tritonplug.empty_like(z)
+    NS = math.ceil(sm_count * math.ceil(4 / num_warps) / groups)
+    _dw = tritonplug.empty((NS, D), dtype=jnp.float32)
+    BS = math.ceil(T / NS)
+    _gated_backward_kernel[(NS, groups)](
+        x=x, w=weight, b=None, g=z, y=None, dy=dy, dx=dx, dw=_dw, db=None, dg=dz, mean=None, rstd=rstd,
+        stride_x_row=x.stride(0), stride_g_row=z.stride(0), stride_y_row=0, stride_dy_row=dy.stride(0),
+        stride_dx_row=dx.stride(0), stride_dg_row=dz.stride(0), stride_dw_row=_dw.stride(0), stride_db_row=0,
+        T=T, D=D // groups, eps=eps, BS=BS, NORM_BEFORE_GATE=False, IS_RMS_NORM=True, BD=BD,
+        num_warps=num_warps)
+    return dx, jnp.sum(_dw[...], axis=0), dz

@@ -222,7 +222,7 @@ class _Analysis:
             if name in assumed:
                 self.lanes[result] = replace(assumed[name], value=None, origin=None)
                 shape = shape_of(type_text)
-                if assumed[name].buffer is not None and shape:
+                if assumed[name].buffer is not None and shape is not None:
                     self.carried.setdefault(op, {})[name] = Carried(assumed[name].strides, shape, steps.get(name))
             else:
                 self.lanes.pop(result, None)
