@@ -87,7 +87,7 @@ class Window:
             return 1, ()
         strides = [self.axes[k].stride for k in order]
         shape = (self.axes[order[0]].extent, *(a // b for a, b in zip(strides, strides[1:], strict=False)))
-        shape += (self.unit(),) if self.unit() > 1 else ()
+        shape += (strides[-1],) if strides[-1] > 1 else ()     # the unit axis (:meth:`unit`)
         return int(np.prod(shape, dtype=np.int64)), shape
 
 
