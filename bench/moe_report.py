@@ -256,6 +256,40 @@ def goals_table(recorded, reports) -> str:
     return "\n".join(lines)
 
 
+def _shape(bench: str) -> dict[str, int]:
+    """A benchmark name's ``key=value`` sizes (``tokens=32768 d=4096 ...``)."""
+    return {k: int(v) for k, _, v in (w.partition("=") for w in bench.split()) if v.isdigit()}
+
+
+def needs_table(recorded) -> str:
+    """Per MoE layer measured (the goals' runs), what ``≥ 1.5×`` the better XLA choice asks of ``tritonplug``'s
+    time, beside the time of the layer's three grouped matmuls (gate, up, down: ``tokens × top_k`` rows, ``d`` by
+    ``f``) were each as fast as XLA's dense matmul of its FLOPs (``--parts gmm``'s ``dense``, forward + backward,
+    every fair run at that shape): a floor no grouped matmul slower than the dense matmul goes under."""
+    dense: dict[tuple[int, int, int], list[float]] = {}
+    for (bench, _), entries in _timed(recorded, "gmm").items():
+        size = _shape(bench)
+        if bench.endswith("forward+backward") and {"m", "k", "n"} <= set(size):
+            dense.setdefault((size["m"], size["k"], size["n"]), []).extend(
+                i["dense"]["median_us"] for i, data in entries if "dense" in i and _fair(data, bench))
+    lines = ["| MoE layer, forward + backward | the better XLA choice µs | ≥ 1.5× needs `tritonplug` ≤ µs | "
+             "`tritonplug` µs | its three grouped matmuls at the dense matmul's speed µs | |",
+             "|---|---|---|---|---|---|"]
+    for (bench, _), entries in sorted(_current(_timed(recorded, "layer")).items()):
+        full = [i for i, _ in entries if {"jax", "jax-dense", "tritonplug"} <= set(i)]
+        size = _shape(bench)
+        floor = dense.get((size.get("tokens", 0) * size.get("top_k", 0), size.get("d"), size.get("f")))
+        if not full or not floor:
+            continue
+        best = statistics.median(min(i["jax"]["median_us"], i["jax-dense"]["median_us"]) for i in full)
+        floor_us = 3 * statistics.median(floor)
+        verdict = "within reach" if floor_us <= best / 1.5 else "out of reach of matmuls at the dense matmul's speed"
+        lines.append(f"| {bench.removeprefix('layer ').removesuffix(' forward+backward')} | {best:.0f} | "
+                     f"{best / 1.5:.0f} | {statistics.median(i['tritonplug']['median_us'] for i in full):.0f} | "
+                     f"{floor_us:.0f} | {verdict} |")
+    return "\n".join(lines)
+
+
 def first_steps_table(recorded) -> str:
     lines = ["| run (bench/results/) | choice | step losses | the same losses computed apart | largest parameter "
              "change at learning rate 0 |", "|---|---|---|---|---|"]
@@ -311,6 +345,9 @@ def render() -> str:
     recorded, reports = runs(), _load("train")
     return "\n\n".join([BEGIN, "The goals (from the tuned runs of the newest kernels each shape was measured with):",
                         goals_table(recorded, reports),
+                        "What the layer goal asks, against the floor its matmuls set (the layer's three grouped "
+                        "matmuls as fast as XLA's dense matmul of their FLOPs; the rest of the layer not counted):",
+                        needs_table(recorded),
                         "Every run of `bench/moe.py`:", run_table(recorded),
                         "The grouped matmul (`gmm`):", gmm_table(recorded),
                         "Its kernels one by one (`bench/moe_kernels.py`: launched by Triton on torch tensors, each "

@@ -27,6 +27,33 @@ def test_a_changed_figure_or_a_hidden_failure_is_caught(tmp_path, monkeypatch):
         assert report.main(["--check"]) == 1
 
 
+
+def test_the_layer_goal_is_set_against_three_dense_matmuls_of_its_shape():
+    """``needs_table``: the goal's time is the better XLA choice's over 1.5, the floor three times the median of the
+    dense matmul's forward + backward at the layer's matmul shape (``tokens × top_k`` by ``d`` by ``f``), from every
+    fair gmm run; a floor above the goal's time is out of reach."""
+    report = _report()
+    layer = "layer s tokens=10 d=4 f=8 experts=2 top_k=2 forward+backward"
+    gmm = "gmm s m=20 k=4 n=8 experts=2 forward+backward"
+
+    def run(path, records):
+        return path, {"command": "python3 bench/moe.py", "tuned": True, "fwd_bwd_returns_forward": True,
+                      "records": [{"bench": b, "impl": i, "median_us": us} for b, i, us in records]}
+
+    def rows(*dense_us):
+        recorded = [run("moe-x/run30/layer.json", [(layer, "jax", 9000.0), (layer, "jax-dense", 6000.0),
+                                                    (layer, "tritonplug", 5000.0)])]
+        recorded += [run(f"moe-x/run3{i + 1}/gmm.json", [(gmm, "dense", us), (gmm, "grouped_matmul", 2 * us),
+                                                           (gmm.replace("m=20", "m=21"), "dense", 1.0)])
+                     for i, us in enumerate(dense_us)]
+        return report.needs_table(recorded).splitlines()[2:]
+
+    assert rows() == []  # no dense matmul of the layer's shape measured: no row
+    assert rows(1000.0, 1600.0, 1500.0) == [
+        "| s tokens=10 d=4 f=8 experts=2 top_k=2 | 6000 | 4000 | 5000 | 4500 | out of reach of matmuls at the dense "
+        "matmul's speed |"]
+    assert rows(1000.0, 1300.0, 1200.0)[0].endswith("| 3600 | within reach |")
+
 # ---- docs/mamba2.md: bench/mamba2_report.py's rendering of bench/results/mamba2-*/
 
 def _mamba2_report():
