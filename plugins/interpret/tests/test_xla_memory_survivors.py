@@ -19,6 +19,7 @@ fails falls back to the interpreter, which would hide the failure) and compares 
   takes apart and rebuilds (the pytree's unflatten: its buffer, its element type);
 * a compare-and-swap on the first and on the last element of a buffer of three;
 * a pointer bitcast to a pointee of another size (the XLA path refuses it: Triton's interpreter runs the call).
+* block pointers (Triton 3.6-3.8) a while loop advances, tiles starting before the tensor, their padding stored.
 """
 
 from __future__ import annotations
@@ -297,3 +298,45 @@ def test_an_atomic_without_a_mask_is_given_one_by_triton(monkeypatch):
     assert "tritonplug_host_kernel" not in jax.jit(fn).lower(*args).as_text(), "not translated to XLA"
     np.testing.assert_array_equal(np.asarray(jax.jit(fn)(*args)), [15])
     assert seen and all(len(op.operands) == 3 for op in seen), [op.operands for op in seen]
+
+
+@triton.jit
+def _block_walk_kernel(x_ptr, steps_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr, NAN: tl.constexpr):
+    pid = tl.program_id(0)
+    steps = tl.load(steps_ptr)
+    src = tl.make_block_ptr(x_ptr, (M, N), (N, 1), (pid * BM - 1, -2), (BM, BN), (1, 0))
+    dst = tl.make_block_ptr(out_ptr, (tl.num_programs(0) * steps * BM, BN), (BN, 1), (pid * steps * BM, 0), (BM, BN),
+                            (1, 0))
+    for _ in range(0, steps):                       # a loaded trip count: a while loop carrying both
+        if NAN:
+            x = tl.load(src, boundary_check=(0, 1), padding_option="nan")
+        else:
+            x = tl.load(src, boundary_check=(0, 1), padding_option="zero")
+        tl.store(dst, x)                            # the padding too: unchecked, every lane inside `out`
+        src = tl.advance(src, (BM, 3))
+        dst = tl.advance(dst, (BM, 0))
+
+
+def _block_walk(x, programs, steps, bm, bn, pad):
+    m, n = x.shape
+    out = np.empty((programs, steps, bm, bn), np.float32)
+    for p in range(programs):
+        for s in range(steps):
+            rows, cols = p * bm - 1 + s * bm + np.arange(bm), -2 + 3 * s + np.arange(bn)
+            inside = ((rows >= 0) & (rows < m))[:, None] & ((cols >= 0) & (cols < n))[None, :]
+            out[p, s] = np.where(inside, x[np.clip(rows, 0, m - 1)][:, np.clip(cols, 0, n - 1)], pad)
+    return out.reshape(-1, bn)
+
+
+@pytest.mark.skipif(tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 9),
+                    reason=f"Triton {triton.__version__} removed tl.make_block_ptr (tox -e triton36 runs it)")
+@pytest.mark.parametrize("nan", [False, True], ids=["zero", "nan"])
+def test_a_block_pointer_walks_from_before_the_tensor_and_stores_its_padding(nan):
+    """Block pointers whose tile starts a row and two columns before the tensor and moves by ``(BM, 3)`` each trip of
+    a ``lax.while_loop`` (a loaded trip count): the checked lanes outside read the padding (zero or NaN), which is
+    stored too, so each tile shows where it was and what was padded."""
+    programs, steps, bm, bn = 3, 3, 4, 8
+    x = np.random.default_rng(9).standard_normal((9, 10)).astype(np.float32)
+    got = _run(_block_walk_kernel, (x, np.array([steps], np.int32)), (programs * steps * bm, bn), (programs,),
+               *x.shape, BM=bm, BN=bn, NAN=nan)
+    np.testing.assert_array_equal(got, _block_walk(x, programs, steps, bm, bn, np.nan if nan else 0.0))

@@ -12,6 +12,7 @@ gathers with their boundary checks as masks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -295,14 +296,17 @@ def _atomic_cas(f: Frame, op: Op):
 # ------------------------------------------------------------------ block pointers
 
 
+#: The block in a block pointer's printed type (``<tensor<4x8xf32>>``, ``!tt.ptr<tensor<4x8xf32>>``).
+_BLOCK_TYPE = re.compile(r"tensor<[^<>]*>")
+
+
 @handler("tt.make_tensor_ptr")
 def _make_tensor_ptr(f: Frame, op: Op):
     values = f.args(op)
     base = values[0]
     rank = (len(values) - 1) // 3
     shape, strides, offsets = values[1:1 + rank], values[1 + rank:1 + 2 * rank], values[1 + 2 * rank:]
-    ty = parse_type(op.result_types[0].replace("!tt.ptr<", "").rsplit(">", 1)[0] if "!tt.ptr<" in
-                    op.result_types[0] else "tensor<" + op.result_types[0].split("tensor<", 1)[1].rsplit(">", 1)[0])
+    ty = parse_type(_BLOCK_TYPE.search(op.result_types[0]).group(0))
     return [BlockPointer(base.buffer, base.offset, tuple(jnp.asarray(s, jnp.int64) for s in shape),
                          tuple(jnp.asarray(s, jnp.int64) for s in strides),
                          tuple(jnp.asarray(o, jnp.int32) for o in offsets), ty.shape, base.element)]
