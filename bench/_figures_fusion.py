@@ -28,10 +28,12 @@ TIMED_ALONE = ("fusion-h200/run1/",)
 #: the buffer (``lanes.within``); from run 10 a window starting inside a row is a slice of the buffer reshaped to
 #: its rows (``windows._aligned``; run 10 wrote it in place), from run 11 written as a select over the buffer; from
 #: run 14 ``tune``'s search ends with a joint trial of the calls the greedy trials did not keep; from run 16 a call
-#: not kept before a later one was is tried again against the program chosen.
+#: not kept before a later one was is tried again against the program chosen; from run 17 the variants' timing order
+#: turns each round; from run 20 a mask true in every lane is dropped and stores that write a buffer whole are one
+#: concatenation (``mask_rules.FULL_RULES``, ``windows.write_whole``; run 19 measured the forms by hand).
 CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bounds mask on live lanes inside"),
                 (10, "aligned windows"), (11, "stores as selects"), (14, "a joint trial"), (16, "tried again"),
-                (17, "order turned"))
+                (17, "order turned"), (20, "full masks, whole stores"))
 
 
 def _code(path: str) -> str:

@@ -197,8 +197,13 @@ class Translation:
 
         logged, record = jax.vmap(program)(jnp.arange(total, dtype=jnp.int32), [rows[op] for op in order])
         buffers = list(buffers)
+        whole = memory.whole_stores(buffers, [(kind, b, val, act) for (kind, b), (_, val, act)
+                                              in zip(ctx.static_log, logged, strict=True)])
         for (kind, b), (idx, val, act) in zip(ctx.static_log, logged, strict=True):
-            buffers[b] = memory.apply_scatter(buffers[b], kind, idx, val, act)
+            if b not in whole:
+                buffers[b] = memory.apply_scatter(buffers[b], kind, idx, val, act)
+        for b, contents in whole.items():
+            buffers[b] = contents
         return buffers, record
 
     def _sequential(self, ctx: Context, buffers: list[Any], total: int):

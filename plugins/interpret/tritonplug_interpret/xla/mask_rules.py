@@ -9,6 +9,11 @@ off); the bound only says which lanes may touch memory, so a window need only co
 :data:`MASK_RULES` maps an op name to ``rule(op, args, masks, shape) -> Limits | None``: ``args`` are the
 operands' integer :class:`.lane_rules.Lanes` (None where unknown), ``masks`` the operands' limits (None where
 unknown). Sound by construction: an op's limits are never tighter than its live lanes.
+
+A mask can also be proved **full**: true in every lane of every program (RoPE's at 16 heads and a rotary width of
+the head dim, RMSNorm's ``cols < n`` where the row fills its block). :data:`FULL_RULES` maps an op name to
+``rule(op, args, full, shape) -> bool`` (``full``: whether each operand is); an access whose mask is full is
+translated without it (no ``select`` per load, its stores whole writes).
 """
 
 from __future__ import annotations
@@ -29,8 +34,19 @@ _GREATER = {"sgt": False, "ugt": False, "sge": True, "uge": True}        # b > a
 
 
 def _bound(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned: bool, rank: int) -> Limits | None:
-    """Limits of ``lanes < limit`` (``<=`` when ``inclusive``): lanes moving along one dimension only, by a
-    positive stride, from a known base; ``limit`` known and the same for every lane."""
+    """Limits of ``lanes < limit`` (``<=`` when ``inclusive``): the most lanes live in any program (:func:`_counts`)."""
+    counted = _counts(lanes, limit, inclusive, unsigned)
+    if counted is None:
+        return None
+    dim, count = counted
+    limits: list[int | None] = [None] * rank
+    limits[dim] = max(0, int(np.max(count)))
+    return tuple(limits)
+
+
+def _counts(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned: bool) -> tuple[int, np.ndarray] | None:
+    """``(dim, lanes live per program)`` for ``lanes < limit`` (``<=`` when ``inclusive``): lanes moving along one
+    dimension only, by a positive stride, from a known base; ``limit`` known and the same for every lane."""
     if lanes is None or limit is None or lanes.value is None or lanes.origin is not None or lanes.buffer is not None:
         return None
     if limit.value is None or limit.origin is not None or limit.buffer is not None or any(limit.strides):
@@ -43,10 +59,7 @@ def _bound(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned: 
     if unsigned and (np.any(base < 0) or np.any(bound < 0)):
         return None     # as unsigned, a negative value is huge: leave it unknown
     room = bound - base + (1 if inclusive else 0)          # lanes i with base + stride * i < room + base
-    count = int(np.max(-(-room // stride)))                 # the largest over programs: a bound for all
-    limits: list[int | None] = [None] * rank
-    limits[dim] = max(0, count)
-    return tuple(limits)
+    return dim, -(-room // stride)
 
 
 def _cmpi(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
@@ -103,4 +116,31 @@ def normal(limits: Limits | None, shape: tuple[int, ...]) -> Limits | None:
 MASK_RULES: dict[str, MaskRule] = {
     "arith.cmpi": _cmpi, "arith.andi": _and, "arith.ori": _or,
     "tt.broadcast": _broadcast, "tt.expand_dims": _expand_dims,
+}
+
+
+# ------------------------------------------------------------------ full masks
+
+FullRule = Callable[[Op, list["Lanes | None"], list[bool], tuple[int, ...]], bool]
+
+
+def _full_cmpi(op: Op, args: list, full: list[bool], shape: tuple[int, ...]) -> bool:
+    """``lanes < limit`` is full where every program has at least the block's lanes live along the moving
+    dimension (:func:`_counts`)."""
+    predicate = op.keyword or ""
+    if len(args) != 2 or not shape or (predicate not in _LESS and predicate not in _GREATER):
+        return False
+    lanes, limit = (args[0], args[1]) if predicate in _LESS else (args[1], args[0])
+    inclusive = _LESS[predicate] if predicate in _LESS else _GREATER[predicate]
+    counted = _counts(lanes, limit, inclusive, predicate[0] == "u")
+    return counted is not None and bool(np.min(counted[1]) >= shape[counted[0]])
+
+
+#: Op name → whether its i1 result is full given its operands (:func:`_full_cmpi`); any other op's is not known.
+FULL_RULES: dict[str, FullRule] = {
+    "arith.cmpi": _full_cmpi,
+    "arith.andi": lambda op, args, full, shape: bool(full) and all(full),
+    "arith.ori": lambda op, args, full, shape: any(full),
+    "tt.broadcast": lambda op, args, full, shape: bool(full) and full[0],
+    "tt.expand_dims": lambda op, args, full, shape: bool(full) and full[0],
 }

@@ -13,6 +13,7 @@ gathers with their boundary checks as masks.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from tritonplug_interpret.xla import strided, tiles
 from tritonplug_interpret.xla.program import Frame, Unsupported, family
 from tritonplug_interpret.xla.ttir import Op
 from tritonplug_interpret.xla.types import TType, parse_type, reinterpret, unsigned
-from tritonplug_interpret.xla.windows import Window, write_window
+from tritonplug_interpret.xla.windows import Window, write_whole, write_window
 
 HANDLERS, handler = family()   # this family's part of the op table (ops.TABLE)
 
@@ -130,8 +131,6 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     f.record_check(access, buffer, offset, mask)
     info = f.ctx.buffers[buffer]
     active = _clean(f, buffer, offset, mask, access == "store" and f.current_op in f.ctx.plan.inside)
-    if active is None:  # every lane inside and unmasked: a constant XLA folds away
-        active = jnp.ones(offset.shape, bool)
     values = jnp.broadcast_to(values, offset.shape)
     if kind in ("umax", "umin"):
         values = lax.bitcast_convert_type(values, unsigned(values.dtype))
@@ -143,8 +142,10 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     if f.ctx.parallel:
         plan = f.ctx.plan
         window = (plan.windows.get(f.current_op) or plan.tilings.get(f.current_op)) if kind == "store" else None
-        f.ctx.store_log.append((window or kind, buffer, offset, values, active))
+        f.ctx.store_log.append((window or kind, buffer, offset, values, active))   # active None: every lane
         return None
+    if active is None:  # every lane inside and unmasked: a constant XLA folds away
+        active = jnp.ones(offset.shape, bool)
     data = f.state.buffers[buffer]
     old = data[jnp.where(active, offset, 0)]
     f.state.buffers[buffer] = apply_scatter(data, kind, offset, values, active)
@@ -162,7 +163,27 @@ jax.tree_util.register_pytree_node(ViewedValues, lambda v: ((v.values,), v.buffe
                                    lambda aux, c: ViewedValues(c[0], aux))
 
 
+def whole_stores(buffers: Sequence[Any], stores: Sequence[tuple[Any, int, Any]]) -> dict[int, Any]:
+    """``{buffer: new contents}`` for the buffers that the parallel schedule's ``(kind, buffer, active)`` stores
+    (every program's, in order) write whole by windows with every lane on (``active`` None), side by side
+    (:func:`.windows.write_whole`): one concatenation of the values, no select over the old contents (XLA:GPU runs
+    RoPE's two half-row stores so as fast as its own op, chained selects 2.7x slower:
+    ``bench/fusion_store_forms.py``)."""
+    by_buffer: dict[int, list[tuple[Any, Any, Any]]] = {}
+    for kind, b, values, active in stores:
+        by_buffer.setdefault(b, []).append((kind, values, active))
+    out = {}
+    for b, writes in by_buffer.items():
+        if all(isinstance(k, Window) and not isinstance(v, ViewedValues) and a is None for k, v, a in writes):
+            whole = write_whole(buffers[b], [(k, v) for k, v, _ in writes])
+            if whole is not None:
+                out[b] = whole
+    return out
+
+
 def apply_scatter(data, kind: Any, offset, values, active):
+    if active is None:  # every lane on (logged so by the parallel schedule)
+        active = jnp.ones(jnp.shape(offset), bool)
     if isinstance(kind, tiles.Tiling):
         if isinstance(values, ViewedValues):
             view = reinterpret(data, values.values.dtype)
@@ -209,8 +230,9 @@ def _load(f: Frame, op: Op):
         return [_block_load(f, op, p)]
     if not isinstance(p, Pointer):
         raise Unsupported("tt.load", "through a value that is not a pointer")
-    mask = args[1] if len(args) > 1 else None
-    other = args[2] if len(args) > 2 else None
+    unmasked = op in f.ctx.plan.unmasked        # a mask true in every lane: dropped
+    mask = args[1] if len(args) > 1 and not unmasked else None
+    other = args[2] if len(args) > 2 and not unmasked else None
     dtype = parse_type(p.element).dtype
     window = f.hoisted.get(op)
     access = f.ctx.plan.accesses.get(op)
@@ -228,7 +250,7 @@ def _store(f: Frame, op: Op):
         offset, mask = _block_addresses(f, op, p)
         scatter(f, "store", p.buffer, offset, value, mask)
         return []
-    mask = args[2] if len(args) > 2 else None
+    mask = args[2] if len(args) > 2 and op not in f.ctx.plan.unmasked else None
     f.current_op = op
     scatter(f, "store", p.buffer, p.offset, value, mask)
     f.current_op = None

@@ -39,6 +39,7 @@ class Plan:
     tilings: Mapping[Op, tiles.Tiling]           # tt.store → a transpose of the buffer, not a scatter
     accesses: Mapping[Op, strided.Access]        # tt.load → a window of a strided view
     inside: frozenset[Op]                        # tt.load/tt.store whose live lanes are all inside (no bounds mask)
+    unmasked: frozenset[Op] = frozenset()        # tt.load/tt.store whose mask is true in every lane (dropped)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def _bounds(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
                  if store.buffer is not None]
     return {"inside": frozenset(op for op, where, starts in accesses
                                 if lanes.within(where, starts, lanes.access_shape(op),
-                                                launch.buffers[where.buffer].size, result.limits.get(op)))}
+                                                launch.buffers[where.buffer].size, result.limits.get(op))),
+            "unmasked": result.unmasked}
 
 
 def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +148,8 @@ def make(fn: Function, pointer_args: Mapping[str, int], arguments: Sequence[tupl
     frozen = MappingProxyType
     return Plan(found["parallel"], frozen(dict(found["vectorised"])), frozen(dict(found["windows"])), found["hoisted"],
                 frozen({op: frozen(dict(c)) for op, c in found["carried"].items()}), frozen(dict(found["trips"])),
-                frozen(found["shared_dots"]), frozen(found["tilings"]), frozen(found["accesses"]), found["inside"])
+                frozen(found["shared_dots"]), frozen(found["tilings"]), frozen(found["accesses"]), found["inside"],
+                found["unmasked"])
 
 
 # ------------------------------------------------------------------ the schedule

@@ -254,24 +254,49 @@ def read_window(buffer: Any, w: Window) -> Any:
     return box.reshape(w.programs, *w.block)
 
 
+def _boxed(w: Window, x: Any) -> Any:
+    """``(programs, *block)`` values (or ``(programs, trips, *block)`` from a vectorised loop: one axis of rows) as
+    the window's box in its grid's axis order, cut to the live extents."""
+    import jax.numpy as jnp
+
+    order = w.moving()
+    sizes = tuple(a.size for a in w.axes)
+    live = tuple(slice(0, w.axes[k].extent if k in order else 1) for k in range(len(w.axes)))
+    x = jnp.asarray(x)
+    lead = x.ndim - len(w.block)
+    x = x.reshape(-1, *x.shape[lead:]) if lead > 1 else x
+    x = jnp.broadcast_to(x, (w.programs, *w.block)).reshape(sizes)[live]
+    x = x.reshape([w.axes[k].extent for k in range(len(w.axes)) if k in order])
+    x = jnp.transpose(x, np.argsort(np.argsort(order)).tolist()) if order else x
+    return x[..., None] if w.unit() > 1 else x      # the unit axis's one element
+
+
+def write_whole(buffer: Any, writes: Sequence[tuple[Window, Any]]) -> Any | None:
+    """``buffer``'s new contents where ``writes`` (every lane of each written) together cover all of it, each once,
+    side by side along one axis of their common grid (RoPE's two half rows; one store of the whole buffer): their
+    values concatenated, no select over the old contents. None where they do not."""
+    import jax.numpy as jnp
+
+    boxes = [_aligned(buffer.shape[0], w) for w, _ in writes]
+    if not boxes or any(b is None for b in boxes) or len({b[0] for b in boxes if b is not None}) != 1:
+        return None
+    grid = boxes[0][0]
+    for axis in range(len(grid)):
+        if any((c[d], e[d]) != (0, grid[d]) for _, c, e in boxes for d in range(len(grid)) if d != axis):
+            continue
+        spans = sorted((c[axis], e[axis], i) for i, (_, c, e) in enumerate(boxes))
+        ends, starts = [end for _, end, _ in spans], [start for start, _, _ in spans]
+        if starts[0] == 0 and ends[-1] == grid[axis] and ends[:-1] == starts[1:]:     # side by side, each once
+            pieces = [_boxed(writes[i][0], writes[i][1]).astype(buffer.dtype) for _, _, i in spans]
+            return jnp.concatenate(pieces, axis=axis).reshape(-1)
+    return None
+
+
 def write_window(buffer: Any, w: Window, values: Any, active: Any) -> Any:
     """Write ``(programs, *block)`` ``values`` where ``active`` into ``buffer``'s window (elsewhere it keeps its
     contents)."""
     import jax.numpy as jnp
     from jax import lax
-
-    order = w.moving()
-    sizes = tuple(a.size for a in w.axes)
-    live = tuple(slice(0, w.axes[k].extent if k in order else 1) for k in range(len(w.axes)))
-
-    def boxed(x: Any) -> Any:
-        x = jnp.asarray(x)
-        lead = x.ndim - len(w.block)    # (programs, trips, *block) from a vectorised loop: one axis of rows
-        x = x.reshape(-1, *x.shape[lead:]) if lead > 1 else x
-        x = jnp.broadcast_to(x, (w.programs, *w.block)).reshape(sizes)[live]
-        x = x.reshape([w.axes[k].extent for k in range(len(w.axes)) if k in order])
-        x = jnp.transpose(x, np.argsort(np.argsort(order)).tolist()) if order else x
-        return x[..., None] if w.unit() > 1 else x      # the unit axis's one element
 
     aligned = _aligned(buffer.shape[0], w)
     if aligned is not None:
@@ -280,14 +305,14 @@ def write_window(buffer: Any, w: Window, values: Any, active: Any) -> Any:
         # the box placed in the whole grid: every element a select XLA fuses with the values' computation and
         # with the other stores into this buffer (an in-place update would need the loads materialised first)
         margins = [(c, g - e, 0) for c, e, g in zip(corner, end, grid, strict=True)]
-        inside = lax.pad(boxed(active), False, margins)
-        placed = lax.pad(boxed(values).astype(view.dtype), jnp.zeros((), view.dtype), margins)
+        inside = lax.pad(_boxed(w, active), False, margins)
+        placed = lax.pad(_boxed(w, values).astype(view.dtype), jnp.zeros((), view.dtype), margins)
         return jnp.where(inside, placed, view).reshape(-1)
     padded, begin, lo, length = _segment(buffer, w)
     size, shape = w.region()
     segment = lax.slice_in_dim(padded, begin, begin + size).reshape(shape)
     box = _box(w)
-    merged = jnp.where(boxed(active), boxed(values).astype(segment.dtype), segment[box])
+    merged = jnp.where(_boxed(w, active), _boxed(w, values).astype(segment.dtype), segment[box])
     segment = lax.dynamic_update_slice(segment, merged, (0,) * len(shape)) if merged.shape != shape else merged
     padded = lax.dynamic_update_slice_in_dim(padded, segment.reshape(-1), begin, axis=0)
     return lax.slice_in_dim(padded, lo, lo + length) if padded.shape[0] != length else padded
