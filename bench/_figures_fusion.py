@@ -36,9 +36,14 @@ CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bo
                 (17, "order turned"), (20, "full masks, whole stores"))
 
 
+#: Side-by-side runs of two translators (run 21): a file named ``*-old.json`` ran the translator before run 20's
+#: change (the plugin of the tree of e3e99b6 first on ``PYTHONPATH``), so it counts as this run's code.
+OLD_TRANSLATOR_RUN = 19
+
+
 def _code(path: str) -> str:
-    """The code a run ran (:data:`CODE_CHANGES`)."""
-    run = run_number(path)
+    """The code a run ran (:data:`CODE_CHANGES`, :data:`OLD_TRANSLATOR_RUN`)."""
+    run = OLD_TRANSLATOR_RUN if path.endswith("-old.json") else run_number(path)
     return ", ".join(label for first, label in CODE_CHANGES if run >= first) or "before run 4"
 
 
@@ -119,3 +124,21 @@ def step() -> str:
     rows += [[f"`{c}`", code, "—", "—", "0", "; ".join(f)] for (c, code), f in sorted(failed.items())
              if (c, code) not in speed]
     return table(["op choice", "code", "step ms", "tokens/s over `jax`", "runs", "failed"], rows)
+
+
+def store_forms() -> str:
+    """``bench/fusion_store_forms.py`` runs: RoPE's forward written each way, its time over XLA's op in the same run
+    (the median over runs, with the range), by the translator the run's ``inline`` form ran (:data:`CODE_CHANGES`)."""
+    ratio: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for path in sorted((RESULTS / FOLDER).glob("**/*.json")):
+        data = json.loads(path.read_text())
+        if "bench/fusion_store_forms.py" not in data.get("command", ""):
+            continue
+        records = {r["impl"]: r for r in data["records"]}
+        code = _code(str(path.relative_to(RESULTS)))
+        for impl, r in records.items():
+            ratio[impl, code if impl == "inline" else "—"].append(r["median_us"] / records["xla"]["median_us"])
+    rows = [[f"`{impl}`", code, cell(values, "{:.2f}", "×"), str(len(values))]
+            for (impl, code), values in sorted(ratio.items(), key=lambda kv: (kv[0][0] != "xla", kv[0][0],
+                                                                                _in_order(kv[0][1])))]
+    return table(["form", "the translator (for `inline`)", "time over XLA's op", "runs"], rows)

@@ -40,7 +40,7 @@ BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
         "eager-runners": eager.eager_runners, "eager-runners-summary": eager.eager_runners_summary,
         "compile-workers": kernels.compile_workers, "startup-cpu": lambda: kernels.startup("cpu"),
         "startup-gpu": lambda: kernels.startup("gpu"), "hopper": kernels.hopper, "ports": kernels.ports,
-        "fusion-ops": fusion.ops, "fusion-step": fusion.step},
+        "fusion-ops": fusion.ops, "fusion-step": fusion.step, "fusion-store-forms": fusion.store_forms},
     "docs/model.md": {"one-gpu": model.one_gpu_tables, "largest-batch": model.largest_batch, "per-op": model.per_op,
                       "meshes": model.meshes, "vocab-parallel": model.vocab_parallel,
                       "loss-curves": model.loss_curves},

@@ -1,7 +1,8 @@
 """Mutation testing (``tox -e mutation``, outside the envlist, never gating): cosmic-ray over the modules where a
 bug means a wrong number, each module's mutants run against the tests that matter for it.
 
-    python tests/mutation.py [MODULE ...] [--jobs N] [--shards N] [--fresh] [--report] [--replay-with PYTHON]
+    python tests/mutation.py [MODULE ...] [--jobs N] [--shards N] [--fresh] [--report]
+                             [--replay-with PYTHON [--functions F,...] [--not-functions F,...] [--tag T]]
 
 Each module (``MODULES``: its files and its tests) gets a copy of the repository under ``.mutation/NAME/tree``
 (cosmic-ray mutates the files in place: the checkout is never touched) and a session database
@@ -202,29 +203,37 @@ def run(name: str, fresh: bool, shards: int = 1) -> str:
     return score(name) + f" ({time.perf_counter() - start:.0f} s)"
 
 
-def _survivors(name: str, functions: set[str] | None = None) -> list[str]:
+def _survivors(name: str, functions: set[str] | None = None, others: set[str] | None = None) -> list[str]:
     """The diffs of the mutants that survived in the module's session and its shards' (a run under way), those in
-    ``functions`` (by name) where given."""
+    ``functions`` (by name) where given, none in ``others``."""
     diffs = []
     for db in [OUT / f"{name}.sqlite", *_shard_databases(name)]:
         with sqlite3.connect(db) as connection:
             diffs += [diff for diff, function in connection.execute(
                 "SELECT r.diff, m.definition_name FROM work_results r JOIN mutation_specs m USING (job_id) "
                 "WHERE r.test_outcome = 'SURVIVED' ORDER BY job_id")
-                      if functions is None or (function or "<module>") in functions]
+                      if (functions is None or (function or "<module>") in functions)
+                      and (function or "<module>") not in (others or ())]
     return sorted(set(diffs))
 
 
-def replay(name: str, python: str, functions: set[str] | None = None) -> str:
-    """Each survivor (in ``functions`` where given) applied to a copy and the module's tests run under ``python``;
-    the verdicts' summary."""
+def replay(name: str, python: str, functions: set[str] | None = None, others: set[str] | None = None,
+           tag: str = "") -> str:
+    """Each survivor (in ``functions`` where given, none in ``others``) applied to a copy and the module's tests run
+    under ``python``; the verdicts' summary. ``tag`` names the copy and the verdicts' file (``NAME.replay-TAG.txt``),
+    so that two replays can run at once. A survivor whose lines the code has changed since is not applied: its
+    verdict says so."""
     tests = MODULES[name][1]
-    tree = OUT / name / "replay"
+    tree = OUT / name / f"replay{'-' * bool(tag)}{tag}"
     _copy(tree)
     env = _environment(tree)
     verdicts = []
-    for diff in _survivors(name, functions):
+    for diff in _survivors(name, functions, others):
         patch = diff.split("--- mutation diff ---\n", 1)[-1].rstrip("\n") + "\n"
+        if subprocess.run(["patch", "-p1", "-s", "--dry-run"], input=patch, text=True, cwd=tree,
+                          capture_output=True).returncode:
+            verdicts.append(f"does not apply (its lines changed since the run):\n{patch}")
+            continue
         subprocess.run(["patch", "-p1", "-s"], input=patch, text=True, cwd=tree, check=True)
         try:
             done = subprocess.run([python, *_test_command(tests)[1:]], cwd=tree, env=env, capture_output=True,
@@ -235,8 +244,8 @@ def replay(name: str, python: str, functions: set[str] | None = None) -> str:
         finally:
             subprocess.run(["patch", "-p1", "-R", "-s"], input=patch, text=True, cwd=tree, check=True)
         verdicts.append(f"{verdict}:\n{patch}")
-        (OUT / f"{name}.replay.txt").write_text("\n".join(verdicts))    # after each: a stopped replay keeps them
-    killed = sum(not v.startswith("survived") for v in verdicts)
+        (OUT / f"{name}.replay{'-' * bool(tag)}{tag}.txt").write_text("\n".join(verdicts))  # a stopped one keeps them
+    killed = sum(v.startswith("killed") for v in verdicts)
     return f"{name}: {killed} of {len(verdicts)} survivors killed under {python}"
 
 
@@ -278,6 +287,9 @@ def main() -> None:
     parser.add_argument("--functions", type=lambda text: set(text.split(",")),
                         help="--replay-with: only the survivors in these functions (comma-separated names; "
                         "<module> for those outside any)")
+    parser.add_argument("--not-functions", type=lambda text: set(text.split(",")),
+                        help="--replay-with: none of the survivors in these functions")
+    parser.add_argument("--tag", default="", help="--replay-with: names its copy and verdicts (replays at once)")
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     OUT.mkdir(exist_ok=True)
@@ -285,7 +297,7 @@ def main() -> None:
     if args.report:
         lines = [score(name) for name in names]
     elif args.replay_with:
-        lines = [replay(name, args.replay_with, args.functions) for name in names]
+        lines = [replay(name, args.replay_with, args.functions, args.not_functions, args.tag) for name in names]
     else:
         with ThreadPoolExecutor(args.jobs) as pool:
             lines = list(pool.map(lambda name: run(name, args.fresh, args.shards), names))

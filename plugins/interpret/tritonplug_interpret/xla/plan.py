@@ -4,7 +4,8 @@ In order (as Triton's ``add_stages`` lists its passes, :data:`PASSES`): ``schedu
 the grid or programs in order, :func:`choose_parallel`), ``lanes`` (the one evaluator of pointer arithmetic:
 every pointer's lanes, loop trip counts, carried pointers and which programs share values, :mod:`.lanes`);
 then views of its result: ``bounds`` (loads and stores whose every live lane is inside its buffer: no bounds
-mask), and in the parallel schedule ``tiling`` (stores that tile their buffer, :mod:`.tiles`), ``windows`` (the
+mask; those whose mask is true in every lane: no mask), and in the parallel schedule ``tiling`` (stores that
+tile their buffer, :mod:`.tiles`), ``windows`` (the
 other top-level accesses that are boxes of the reshaped buffer: slices, :mod:`.windows`), ``sharing`` (dots
 whose tiles repeat over the grid, :mod:`.gemm`) and ``strided`` (loads as windows of strided views,
 :mod:`.strided`). The plan's maps are keyed by the function's ops (which hash by identity), read-only.
