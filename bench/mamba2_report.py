@@ -182,6 +182,28 @@ def goals_table(recorded) -> str:
     return table(["goal (issue 40)", "figure (median over runs, range)", "verdict"], rows)
 
 
+def needs_table(recorded) -> str:
+    """What the speed goal asks of the port at its shape, beside what the port's kernels alone take there (the
+    ``--profile`` runs of the goal's configuration: the sum of every kernel of one forward + backward): where the
+    kernels alone take longer than the goal allows, no launch, fusion or residual kept around them can meet it."""
+    entries = [e for (config, bench), es in _timed(recorded, "ssd ").items() if config == GOAL_CONFIGURATION
+               and _seq(bench) == GOAL_SEQ and bench.endswith("forward+backward") for e in es]
+    jnp = [e["jnp"]["median_us"] for e in entries if "jnp" in e]
+    port = [e["tritonplug"]["median_us"] for e in entries if "tritonplug" in e]
+    kernels = [sum(k["us"] for k in r["kernels"]) for path, data in recorded
+               if configuration(path, data) == GOAL_CONFIGURATION for r in data["records"]
+               if r["impl"] == "tritonplug" and r.get("kernels") and _seq(r["bench"]) == GOAL_SEQ
+               and r["bench"].endswith("forward+backward kernels")]
+    if not jnp or not port or not kernels:
+        return "Not measured yet."
+    need = median(jnp) / GOAL_SPEEDUP
+    verdict = "within reach" if median(kernels) <= need else "out of reach of mamba-ssm's kernels as they are"
+    return table([f"SSD forward + backward, seq {GOAL_SEQ}, {GOAL_CONFIGURATION}", f"≥ {GOAL_SPEEDUP:g}× needs "
+                  "`tritonplug` ≤ µs", "`tritonplug` µs", "its kernels alone µs (`--profile`)", ""],
+                 [["`jnp` " + cell(jnp, "{:.0f}") + " µs", f"{need:.0f}", cell(port, "{:.0f}"),
+                   cell(kernels, "{:.0f}"), verdict]])
+
+
 def kernels_table(recorded) -> str:
     """The ``--profile`` records: per run, shape and choice, the slowest kernels' µs per forward + backward (of
     one trace, not a median) and what all kernels add up to."""
@@ -254,7 +276,9 @@ def run_table(recorded) -> str:
 
 def render(results: Path = RESULTS) -> str:
     recorded = runs(results)
-    return "\n\n".join([BEGIN, "The goals:", goals_table(recorded), "Every run of `bench/mamba2.py`:",
+    return "\n\n".join([BEGIN, "The goals:", goals_table(recorded),
+                        "What the speed goal asks, against the port's kernels alone:", needs_table(recorded),
+                        "Every run of `bench/mamba2.py`:",
                         run_table(recorded), "The SSD (`jnp` / `tritonplug`: how many times faster the port is):",
                         ssd_table(recorded), "The port and `jnp` against mamba-ssm's torch function:",
                         checks_table(recorded), "The Mamba-2 block:", block_table(recorded),
