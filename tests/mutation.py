@@ -218,12 +218,13 @@ def _survivors(name: str, functions: set[str] | None = None, others: set[str] | 
 
 
 def replay(name: str, python: str, functions: set[str] | None = None, others: set[str] | None = None,
-           tag: str = "") -> str:
+           tag: str = "", tests: list[str] | None = None) -> str:
     """Each survivor (in ``functions`` where given, none in ``others``) applied to a copy and the module's tests run
     under ``python``; the verdicts' summary. ``tag`` names the copy and the verdicts' file (``NAME.replay-TAG.txt``),
-    so that two replays can run at once. A survivor whose lines the code has changed since is not applied: its
-    verdict says so."""
-    tests = MODULES[name][1]
+    so that two replays can run at once; ``tests``, pytest node ids run instead of the module's (the only tests
+    that reach the survivors' code). A survivor whose lines the code has changed since is not applied: its verdict
+    says so."""
+    tests = tests or MODULES[name][1]
     tree = OUT / name / f"replay{'-' * bool(tag)}{tag}"
     _copy(tree)
     env = _environment(tree)
@@ -290,6 +291,8 @@ def main() -> None:
     parser.add_argument("--not-functions", type=lambda text: set(text.split(",")),
                         help="--replay-with: none of the survivors in these functions")
     parser.add_argument("--tag", default="", help="--replay-with: names its copy and verdicts (replays at once)")
+    parser.add_argument("--tests", type=lambda text: text.split(","),
+                        help="--replay-with: these pytest node ids instead of the module's tests")
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     OUT.mkdir(exist_ok=True)
@@ -297,7 +300,8 @@ def main() -> None:
     if args.report:
         lines = [score(name) for name in names]
     elif args.replay_with:
-        lines = [replay(name, args.replay_with, args.functions, args.not_functions, args.tag) for name in names]
+        lines = [replay(name, args.replay_with, args.functions, args.not_functions, args.tag, args.tests)
+                 for name in names]
     else:
         with ThreadPoolExecutor(args.jobs) as pool:
             lines = list(pool.map(lambda name: run(name, args.fresh, args.shards), names))

@@ -90,13 +90,15 @@ def test_half_rows_under_a_full_mask_are_one_concatenation(stores):
     assert _ops(_halves_kernel, (x,), x.shape, (rows,), h, BH=4, D=d, STORES=stores) == (0, 1)
 
 
-def test_a_mask_not_full_is_kept_and_its_stores_stay_selects():
-    rows, h, d = 6, 3, 16       # 3 heads in a block of 4: the fourth head's lanes are off
+def test_a_mask_that_leaves_lanes_off_stays_on_the_loads_and_the_stores_write_its_box():
+    """3 heads in a block of 4: the fourth head's lanes are off in every program, so the mask is its box (exact,
+    not full): the loads keep it (their masked-off lanes read ``other``), the stores write the box's lanes, which
+    cover the buffer: one concatenation."""
+    rows, h, d = 6, 3, 16
     x = np.random.default_rng(2).standard_normal(rows * h * d).astype(np.float32)
     got = run_translated(_halves_kernel, (x,), x.shape, (rows,), h, fill=OLD, BH=4, D=d, STORES=BOTH)
     np.testing.assert_allclose(got, _halves(x, rows, h, d), rtol=1e-6)
-    selects, concatenations = _ops(_halves_kernel, (x,), x.shape, (rows,), h, BH=4, D=d, STORES=BOTH)
-    assert selects >= 4 and concatenations == 0
+    assert _ops(_halves_kernel, (x,), x.shape, (rows,), h, BH=4, D=d, STORES=BOTH) == (2, 1)
 
 
 @pytest.mark.parametrize("stores", [ONLY_FIRST, ONLY_SECOND, SAME_HALF], ids=["only-first", "only-second", "same-half"])
@@ -115,20 +117,24 @@ def _rows_kernel(x_ptr, out_ptr, n, far, BLOCK: tl.constexpr, MODE: tl.constexpr
         mask = offs < n
     elif MODE == 1:
         mask = (offs < n) | (offs < far)    # full where either is
-    else:
+    elif MODE == 2:
         mask = (offs < far) & (offs < n)    # full only where both are
+    else:
+        mask = (tl.arange(0, BLOCK) < 5) | (offs < n)   # its box in every program, or not: not a box
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask, other=1.0) * 2, mask=mask)
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2], ids=["lt", "or", "and"])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3], ids=["lt", "or", "and", "or-box"])
 @pytest.mark.parametrize("short", [0, 1, 5, 31], ids=lambda s: f"short{s}")
 def test_a_row_mask_is_dropped_only_where_every_program_fills_its_block(mode, short):
     """``offs < n`` over 4 programs of 32: full at n = 128, not when the last program's block is cut short by any
-    number of lanes (its lanes past ``n`` must keep ``OLD``); ``|`` with a full mask is full, ``&`` is not."""
+    number of lanes (its lanes past ``n`` must keep ``OLD``); ``|`` with a full mask is full, ``&`` is not, nor
+    ``|`` of a box (the first 5 lanes of every block) with a mask that is none."""
     programs, block = 4, 32
     n, far = programs * block - short, programs * block
     x = np.random.default_rng(4).standard_normal(programs * block).astype(np.float32)
     live = np.arange(x.size) < (far if mode == 1 else n)
+    live |= (np.arange(x.size) % block < 5) & (mode == 3)
     got = run_translated(_rows_kernel, (x,), x.shape, (programs,), n, far, fill=OLD, BLOCK=block, MODE=mode)
     np.testing.assert_array_equal(got, np.where(live, x * 2, np.float32(OLD)))
     selects = _ops(_rows_kernel, (x,), x.shape, (programs,), n, far, BLOCK=block, MODE=mode)[0]
@@ -157,3 +163,29 @@ def test_per_row_scalars_in_columns_are_one_concatenation_when_every_column_is_w
     np.testing.assert_allclose(got, want.reshape(-1), rtol=1e-5)
     concatenations = _ops(_columns_kernel, (x,), (programs * 3,), (programs,), BLOCK=block, SKIP_MIDDLE=skip_middle)[1]
     assert concatenations == (0 if skip_middle else 1)
+
+
+@triton.jit
+def _narrow_rows_kernel(x_ptr, out_ptr, n, width, BLOCK: tl.constexpr, SHRINK: tl.constexpr):
+    # SwiGLU's form: a row of n columns in a power-of-two block, rows `width` apart; SHRINK: program p's row has
+    # n - p columns, so the programs' live lanes differ
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n - row * SHRINK
+    x = tl.load(x_ptr + row * width + cols, mask=mask, other=0.0)
+    tl.store(out_ptr + row * width + cols, x * 3 + 1, mask=mask)
+
+
+@pytest.mark.parametrize("width,shrink", [(30, 0), (40, 0), (40, 1)], ids=["rows-n-wide", "rows-apart", "shrinking"])
+def test_a_store_whose_mask_is_its_windows_box_is_written_without_it(width, shrink):
+    """``cols < n`` with n = 30 in a block of 32: the same box in every program, so the store's window (cut to the
+    box) needs no mask, and rows n wide are written whole (no select; the load keeps its own). Rows 40 apart keep
+    ``OLD`` past column 30; a mask whose box differs per program keeps the store's select."""
+    rows, n, block = 5, 30, 32
+    x = np.random.default_rng(6).standard_normal(rows * width).astype(np.float32)
+    got = run_translated(_narrow_rows_kernel, (x,), x.shape, (rows,), n, width, fill=OLD, BLOCK=block, SHRINK=shrink)
+    live = np.arange(width)[None, :] < (n - shrink * np.arange(rows))[:, None]
+    np.testing.assert_allclose(got, np.where(live, x.reshape(rows, width) * 3 + 1, np.float32(OLD)).reshape(-1),
+                               rtol=1e-6)
+    selects = _ops(_narrow_rows_kernel, (x,), x.shape, (rows,), n, width, BLOCK=block, SHRINK=shrink)[0]
+    assert selects == (1 if width == n and not shrink else 2)    # the load's, and the store's unless whole

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tritonplug_interpret.xla.lane_rules import RULES, SOURCES, Lanes, access_shape, checked, shape_of, uniform
-from tritonplug_interpret.xla.mask_rules import FULL_RULES, MASK_RULES, Limits, normal
+from tritonplug_interpret.xla.mask_rules import EXACT_RULES, MASK_RULES, Limits, normal
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
 from tritonplug_interpret.xla.ttir import Block, Function, Op, walk
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
@@ -89,8 +89,8 @@ class _Analysis:
         self.uneven: dict[Op, int] = {}         # scf.for → the most trips a program makes, where they differ
         self.masks: dict[str, Limits] = {}      # i1 value → bound on its live lanes (mask_rules)
         self.limits: dict[Op, Limits] = {}      # load/store → its mask's bound
-        self.full: set[str] = set()             # i1 values true in every lane of every program (mask_rules)
-        self.unmasked: set[Op] = set()          # loads/stores whose mask is full
+        self.exact: set[str] = set()            # i1 values whose live lanes are their limits' box (mask_rules)
+        self.exact_masked: set[Op] = set()      # loads/stores whose mask is exact
         self.trips: dict[Op, int] = {}          # scf.for → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
@@ -106,7 +106,7 @@ class _Analysis:
                     for name, _ in b.args:
                         self.lanes.pop(name, None)
                         self.masks.pop(name, None)
-                        self.full.discard(name)
+                        self.exact.discard(name)
                     self.labels.set_unknown(name for name, _ in b.args)
                     self.block(b)
             # (a loop's body is analysed again when an assumption on its iter_args fails: an access whose
@@ -130,14 +130,14 @@ class _Analysis:
                     self.limits.pop(op, None)
                 else:
                     self.limits[op] = limits
-                if len(op.operands) > at and op.operands[at] in self.full:
-                    self.unmasked.add(op)
+                if len(op.operands) > at and op.operands[at] in self.exact:
+                    self.exact_masked.add(op)
                 else:
-                    self.unmasked.discard(op)
+                    self.exact_masked.discard(op)
             out = None
             for name in op.results:     # (names are reused by sibling regions)
                 self.masks.pop(name, None)
-                self.full.discard(name)
+                self.exact.discard(name)
             if op.name in MASK_RULES and len(op.results) == 1:
                 self.mask(op)
             if len(op.results) == 1:
@@ -151,8 +151,8 @@ class _Analysis:
         return []
 
     def mask(self, op: Op) -> None:
-        """The bound on the live lanes of ``op``'s i1 result and whether it is full, by its rules in
-        :data:`.mask_rules.MASK_RULES` and :data:`.mask_rules.FULL_RULES`."""
+        """The bound on the live lanes of ``op``'s i1 result and whether they are exactly its box, by its rules in
+        :data:`.mask_rules.MASK_RULES` and :data:`.mask_rules.EXACT_RULES`."""
         shape = shape_of(op.result_types[-1]) if op.result_types else None
         limits = None
         if shape:
@@ -161,9 +161,10 @@ class _Analysis:
                                  [self.masks.get(n) for n in op.operands], shape), shape)
         if limits is not None:
             self.masks[op.results[0]] = limits
-        if shape and op.name in FULL_RULES and FULL_RULES[op.name](
-                op, [self.lanes.get(n) for n in op.operands], [n in self.full for n in op.operands], shape):
-            self.full.add(op.results[0])
+        if shape and EXACT_RULES[op.name](op, [self.lanes.get(n) for n in op.operands],
+                                          [n in self.exact for n in op.operands],
+                                          [self.masks.get(n) for n in op.operands], shape):
+            self.exact.add(op.results[0])
 
     def _static(self, name: str) -> np.ndarray | None:
         lanes = self.lanes.get(name)
@@ -295,7 +296,7 @@ class Found:
     counts: dict[Op, int] = field(default_factory=dict)    # scf.for → trip count, the same in every program
     store_starts: dict[Op, np.ndarray] = field(default_factory=dict)   # store → every lane-0 offset (as loads')
     uneven: dict[Op, int] = field(default_factory=dict)    # scf.for → the most trips, where programs differ
-    unmasked: frozenset[Op] = frozenset()   # load/store whose mask is true in every lane of every program
+    exact_masked: frozenset[Op] = frozenset()   # load/store whose mask's live lanes are its limits' box
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -310,7 +311,7 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
                     if (starts := _starts(lanes, analysis.store_loops.get(op))) is not None}
     return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores),
                  dict(analysis.limits), dict(analysis.counts), store_starts, dict(analysis.uneven),
-                 frozenset(analysis.unmasked))
+                 frozenset(analysis.exact_masked))
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:

@@ -10,10 +10,12 @@ off); the bound only says which lanes may touch memory, so a window need only co
 operands' integer :class:`.lane_rules.Lanes` (None where unknown), ``masks`` the operands' limits (None where
 unknown). Sound by construction: an op's limits are never tighter than its live lanes.
 
-A mask can also be proved **full**: true in every lane of every program (RoPE's at 16 heads and a rotary width of
-the head dim, RMSNorm's ``cols < n`` where the row fills its block). :data:`FULL_RULES` maps an op name to
-``rule(op, args, full, shape) -> bool`` (``full``: whether each operand is); an access whose mask is full is
-translated without it (no ``select`` per load, its stores whole writes).
+A mask can also be proved **exact**: in every program its live lanes are exactly the box its limits give (``offs <
+n`` where every program has as many lanes below ``n``: SwiGLU's 5632 columns in a block of 8192), and **full** where
+that box is the whole block (RoPE's at 16 heads and a rotary width of the head dim, RMSNorm's ``cols < n`` where the
+row fills its block). :data:`EXACT_RULES` maps an op name to ``rule(op, args, exact, masks, shape) -> bool``. An
+access whose mask is full is translated without it; so is a store whose mask is exact and whose lanes are a window
+(:mod:`.windows` writes only the box's lanes): no select per load, the stores whole writes.
 """
 
 from __future__ import annotations
@@ -119,28 +121,38 @@ MASK_RULES: dict[str, MaskRule] = {
 }
 
 
-# ------------------------------------------------------------------ full masks
+# ------------------------------------------------------------------ exact masks
 
-FullRule = Callable[[Op, list["Lanes | None"], list[bool], tuple[int, ...]], bool]
+ExactRule = Callable[[Op, list["Lanes | None"], list[bool], list["Limits | None"], tuple[int, ...]], bool]
 
 
-def _full_cmpi(op: Op, args: list, full: list[bool], shape: tuple[int, ...]) -> bool:
-    """``lanes < limit`` is full where every program has at least the block's lanes live along the moving
-    dimension (:func:`_counts`)."""
+def _exact_cmpi(op: Op, args: list, exact: list[bool], masks: list, shape: tuple[int, ...]) -> bool:
+    """``lanes < limit`` is exact where every program has as many lanes live along the moving dimension, counted
+    within the block (:func:`_counts`): then its lanes are the box ``[0, count)`` in every program."""
     predicate = op.keyword or ""
     if len(args) != 2 or not shape or (predicate not in _LESS and predicate not in _GREATER):
         return False
     lanes, limit = (args[0], args[1]) if predicate in _LESS else (args[1], args[0])
     inclusive = _LESS[predicate] if predicate in _LESS else _GREATER[predicate]
     counted = _counts(lanes, limit, inclusive, predicate[0] == "u")
-    return counted is not None and bool(np.min(counted[1]) >= shape[counted[0]])
+    if counted is None:
+        return False
+    live = np.clip(counted[1], 0, shape[counted[0]])
+    return bool(np.min(live) == np.max(live))
 
 
-#: Op name → whether its i1 result is full given its operands (:func:`_full_cmpi`); any other op's is not known.
-FULL_RULES: dict[str, FullRule] = {
-    "arith.cmpi": _full_cmpi,
-    "arith.andi": lambda op, args, full, shape: bool(full) and all(full),
-    "arith.ori": lambda op, args, full, shape: any(full),
-    "tt.broadcast": lambda op, args, full, shape: bool(full) and full[0],
-    "tt.expand_dims": lambda op, args, full, shape: bool(full) and full[0],
+def _exact_or(op: Op, args: list, exact: list[bool], masks: list, shape: tuple[int, ...]) -> bool:
+    """An or is exact where one side is full (exact, its box the whole block): the or is full too."""
+    return any(e and m is None for e, m in zip(exact, masks, strict=True))
+
+
+#: Op name → whether its i1 result is exact (its live lanes, in every program, are the box its limits give, the
+#: whole block where they give none) given its operands'; any other op's is not known. An and of exact masks is
+#: the intersection of their boxes, a box.
+EXACT_RULES: dict[str, ExactRule] = {
+    "arith.cmpi": _exact_cmpi,
+    "arith.andi": lambda op, args, exact, masks, shape: bool(exact) and all(exact),
+    "arith.ori": _exact_or,
+    "tt.broadcast": lambda op, args, exact, masks, shape: bool(exact) and exact[0],
+    "tt.expand_dims": lambda op, args, exact, masks, shape: bool(exact) and exact[0],
 }

@@ -121,8 +121,11 @@ def gather(f: Frame, buffer: int, offset, mask, other, dtype, window: Any = None
     return jnp.where(active, values, fill)
 
 
-def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str = "store") -> Any:
+def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str = "store",
+            unmasked: bool = False) -> Any:
     """Write ``values`` (or combine them, for atomics); returns the old values for atomics in sequential mode.
+    ``unmasked``: the plan dropped the mask (:attr:`.plan.Plan.unmasked`), which then bounds only checked mode's
+    lanes.
 
     Atomics combine in the pointer's element type, viewed unsigned for ``umax``/``umin`` (Triton's
     float ``atomic_max``/``atomic_min`` are integer max/umin on the bits).
@@ -130,7 +133,8 @@ def scatter(f: Frame, kind: str, buffer: int, offset, values, mask, access: str 
     offset = jnp.asarray(offset)
     f.record_check(access, buffer, offset, mask)
     info = f.ctx.buffers[buffer]
-    active = _clean(f, buffer, offset, mask, access == "store" and f.current_op in f.ctx.plan.inside)
+    active = _clean(f, buffer, offset, None if unmasked else mask,
+                    access == "store" and f.current_op in f.ctx.plan.inside)
     values = jnp.broadcast_to(values, offset.shape)
     if kind in ("umax", "umin"):
         values = lax.bitcast_convert_type(values, unsigned(values.dtype))
@@ -250,9 +254,9 @@ def _store(f: Frame, op: Op):
         offset, mask = _block_addresses(f, op, p)
         scatter(f, "store", p.buffer, offset, value, mask)
         return []
-    mask = args[2] if len(args) > 2 and op not in f.ctx.plan.unmasked else None
+    mask = args[2] if len(args) > 2 else None
     f.current_op = op
-    scatter(f, "store", p.buffer, p.offset, value, mask)
+    scatter(f, "store", p.buffer, p.offset, value, mask, unmasked=op in f.ctx.plan.unmasked)
     f.current_op = None
     return []
 

@@ -40,7 +40,8 @@ class Plan:
     tilings: Mapping[Op, tiles.Tiling]           # tt.store → a transpose of the buffer, not a scatter
     accesses: Mapping[Op, strided.Access]        # tt.load → a window of a strided view
     inside: frozenset[Op]                        # tt.load/tt.store whose live lanes are all inside (no bounds mask)
-    unmasked: frozenset[Op] = frozenset()        # tt.load/tt.store whose mask is true in every lane (dropped)
+    unmasked: frozenset[Op] = frozenset()        # tt.load/tt.store whose mask is dropped: true in every lane, or
+    #                                              a window store's whose lanes are exactly its box
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def _bounds(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
     return {"inside": frozenset(op for op, where, starts in accesses
                                 if lanes.within(where, starts, lanes.access_shape(op),
                                                 launch.buffers[where.buffer].size, result.limits.get(op))),
-            "unmasked": result.unmasked}
+            "unmasked": frozenset(op for op in result.exact_masked if result.limits.get(op) is None)}
 
 
 def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +101,10 @@ def _windows(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
     top = straight_line(launch.fn.body)     # (with the branches' sides)
     slices = windows(launch.fn, found["lanes"], launch.programs, loops, top) if found["parallel"] else {}
     slices = {op: w for op, w in slices.items() if op not in found["tilings"]}
-    return {"windows": slices, "hoisted": frozenset(op for op in slices if op.name == "tt.load")}
+    # a store whose mask is exact writes its window's box, every lane of which the mask leaves on: no mask
+    boxed = frozenset(op for op in slices if op.name == "tt.store" and op in found["lanes"].exact_masked)
+    return {"windows": slices, "hoisted": frozenset(op for op in slices if op.name == "tt.load"),
+            "unmasked": found["unmasked"] | boxed}
 
 
 def _sharing(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
