@@ -19,7 +19,8 @@ fails falls back to the interpreter, which would hide the failure) and compares 
   takes apart and rebuilds (the pytree's unflatten: its buffer, its element type);
 * a compare-and-swap on the first and on the last element of a buffer of three;
 * a pointer bitcast to a pointee of another size (the XLA path refuses it: Triton's interpreter runs the call).
-* block pointers (Triton 3.6-3.8) a while loop advances, tiles starting before the tensor, their padding stored.
+* block pointers (Triton 3.6-3.8) a while loop advances, tiles starting before the tensor, their padding stored;
+  a block pointer of rank 1.
 """
 
 from __future__ import annotations
@@ -340,3 +341,21 @@ def test_a_block_pointer_walks_from_before_the_tensor_and_stores_its_padding(nan
     got = _run(_block_walk_kernel, (x, np.array([steps], np.int32)), (programs * steps * bm, bn), (programs,),
                *x.shape, BM=bm, BN=bn, NAN=nan)
     np.testing.assert_array_equal(got, _block_walk(x, programs, steps, bm, bn, np.nan if nan else 0.0))
+
+
+@triton.jit
+def _block_row_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    src = tl.make_block_ptr(x_ptr, (n,), (1,), (pid * BLOCK,), (BLOCK,), (0,))
+    dst = tl.make_block_ptr(out_ptr, (n,), (1,), (pid * BLOCK,), (BLOCK,), (0,))
+    tl.store(dst, tl.load(src, boundary_check=(0,), padding_option="zero") * 2, boundary_check=(0,))
+
+
+@pytest.mark.skipif(tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 9),
+                    reason=f"Triton {triton.__version__} removed tl.make_block_ptr (tox -e triton36 runs it)")
+def test_a_one_dimensional_block_pointer_reads_its_shape_and_stride():
+    """Rank 1: ``tt.make_tensor_ptr``'s operands are base, one shape, one stride, one offset; the last program's
+    block runs past ``n`` and its boundary check keeps ``OLD`` there."""
+    x = np.random.default_rng(10).standard_normal(64).astype(np.float32)
+    got = _run(_block_row_kernel, (x,), x.shape, (4,), 50, BLOCK=16)
+    np.testing.assert_array_equal(got, np.where(np.arange(64) < 50, x * 2, np.float32(OLD)))
