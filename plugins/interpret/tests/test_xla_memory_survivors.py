@@ -11,7 +11,8 @@ fails falls back to the interpreter, which would hide the failure) and compares 
 * a load through loaded indices, some of them outside the buffer (the last element's successor, past it,
   before it), in unchecked mode: those lanes read zero, the others their element; a store through such
   indices writes only the valid ones, and so does a bitwise atomic (``tl.atomic_or``, run lane by lane);
-* a pointer chosen by ``tl.where`` between two pointers into one buffer;
+* a pointer chosen by ``tl.where`` between two pointers into one buffer, and into two (refused: the
+  interpreter runs it);
 * a float buffer read and written through int pointers of its item size (its bits, not its values converted);
 * a pointer whose lanes a loop changes by loaded jumps, carried whole by the loop (a pytree through the loop);
   where the lanes jump apart the XLA path is wrong (a known bug, marked ``xfail``);
@@ -152,6 +153,25 @@ def test_a_pointer_chosen_between_two_pointers_into_one_buffer():
     x = np.random.default_rng(5).standard_normal(16).astype(np.float32)
     got = _run(_chosen_half_kernel, (x,), (32,), (4,), BLOCK=8)
     np.testing.assert_array_equal(got, np.concatenate([x[:8], x[8:], x[:8], x[8:]]))
+
+
+@triton.jit
+def _chosen_buffer_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    src = tl.where(tl.program_id(0) % 2 == 0, x_ptr + offs, y_ptr + offs)      # pointers into two buffers
+    tl.store(out_ptr + tl.program_id(0) * BLOCK + offs, tl.load(src))
+
+
+def test_a_pointer_chosen_between_two_buffers_reads_the_one_chosen():
+    """The XLA path refuses a select between pointers into different buffers (Triton's interpreter runs the call,
+    so this call is not asserted translated): each program reads its own buffer, never one at the other's offset."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(11)
+    x, y = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    got = jax.jit(lambda a, b: tritonplug.triton_call(a, b, kernel=_chosen_buffer_kernel, grid=(4,), BLOCK=8,
+                                                      out_type=jax.ShapeDtypeStruct((32,), jnp.float32)))(x, y)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate([x, y, x, y]))
 
 
 @triton.jit
