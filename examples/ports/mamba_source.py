@@ -87,9 +87,10 @@ def widened(kernel: Any) -> Any:
     hooks = [name for name, value in dropped.items() if value]
     if hooks:  # mamba-ssm's SSD autotuners have none; a kernel that does would lose them here
         raise ValueError(f"widened: {kernel.fn.__name__}'s autotuner has {hooks}, which widened does not carry over")
-    configs = triton_compat.autotune_configs(kernel)
-    seen = {(tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs}
-    for config in triton_compat.autotune_configs(kernel):
+    given = triton_compat.autotune_configs(kernel)
+    configs = list(given)       # the given ones first, then the new ones appended while the given are walked
+    seen = {(tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in given}
+    for config in given:
         shape = tuple(sorted(config.kwargs.items()))
         for warps in WARPS:
             for stages in STAGES:
