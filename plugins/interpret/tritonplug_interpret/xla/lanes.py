@@ -36,6 +36,15 @@ _MASK_OPERAND = {"tt.load": 1, "tt.store": 2}     # where an access's mask opera
 _INT_SCALARS = frozenset({"i1", "i8", "i16", "i32", "i64", "index"})
 
 
+@dataclass(frozen=True)
+class Count:
+    """An ``scf.for``'s trips: the most any program makes, and whether every program makes as many (else each
+    makes its own number, up to ``most``: a row loop over a program count that does not divide the rows)."""
+
+    most: int
+    even: bool
+
+
 @dataclass(frozen=True, eq=False)
 class Loop:
     """What is known of an ``scf.for``: its trip count and the static step of its values."""
@@ -85,8 +94,7 @@ class _Analysis:
         self.carried: dict[Op, dict[str, Carried]] = {}
         self.stores: dict[Op, Lanes] = {}
         self.store_loops: dict[Op, Loop | None] = {}   # store → the loop of its lanes' origin (as loads')
-        self.counts: dict[Op, int] = {}         # scf.for → its trip count where every program makes as many
-        self.uneven: dict[Op, int] = {}         # scf.for → the most trips a program makes, where they differ
+        self.counts: dict[Op, Count] = {}       # scf.for → its trips, where known (uneven ones: forward loops)
         self.masks: dict[str, Limits] = {}      # i1 value → bound on its live lanes (mask_rules)
         self.limits: dict[Op, Limits] = {}      # load/store → its mask's bound
         self.exact: set[str] = set()            # i1 values whose live lanes are their limits' box (mask_rules)
@@ -184,17 +192,15 @@ class _Analysis:
         if lower is not None and upper is not None and stride:
             count = np.maximum(0, -((lower - upper) // stride))
             trips = int(np.max(count))
-            if uniform(count) is not None:
-                self.counts[op] = trips
-            elif stride > 0:
-                self.uneven[op] = trips     # as many trips as the program with the most (each its own)
+            if uniform(count) is not None or stride > 0:
+                self.counts[op] = Count(trips, uniform(count) is not None)
             if uniform(lower) is not None and uniform(upper) is not None:
                 self.trips[op] = trips
         zero = np.zeros((), np.int64)
         for name in [iv, *(n for n, _ in bindings), *(n for n, _ in body.args)]:
             self.masks.pop(name, None)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
-        if self.counts.get(op) == 1 and lower is not None:
+        if self.counts.get(op) == Count(1, True) and lower is not None:
             self.lanes[iv] = Lanes((), None, lower)    # one trip: the induction variable is its lower bound
         steps: dict[str, int] = {} if stride is None else {iv: stride}
         inits = {iv: lower}
@@ -293,9 +299,8 @@ class Found:
     dots: dict[Op, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)   # tt.dot → operand labels
     stores: dict[Op, Lanes] = field(default_factory=dict)  # store → its pointer's lanes
     limits: dict[Op, Limits] = field(default_factory=dict)  # load/store → bound on its mask's live lanes
-    counts: dict[Op, int] = field(default_factory=dict)    # scf.for → trip count, the same in every program
+    counts: dict[Op, Count] = field(default_factory=dict)  # scf.for → its trips (the most; whether even)
     store_starts: dict[Op, np.ndarray] = field(default_factory=dict)   # store → every lane-0 offset (as loads')
-    uneven: dict[Op, int] = field(default_factory=dict)    # scf.for → the most trips, where programs differ
     exact_masked: frozenset[Op] = frozenset()   # load/store whose mask's live lanes are its limits' box
 
 
@@ -310,7 +315,7 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     store_starts = {op: starts for op, lanes in analysis.stores.items()
                     if (starts := _starts(lanes, analysis.store_loops.get(op))) is not None}
     return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores),
-                 dict(analysis.limits), dict(analysis.counts), store_starts, dict(analysis.uneven),
+                 dict(analysis.limits), dict(analysis.counts), store_starts,
                  frozenset(analysis.exact_masked))
 
 

@@ -67,8 +67,7 @@ def _vectorise(launch: Launch, found: dict[str, Any]) -> dict[str, Any]:
         lanes_of = result.loads[op].lanes if op in result.loads else result.stores.get(op)
         return None if lanes_of is None else lanes_of.buffer
 
-    planned = ((op, vectorise.vectorisable(op, result.counts.get(op, result.uneven.get(op)), result.carried.get(op, {}),
-                                           roots, buffer_of, op in result.uneven))
+    planned = ((op, vectorise.vectorisable(op, result.counts.get(op), result.carried.get(op, {}), roots, buffer_of))
                for op in straight_line(launch.fn.body) if op.name == "scf.for")
     return {"vectorised": {op: v for op, v in planned if v is not None}}
 

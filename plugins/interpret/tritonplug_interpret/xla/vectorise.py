@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tritonplug_interpret.xla.lanes import Count
 from tritonplug_interpret.xla.memory import Pointer
 from tritonplug_interpret.xla.program import WRITES, Frame, State
 from tritonplug_interpret.xla.ttir import Op, walk
@@ -49,14 +50,15 @@ class Vectorised:
     uneven: bool = False
 
 
-def vectorisable(op: Op, trips: int | None, carried: Mapping[str, Any], roots: Mapping[str, frozenset[int]],
-                 buffer_of: Callable[[Op], int | None], uneven: bool = False) -> Vectorised | None:
-    """How ``op`` (an ``scf.for``) runs vectorised over its ``trips`` (the most a program makes, ``uneven``:
-    where programs make different numbers), or None (as before: a loop). ``buffer_of``: an access's buffer where
-    the pointer-lane evaluator knows it, else the value's ``roots`` (which buffers a value may point into)
+def vectorisable(op: Op, count: Count | None, carried: Mapping[str, Any], roots: Mapping[str, frozenset[int]],
+                 buffer_of: Callable[[Op], int | None]) -> Vectorised | None:
+    """How ``op`` (an ``scf.for``) runs vectorised over its trips (``count``: the most a program makes, and whether
+    every program makes as many), or None (as before: a loop). ``buffer_of``: an access's buffer where the
+    pointer-lane evaluator knows it, else the value's ``roots`` (which buffers a value may point into)
     over-approximate it."""
-    if op.name != "scf.for" or op.loop is None or op.loop.iv is None or not trips or not op.regions:
+    if op.name != "scf.for" or op.loop is None or op.loop.iv is None or not count or not count.most or not op.regions:
         return None
+    trips, uneven = count.most, not count.even
     body = op.regions[0][0]
     ops = list(walk(body))
     if any(o.name == "tt.dot" or (o.name in WRITES and o.name != "tt.store") for o in ops):
