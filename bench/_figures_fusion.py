@@ -53,16 +53,21 @@ def _in_order(code: str) -> int:
     return 0 if code.startswith("before") else code.count(",") + 1
 
 
-def _runs() -> list[tuple[str, list[dict]]]:
-    """``(path relative to bench/results, records)`` of every recorded ``bench/fusion.py`` run; a run without
-    ``tune`` (``--no-tune``) keeps no ``"auto"`` record: untuned, ``"auto"`` only launches."""
+def _recorded(script: str) -> list[tuple[str, dict]]:
+    """``(path relative to bench/results, JSON)`` of every run of ``script`` recorded under :data:`FOLDER`."""
     found = []
     for path in sorted((RESULTS / FOLDER).glob("**/*.json")):
         data = json.loads(path.read_text())
-        if "bench/fusion.py" in data.get("command", ""):
-            records = [r for r in data["records"] if data.get("tuned", True) or r["impl"] != "auto"]
-            found.append((str(path.relative_to(RESULTS)), records))
+        if script in data.get("command", ""):
+            found.append((str(path.relative_to(RESULTS)), data))
     return found
+
+
+def _runs() -> list[tuple[str, list[dict]]]:
+    """``(path relative to bench/results, records)`` of every recorded ``bench/fusion.py`` run; a run without
+    ``tune`` (``--no-tune``) keeps no ``"auto"`` record: untuned, ``"auto"`` only launches."""
+    return [(path, [r for r in data["records"] if data.get("tuned", True) or r["impl"] != "auto"])
+            for path, data in _recorded("bench/fusion.py")]
 
 
 def _unfusible(record: dict) -> str:
@@ -131,12 +136,9 @@ def store_forms() -> str:
     """``bench/fusion_store_forms.py`` runs: RoPE's forward written each way, its time over XLA's op in the same run
     (the median over runs, with the range), by the translator the run's ``inline`` form ran (:data:`CODE_CHANGES`)."""
     ratio: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for path in sorted((RESULTS / FOLDER).glob("**/*.json")):
-        data = json.loads(path.read_text())
-        if "bench/fusion_store_forms.py" not in data.get("command", ""):
-            continue
+    for path, data in _recorded("bench/fusion_store_forms.py"):
         records = {r["impl"]: r for r in data["records"]}
-        code = _code(str(path.relative_to(RESULTS)))
+        code = _code(path)
         for impl, r in records.items():
             ratio[impl, code if impl == "inline" else "—"].append(r["median_us"] / records["xla"]["median_us"])
     rows = [[f"`{impl}`", code, cell(values, "{:.2f}", "×"), str(len(values))]

@@ -119,12 +119,14 @@ def _rows_kernel(x_ptr, out_ptr, n, far, BLOCK: tl.constexpr, MODE: tl.constexpr
         mask = (offs < n) | (offs < far)    # full where either is
     elif MODE == 2:
         mask = (offs < far) & (offs < n)    # full only where both are
-    else:
+    elif MODE == 3:
         mask = (tl.arange(0, BLOCK) < 5) | (offs < n)   # its box in every program, or not: not a box
+    else:
+        mask = n > offs                     # the comparison turned round
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask, other=1.0) * 2, mask=mask)
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2, 3], ids=["lt", "or", "and", "or-box"])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3, 4], ids=["lt", "or", "and", "or-box", "gt"])
 @pytest.mark.parametrize("short", [0, 1, 5, 31], ids=lambda s: f"short{s}")
 def test_a_row_mask_is_dropped_only_where_every_program_fills_its_block(mode, short):
     """``offs < n`` over 4 programs of 32: full at n = 128, not when the last program's block is cut short by any

@@ -35,17 +35,6 @@ _LESS = {"slt": False, "ult": False, "sle": True, "ule": True}           # predi
 _GREATER = {"sgt": False, "ugt": False, "sge": True, "uge": True}        # b > a, b >= a: the same, swapped
 
 
-def _bound(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned: bool, rank: int) -> Limits | None:
-    """Limits of ``lanes < limit`` (``<=`` when ``inclusive``): the most lanes live in any program (:func:`_counts`)."""
-    counted = _counts(lanes, limit, inclusive, unsigned)
-    if counted is None:
-        return None
-    dim, count = counted
-    limits: list[int | None] = [None] * rank
-    limits[dim] = max(0, int(np.max(count)))
-    return tuple(limits)
-
-
 def _counts(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned: bool) -> tuple[int, np.ndarray] | None:
     """``(dim, lanes live per program)`` for ``lanes < limit`` (``<=`` when ``inclusive``): lanes moving along one
     dimension only, by a positive stride, from a known base; ``limit`` known and the same for every lane."""
@@ -64,15 +53,27 @@ def _counts(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned:
     return dim, -(-room // stride)
 
 
-def _cmpi(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
+def _compared(op: Op, args: list) -> tuple[int, np.ndarray] | None:
+    """:func:`_counts` of an ``arith.cmpi`` ``lanes < limit`` or ``limit > lanes`` (``<=``/``>=`` inclusive)."""
+    predicate = op.keyword or ""
     if len(args) != 2:
         return None
-    predicate = op.keyword or ""
     if predicate in _LESS:
-        return _bound(args[0], args[1], _LESS[predicate], predicate[0] == "u", len(shape))
+        return _counts(args[0], args[1], _LESS[predicate], predicate[0] == "u")
     if predicate in _GREATER:
-        return _bound(args[1], args[0], _GREATER[predicate], predicate[0] == "u", len(shape))
+        return _counts(args[1], args[0], _GREATER[predicate], predicate[0] == "u")
     return None
+
+
+def _cmpi(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
+    """The most lanes live in any program, along the compared lanes' moving dimension."""
+    counted = _compared(op, args)
+    if counted is None:
+        return None
+    dim, count = counted
+    limits: list[int | None] = [None] * len(shape)
+    limits[dim] = max(0, int(np.max(count)))
+    return tuple(limits)
 
 
 def _and(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:
@@ -128,14 +129,9 @@ ExactRule = Callable[[Op, list["Lanes | None"], list[bool], list["Limits | None"
 
 def _exact_cmpi(op: Op, args: list, exact: list[bool], masks: list, shape: tuple[int, ...]) -> bool:
     """``lanes < limit`` is exact where every program has as many lanes live along the moving dimension, counted
-    within the block (:func:`_counts`): then its lanes are the box ``[0, count)`` in every program."""
-    predicate = op.keyword or ""
-    if len(args) != 2 or not shape or (predicate not in _LESS and predicate not in _GREATER):
-        return False
-    lanes, limit = (args[0], args[1]) if predicate in _LESS else (args[1], args[0])
-    inclusive = _LESS[predicate] if predicate in _LESS else _GREATER[predicate]
-    counted = _counts(lanes, limit, inclusive, predicate[0] == "u")
-    if counted is None:
+    within the block (:func:`_compared`): then its lanes are the box ``[0, count)`` in every program."""
+    counted = _compared(op, args)
+    if counted is None or not shape:
         return False
     live = np.clip(counted[1], 0, shape[counted[0]])
     return bool(np.min(live) == np.max(live))

@@ -168,8 +168,8 @@ jax.tree_util.register_pytree_node(ViewedValues, lambda v: ((v.values,), v.buffe
 
 
 def whole_stores(buffers: Sequence[Any], stores: Sequence[tuple[Any, int, Any]]) -> dict[int, Any]:
-    """``{buffer: new contents}`` for the buffers that the parallel schedule's ``(kind, buffer, active)`` stores
-    (every program's, in order) write whole by windows with every lane on (``active`` None), side by side
+    """``{buffer: new contents}`` for the buffers that the parallel schedule's ``(kind, buffer, values, active)``
+    stores (every program's, in order) write whole by windows with every lane on (``active`` None), side by side
     (:func:`.windows.write_whole`): one concatenation of the values, no select over the old contents (XLA:GPU runs
     RoPE's two half-row stores so as fast as its own op, chained selects 2.7x slower:
     ``bench/fusion_store_forms.py``)."""
