@@ -180,9 +180,10 @@ def _narrow_rows_kernel(x_ptr, out_ptr, n, width, BLOCK: tl.constexpr, SHRINK: t
 
 @pytest.mark.parametrize("width,shrink", [(30, 0), (40, 0), (40, 1)], ids=["rows-n-wide", "rows-apart", "shrinking"])
 def test_a_store_whose_mask_is_its_windows_box_is_written_without_it(width, shrink):
-    """``cols < n`` with n = 30 in a block of 32: the same box in every program, so the store's window (cut to the
-    box) needs no mask, and rows n wide are written whole (no select; the load keeps its own). Rows 40 apart keep
-    ``OLD`` past column 30; a mask whose box differs per program keeps the store's select."""
+    """``cols < n`` with n = 30 in a block of 32: the same box in every program, and the block is cut to its 30 live
+    lanes (:mod:`.live_block`), where the mask is full: rows n wide are written whole, no select at all. Rows 40
+    apart keep ``OLD`` past column 30: the store's select over them. A mask whose box differs per program (cut to
+    the widest, 30) keeps the load's select and the store's."""
     rows, n, block = 5, 30, 32
     x = np.random.default_rng(6).standard_normal(rows * width).astype(np.float32)
     got = run_translated(_narrow_rows_kernel, (x,), x.shape, (rows,), n, width, fill=OLD, BLOCK=block, SHRINK=shrink)
@@ -190,4 +191,4 @@ def test_a_store_whose_mask_is_its_windows_box_is_written_without_it(width, shri
     np.testing.assert_allclose(got, np.where(live, x.reshape(rows, width) * 3 + 1, np.float32(OLD)).reshape(-1),
                                rtol=1e-6)
     selects = _ops(_narrow_rows_kernel, (x,), x.shape, (rows,), n, width, BLOCK=block, SHRINK=shrink)[0]
-    assert selects == (1 if width == n and not shrink else 2)    # the load's, and the store's unless whole
+    assert selects == {(30, 0): 0, (40, 0): 1, (40, 1): 2}[width, shrink]

@@ -86,3 +86,21 @@ def test_poly_norm_forward_and_backward(path, monkeypatch):
                monkeypatch=monkeypatch)
     for g, want_one in zip(got, want_bwd[:3], strict=True):
         np.testing.assert_allclose(g, want_one.cpu().numpy().reshape(g.shape), rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("path", ["inline", "launch"])
+def test_swiglu_forward_and_backward_on_a_row_narrower_than_its_block(path, monkeypatch):
+    """The 1b config's 5632 columns in a block of 8192: inlined, the block is cut to the row's lanes
+    (:mod:`tritonplug_interpret.xla.live_block`)."""
+    torch = importlib.import_module("torch")
+    liger = importlib.import_module("liger_kernel.ops.swiglu")
+    port = importlib.import_module("examples.ports.liger_swiglu")
+    a, b, dc = _inputs(3, (4096, 5632), (4096, 5632), (4096, 5632))
+    t = [torch.tensor(v, device="cuda") for v in (a, b, dc)]
+    want_c = liger.swiglu_forward(t[0], t[1])[2].cpu().numpy()
+    want = [v.cpu().numpy() for v in liger.swiglu_backward(t[0].clone(), t[1].clone(), t[2])]
+    (got_c,) = _run(path, lambda *v: [port.swiglu_forward(*v)[2]], a, b, monkeypatch=monkeypatch)
+    np.testing.assert_allclose(got_c, want_c, rtol=1e-5, atol=1e-6)
+    got = _run(path, port.swiglu_backward, a, b, dc, monkeypatch=monkeypatch)
+    for g, want_one in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, want_one, rtol=1e-5, atol=1e-5)

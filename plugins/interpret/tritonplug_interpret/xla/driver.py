@@ -110,6 +110,7 @@ class Translation:
         self.buffers = [BufferInfo(names.get(s, f"buffer {s}"), np.dtype(spec.dtype), _size(spec.shape))
                         for s, spec in enumerate(specs)]
         self.plan = plan.make(fn, pointer_args, self.arguments, self.buffers, tuple(int(g) for g in launch.grid))
+        self.fn = self.plan.fn      # (its block cut to the live lanes, where :mod:`.live_block` could)
         self.parallel = self.plan.parallel
 
         def grid(operands: list[Any], results: list[Any]) -> list[Any]:

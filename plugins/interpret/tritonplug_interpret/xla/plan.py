@@ -1,26 +1,28 @@
 """The analyses that run before anything is traced, as named passes producing one frozen :class:`Plan`.
 
-In order (as Triton's ``add_stages`` lists its passes, :data:`PASSES`): ``schedule`` (parallel ``vmap`` over
-the grid or programs in order, :func:`choose_parallel`), ``lanes`` (the one evaluator of pointer arithmetic:
-every pointer's lanes, loop trip counts, carried pointers and which programs share values, :mod:`.lanes`);
-then views of its result: ``bounds`` (loads and stores whose every live lane is inside its buffer: no bounds
-mask; those whose mask is true in every lane: no mask), and in the parallel schedule ``tiling`` (stores that
-tile their buffer, :mod:`.tiles`), ``windows`` (the
-other top-level accesses that are boxes of the reshaped buffer: slices, :mod:`.windows`), ``sharing`` (dots
-whose tiles repeat over the grid, :mod:`.gemm`) and ``strided`` (loads as windows of strided views,
-:mod:`.strided`). The plan's maps are keyed by the function's ops (which hash by identity), read-only.
+In order (as Triton's ``add_stages`` lists its passes, :data:`PASSES`): ``lanes`` (the one evaluator of pointer
+arithmetic: every pointer's lanes, loop trip counts, carried pointers and which programs share values,
+:mod:`.lanes`); ``vectorise`` (loops whose trips run at once, :mod:`.vectorise`) and ``schedule`` (parallel
+``vmap`` over the grid or programs in order, :func:`choose_parallel`); then views of the lanes: ``bounds`` (loads
+and stores whose every live lane is inside its buffer: no bounds mask; those whose mask is true in every lane: no
+mask), and in the parallel schedule ``tiling`` (stores that tile their buffer, :mod:`.tiles`), ``windows`` (the
+other top-level accesses that are boxes of the reshaped buffer: slices, :mod:`.windows`), ``sharing`` (dots whose
+tiles repeat over the grid, :mod:`.gemm`) and ``strided`` (loads as windows of strided views, :mod:`.strided`).
+A lane-wise kernel whose accesses leave the tail of its block dead is first cut to its live lanes
+(:mod:`.live_block`, from a first ``lanes`` pass); the passes then plan that function, :attr:`Plan.fn`. The plan's
+maps are keyed by the function's ops (which hash by identity), read-only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from tritonplug_interpret.xla import gemm, lanes, strided, tiles, vectorise
+from tritonplug_interpret.xla import gemm, lanes, live_block, strided, tiles, vectorise
 from tritonplug_interpret.xla.program import WRITES, BufferInfo
 from tritonplug_interpret.xla.ttir import Function, Op, walk
 from tritonplug_interpret.xla.windows import Window, windows
@@ -28,8 +30,10 @@ from tritonplug_interpret.xla.windows import Window, windows
 
 @dataclass(frozen=True)
 class Plan:
-    """What the passes decided; every map is keyed by an op of the function."""
+    """What the passes decided; every map is keyed by an op of ``fn``, the function they planned (the kernel's, or
+    its block cut to the live lanes: :mod:`.live_block`)."""
 
+    fn: Function
     parallel: bool                               # programs vectorised over the grid (else in order)
     vectorised: Mapping[Op, vectorise.Vectorised]   # scf.for → run vmap-ed over its independent trips
     windows: Mapping[Op, Window]                 # top-level access → grid-wide slice
@@ -146,11 +150,16 @@ def make(fn: Function, pointer_args: Mapping[str, int], arguments: Sequence[tupl
                if kind == "scalar" and element in ("i32", "i64") and isinstance(value, int)}
     launch = Launch(fn, MappingProxyType(dict(pointer_args)), MappingProxyType(scalars), tuple(buffers),
                     tuple(int(g) for g in grid))
-    found: dict[str, Any] = {}
-    for _, run in PASSES:
+    found: dict[str, Any] = _lanes(launch, {})
+    cut = live_block.cut(fn, found["lanes"])
+    if cut is not None:     # the function on its live lanes, planned from its own lanes
+        launch = replace(launch, fn=cut)
+        found = _lanes(launch, {})
+    for _, run in PASSES[1:]:   # (PASSES[0], the lanes pass, ran above)
         found.update(run(launch, found))
     frozen = MappingProxyType
-    return Plan(found["parallel"], frozen(dict(found["vectorised"])), frozen(dict(found["windows"])), found["hoisted"],
+    return Plan(launch.fn, found["parallel"], frozen(dict(found["vectorised"])), frozen(dict(found["windows"])),
+                found["hoisted"],
                 frozen({op: frozen(dict(c)) for op, c in found["carried"].items()}), frozen(dict(found["trips"])),
                 frozen(found["shared_dots"]), frozen(found["tilings"]), frozen(found["accesses"]), found["inside"],
                 found["unmasked"])
