@@ -8,9 +8,12 @@ Parts (``--parts``, comma-separated):
 
 * ``ops``: each op (``--ops``: ``rms_norm``, ``rope``, ``swiglu``, and ``loss``, Liger's fused linear cross
   entropy, if asked for) at the Llama config's shapes (``--config``, ``examples/llama/config.py``; activations
-  ``(batch, seq, ...)`` in its dtype), three programs each: ``forward``, ``forward+backward`` (the forward
-  returned with its vector-Jacobian product, so neither is dropped) and ``fused`` (``op(x*a+b)*c``: what XLA
-  can fuse around the op). Variants, side by side in one process: ``xla`` (the ``jax`` op of
+  ``(batch, seq, ...)`` in its dtype), four programs each: ``forward``, ``forward+backward`` (the forward
+  returned with its vector-Jacobian product, its cotangent a function of the output, so neither is dropped),
+  ``backward`` (the vector-Jacobian product alone, its cotangent read from memory: in a model the forward and the
+  backward run apart, between other ops, so this program and ``forward`` are what each costs there, where in
+  ``forward+backward`` XLA may fuse both into one pass) and ``fused`` (``op(x*a+b)*c``: what XLA can fuse around
+  the op). Variants, side by side in one process: ``xla`` (the ``jax`` op of
   ``examples/llama/ops.py``), ``launch`` (the port's kernels launched, ``inline=False``), ``inline`` (their
   translation to XLA ops, ``inline=True``) and ``auto`` (``inline="auto"`` after ``tritonplug.tune`` timed that
   very program with each call launched and inlined, greedily, and recorded the paths it kept). Each record holds
@@ -48,7 +51,7 @@ MODES = {"launch": False, "inline": True, "auto": "auto"}
 #: The port modules whose kernels each op's ``tritonplug`` implementation launches.
 PORTS = {"rms_norm": ("liger_rms_norm",), "rope": ("liger_rope",), "swiglu": ("liger_swiglu",),
          "loss": ("liger_fused_linear_cross_entropy",)}
-PROGRAMS = ("forward", "forward+backward", "fused")
+PROGRAMS = ("forward", "forward+backward", "backward", "fused")
 
 
 def port_kernels(op: str) -> list:
@@ -100,7 +103,8 @@ def inputs(op: str, cfg, seed: int = 0) -> tuple[tuple, int, tuple]:
 
 
 def programs(op: str, impl, n_diff: int, static: tuple = ()) -> dict:
-    """The three programs of one implementation of ``op``: forward, forward+backward, fused (``op(x*a+b)*c``)."""
+    """The programs of one implementation of ``op``: forward, forward+backward, backward (its arguments' last the
+    cotangent: :func:`program_args`), fused (``op(x*a+b)*c``)."""
     import jax
 
     if static:
@@ -113,12 +117,31 @@ def programs(op: str, impl, n_diff: int, static: tuple = ()) -> dict:
         out, vjp = jax.vjp(lambda *d: impl(*d, *args[n_diff:]), *args[:n_diff])
         return out, vjp(jax.tree.map(lambda o: (o * 0.5 + 1).astype(o.dtype), out))
 
+    def backward(*args):
+        *inputs, cotangent = args
+        return jax.vjp(lambda *d: impl(*d, *inputs[n_diff:]), *inputs[:n_diff])[1](cotangent)
+
     def fused(*args):
         x = args[0]
         out = impl((x * 1.5 + 0.25).astype(x.dtype), *args[1:])
         return jax.tree.map(lambda o: (o * 0.75).astype(o.dtype), out)
 
-    return {"forward": forward, "forward+backward": forward_backward, "fused": fused}
+    return {"forward": forward, "forward+backward": forward_backward, "backward": backward, "fused": fused}
+
+
+def program_args(program: str, forward, args: tuple) -> tuple:
+    """``args``, and for ``backward`` a cotangent of ``forward``'s outputs after them (normal, their dtypes): read
+    from memory, as in a model, where it comes from the next op's backward and the forward ran apart."""
+    import jax
+
+    if program != "backward":
+        return args
+    shapes = jax.eval_shape(forward, *args)
+    leaves, tree = jax.tree.flatten(shapes)
+    keys = jax.random.split(jax.random.key(7), len(leaves))
+    noise = [jax.random.normal(key, leaf.shape, jax.numpy.float32).astype(leaf.dtype)
+             for key, leaf in zip(keys, leaves, strict=True)]
+    return (*args, jax.tree.unflatten(tree, noise))
 
 
 def build(fn, args: tuple, modes_for: tuple[str, ...], mode) -> tuple:
@@ -167,11 +190,12 @@ def part_ops(results: Results, opts, cfg) -> None:
     from examples.llama import ops as llama_ops
 
     for op in opts.ops:
-        args, n_diff, static = inputs(op, cfg)
+        base_args, n_diff, static = inputs(op, cfg)
         impls = {"xla": llama_ops.IMPLEMENTATIONS[op]["jax"], "tritonplug": llama_ops.IMPLEMENTATIONS[op]["tritonplug"]}
         for program in PROGRAMS:
             bench = f"{op} {program}"
             fns = {name: programs(op, impl, n_diff, static)[program] for name, impl in impls.items()}
+            args = program_args(program, programs(op, impls["xla"], n_diff, static)["forward"], base_args)
             if not opts.no_tune:
                 set_mode((op,), "auto")
                 with results.guard(bench + " tune", "auto"):

@@ -99,8 +99,15 @@ def test_swiglu_forward_and_backward_on_a_row_narrower_than_its_block(path, monk
     t = [torch.tensor(v, device="cuda") for v in (a, b, dc)]
     want_c = liger.swiglu_forward(t[0], t[1])[2].cpu().numpy()
     want = [v.cpu().numpy() for v in liger.swiglu_backward(t[0].clone(), t[1].clone(), t[2])]
-    (got_c,) = _run(path, lambda *v: [port.swiglu_forward(*v)[2]], a, b, monkeypatch=monkeypatch)
+    kernels = [port._swiglu_forward_kernel.kernel, port._swiglu_backward_kernel.kernel]
+    for kernel in kernels:       # the port's own setting ("auto") rules over TRITONPLUG_INLINE
+        tritonplug.set_inline(kernel, path == "inline")
+    try:
+        (got_c,) = _run(path, lambda *v: [port.swiglu_forward(*v)[2]], a, b, monkeypatch=monkeypatch)
+        got = _run(path, port.swiglu_backward, a, b, dc, monkeypatch=monkeypatch)
+    finally:
+        for kernel in kernels:
+            tritonplug.set_inline(kernel, "auto")
     np.testing.assert_allclose(got_c, want_c, rtol=1e-5, atol=1e-6)
-    got = _run(path, port.swiglu_backward, a, b, dc, monkeypatch=monkeypatch)
     for g, want_one in zip(got, want, strict=True):
         np.testing.assert_allclose(g, want_one, rtol=1e-5, atol=1e-5)
