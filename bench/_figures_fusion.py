@@ -31,10 +31,11 @@ TIMED_ALONE = ("fusion-h200/run1/",)
 #: not kept before a later one was is tried again against the program chosen; from run 17 the variants' timing order
 #: turns each round; from run 20 a mask true in every lane is dropped and stores that write a buffer whole are one
 #: concatenation (``windows.write_whole``; run 19 measured the forms by hand); from run 22 a window store whose mask
-#: is its box in every program (``mask_rules.EXACT_RULES``) is written without it.
+#: is its box in every program (``mask_rules.EXACT_RULES``) is written without it; from run 23 a lane-wise kernel's
+#: block is cut to its live lanes (``live_block``).
 CODE_CHANGES = ((4, "auto beyond noise"), (6, "rows on equal loops"), (7, "no bounds mask on live lanes inside"),
                 (10, "aligned windows"), (11, "stores as selects"), (14, "a joint trial"), (16, "tried again"),
-                (17, "order turned"), (20, "full masks, whole stores"), (22, "exact masks"))
+                (17, "order turned"), (20, "full masks, whole stores"), (22, "exact masks"), (23, "live block"))
 
 
 #: Side-by-side runs of two translators (run 21): a file named ``*-old.json`` ran the translator before run 20's
