@@ -2,10 +2,11 @@
 
 A row narrower than its power-of-two block (SwiGLU's 5632 columns in a block of 8192) is computed, lane for
 lane, on the whole block: the padded lanes are loaded as ``other``, carried through every op and masked off at
-the store. Translated as written, each load is the row padded to the block and each store a slice of it, and
-XLA:GPU kept the padded arrays between fusions (SwiGLU forward + backward inlined: two fusions where XLA's own op
-is one, 1.4-1.7x its time). Where no lane's value can reach another lane, the padded lanes change nothing that is
-stored: the kernel computes the same on a block of only the lanes some access may touch.
+the store. Translated as written, each load is the row padded to the block (a pad and a select) and each store a
+slice of it, which XLA keeps between fusions where it does not fuse across them (XLA:CPU wrote the padded inputs
+to memory; on the H200 SwiGLU's forward inlined ran 1.10-1.12x XLA's op, cut 1.02-1.04x: docs/benchmarks.md).
+Where no lane's value can reach another lane, the padded lanes change nothing that is stored: the kernel computes
+the same on a block of only the lanes some access may touch.
 
 :func:`cut` proves that and returns the function on the shorter block, every ``tensor<Bx…>`` type
 ``tensor<Nx…>`` and every ``tt.make_range(0, B)`` ``(0, N)``; lane ``i < N`` of every value is what it was.
