@@ -1,0 +1,125 @@
+"""Why XLA:GPU keeps SwiGLU's inlined forward and backward in two fusions where its own op is one (issue 38): the
+forward + backward program of ``bench/fusion.py`` (the cotangent a function of the output) written five ways, each
+compiled and timed side by side in one process, with its fusion count.
+
+    python bench/fusion_swiglu_forms.py --out bench/results/fusion-h200/swiglu-forms.json
+
+The inlined translation (``inline``, the port's kernels cut to their live lanes) differs from XLA's op (``xla``) in
+two things: the port views the activations as rows (``reshape(-1, n)``, and back) around each kernel, and the
+kernels' arithmetic is Liger's (``silu`` in fp32, rounded to the input's dtype, times ``b``; the backward's
+products in fp32). The ``jnp`` forms (``jax.custom_vjp``, as the port) take one of those each:
+
+* ``rows``: XLA's op's arithmetic, the forward and the backward each on the rows view;
+* ``kernel arithmetic``: Liger's arithmetic in ``jnp`` on the activations as they are;
+* ``rows, kernel arithmetic``: both, the port's structure written in ``jnp``.
+
+Every form's outputs are checked against ``xla``'s (relative to each output's largest magnitude).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from _util import Results, batched_seconds  # noqa: E402
+
+
+def forms() -> dict:
+    """``name -> swiglu(a, b)``, each differentiable in both."""
+    import jax
+    import jax.numpy as jnp
+
+    from examples.llama import ops
+
+    def xla_fwd(a, b):
+        return jax.nn.silu(a) * b
+
+    def xla_bwd(a, b, dc):
+        return jax.vjp(xla_fwd, a, b)[1](dc)
+
+    def kernel_fwd(a, b):
+        s = a.astype(jnp.float32)
+        return (s * jax.nn.sigmoid(s)).astype(b.dtype) * b
+
+    def kernel_bwd(a, b, dc):
+        s32, dc32, b32 = (v.astype(jnp.float32) for v in (a, dc, b))
+        sig = jax.nn.sigmoid(s32)
+        silu = s32 * sig
+        db = (dc32 * silu).astype(a.dtype)
+        da = (dc32 * (silu * (1 - sig) + sig) * b32).astype(a.dtype)
+        return da, db
+
+    def structured(fwd, bwd, rows: bool):
+        def view(x):
+            return x.reshape(-1, x.shape[-1]) if rows else x
+
+        @jax.custom_vjp
+        def swiglu(a, b):
+            return fwd(view(a), view(b)).reshape(a.shape)
+
+        def swiglu_fwd(a, b):
+            return swiglu(a, b), (a, b)
+
+        def swiglu_bwd(res, dc):
+            a, b = res
+            da, db = bwd(view(a), view(b), view(dc))
+            return da.reshape(a.shape), db.reshape(b.shape)
+
+        swiglu.defvjp(swiglu_fwd, swiglu_bwd)
+        return swiglu
+
+    return {"xla": ops.swiglu_jax, "inline": ops.swiglu_tritonplug,
+            "rows": structured(xla_fwd, xla_bwd, True),
+            "kernel arithmetic": structured(kernel_fwd, kernel_bwd, False),
+            "rows, kernel arithmetic": structured(kernel_fwd, kernel_bwd, True)}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--config", default="1b")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--batch", type=int, default=None, help="the config's batch unless given (small: a CPU)")
+    opts = p.parse_args(argv)
+
+    import fusion
+    import jax
+    import numpy as np
+
+    from examples.llama.config import CONFIGS
+
+    cfg = CONFIGS[opts.config]
+    if opts.batch:
+        cfg = dataclasses.replace(cfg, batch=opts.batch)
+    fusion.set_mode(("swiglu",), True)
+    args, n_diff, _ = fusion.inputs("swiglu", cfg)
+    results = Results(opts.out, config=opts.config, batch=cfg.batch)
+    programs = {name: fusion.programs("swiglu", fn, n_diff)["forward+backward"] for name, fn in forms().items()}
+    compiled = {name: jax.jit(fn).lower(*args).compile() for name, fn in programs.items()}
+    want = jax.tree.leaves(compiled["xla"](*args))
+    bench = f"swiglu forward+backward {opts.config} b={cfg.batch}"
+    samples: dict[str, list[float]] = {name: [] for name in compiled}
+    names = list(compiled)
+    for r in range(opts.rounds):  # the order turns each round (bench/fusion.py's reason)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = compiled[name]
+            samples[name] += batched_seconds(lambda i, fn=fn: fn(*args), opts.calls, 1, 1, jax.block_until_ready)
+    for name, s in samples.items():
+        got = jax.tree.leaves(compiled[name](*args))
+        diff = max(float(np.max(np.abs(np.asarray(g, np.float32) - np.asarray(w, np.float32)))
+                       / max(float(np.max(np.abs(np.asarray(w, np.float32)))), 1e-30))
+                   for g, w in zip(got, want, strict=True))
+        results.add(bench, name, median_us=float(np.median(s)) * 1e6, min_us=min(s) * 1e6,
+                    samples=[x * 1e6 for x in s], max_relative_diff_vs_xla=diff,
+                    fusions=compiled[name].as_text().count(" fusion("))
+    for record in results.records:
+        print(f"{record['impl']:>24}: {record['median_us']:8.1f} us  diff {record['max_relative_diff_vs_xla']:.3g}  "
+              f"fusions {record['fusions']}")
+
+
+if __name__ == "__main__":
+    main()
