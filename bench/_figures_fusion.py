@@ -133,16 +133,23 @@ def step() -> str:
     return table(["op choice", "code", "step ms", "tokens/s over `jax`", "runs", "failed"], rows)
 
 
-def store_forms() -> str:
-    """``bench/fusion_store_forms.py`` runs: RoPE's forward written each way, its time over XLA's op in the same run
-    (the median over runs, with the range), by the translator the run's ``inline`` form ran (:data:`CODE_CHANGES`)."""
+def forms(script: str) -> str:
+    """A forms script's runs (``bench/fusion_store_forms.py``: RoPE's forward written each way;
+    ``bench/fusion_swiglu_forms.py``: SwiGLU's forward + backward): each form's time over XLA's op in the same run (the
+    median over runs, with the range) and how many fusions XLA:GPU compiled it to, by the translator the run's
+    ``inline`` form ran (:data:`CODE_CHANGES`)."""
     ratio: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for path, data in _recorded("bench/fusion_store_forms.py"):
+    fusions: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for path, data in _recorded(script):
         records = {r["impl"]: r for r in data["records"]}
         code = _code(path)
         for impl, r in records.items():
-            ratio[impl, code if impl == "inline" else "—"].append(r["median_us"] / records["xla"]["median_us"])
-    rows = [[f"`{impl}`", code, cell(values, "{:.2f}", "×"), str(len(values))]
+            key = (impl, code if impl == "inline" else "—")
+            ratio[key].append(r["median_us"] / records["xla"]["median_us"])
+            if r.get("fusions") is not None:
+                fusions[key].add(r["fusions"])
+    rows = [[f"`{impl}`", code, cell(values, "{:.2f}", "×"),
+             ", ".join(str(n) for n in sorted(fusions[impl, code])) or "—", str(len(values))]
             for (impl, code), values in sorted(ratio.items(), key=lambda kv: (kv[0][0] != "xla", kv[0][0],
                                                                                 _in_order(kv[0][1])))]
-    return table(["form", "the translator (for `inline`)", "time over XLA's op", "runs"], rows)
+    return table(["form", "the translator (for `inline`)", "time over XLA's op", "fusions", "runs"], rows)
