@@ -43,6 +43,7 @@ def _reference(x, w, dy, sizes):
 def run_shape(results: Results, label: str, m: int, k: int, n: int, g: int, block_m: int | None, args) -> None:
     import jax.numpy as jnp
     import torch
+    import triton
     import triton.language as tl
     from triton.testing import do_bench
 
@@ -78,7 +79,25 @@ def run_shape(results: Results, label: str, m: int, k: int, n: int, g: int, bloc
     on_rows = functools.partial(dw_launch, kernels.grouped_matmul_dw_rows_kernel, t_plan)
     assert kernels.uses_dw_rows(t_plan, 1), "grouped_matmul's plan reads dW on rows"
 
+    def tma_launch(a, n_out, inner, transpose_b, config):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        from examples.moe import tma_kernels
+
+        bn, bk = config.kwargs["BLOCK_N"], config.kwargs["BLOCK_K"]
+        c = torch.zeros((m, n_out), dtype=torch.bfloat16, device="cuda")
+        a_desc = TensorDescriptor.from_tensor(a, [block, bk])
+        b_desc = TensorDescriptor.from_tensor(w.reshape(g * k, n), [bn, bk] if transpose_b else [bk, bn])
+        grid = (t_plan.padded_rows // block, triton.cdiv(n_out, bn))
+        return lambda: tma_kernels.grouped_matmul_tma_kernel[grid](
+            a_desc, b_desc, c, t_plan.sorted_token_ids, t_plan.expert_ids, t_plan.group_ends, m, n_out, inner, k,
+            c.stride(0), BLOCK_M=block, BLOCK_N=bn, BLOCK_K=bk, TRANSPOSE_B=transpose_b, num_warps=config.num_warps,
+            num_stages=config.num_stages), c
+
+    from examples.moe.tma_kernels import TMA_CONFIGS
     kernels_timed = {
+        "forward tma": (TMA_CONFIGS, lambda c: tma_launch(x, n, k, False, c)),
+        "dX tma": (TMA_CONFIGS, lambda c: tma_launch(dy, k, n, True, c)),
         "forward": (kernels.fit_forward_configs(kernels.FORWARD_CONFIGS, {"BLOCK_SIZE_M": block, "a_ptr": x}),
                     lambda c: matmul_launch(x, n, False, c)),
         "dX": (kernels.fit_forward_configs(kernels.FORWARD_CONFIGS, {"BLOCK_SIZE_M": block, "a_ptr": dy}),
@@ -87,7 +106,7 @@ def run_shape(results: Results, label: str, m: int, k: int, n: int, g: int, bloc
         "dW rows": (kernels.fit_dw_configs(kernels.DW_CONFIGS, {"a_ptr": x}), on_rows),
     }
     dense = {"forward": lambda: x @ w[0], "dX": lambda: dy @ w[0].T, "dW": lambda: x.T @ dy,
-             "dW rows": lambda: x.T @ dy}
+             "dW rows": lambda: x.T @ dy, "forward tma": lambda: x @ w[0], "dX tma": lambda: dy @ w[0].T}
     for name, (configs, make) in kernels_timed.items():
         with results.guard(bench, f"{name} dense"):
             dense_ms = do_bench(dense[name], warmup=args.warmup, rep=args.rep, return_mode="median")
