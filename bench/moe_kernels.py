@@ -5,7 +5,8 @@ against cuBLAS's matmul of the same FLOPs (torch): where the forward + backward'
 
 Per shape (``bench/moe.py``'s gmm shapes, Dirichlet group sizes) and alignment block ``BLOCK_SIZE_M`` (the plan's,
 ``kernels.block_size_m`` by default): the forward (vLLM's ``fused_moe_kernel``), dX (the same kernel on each
-expert's transpose) and dW (``kernels.grouped_matmul_dw_kernel``) under every configuration of their lists, each
+expert's transpose) and dW (``kernels.grouped_matmul_dw_kernel``) under every configuration of their lists, and
+the forward and dX of a candidate read through tensor descriptors (``_moe_tma.py``, ``forward tma``/``dX tma``), each
 timed by ``triton.testing.do_bench`` (median), and the dense matmuls of the same shapes (``x @ w``, ``dy @ w.T``,
 ``x.T @ dy``). Every kernel's output is checked against torch's grouped reference once (its first configuration).
 """
@@ -80,21 +81,20 @@ def run_shape(results: Results, label: str, m: int, k: int, n: int, g: int, bloc
     assert kernels.uses_dw_rows(t_plan, 1), "grouped_matmul's plan reads dW on rows"
 
     def tma_launch(a, n_out, inner, transpose_b, config):
+        from _moe_tma import grouped_matmul_tma_kernel
         from triton.tools.tensor_descriptor import TensorDescriptor
-
-        from examples.moe import tma_kernels
 
         bn, bk = config.kwargs["BLOCK_N"], config.kwargs["BLOCK_K"]
         c = torch.zeros((m, n_out), dtype=torch.bfloat16, device="cuda")
         a_desc = TensorDescriptor.from_tensor(a, [block, bk])
         b_desc = TensorDescriptor.from_tensor(w.reshape(g * k, n), [bn, bk] if transpose_b else [bk, bn])
         grid = (t_plan.padded_rows // block, triton.cdiv(n_out, bn))
-        return lambda: tma_kernels.grouped_matmul_tma_kernel[grid](
+        return lambda: grouped_matmul_tma_kernel[grid](
             a_desc, b_desc, c, t_plan.sorted_token_ids, t_plan.expert_ids, t_plan.group_ends, m, n_out, inner, k,
             c.stride(0), BLOCK_M=block, BLOCK_N=bn, BLOCK_K=bk, TRANSPOSE_B=transpose_b, num_warps=config.num_warps,
             num_stages=config.num_stages), c
 
-    from examples.moe.tma_kernels import TMA_CONFIGS
+    from _moe_tma import TMA_CONFIGS
     kernels_timed = {
         "forward tma": (TMA_CONFIGS, lambda c: tma_launch(x, n, k, False, c)),
         "dX tma": (TMA_CONFIGS, lambda c: tma_launch(dy, k, n, True, c)),
