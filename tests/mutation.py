@@ -65,6 +65,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
                                            f"{XLA_TESTS}/test_xla_tile_window_edges.py",
                                            f"{XLA_TESTS}/test_xla_window_survivors.py",
                                            f"{XLA_TESTS}/test_xla_aligned_windows.py"]),
+    "xla_live_block": ([f"{XLA}/live_block.py"], [f"{XLA_TESTS}/test_xla_live_block.py",
+                                                 f"{XLA_TESTS}/test_xla_full_masks.py"]),
     "disk_cache": (["tritonplug/cache/disk.py", "tritonplug/cache/files.py", "tritonplug/cache/entries.py",
                     "tritonplug/cache/signing.py"],
                    ["tests/test_cache.py", "tests/test_cache_faults.py", "tests/test_cache_heal.py",
