@@ -19,11 +19,13 @@ import pytest
 import triton
 import triton.language as tl
 from helpers import requires_backend
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from xla_hlo_support import compiled_hlo
 
 import tritonplug
+from tritonplug_interpret.xla import plan, ttir
+from tritonplug_interpret.xla.program import BufferInfo
 
 pytestmark = [pytest.mark.interpret, requires_backend("interpret"), pytest.mark.usefixtures("fresh_xla_path")]
 OLD = -7.0
@@ -42,9 +44,13 @@ def _run(kernel, inputs: tuple, outs: tuple, grid: tuple, *args, **constexprs) -
     return [np.asarray(o) for o in jax.jit(fn)(*arrays)], compiled_hlo(fn, *arrays)
 
 
+#: an array's type in HLO text: ``f32[3,64]``, ``pred[64]``, ``s32[]``
+_ARRAY_TYPE = re.compile(r"\b(?:pred|[subf]\d+|bf16)\[([\d,]*)\]")
+
+
 def _holds_block(hlo: str, block: int) -> bool:
     """Whether any array of ``hlo`` has a dimension ``block`` wide (the buffers' rows are of other widths)."""
-    return bool(re.search(rf"[\[,]{block}[\],]", hlo))
+    return any(str(block) in dims.split(",") for dims in _ARRAY_TYPE.findall(hlo))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -66,6 +72,7 @@ def _gated_kernel(a_ptr, b_ptr, c_ptr, stride, n, BLOCK: tl.constexpr, N_CONST: 
 
 
 @settings(max_examples=12, deadline=None)
+@example(n=1, wider=True, gap=0, rows=3, constexpr=False)     # one live lane of two
 @given(n=st.integers(1, 200), wider=st.booleans(), gap=st.integers(0, 9), rows=st.integers(1, 5),
        constexpr=st.booleans())
 def test_a_row_narrower_than_its_block_is_computed_on_its_lanes(n, wider, gap, rows, constexpr):
@@ -81,6 +88,15 @@ def test_a_row_narrower_than_its_block_is_computed_on_its_lanes(n, wider, gap, r
     np.testing.assert_allclose(c.reshape(rows, stride), want, rtol=1e-5, atol=1e-6)
     if n < block and block not in (rows, stride, rows * stride):
         assert not _holds_block(hlo, block), "the translation kept the padded block"
+
+
+def test_a_row_of_no_lanes_writes_nothing():
+    """``n = 0``: every lane masked off in every program; the block is not cut to nothing."""
+    rows, block = 2, 8
+    a = np.random.default_rng(9).standard_normal(rows * block).astype(np.float32)
+    (c,), hlo = _run(_gated_kernel, (a, a), (a.shape,), (rows,), block, 0, BLOCK=block, N_CONST=0)
+    np.testing.assert_array_equal(c, np.full(a.shape, OLD, np.float32))
+    assert not any("0" in dims.split(",") for dims in _ARRAY_TYPE.findall(hlo))
 
 
 @triton.jit
@@ -187,6 +203,39 @@ def test_blocks_of_two_sizes_are_not_cut():
     want[:, block:block + n // 2] = x2[:, :n // 2] + 1
     np.testing.assert_allclose(out.reshape(rows, width), want)
     assert _holds_block(hlo, block)
+
+
+#: ``out[i] = x[i] + c[i]`` for the first 5 of 8 lanes, ``c`` the constant ``CONSTANT`` (TTIR as Triton prints it)
+_TTIR = """module {
+  tt.func public @k(%arg0: !tt.ptr<f32>, %arg1: !tt.ptr<f32>) attributes {noinline = false} {
+    %cst = arith.constant CONSTANT : tensor<8xf32>
+    %cst_0 = arith.constant dense<5> : tensor<8xi32>
+    %0 = tt.make_range {end = 8 : i32, start = 0 : i32} : tensor<8xi32>
+    %1 = arith.cmpi slt, %0, %cst_0 : tensor<8xi32>
+    %2 = tt.splat %arg0 : !tt.ptr<f32> -> tensor<8x!tt.ptr<f32>>
+    %3 = tt.addptr %2, %0 : tensor<8x!tt.ptr<f32>>, tensor<8xi32>
+    %4 = tt.load %3, %1 : tensor<8x!tt.ptr<f32>>
+    %5 = arith.addf %4, %cst : tensor<8xf32>
+    %6 = tt.splat %arg1 : !tt.ptr<f32> -> tensor<8x!tt.ptr<f32>>
+    %7 = tt.addptr %6, %0 : tensor<8x!tt.ptr<f32>>, tensor<8xi32>
+    tt.store %7, %5, %1 : tensor<8x!tt.ptr<f32>>
+    tt.return
+  }
+}"""
+
+
+@pytest.mark.parametrize("constant,cut", [("dense<1.000000e+00>", True),
+                                          ("dense<[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]>", False)],
+                         ids=["splat", "one-value-a-lane"])
+def test_a_constant_of_a_value_per_lane_keeps_the_block(constant, cut):
+    """A splat constant is the same on fewer lanes; a constant holding a value per lane is not (Triton folds few
+    such, so the TTIR is written here)."""
+    fn = ttir.parse_module(_TTIR.replace("CONSTANT", constant))["k"]
+    f32 = np.dtype(np.float32)
+    planned = plan.make(fn, {"%arg0": 0, "%arg1": 1}, [("%arg0", ("ptr", 0, "f32")), ("%arg1", ("ptr", 1, "f32"))],
+                        [BufferInfo("x", f32, 8), BufferInfo("out", f32, 8)], (1, 1, 1))
+    ends = [op.int_attr("end") for op in ttir.walk(planned.fn.body) if op.name == "tt.make_range"]
+    assert ends == ([5] if cut else [8])
 
 
 def _swiglu_port():

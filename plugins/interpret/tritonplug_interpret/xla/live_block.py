@@ -46,11 +46,12 @@ def cut(fn: Function, found: Found) -> Function | None:
     block = _block_size(fn)
     if block is None or not _lane_wise(fn):
         return None
-    accesses = [op for op in walk(fn.body) if op.name in _ACCESSES and _is_tensor_access(op)]
-    limits = [found.limits.get(op) for op in accesses]
-    if not accesses or any(lim is None or lim[0] is None for lim in limits):
-        return None
-    live = max(lim[0] for lim in limits if lim is not None and lim[0] is not None)
+    # (a load or store prints its pointer's type: a tensor of pointers where it accesses a block)
+    accesses = [op for op in walk(fn.body) if op.name in _ACCESSES and op.type_text.startswith("tensor<")]
+    bounds = [limits[0] for op in accesses if (limits := found.limits.get(op)) and limits[0] is not None]
+    if not accesses or len(bounds) < len(accesses):
+        return None     # an access without a mask that bounds its lanes
+    live = max(bounds)
     if not 0 < live < block:
         return None
     return Function(fn.name, fn.args, _rewritten(fn.body, block, live), fn.public, fn.n_results)
@@ -96,11 +97,6 @@ def _lane_wise(fn: Function) -> bool:
 def _splat_constant(op: Op) -> bool:
     header = op.header.strip()
     return not header.startswith("dense<") or not header[len("dense<"):].lstrip().startswith(("[", '"'))
-
-
-def _is_tensor_access(op: Op) -> bool:
-    text = op.type_text if op.name == "tt.store" else (op.result_types[-1] if op.result_types else "")
-    return text.startswith("tensor<")
 
 
 def _rewritten(block: Block, size: int, live: int) -> Block:
