@@ -90,15 +90,15 @@ def test_half_rows_under_a_full_mask_are_one_concatenation(stores):
     assert _ops(_halves_kernel, (x,), x.shape, (rows,), h, BH=4, D=d, STORES=stores) == (0, 1)
 
 
-def test_a_mask_that_leaves_lanes_off_stays_on_the_loads_and_the_stores_write_its_box():
+def test_a_mask_that_leaves_lanes_off_is_cut_away_and_the_stores_write_the_box():
     """3 heads in a block of 4: the fourth head's lanes are off in every program, so the mask is its box (exact,
-    not full): the loads keep it (their masked-off lanes read ``other``), the stores write the box's lanes, which
-    cover the buffer: one concatenation."""
+    not full), and the heads are cut to 3 (:mod:`.live_block`), where it is full: no select on the loads, the
+    stores write the box's lanes, which cover the buffer: one concatenation."""
     rows, h, d = 6, 3, 16
     x = np.random.default_rng(2).standard_normal(rows * h * d).astype(np.float32)
     got = run_translated(_halves_kernel, (x,), x.shape, (rows,), h, fill=OLD, BH=4, D=d, STORES=BOTH)
     np.testing.assert_allclose(got, _halves(x, rows, h, d), rtol=1e-6)
-    assert _ops(_halves_kernel, (x,), x.shape, (rows,), h, BH=4, D=d, STORES=BOTH) == (2, 1)
+    assert _ops(_halves_kernel, (x,), x.shape, (rows,), h, BH=4, D=d, STORES=BOTH) == (0, 1)
 
 
 @pytest.mark.parametrize("stores", [ONLY_FIRST, ONLY_SECOND, SAME_HALF], ids=["only-first", "only-second", "same-half"])

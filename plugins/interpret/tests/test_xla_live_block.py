@@ -1,10 +1,12 @@
 """A lane-wise kernel's block cut to its live lanes (:mod:`tritonplug_interpret.xla.live_block`; issue 38: SwiGLU's
-5632 columns in a block of 8192, translated on the whole block, ran 1.4-1.7x XLA's own op inlined on the H200).
+5632 columns in a block of 8192, translated on the whole block, ran 1.10-1.12x XLA's op inlined on the H200).
 
-Each case runs a real Triton kernel on the XLA path against NumPy, its outputs holding ``OLD`` before the call (a
-lane written that should not be shows), and reads the compiled HLO: a cut translation holds no array as wide as
-the block and no pad. Kernels the cut must leave whole (a reduction over padded lanes, an access without a mask, a
-range not starting at 0, a 2-D block) are checked to keep the block and their numbers.
+Each case runs a real Triton kernel on the XLA path against NumPy (or XLA's RoPE), its outputs holding ``OLD``
+before the call (a lane written that should not be shows), and reads the compiled HLO: a cut translation holds no
+array a dimension of which is as wide as the block. Rows narrower than their block (drawn), stores of two widths,
+a square block, blocks of two sizes and RoPE's heads are cut; kernels the cut must leave whole (a reduction over
+padded lanes, an access without a mask, a range not starting at 0, a constant holding a value per lane) keep the
+block, and their numbers.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import triton.language as tl
 from helpers import requires_backend
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from tritonplug_interpret.xla import plan, ttir
+from tritonplug_interpret.xla.program import BufferInfo
 from xla_hlo_support import compiled_hlo
 
 import tritonplug
-from tritonplug_interpret.xla import plan, ttir
-from tritonplug_interpret.xla.program import BufferInfo
 
 pytestmark = [pytest.mark.interpret, requires_backend("interpret"), pytest.mark.usefixtures("fresh_xla_path")]
 OLD = -7.0
@@ -169,40 +171,47 @@ def test_kernels_whose_padded_lanes_count_keep_their_block(form):
 
 
 @triton.jit
-def _square_kernel(x_ptr, out_ptr, n, B: tl.constexpr):
-    # a 2-D block, both dimensions B: only rank-1 blocks are cut
+def _square_kernel(x_ptr, out_ptr, n, stride, B: tl.constexpr):
+    # a square block: both dimensions of size B, cut to n on both
     r = tl.arange(0, B)[:, None]
     c = tl.arange(0, B)[None, :]
     mask = (r < n) & (c < n)
-    tl.store(out_ptr + r * B + c, tl.load(x_ptr + r * B + c, mask=mask) + 1, mask=mask)
+    tl.store(out_ptr + r * stride + c, tl.load(x_ptr + r * stride + c, mask=mask) + 1, mask=mask)
 
 
-def test_a_two_dimensional_block_is_not_cut():
-    b, n = 16, 11
-    x = np.random.default_rng(7).standard_normal(b * b).astype(np.float32)
-    (out,), hlo = _run(_square_kernel, (x,), (x.shape,), (1,), n, B=b)
-    live = (np.arange(b)[:, None] < n) & (np.arange(b)[None, :] < n)
-    np.testing.assert_allclose(out.reshape(b, b), np.where(live, x.reshape(b, b) + 1, OLD))
+def test_a_square_block_is_cut_on_both_dimensions():
+    b, n, stride, rows = 16, 11, 20, 24     # a buffer of 24 rows of 20: neither as wide nor as tall as the block
+    x = np.random.default_rng(7).standard_normal(rows * stride).astype(np.float32)
+    (out,), hlo = _run(_square_kernel, (x,), (x.shape,), (1,), n, stride, B=b)
+    live = (np.arange(rows)[:, None] < n) & (np.arange(stride)[None, :] < n)
+    np.testing.assert_allclose(out.reshape(rows, stride), np.where(live, x.reshape(rows, stride) + 1, OLD))
+    assert not _holds_block(hlo, b)
 
 
 @triton.jit
-def _two_blocks_kernel(x_ptr, out_ptr, n, width, BLOCK: tl.constexpr):
-    # two blocks of different sizes (BLOCK and BLOCK // 2): only a function of one block size is cut
+def _two_blocks_kernel(x_ptr, out_ptr, n, width, BLOCK: tl.constexpr, MASK_HALF: tl.constexpr):
+    # two blocks of different sizes (BLOCK and BLOCK // 2), each cut to the lanes its accesses leave live; the
+    # half block unmasked (MASK_HALF false) keeps its size whole, and the other is still cut
     at = tl.program_id(0) * width
     wide, half = tl.arange(0, BLOCK), tl.arange(0, BLOCK // 2)
     tl.store(out_ptr + at + wide, tl.load(x_ptr + at + wide, mask=wide < n) * 2, mask=wide < n)
-    tl.store(out_ptr + at + BLOCK + half, tl.load(x_ptr + at + half, mask=half < n // 2) + 1, mask=half < n // 2)
+    if MASK_HALF:
+        tl.store(out_ptr + at + BLOCK + half, tl.load(x_ptr + at + half, mask=half < n // 2) + 1, mask=half < n // 2)
+    else:
+        tl.store(out_ptr + at + BLOCK + half, tl.load(x_ptr + at + half) + 1)
 
 
-def test_blocks_of_two_sizes_are_not_cut():
+@pytest.mark.parametrize("mask_half", [True, False], ids=["both-masked", "half-unmasked"])
+def test_blocks_of_two_sizes_are_each_cut_to_their_own_lanes(mask_half):
     rows, block, n, width = 2, 64, 50, 100
     x = np.random.default_rng(8).standard_normal(rows * width).astype(np.float32)
-    (out,), hlo = _run(_two_blocks_kernel, (x,), (x.shape,), (rows,), n, width, BLOCK=block)
+    (out,), hlo = _run(_two_blocks_kernel, (x,), (x.shape,), (rows,), n, width, BLOCK=block, MASK_HALF=mask_half)
     x2, want = x.reshape(rows, width), np.full((rows, width), OLD, np.float32)
     want[:, :n] = x2[:, :n] * 2
-    want[:, block:block + n // 2] = x2[:, :n // 2] + 1
+    written = n // 2 if mask_half else block // 2
+    want[:, block:block + written] = x2[:, :written] + 1
     np.testing.assert_allclose(out.reshape(rows, width), want)
-    assert _holds_block(hlo, block)
+    assert not _holds_block(hlo, block) and _holds_block(hlo, block // 2) != mask_half
 
 
 #: ``out[i] = x[i] + c[i]`` for the first 5 of 8 lanes, ``c`` the constant ``CONSTANT`` (TTIR as Triton prints it)
@@ -236,6 +245,28 @@ def test_a_constant_of_a_value_per_lane_keeps_the_block(constant, cut):
                         [BufferInfo("x", f32, 8), BufferInfo("out", f32, 8)], (1, 1, 1))
     ends = [op.int_attr("end") for op in ttir.walk(planned.fn.body) if op.name == "tt.make_range"]
     assert ends == ([5] if cut else [8])
+
+
+def test_liger_rope_with_heads_that_do_not_fill_their_blocks():
+    """6 query heads in a block of 8 and 3 key heads in a block of 4 (the rotary half, 16 columns, fills its block):
+    both head blocks cut, the numbers as XLA's RoPE."""
+    if importlib.util.find_spec("liger_kernel") is None:
+        pytest.skip("liger_kernel is not installed (tox's cpu and corpus envs install it)")
+    from examples.llama import ops
+
+    rng = np.random.default_rng(10)
+    q, k = rng.standard_normal((1, 5, 6, 32)).astype(np.float32), rng.standard_normal((1, 5, 3, 32)).astype(np.float32)
+    angles = np.arange(5)[:, None] * rng.uniform(0.1, 1.0, 16)[None, :]
+    cos = np.cos(np.concatenate([angles, angles], -1)).astype(np.float32)
+    sin = np.sin(np.concatenate([angles, angles], -1)).astype(np.float32)
+
+    def forward(q, k, cos, sin):
+        return ops.rope_tritonplug(q, k, cos, sin)     # Liger's port, (batch, seq, heads, dim) as the model holds it
+
+    hlo = compiled_hlo(forward, q, k, cos, sin)
+    assert not _holds_block(hlo, 8) and not _holds_block(hlo, 4)
+    for got, want in zip(jax.jit(forward)(q, k, cos, sin), ops.rope_jax(q, k, cos, sin), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def _swiglu_port():

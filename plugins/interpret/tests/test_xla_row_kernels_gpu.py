@@ -111,3 +111,25 @@ def test_swiglu_forward_and_backward_on_a_row_narrower_than_its_block(path, monk
     np.testing.assert_allclose(got_c, want_c, rtol=1e-5, atol=1e-6)
     for g, want_one in zip(got, want, strict=True):
         np.testing.assert_allclose(g, want_one, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["inline", "launch"])
+def test_rope_with_heads_that_do_not_fill_their_blocks(path, monkeypatch):
+    """12 query heads in a block of 16 and 6 key heads in a block of 8: inlined, both head blocks are cut to their
+    heads (:mod:`tritonplug_interpret.xla.live_block`)."""
+    torch = importlib.import_module("torch")
+    liger = importlib.import_module("liger_kernel.ops.rope")
+    port = importlib.import_module("examples.ports.liger_rope")
+    q, k = _inputs(4, (2, 12, 512, 128), (2, 6, 512, 128))
+    angles = np.arange(512)[:, None] * np.geomspace(1.0, 1e-4, 64)[None, :]
+    cos = np.cos(np.concatenate([angles, angles], -1)).astype(np.float32)[None]
+    sin = np.sin(np.concatenate([angles, angles], -1)).astype(np.float32)[None]
+    t = [torch.tensor(v, device="cuda") for v in (q, k, cos, sin)]
+    want = [v.cpu().numpy() for v in liger.rope_forward(t[0].clone(), t[1].clone(), t[2], t[3])[:2]]
+    tritonplug.set_inline(port._triton_rope.kernel, path == "inline")   # its "auto" rules over TRITONPLUG_INLINE
+    try:
+        got = _run(path, lambda *v: port.liger_rope(*v), q, k, cos, sin, monkeypatch=monkeypatch)
+    finally:
+        tritonplug.set_inline(port._triton_rope.kernel, "auto")
+    for g, want_one in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, want_one, rtol=1e-5, atol=1e-5)
