@@ -13,18 +13,16 @@ load a ``select`` and each store a ``select`` of the padded half over the buffer
 * ``concatenate``: the two halves written as one ``concatenate`` (a dense write: no select, no old buffer);
 * ``xla``: XLA's own op (``examples/llama/ops.py``'s ``rope_jax``), the reference.
 
-Every form's result is checked against ``xla``'s. The figures decide which change to the translator pays.
+Every form's result is compared with ``xla``'s (``_forms.run``). The figures decide which change to the translator pays.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-from _util import Results, batched_seconds  # noqa: E402
+import _forms  # noqa: E402
 
 
 def forms(cfg):
@@ -69,45 +67,13 @@ def forms(cfg):
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--config", default="1b")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--calls", type=int, default=20)
-    p.add_argument("--batch", type=int, default=None, help="the config's batch unless given (small: a CPU)")
-    opts = p.parse_args(argv)
-
+    opts = _forms.options(__doc__, argv)
     import fusion
-    import jax
-    import numpy as np
 
-    from examples.llama.config import CONFIGS
-
-    cfg = CONFIGS[opts.config]
-    if opts.batch:
-        cfg = dataclasses.replace(cfg, batch=opts.batch)
+    cfg = _forms.config(opts)
     fusion.set_mode(("rope",), True)
     args, _, _ = fusion.inputs("rope", cfg)
-    results = Results(opts.out, config=opts.config, batch=cfg.batch)
-    compiled = {name: jax.jit(fn).lower(*args).compile() for name, fn in forms(cfg).items()}
-    want = compiled["xla"](*args)
-    bench = f"rope forward {opts.config} b={cfg.batch}"
-    samples: dict[str, list[float]] = {name: [] for name in compiled}
-    names = list(compiled)
-    for r in range(opts.rounds):  # the order turns each round (bench/fusion.py's reason)
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            fn = compiled[name]
-            samples[name] += batched_seconds(lambda i, fn=fn: fn(*args), opts.calls, 1, 1, jax.block_until_ready)
-    for name, s in samples.items():
-        got = compiled[name](*args)
-        diff = max(float(np.max(np.abs(np.asarray(g, np.float32) - np.asarray(w, np.float32))))
-                   for g, w in zip(got, want, strict=True))
-        results.add(bench, name, median_us=float(np.median(s)) * 1e6, min_us=min(s) * 1e6,
-                    samples=[x * 1e6 for x in s], max_abs_diff_vs_xla=diff,
-                    fusions=compiled[name].as_text().count(" fusion("))
-    for record in results.records:
-        print(f"{record['impl']:>24}: {record['median_us']:8.1f} us  diff {record['max_abs_diff_vs_xla']:.3g}  "
-              f"fusions {record['fusions']}")
+    _forms.run(opts, cfg, f"rope forward {opts.config} b={cfg.batch}", forms(cfg), args)
 
 
 if __name__ == "__main__":

@@ -13,18 +13,16 @@ products in fp32). The ``jnp`` forms (``jax.custom_vjp``, as the port) take one 
 * ``kernel arithmetic``: Liger's arithmetic in ``jnp`` on the activations as they are;
 * ``rows, kernel arithmetic``: both, the port's structure written in ``jnp``.
 
-Every form's outputs are checked against ``xla``'s (relative to each output's largest magnitude).
+Every form's outputs are compared with ``xla``'s (``_forms.run``).
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-from _util import Results, batched_seconds  # noqa: E402
+import _forms  # noqa: E402
 
 
 def forms() -> dict:
@@ -78,47 +76,14 @@ def forms() -> dict:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--config", default="1b")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--calls", type=int, default=20)
-    p.add_argument("--batch", type=int, default=None, help="the config's batch unless given (small: a CPU)")
-    opts = p.parse_args(argv)
-
+    opts = _forms.options(__doc__, argv)
     import fusion
-    import jax
-    import numpy as np
 
-    from examples.llama.config import CONFIGS
-
-    cfg = CONFIGS[opts.config]
-    if opts.batch:
-        cfg = dataclasses.replace(cfg, batch=opts.batch)
+    cfg = _forms.config(opts)
     fusion.set_mode(("swiglu",), True)
     args, n_diff, _ = fusion.inputs("swiglu", cfg)
-    results = Results(opts.out, config=opts.config, batch=cfg.batch)
     programs = {name: fusion.programs("swiglu", fn, n_diff)["forward+backward"] for name, fn in forms().items()}
-    compiled = {name: jax.jit(fn).lower(*args).compile() for name, fn in programs.items()}
-    want = jax.tree.leaves(compiled["xla"](*args))
-    bench = f"swiglu forward+backward {opts.config} b={cfg.batch}"
-    samples: dict[str, list[float]] = {name: [] for name in compiled}
-    names = list(compiled)
-    for r in range(opts.rounds):  # the order turns each round (bench/fusion.py's reason)
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            fn = compiled[name]
-            samples[name] += batched_seconds(lambda i, fn=fn: fn(*args), opts.calls, 1, 1, jax.block_until_ready)
-    for name, s in samples.items():
-        got = jax.tree.leaves(compiled[name](*args))
-        diff = max(float(np.max(np.abs(np.asarray(g, np.float32) - np.asarray(w, np.float32)))
-                       / max(float(np.max(np.abs(np.asarray(w, np.float32)))), 1e-30))
-                   for g, w in zip(got, want, strict=True))
-        results.add(bench, name, median_us=float(np.median(s)) * 1e6, min_us=min(s) * 1e6,
-                    samples=[x * 1e6 for x in s], max_relative_diff_vs_xla=diff,
-                    fusions=compiled[name].as_text().count(" fusion("))
-    for record in results.records:
-        print(f"{record['impl']:>24}: {record['median_us']:8.1f} us  diff {record['max_relative_diff_vs_xla']:.3g}  "
-              f"fusions {record['fusions']}")
+    _forms.run(opts, cfg, f"swiglu forward+backward {opts.config} b={cfg.batch}", programs, args)
 
 
 if __name__ == "__main__":
