@@ -1,12 +1,12 @@
 """A lane-wise kernel's block cut to its live lanes (:mod:`tritonplug_interpret.xla.live_block`; issue 38: SwiGLU's
 5632 columns in a block of 8192, translated on the whole block, ran 1.10-1.12x XLA's op inlined on the H200).
 
-Each case runs a real Triton kernel on the XLA path against NumPy (or XLA's RoPE), its outputs holding ``OLD``
-before the call (a lane written that should not be shows), and reads the compiled HLO: a cut translation holds no
-array a dimension of which is as wide as the block. Rows narrower than their block (drawn), stores of two widths,
-a square block, blocks of two sizes and RoPE's heads are cut; kernels the cut must leave whole (a reduction over
-padded lanes, an access without a mask, a range not starting at 0, a constant holding a value per lane) keep the
-block, and their numbers.
+Each case runs a real Triton kernel on the XLA path against NumPy (or the RoPE port's ``jnp`` reference), its
+outputs holding ``OLD`` before the call (a lane written that should not be shows), and reads the compiled HLO: a
+cut translation holds no array a dimension of which is as wide as the block. Rows narrower than their block
+(drawn), stores of two widths, a square block, blocks of two sizes and RoPE's heads are cut; kernels the cut must
+leave whole (a reduction over padded lanes, an access without a mask, a range not starting at 0, a constant
+holding a value per lane) keep the block, and their numbers.
 """
 
 from __future__ import annotations
@@ -249,24 +249,21 @@ def test_a_constant_of_a_value_per_lane_keeps_the_block(constant, cut):
 
 def test_liger_rope_with_heads_that_do_not_fill_their_blocks():
     """6 query heads in a block of 8 and 3 key heads in a block of 4 (the rotary half, 16 columns, fills its block):
-    both head blocks cut, the numbers as XLA's RoPE."""
+    both head blocks cut, the numbers as the port's ``jnp`` reference."""
     if importlib.util.find_spec("liger_kernel") is None:
         pytest.skip("liger_kernel is not installed (tox's cpu and corpus envs install it)")
-    from examples.llama import ops
-
-    rng = np.random.default_rng(10)
-    q, k = rng.standard_normal((1, 5, 6, 32)).astype(np.float32), rng.standard_normal((1, 5, 3, 32)).astype(np.float32)
+    port = importlib.import_module("ports.liger_rope")
+    rng = np.random.default_rng(10)   # Hugging Face's layout: (batch, heads, seq, head_dim), cos/sin (1, seq, dim)
+    q, k = rng.standard_normal((1, 6, 5, 32)).astype(np.float32), rng.standard_normal((1, 3, 5, 32)).astype(np.float32)
     angles = np.arange(5)[:, None] * rng.uniform(0.1, 1.0, 16)[None, :]
-    cos = np.cos(np.concatenate([angles, angles], -1)).astype(np.float32)
-    sin = np.sin(np.concatenate([angles, angles], -1)).astype(np.float32)
+    cos = np.cos(np.concatenate([angles, angles], -1)).astype(np.float32)[None]
+    sin = np.sin(np.concatenate([angles, angles], -1)).astype(np.float32)[None]
 
-    def forward(q, k, cos, sin):
-        return ops.rope_tritonplug(q, k, cos, sin)     # Liger's port, (batch, seq, heads, dim) as the model holds it
-
-    hlo = compiled_hlo(forward, q, k, cos, sin)
+    hlo = compiled_hlo(port.liger_rope, q, k, cos, sin)
     assert not _holds_block(hlo, 8) and not _holds_block(hlo, 4)
-    for got, want in zip(jax.jit(forward)(q, k, cos, sin), ops.rope_jax(q, k, cos, sin), strict=True):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    got, want = jax.jit(port.liger_rope)(q, k, cos, sin), port.rope_reference(q, k, cos, sin)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
 
 
 def _swiglu_port():
