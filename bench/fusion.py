@@ -192,10 +192,11 @@ def part_ops(results: Results, opts, cfg) -> None:
     for op in opts.ops:
         base_args, n_diff, static = inputs(op, cfg)
         impls = {"xla": llama_ops.IMPLEMENTATIONS[op]["jax"], "tritonplug": llama_ops.IMPLEMENTATIONS[op]["tritonplug"]}
+        built = {name: programs(op, impl, n_diff, static) for name, impl in impls.items()}
         for program in PROGRAMS:
             bench = f"{op} {program}"
-            fns = {name: programs(op, impl, n_diff, static)[program] for name, impl in impls.items()}
-            args = program_args(program, programs(op, impls["xla"], n_diff, static)["forward"], base_args)
+            fns = {name: progs[program] for name, progs in built.items()}
+            args = program_args(program, built["xla"]["forward"], base_args)
             if not opts.no_tune:
                 set_mode((op,), "auto")
                 with results.guard(bench + " tune", "auto"):

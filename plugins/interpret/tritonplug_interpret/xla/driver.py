@@ -81,7 +81,6 @@ class Translation:
         missing = unsupported_ops(fn)
         if missing:
             raise Unsupported(missing[0])
-        self.fn = fn
         self.launch = launch
         self.check = check
         n_ops = len(launch.operands)
