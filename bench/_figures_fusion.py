@@ -136,20 +136,24 @@ def step() -> str:
 def forms(script: str) -> str:
     """A forms script's runs (``bench/fusion_store_forms.py``: RoPE's forward written each way;
     ``bench/fusion_swiglu_forms.py``: SwiGLU's forward + backward): each form's time over XLA's op in the same run (the
-    median over runs, with the range) and how many fusions XLA:GPU compiled it to, by the translator the run's
-    ``inline`` form ran (:data:`CODE_CHANGES`)."""
+    median over runs, with the range) and how many fusions XLA:GPU compiled it to, by the activations' layout (the
+    model's, or one row per token: ``--tokens``) and the translator the run's ``inline`` form ran
+    (:data:`CODE_CHANGES`)."""
     ratio: dict[tuple[str, str], list[float]] = defaultdict(list)
     fusions: dict[tuple[str, str], set[int]] = defaultdict(set)
     for path, data in _recorded(script):
         records = {r["impl"]: r for r in data["records"]}
         code = _code(path)
         for impl, r in records.items():
-            key = (impl, code if impl == "inline" else "—")
+            layout = "(tokens, ·)" if r["bench"].endswith(" tokens") else "the model's"
+            key = (impl, layout, code if impl == "inline" else "—")
             ratio[key].append(r["median_us"] / records["xla"]["median_us"])
             if r.get("fusions") is not None:
                 fusions[key].add(r["fusions"])
-    rows = [[f"`{impl}`", code, cell(values, "{:.2f}", "×"),
-             ", ".join(str(n) for n in sorted(fusions[impl, code])) or "—", str(len(values))]
-            for (impl, code), values in sorted(ratio.items(), key=lambda kv: (kv[0][0] != "xla", kv[0][0],
-                                                                                _in_order(kv[0][1])))]
-    return table(["form", "the translator (for `inline`)", "time over XLA's op", "fusions", "runs"], rows)
+    rows = [[f"`{impl}`", layout, code, cell(values, "{:.2f}", "×"),
+             ", ".join(str(n) for n in sorted(fusions[impl, layout, code])) or "—", str(len(values))]
+            for (impl, layout, code), values in sorted(
+                ratio.items(), key=lambda kv: (kv[0][1] != "the model's", kv[0][0] != "xla", kv[0][0],
+                                               _in_order(kv[0][2])))]
+    return table(["form", "activations", "the translator (for `inline`)", "time over XLA's op", "fusions", "runs"],
+                 rows)

@@ -189,3 +189,44 @@ def readme_model() -> str:
     return (f"The Llama example, one GPU ([model](docs/model.md)): XLA's ops with Liger's fused linear cross entropy "
             f"train {median(tokens):.3f}× as fast as XLA's alone ({runs(len(tokens))}: {span(tokens)}×) in "
             f"{cell(peaks, '{:.2f}', '×')} the memory (batch 8), fitting {mix_batch / jax_batch:.1f}× the batch.")
+
+
+ATTENTION = RESULTS / "attention-h200"
+
+
+def attention_configs() -> str:
+    """FLA's attention kernels at FLA's Hopper setting and at the fastest of ``bench/attention_configs.py``'s grid,
+    against torch's cuDNN attention (every run under ``bench/results/attention-h200/``: each figure the median over
+    runs, with the range; the fastest setting is the one whose median over runs is least)."""
+    timed: dict[tuple[str, tuple], list[float]] = {}
+    torch_us: dict[str, list[float]] = {}
+    refused: dict[str, set[tuple]] = {}
+    paths = sorted(ATTENTION.glob("**/*.json"))
+    for path in paths:
+        for r in load(str(path.relative_to(RESULTS)))["records"]:
+            if r["impl"].startswith("torch "):
+                for key in ("forward_us", "forward_backward_us"):
+                    if r.get(key) is not None:
+                        torch_us.setdefault(f"{r['impl']} {key}", []).append(r[key])
+                continue
+            setting = (r["BT"], r["BS"], r["num_warps"], r["num_stages"])
+            if r.get("median_us") is None:
+                refused.setdefault(r["impl"], set()).add(setting)
+            else:
+                timed.setdefault((r["impl"], setting), []).append(r["median_us"])
+    rows, fla_total, best_total = [], 0.0, 0.0
+    for kernel in ("forward", "dq", "dkv"):
+        mine = {s: v for (k, s), v in timed.items() if k == kernel}
+        if not mine:
+            continue
+        fla, best = mine[(128, 64, 8, 3)], min(mine, key=lambda s: median(mine[s]))
+        fla_total, best_total = fla_total + median(fla), best_total + median(mine[best])
+        rows.append([kernel, cell(fla, "{:.0f}"), "BT={} BS={} {} warps {} stages".format(*best),
+                     cell(mine[best], "{:.0f}"), f"{median(fla) / median(mine[best]):.2f}×",
+                     f"{len(mine)} / {len(refused.get(kernel, ()))}"])
+    cudnn = torch_us.get("torch CUDNN_ATTENTION forward_backward_us", [])
+    if rows and cudnn:
+        rows.append(["the three, over cuDNN's forward + backward", f"{fla_total / median(cudnn):.2f}×", "",
+                     f"{best_total / median(cudnn):.2f}×", "", ""])
+    return table(["kernel", "FLA's setting, µs", "fastest setting", "µs", "gain", "settings timed / refused"],
+                 rows) + f"\n\ncuDNN's forward + backward (torch): {cell(cudnn, '{:.0f}')} µs, {runs(len(paths))}."

@@ -7,17 +7,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 from _util import Results, batched_seconds
 
 
-def options(doc: str, argv=None) -> argparse.Namespace:
+def options(doc: str, argv=None, tokens: str | None = None) -> argparse.Namespace:
+    """The forms scripts' options; ``tokens``: the help of a ``--tokens`` flag, where the script has one."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    if tokens:
+        p.add_argument("--tokens", action="store_true", help=tokens)
     p.add_argument("--out", required=True)
     p.add_argument("--config", default="1b")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--batch", type=int, default=None, help="the config's batch unless given (small: a CPU)")
+    p.add_argument("--dump-hlo", default=None, help="a folder: each form's optimised HLO written there")
     return p.parse_args(argv)
 
 
@@ -38,6 +43,11 @@ def run(opts: argparse.Namespace, cfg, bench: str, programs: dict[str, Callable]
 
     results = Results(opts.out, config=opts.config, batch=cfg.batch)
     compiled = {name: jax.jit(fn).lower(*args).compile() for name, fn in programs.items()}
+    if opts.dump_hlo:
+        folder = Path(opts.dump_hlo)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, c in compiled.items():
+            (folder / f"{name.replace(', ', '-').replace(' ', '_')}.hlo.txt").write_text(c.as_text())
     want = [np.asarray(w, np.float32) for w in jax.tree.leaves(compiled["xla"](*args))]
     samples: dict[str, list[float]] = {name: [] for name in compiled}
     names = list(compiled)

@@ -44,6 +44,7 @@ BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
         "fusion-store-forms": lambda: fusion.forms("bench/fusion_store_forms.py"),
         "fusion-swiglu-forms": lambda: fusion.forms("bench/fusion_swiglu_forms.py")},
     "docs/model.md": {"one-gpu": model.one_gpu_tables, "largest-batch": model.largest_batch, "per-op": model.per_op,
+                      "attention-configs": model.attention_configs,
                       "meshes": model.meshes, "vocab-parallel": model.vocab_parallel,
                       "loss-curves": model.loss_curves},
     "docs/partitioned.md": {"suite": partitioned.suite, "scaling": partitioned.scaling,

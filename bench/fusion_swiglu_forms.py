@@ -11,9 +11,12 @@ products in fp32). The ``jnp`` forms (``jax.custom_vjp``, as the port) take one 
 
 * ``rows``: XLA's op's arithmetic, the forward and the backward each on the rows view;
 * ``kernel arithmetic``: Liger's arithmetic in ``jnp`` on the activations as they are;
-* ``rows, kernel arithmetic``: both, the port's structure written in ``jnp``.
+* ``rows, kernel arithmetic``: both, the port's structure written in ``jnp``;
+* ``rows, forward only`` / ``rows, backward only``: the rows view around one of the two; ``flat``: a 1-D view
+  around each (which reshape, and where, keeps XLA:GPU from one fusion).
 
-Every form's outputs are compared with ``xla``'s (``_forms.run``).
+Every form's outputs are compared with ``xla``'s (``_forms.run``). ``--tokens`` gives the activations as one row per
+token, ``(batch * seq, ffn)``: the rows view is then no reshape at all.
 """
 
 from __future__ import annotations
@@ -50,20 +53,29 @@ def forms() -> dict:
         da = (dc32 * (silu * (1 - sig) + sig) * b32).astype(a.dtype)
         return da, db
 
-    def structured(fwd, bwd, rows: bool):
-        def view(x):
-            return x.reshape(-1, x.shape[-1]) if rows else x
+    def rows_view(x):
+        return x.reshape(-1, x.shape[-1])
+
+    def flat_view(x):
+        return x.reshape(-1)
+
+    def same(x):
+        return x
+
+    def structured(fwd, bwd, rows: bool = False, *, fwd_view=None, bwd_view=None):
+        fwd_view = fwd_view or (rows_view if rows else same)
+        bwd_view = bwd_view or (rows_view if rows else same)
 
         @jax.custom_vjp
         def swiglu(a, b):
-            return fwd(view(a), view(b)).reshape(a.shape)
+            return fwd(fwd_view(a), fwd_view(b)).reshape(a.shape)
 
         def swiglu_fwd(a, b):
             return swiglu(a, b), (a, b)
 
         def swiglu_bwd(res, dc):
             a, b = res
-            da, db = bwd(view(a), view(b), view(dc))
+            da, db = bwd(bwd_view(a), bwd_view(b), bwd_view(dc))
             return da.reshape(a.shape), db.reshape(b.shape)
 
         swiglu.defvjp(swiglu_fwd, swiglu_bwd)
@@ -72,18 +84,24 @@ def forms() -> dict:
     return {"xla": ops.swiglu_jax, "inline": ops.swiglu_tritonplug,
             "rows": structured(xla_fwd, xla_bwd, True),
             "kernel arithmetic": structured(kernel_fwd, kernel_bwd, False),
-            "rows, kernel arithmetic": structured(kernel_fwd, kernel_bwd, True)}
+            "rows, kernel arithmetic": structured(kernel_fwd, kernel_bwd, True),
+            "rows, forward only": structured(xla_fwd, xla_bwd, fwd_view=rows_view, bwd_view=same),
+            "rows, backward only": structured(xla_fwd, xla_bwd, fwd_view=same, bwd_view=rows_view),
+            "flat": structured(xla_fwd, xla_bwd, fwd_view=flat_view, bwd_view=flat_view)}
 
 
 def main(argv=None) -> None:
-    opts = _forms.options(__doc__, argv)
+    opts = _forms.options(__doc__, argv, tokens="the activations as (tokens, ffn), not (batch, seq, ffn)")
     import fusion
 
     cfg = _forms.config(opts)
     fusion.set_mode(("swiglu",), True)
     args, n_diff, _ = fusion.inputs("swiglu", cfg)
+    if opts.tokens:  # one row per token, as a model that keeps its activations (tokens, features) passes them
+        args = tuple(a.reshape(-1, a.shape[-1]) for a in args)
     programs = {name: fusion.programs("swiglu", fn, n_diff)["forward+backward"] for name, fn in forms().items()}
-    _forms.run(opts, cfg, f"swiglu forward+backward {opts.config} b={cfg.batch}", programs, args)
+    layout = " tokens" if opts.tokens else ""
+    _forms.run(opts, cfg, f"swiglu forward+backward {opts.config} b={cfg.batch}{layout}", programs, args)
 
 
 if __name__ == "__main__":
