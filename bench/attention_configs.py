@@ -9,7 +9,8 @@ class (Hopper: ``BT=128, BS=64``, 8 warps, Triton's default stages). This times 
 copied) at each setting of ``--tiles``' grid, one kernel at a time (the forward, the backward's ``dq`` and
 ``dkv``), each checked against the same kernel at FLA's setting, and the whole forward and backward against torch's
 ``scaled_dot_product_attention`` (which it is checked against too). Settings Triton cannot compile (shared memory)
-are recorded as such.
+are recorded as such; a setting whose outputs differ from FLA's setting's (``BS > BT`` breaks the kernels' causal
+blocks) is recorded with its difference, which docs/model.md's renderer reads as wrong.
 """
 
 from __future__ import annotations
