@@ -52,6 +52,8 @@ MODES = {"launch": False, "inline": True, "auto": "auto"}
 PORTS = {"rms_norm": ("liger_rms_norm",), "rope": ("liger_rope",), "swiglu": ("liger_swiglu",),
          "loss": ("liger_fused_linear_cross_entropy",)}
 PROGRAMS = ("forward", "forward+backward", "backward", "fused")
+#: the ops whose activations ``--tokens`` gives as one row per token (RoPE's are heads, attention's layout)
+TOKEN_ROWS = ("rms_norm", "swiglu")
 
 
 def port_kernels(op: str) -> list:
@@ -76,9 +78,17 @@ def set_mode(ops: tuple[str, ...], mode) -> None:
             tritonplug.set_inline(kernel, mode)
 
 
-def inputs(op: str, cfg, seed: int = 0) -> tuple[tuple, int, tuple]:
+def inputs(op: str, cfg, seed: int = 0, tokens: bool = False) -> tuple[tuple, int, tuple]:
     """``op``'s array arguments at ``cfg``'s shapes, how many of the first are differentiated, and the static
-    arguments that follow them (RMSNorm's epsilon)."""
+    arguments that follow them (RMSNorm's epsilon). ``tokens``: RMSNorm's and SwiGLU's activations as ``(batch *
+    seq, features)``, one row per token (:data:`TOKEN_ROWS`), not ``(batch, seq, features)``."""
+    args, n_diff, static = _inputs(op, cfg, seed)
+    if tokens and op in TOKEN_ROWS:
+        args = tuple(a.reshape(-1, a.shape[-1]) if a.ndim == 3 else a for a in args)
+    return args, n_diff, static
+
+
+def _inputs(op: str, cfg, seed: int) -> tuple[tuple, int, tuple]:
     import jax
     import jax.numpy as jnp
 
@@ -190,11 +200,11 @@ def part_ops(results: Results, opts, cfg) -> None:
     from examples.llama import ops as llama_ops
 
     for op in opts.ops:
-        base_args, n_diff, static = inputs(op, cfg)
+        base_args, n_diff, static = inputs(op, cfg, tokens=opts.tokens)
         impls = {"xla": llama_ops.IMPLEMENTATIONS[op]["jax"], "tritonplug": llama_ops.IMPLEMENTATIONS[op]["tritonplug"]}
         built = {name: programs(op, impl, n_diff, static) for name, impl in impls.items()}
         for program in PROGRAMS:
-            bench = f"{op} {program}"
+            bench = f"{op} {program}{' tokens' if opts.tokens and op in TOKEN_ROWS else ''}"
             fns = {name: progs[program] for name, progs in built.items()}
             args = program_args(program, built["xla"]["forward"], base_args)
             if not opts.no_tune:
@@ -328,6 +338,8 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, help="the config's batch, unless given")
     p.add_argument("--step-choices", type=lambda s: tuple(s.split(";")), default=STEP_CHOICES,
                    help="';'-separated op choices for the step part, each OPS[:launch|inline|auto]")
+    p.add_argument("--tokens", action="store_true", help="ops part: RMSNorm's and SwiGLU's activations as (batch * "
+                   "seq, features), one row per token, not (batch, seq, features): the ports' rows view no reshape")
     p.add_argument("--no-tune", action="store_true", help="no tritonplug.tune before timing: 'auto' launches")
     p.add_argument("--tune-layers", type=int, default=2, help="step part: tune the 'auto' choices on the model cut "
                    "to this many layers (the same calls; 0: the whole model)")

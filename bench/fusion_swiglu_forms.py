@@ -96,9 +96,7 @@ def main(argv=None) -> None:
 
     cfg = _forms.config(opts)
     fusion.set_mode(("swiglu",), True)
-    args, n_diff, _ = fusion.inputs("swiglu", cfg)
-    if opts.tokens:  # one row per token, as a model that keeps its activations (tokens, features) passes them
-        args = tuple(a.reshape(-1, a.shape[-1]) for a in args)
+    args, n_diff, _ = fusion.inputs("swiglu", cfg, tokens=opts.tokens)
     programs = {name: fusion.programs("swiglu", fn, n_diff)["forward+backward"] for name, fn in forms().items()}
     layout = " tokens" if opts.tokens else ""
     _forms.run(opts, cfg, f"swiglu forward+backward {opts.config} b={cfg.batch}{layout}", programs, args)

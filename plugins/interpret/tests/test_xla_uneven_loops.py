@@ -116,3 +116,37 @@ def test_sums_of_terms_that_are_no_load_count_only_the_trips_made(rows, programs
     np.testing.assert_array_equal(count, [len(r) for r in made])
     np.testing.assert_array_equal(total, [sum(r) for r in made])
     assert count_unfusible(fn, *arrays) == NONE
+
+
+@triton.jit
+def _grid_stride_kernel(x_ptr, y_ptr, sums_ptr, n_rows, n_cols, BLOCK: tl.constexpr):
+    """A grid-stride row loop (DyT's backward, persistent kernels): program ``p`` of a 2-D grid ``(tiles,
+    programs)`` takes the rows ``p, p + P, …`` (``P = tl.num_programs(1)``), one tile of columns each."""
+    tile, pid = tl.program_id(0), tl.program_id(1)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for row in range(pid, n_rows, tl.num_programs(1)):
+        x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+        tl.store(y_ptr + row * n_cols + cols, x * 3.0 - 1.0, mask=mask)
+        acc += x
+    tl.store(sums_ptr + pid * n_cols + cols, acc, mask=mask)
+
+
+@pytest.mark.parametrize("rows, programs, n_cols, block", [(12, 3, 64, 32), (10, 3, 64, 64), (7, 4, 48, 16),
+                                                           (2, 5, 32, 32), (9, 9, 32, 32)])
+def test_a_grid_stride_loop_is_vectorised(rows, programs, n_cols, block):
+    """The step ``tl.num_programs(1)`` is the grid's size (a lane rule): the trips are counted, ``(10, 3)``: the
+    first program makes one more; ``(2, 5)``: three make none. Rows past ``n_rows`` hold data the trips a program
+    does not make would read, and ``y``'s are OLD: neither may change."""
+    extra = 4
+    rng = np.random.default_rng(rows * 31 + programs)
+    x = rng.standard_normal((rows + extra, n_cols)).astype(np.float32)
+    fn, arrays, (y, sums) = _call(_grid_stride_kernel, (n_cols // block, programs), (rows, n_cols), (x,),
+                                  [(rows + extra, n_cols), (programs, n_cols)], block)
+    want_y = np.full((rows + extra, n_cols), OLD, np.float32)
+    want_y[:rows] = x[:rows] * 3.0 - 1.0
+    np.testing.assert_allclose(y, want_y, rtol=1e-6, atol=1e-6)    # (x * 3 - 1 may fuse: one rounding)
+    want_sums = np.stack([x[p:rows:programs].sum(0) for p in range(programs)])
+    np.testing.assert_allclose(sums, want_sums, rtol=1e-5, atol=1e-5)
+    assert count_unfusible(fn, *arrays) == NONE

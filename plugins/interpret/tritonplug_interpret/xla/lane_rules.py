@@ -126,6 +126,15 @@ def _program_id(op: Op, args: list, shape: tuple[int, ...], pids: tuple[np.ndarr
     return None if axis is None else Lanes((), None, pids[axis])
 
 
+def _num_programs(op: Op, args: list, shape: tuple[int, ...], pids: tuple[np.ndarray, ...]) -> Lanes | None:
+    """The grid's size along the axis: every program's ids along it run ``0 … n - 1`` (a grid-stride loop's step,
+    ``range(pid, n_rows, tl.num_programs(0))``)."""
+    axis = program_axis(op)
+    if axis is None or not pids[axis].size:
+        return None
+    return Lanes((), None, np.asarray(int(pids[axis].max()) + 1, np.int64))
+
+
 def _splat(op: Op, args: list, shape: tuple[int, ...], pids: tuple[np.ndarray, ...]) -> Lanes | None:
     a = args[0]
     if not a.strides:
@@ -173,11 +182,11 @@ def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 #: Rules that read no operand (every other rule runs only when all its operands' lanes are known).
-SOURCES = frozenset({"arith.constant", "tt.make_range", "tt.get_program_id"})
+SOURCES = frozenset({"arith.constant", "tt.make_range", "tt.get_program_id", "tt.get_num_programs"})
 #: The evaluator's table: op name → rule.
 RULES: dict[str, Rule] = {
     "arith.constant": _constant, "tt.make_range": _range, "tt.get_program_id": _program_id,
-    "tt.splat": _splat, "tt.broadcast": _splat, "tt.expand_dims": _expand_dims,
+    "tt.get_num_programs": _num_programs, "tt.splat": _splat, "tt.broadcast": _splat, "tt.expand_dims": _expand_dims,
     "arith.extsi": _same, "arith.extui": _same, "arith.trunci": _same, "arith.index_cast": _same,
     "arith.addi": _add, "tt.addptr": _add, "arith.subi": _sub, "arith.muli": _mul,
     "arith.divsi": _scalar(_nonzero(_divide)), "arith.divui": _scalar(_nonzero(_divide)),

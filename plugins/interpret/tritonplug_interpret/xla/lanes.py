@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tritonplug_interpret.xla.lane_rules import RULES, SOURCES, Lanes, access_shape, checked, shape_of, uniform
-from tritonplug_interpret.xla.mask_rules import EXACT_RULES, MASK_RULES, Limits, normal
+from tritonplug_interpret.xla.mask_rules import EXACT_RULES, MASK_RULES, Column, Limits, column, normal
 from tritonplug_interpret.xla.sharing import ROUNDS, Labels
 from tritonplug_interpret.xla.ttir import Block, Function, Op, walk
 from tritonplug_interpret.xla.types import UnsupportedType, parse_type
@@ -99,6 +99,8 @@ class _Analysis:
         self.limits: dict[Op, Limits] = {}      # load/store → its mask's bound
         self.exact: set[str] = set()            # i1 values whose live lanes are their limits' box (mask_rules)
         self.exact_masked: set[Op] = set()      # loads/stores whose mask is exact
+        self.columns: dict[str, Column] = {}    # i1 value → the column it compares (mask_rules.column)
+        self.access_columns: dict[Op, Column] = {}     # load/store → its mask's column
         self.trips: dict[Op, int] = {}          # scf.for → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
@@ -115,6 +117,7 @@ class _Analysis:
                         self.lanes.pop(name, None)
                         self.masks.pop(name, None)
                         self.exact.discard(name)
+                        self.columns.pop(name, None)
                     self.labels.set_unknown(name for name, _ in b.args)
                     self.block(b)
             # (a loop's body is analysed again when an assumption on its iter_args fails: an access whose
@@ -142,10 +145,16 @@ class _Analysis:
                     self.exact_masked.add(op)
                 else:
                     self.exact_masked.discard(op)
+                found = self.columns.get(op.operands[at]) if len(op.operands) > at else None
+                if found is None:
+                    self.access_columns.pop(op, None)
+                else:
+                    self.access_columns[op] = found
             out = None
             for name in op.results:     # (names are reused by sibling regions)
                 self.masks.pop(name, None)
                 self.exact.discard(name)
+                self.columns.pop(name, None)
             if op.name in MASK_RULES and len(op.results) == 1:
                 self.mask(op)
             if len(op.results) == 1:
@@ -169,6 +178,9 @@ class _Analysis:
                                  [self.masks.get(n) for n in op.operands], shape), shape)
         if limits is not None:
             self.masks[op.results[0]] = limits
+        compared = column(op, [self.lanes.get(n) for n in op.operands])
+        if compared is not None:
+            self.columns[op.results[0]] = compared
         if shape and EXACT_RULES[op.name](op, [self.lanes.get(n) for n in op.operands],
                                           [n in self.exact for n in op.operands],
                                           [self.masks.get(n) for n in op.operands], shape):
@@ -199,6 +211,7 @@ class _Analysis:
         zero = np.zeros((), np.int64)
         for name in [iv, *(n for n, _ in bindings), *(n for n, _ in body.args)]:
             self.masks.pop(name, None)
+            self.columns.pop(name, None)
         self.lanes[iv] = Lanes((), None, zero, (iv, 1))
         if self.counts.get(op) == Count(1, True) and lower is not None:
             self.lanes[iv] = Lanes((), None, lower)    # one trip: the induction variable is its lower bound
@@ -302,6 +315,7 @@ class Found:
     counts: dict[Op, Count] = field(default_factory=dict)  # scf.for → its trips (the most; whether even)
     store_starts: dict[Op, np.ndarray] = field(default_factory=dict)   # store → every lane-0 offset (as loads')
     exact_masked: frozenset[Op] = frozenset()   # load/store whose mask's live lanes are its limits' box
+    columns: dict[Op, Column] = field(default_factory=dict)   # load/store → the column its mask compares
 
 
 def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int]) -> Found:
@@ -316,7 +330,7 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
                     if (starts := _starts(lanes, analysis.store_loops.get(op))) is not None}
     return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores),
                  dict(analysis.limits), dict(analysis.counts), store_starts,
-                 frozenset(analysis.exact_masked))
+                 frozenset(analysis.exact_masked), dict(analysis.access_columns))
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:

@@ -21,6 +21,7 @@ access whose mask is full is translated without it; so is a store whose mask is 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -63,6 +64,39 @@ def _compared(op: Op, args: list) -> tuple[int, np.ndarray] | None:
     if predicate in _GREATER:
         return _counts(args[1], args[0], _GREATER[predicate], predicate[0] == "u")
     return None
+
+
+@dataclass(frozen=True, eq=False)
+class Column:
+    """A mask ``base + stride * i_dim < limit`` with one bound for every program: the lanes it compares, per program
+    (``base``: over the grid, or 0-d), along block dimension ``dim``. Where those lanes are a column index spanning
+    a program axis and a block axis (``tile * BLOCK + arange(BLOCK) < n``: DyT's column tiles), :mod:`.windows` can
+    read the tiles of a row as one row padded to whole tiles, ``limit`` its width."""
+
+    dim: int
+    base: np.ndarray
+    stride: int
+    limit: int
+
+
+def column(op: Op, args: list) -> Column | None:
+    """An ``arith.cmpi`` mask's :class:`Column` (``lanes < limit``, ``<=`` counted as ``< limit + 1``), or None."""
+    if op.name != "arith.cmpi" or len(args) != 2:
+        return None
+    predicate = op.keyword or ""
+    if predicate not in _LESS or predicate[0] == "u":
+        return None
+    lanes, limit = args
+    if lanes is None or limit is None or lanes.value is None or lanes.origin is not None or lanes.buffer is not None:
+        return None
+    if limit.value is None or limit.origin is not None or limit.buffer is not None or any(limit.strides):
+        return None
+    moving = [(d, s) for d, s in enumerate(lanes.strides) if s]
+    bound = np.unique(np.asarray(limit.value, np.int64))
+    if len(moving) != 1 or moving[0][1] <= 0 or bound.size != 1:
+        return None
+    (dim, stride), = moving
+    return Column(dim, np.asarray(lanes.value, np.int64), stride, int(bound[0]) + (1 if _LESS[predicate] else 0))
 
 
 def _cmpi(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:

@@ -19,7 +19,10 @@ top-level ``tt.load``/``tt.store``, such a :class:`Window`:
   elements apart (``pid * S + j``: column ``j`` of a ``(rows, S)`` array, PolyNorm's three RSTDs per row, a
   per-program partial sum of three weights), the region gains a unit axis of radix ``S`` below the programs', of
   which the box takes one element (:meth:`Window.unit`);
-* 2-D blocks that cover part of a row (RoPE's half rows of every head) are boxes too.
+* 2-D blocks that cover part of a row (RoPE's half rows of every head) are boxes too;
+* a row in column tiles, one per program (a ``(tiles, rows)`` grid: DyT's), where the tiles do not divide the row:
+  the innermost program axis folded into the block's first, each row padded to whole tiles, where the mask
+  compares exactly the merged column (``tile * BLOCK + i < n``, :class:`.mask_rules.Column`; :func:`_folded`).
 
 Everything else keeps the general gather/scatter (or :mod:`.strided`'s views, :mod:`.tiles`' tilings).
 """
@@ -33,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from tritonplug_interpret.xla.lanes import Found, Lanes, access_shape
-from tritonplug_interpret.xla.mask_rules import Limits
+from tritonplug_interpret.xla.mask_rules import Column, Limits
 from tritonplug_interpret.xla.ttir import Function, Op
 
 #: At most this many axes for the program index (``pid`` split as ``pid // a % b`` …).
@@ -58,14 +61,18 @@ class Window:
     start: int
     axes: tuple[Axis, ...]
     program_axes: int       # how many of ``axes`` (the first) split the flattened program index
+    #: the innermost program axis's size where it is folded into the first block axis (column tiles of a row:
+    #: :func:`_folded`), that axis then ``fold`` tiles wide; 1: none
+    fold: int = 1
 
     @property
     def programs(self) -> int:
-        return int(np.prod([a.size for a in self.axes[:self.program_axes]], dtype=np.int64))
+        return int(np.prod([a.size for a in self.axes[:self.program_axes]], dtype=np.int64)) * self.fold
 
     @property
     def block(self) -> tuple[int, ...]:
-        return tuple(a.size for a in self.axes[self.program_axes:])
+        sizes = tuple(a.size for a in self.axes[self.program_axes:])
+        return (sizes[0] // self.fold, *sizes[1:]) if self.fold > 1 else sizes
 
     def moving(self) -> list[int]:
         """The axes along which lanes move, outermost (largest stride) first."""
@@ -113,7 +120,7 @@ def windows(fn: Function, found: Found, programs: int, loops: Mapping[Op, int] |
             continue
         starts = _grid_starts(lanes, starts, names, programs, trips)
         window = None if starts is None else _window(lanes, access_shape(op), found.limits.get(op), starts,
-                                                     op.name == "tt.store")
+                                                     op.name == "tt.store", found.columns.get(op))
         if window is not None:
             out[op] = window
     return out
@@ -138,7 +145,7 @@ def _grid_starts(lanes: Lanes, starts: np.ndarray | None, names: set | None, pro
 
 
 def _window(lanes: Lanes, shape: tuple[int, ...] | None, limits: Limits | None, starts: np.ndarray,
-            store: bool) -> Window | None:
+            store: bool, column: Column | None = None) -> Window | None:
     if shape is None or lanes.buffer is None or len(lanes.strides) != len(shape):
         return None
     grid = program_axes(starts)
@@ -146,18 +153,49 @@ def _window(lanes: Lanes, shape: tuple[int, ...] | None, limits: Limits | None, 
         return None
     bounds = limits if limits is not None else (None,) * len(shape)
     block = [Axis(s, n if m is None else min(m, n), n) for s, n, m in zip(lanes.strides, shape, bounds, strict=True)]
-    axes = (*grid, *block)
+    window = _boxed_window(Window(lanes.buffer, int(starts[0]), (*grid, *block), len(grid)), store)
+    folded = _folded(grid, block, column, starts.shape[0]) if window is None else None
+    if folded is not None:
+        window = _boxed_window(Window(lanes.buffer, int(starts[0]), *folded), store)
+    return window
+
+
+def _folded(grid: list[Axis], block: list[Axis], column: Column | None,
+            programs: int) -> tuple[tuple[Axis, ...], int, int] | None:
+    """``(axes, program_axes, fold)`` of a row read or written in column tiles, one per program (DyT's ``(tiles,
+    rows)`` grid: lanes ``row * N + tile * BLOCK + i`` under the mask ``tile * BLOCK + i < N``), with the
+    innermost program axis folded into the first block axis: one axis of ``tiles * BLOCK`` columns whose first
+    ``N`` may be live, where the tiles alone (``BLOCK`` apart) do not divide the rows (``N`` apart). The mask must
+    compare exactly the merged column (:class:`.mask_rules.Column`: its lanes per program the tile's first column,
+    ``tile * BLOCK``, plus ``i``); None otherwise."""
+    if column is None or column.dim != 0 or column.stride != 1 or not grid or not block:
+        return None
+    tiles, lanes = grid[-1], block[0]
+    if tiles.size < 2 or lanes.stride != 1 or lanes.extent != lanes.size or tiles.stride != lanes.size:
+        return None
+    if column.base.size not in (1, programs):
+        return None     # (a loop's accesses: their starts run over the trips too)
+    tile = np.arange(programs, dtype=np.int64) % tiles.size
+    if not np.array_equal(np.broadcast_to(column.base, (programs,)), tile * lanes.size):
+        return None
+    width = tiles.size * lanes.size
+    merged = Axis(1, int(np.clip(column.limit, 0, width)), width)
+    return (*grid[:-1], merged, *block[1:]), len(grid) - 1, tiles.size
+
+
+def _boxed_window(window: Window, store: bool) -> Window | None:
+    """``window`` where its lanes over the grid are one box of the reshaped buffer, else None."""
+    axes = window.axes
     if any(a.extent < 1 or a.stride < 0 for a in axes):
         return None     # (no lane live, or lanes running backwards: the general path)
     if store and any(a.stride == 0 and a.extent > 1 for a in axes):
         return None     # several lanes or programs write one element: the general scatter orders them
-    window = Window(lanes.buffer, int(starts[0]), axes, len(grid))
     order = window.moving()
     for outer, inner in zip(order, order[1:], strict=False):
         a, b = axes[outer], axes[inner]
         if a.stride % b.stride or b.extent * b.stride > a.stride:
             return None     # dimensions that overlap or interleave: not a box of one reshape
-    if order and axes[order[-1]].stride != 1 and order[-1] >= len(grid):
+    if order and axes[order[-1]].stride != 1 and order[-1] >= window.program_axes:
         return None     # a block whose lanes are strided: the general path (a per-program scalar: the unit axis)
     return window
 
