@@ -133,3 +133,26 @@ def test_rope_with_heads_that_do_not_fill_their_blocks(path, monkeypatch):
         tritonplug.set_inline(port._triton_rope.kernel, "auto")
     for g, want_one in zip(got, want, strict=True):
         np.testing.assert_allclose(g, want_one, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["inline", "launch"])
+def test_dyt_in_column_tiles_and_a_grid_stride_loop(path, monkeypatch):
+    """Liger's DyT at Llama's ffn width (5632: column tiles that do not divide the row, folded in the inlined
+    translation) and its backward's grid-stride row loop over the device's program count, against Liger's
+    ``liger_dyt_fwd`` / ``liger_dyt_bwd``."""
+    torch = importlib.import_module("torch")
+    liger = importlib.import_module("liger_kernel.ops.dyt")
+    launchers = importlib.import_module("xla_more_row_launchers")
+    rows, width = 4096, 5632
+    x, dy, gamma, beta = _inputs(9, (rows, width), (rows, width), width, width)
+    alpha = np.array([0.7], np.float32)
+    t = [torch.tensor(a, device="cuda") for a in (x, dy, alpha, gamma, beta)]
+    want_y = liger.liger_dyt_fwd(t[0], t[2], t[3], t[4]).cpu().numpy()
+    want = [w.cpu().numpy() for w in liger.liger_dyt_bwd(t[1], t[0], t[2], t[3], t[4])]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    y, = _run(path, lambda *a: [launchers.dyt_forward(*a)], x, alpha, gamma, beta, monkeypatch=monkeypatch)
+    np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5)
+    got = _run(path, lambda dy, x, a, g: launchers.dyt_backward(dy, x, a, g, sms), dy, x, alpha, gamma,
+               monkeypatch=monkeypatch)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.reshape(w.shape), w, rtol=1e-4, atol=1e-3 * max(1.0, float(np.abs(w).max())))
