@@ -3,7 +3,8 @@ a 2-D grid ``(tiles, rows)``, each program ``tile * BLOCK + arange(BLOCK)`` of o
 (Liger's DyT). Where ``BLOCK`` does not divide the width the last tile of a row runs past its end; the tiles
 (``BLOCK`` apart) then do not divide the rows (``n`` apart), and the lanes over the grid are a box only with the
 tile axis folded into the block's: each row padded to whole tiles. That needs the mask to compare exactly the
-merged column (:class:`tritonplug_interpret.xla.mask_rules.Column`).
+merged column (:class:`tritonplug_interpret.xla.mask_rules.Column`). A row walked in column blocks by a loop (one
+program per row, the trips its tiles) is the same once the loop is vectorised.
 
 The buffers are longer than the rows and hold data past them (a tile's masked lanes, read, would see the next
 row's values), outputs are refs holding :data:`OLD`: a masked lane must read its ``other`` (the per-tile sums count
@@ -87,6 +88,21 @@ def _tiles_ragged_kernel(x_ptr, y_ptr, sums_ptr, n, BLOCK: tl.constexpr):
     tl.store(sums_ptr + row * tl.num_programs(0) + tile, tl.sum(x, axis=0))
 
 
+@triton.jit
+def _row_blocks_kernel(x_ptr, y_ptr, sums_ptr, n, BLOCK: tl.constexpr):
+    """One program per row walking its columns in blocks (Liger's KL divergence over a vocabulary wider than its
+    block): the loop's trips are the tiles, vectorised (program-major over the trips), folded the same way."""
+    row = tl.program_id(0)
+    acc = 0.0
+    for start in range(0, n, BLOCK):
+        col = start + tl.arange(0, BLOCK)
+        mask = col < n
+        x = tl.load(x_ptr + row * n + col, mask=mask, other=OTHER)
+        tl.store(y_ptr + row * n + col, x * 2.0 + 1.0, mask=mask)
+        acc += tl.sum(x, axis=0)
+    tl.store(sums_ptr + row, acc)
+
+
 def _run(kernel, rows: int, n: int, block: int, rows_first: bool = False, **constexprs):
     tiles, extra = -(-n // block), 3
     x = np.random.default_rng(rows * 1000 + n * 7 + block).standard_normal((rows + extra) * n).astype(np.float32)
@@ -128,6 +144,28 @@ def test_a_row_in_column_tiles_at_model_widths_and_off_by_one(rows, n, block, in
     """5632 columns in tiles of 1024 (DyT at Llama's ffn width): five whole tiles and a half; 33 in 16: one lane.
     ``inclusive``: the mask written ``col <= n - 1``."""
     assert _run(_tiles_kernel, rows, n, block, INCLUSIVE=inclusive) == NONE
+
+
+@pytest.mark.parametrize("rows, n, block", [(4, 5632, 1024), (3, 100, 32), (2, 33, 16), (2, 64, 16), (3, 7, 8)])
+def test_a_row_walked_in_column_blocks_by_a_loop(rows, n, block):
+    """The same rows walked by a loop per program: its loads and stores are windows too; the per-row sum counts
+    every trip's masked lanes as ``other`` (the trips' sums added after the loop)."""
+    tiles, extra = -(-n // block), 3
+    x = np.random.default_rng(n * 11 + block).standard_normal((rows + extra) * n).astype(np.float32)
+
+    def fn(x, y, sums):
+        y, sums = jax.new_ref(y), jax.new_ref(sums)
+        tritonplug.triton_call(x, y, sums, n, kernel=_row_blocks_kernel, out_type=(), grid=(rows,), BLOCK=block)
+        return y[...], sums[...]
+    arrays = (x, np.full((rows + extra) * n, OLD, np.float32), np.full(rows + extra, OLD, np.float32))
+    y, sums = (np.asarray(a) for a in jax.jit(fn)(*arrays))
+    want_y = np.full_like(arrays[1], OLD)
+    want_y[:rows * n] = x[:rows * n] * 2.0 + 1.0
+    np.testing.assert_allclose(y, want_y, rtol=1e-6, atol=1e-6)
+    want_sums = np.full_like(arrays[2], OLD)
+    want_sums[:rows] = x[:rows * n].reshape(rows, n).sum(1) + (tiles * block - n) * OTHER.value
+    np.testing.assert_allclose(sums, want_sums, rtol=1e-5, atol=1e-4)
+    assert count_unfusible(fn, *arrays) == NONE
 
 
 @pytest.mark.parametrize("kernel, rows_first", [(_tiles_rows_first_kernel, True), (_tiles_counted_kernel, False),

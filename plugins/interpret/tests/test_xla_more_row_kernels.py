@@ -1,4 +1,5 @@
-"""Issue 38, more row kernels (Liger-Kernel 0.8.5's ReLU², fused residual add + RMSNorm, DyT, Softmax's backward):
+"""Issue 38, more row kernels (Liger-Kernel 0.8.5's ReLU², fused residual add + RMSNorm, DyT, Softmax's backward, KL
+divergence):
 what their translations compile to on the CPU at model widths (gather / scatter / while in the compiled HLO,
 ``xla_hlo_support.count_unfusible``), and their numbers against ``jnp``. ``test_xla_row_kernels.py`` counted the
 first ones.
@@ -112,3 +113,18 @@ def test_softmax_backward(launchers, width):
     assert count_unfusible(launchers.softmax_backward, dy, y) == NONE
     want = jax.vjp(lambda x: jax.nn.softmax(x, axis=-1), x)[1](dy)
     _close([jax.jit(launchers.softmax_backward)(dy, y)], want, tol=1e-6)
+
+
+@pytest.mark.parametrize("vocab", [32000, 50000, 128256])
+def test_kl_divergence(launchers, vocab):
+    """Each row walked in blocks of 16384 (Liger's ``MAX_FUSED_SIZE``), the last past the row's end: the loop's
+    trips are column tiles, folded into rows padded to whole blocks."""
+    y = np.asarray(jax.nn.log_softmax(_normal(4, vocab, seed=14), axis=-1))
+    t = np.asarray(jax.nn.softmax(_normal(4, vocab, seed=15), axis=-1))
+    want = t * (np.log(np.maximum(t, 1e-10)) - y)
+    for reduction, expected in ((0, want), (1, want.sum(-1))):
+        forward = lambda y, t, reduction=reduction: launchers.kldiv_forward(y, t, reduction)  # noqa: E731
+        assert count_unfusible(forward, y, t) == NONE
+        _close([jax.jit(forward)(y, t)], [expected], tol=1e-6)
+    assert count_unfusible(launchers.kldiv_backward, t) == NONE
+    _close([jax.jit(launchers.kldiv_backward)(t)], [-t], tol=0)

@@ -156,3 +156,27 @@ def test_dyt_in_column_tiles_and_a_grid_stride_loop(path, monkeypatch):
                monkeypatch=monkeypatch)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.reshape(w.shape), w, rtol=1e-4, atol=1e-3 * max(1.0, float(np.abs(w).max())))
+
+
+@pytest.mark.parametrize("path", ["inline", "launch"])
+def test_kl_divergence_over_a_vocabulary_in_column_blocks(path, monkeypatch):
+    """Liger's KL divergence at Llama 3's vocabulary (128256 in blocks of 16384: the loop's last trip past the row's
+    end, folded in the inlined translation), per-row sums and the whole loss, against Liger's
+    ``kldiv_forward_triton`` (whose sum over the rows is taken here on the per-row sums) and its backward kernel."""
+    torch = importlib.import_module("torch")
+    liger = importlib.import_module("liger_kernel.ops.kl_div")
+    launchers = importlib.import_module("xla_more_row_launchers")
+    rows, vocab = 64, 128256
+    logits, target_logits = _inputs(10, (rows, vocab), (rows, vocab))
+    y = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+    t = np.asarray(jax.nn.softmax(target_logits, axis=-1))
+    ty, tt = torch.tensor(y, device="cuda"), torch.tensor(t, device="cuda")
+    want_none = liger.kldiv_forward_triton(ty, tt, False, "none", 1e-10).cpu().numpy()
+    want_sum = liger.kldiv_forward_triton(ty, tt, False, "sum", 1e-10).cpu().numpy()
+    got_none, got_rows = _run(path, lambda y, t: [launchers.kldiv_forward(y, t, 0), launchers.kldiv_forward(y, t, 1)],
+                              y, t, monkeypatch=monkeypatch)
+    np.testing.assert_allclose(got_none, want_none, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(got_rows.sum(0), want_sum, rtol=1e-4, atol=1e-6)
+    grads, = _run(path, lambda t: [launchers.kldiv_backward(t)], t, monkeypatch=monkeypatch)
+    want_grads = liger.kldiv_backward_triton(tt, torch.tensor(1.0, device="cuda"), torch.empty_like(tt), False)
+    np.testing.assert_array_equal(grads, want_grads.cpu().numpy())

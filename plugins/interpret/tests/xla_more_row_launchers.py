@@ -1,13 +1,15 @@
 # Launchers ported from Liger-Kernel 0.8.5 (BSD-2-Clause, Copyright 2024 LinkedIn Corporation, All Rights
 # Reserved): its conditions and the licence's full text in THIRD_PARTY_NOTICES.md.
 """Launchers of more of Liger-Kernel 0.8.5's row kernels (ReLU², the fused residual add + RMSNorm, DyT, Softmax's
-backward), for counting what their translations compile to on the CPU (``test_xla_more_row_kernels.py``); those
-of ``xla_row_launchers.py`` and ``examples/ports/`` were counted first.
+backward, KL divergence), for counting what their translations compile to on the CPU
+(``test_xla_more_row_kernels.py``); those of ``xla_row_launchers.py`` and ``examples/ports/`` were counted first.
 
 Each launches the installed kernel (``tritonplug.kernels_of``, never copied) as Liger's own launcher does, on 2-D
 ``(rows, columns)`` inputs (Liger's ``view(-1, n_cols)`` left out); the backward launchers take the program count
-Liger reads from the device (``sm_count``, ``NUM_SMS``) as an argument. The fused add's casting mode is Llama's
-(Liger's default), its ``offset`` 0; DyT's tile ``BLOCK_N`` is its autotuner's choice.
+Liger reads from the device (``sm_count``, ``NUM_SMS``) as an argument; KL divergence's forward returns the
+kernel's output before Liger's reduction over the rows (its per-row sums, or the whole ``(rows, V)`` loss). The
+fused add's casting mode is Llama's (Liger's default), its ``offset`` 0; DyT's tile ``BLOCK_N`` is its autotuner's
+choice.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ _relu_squared = tritonplug.kernels_of("liger_kernel.ops.relu_squared")
 _fused_add = tritonplug.kernels_of("liger_kernel.ops.fused_add_rms_norm")
 _dyt = tritonplug.kernels_of("liger_kernel.ops.dyt")
 _softmax = tritonplug.kernels_of("liger_kernel.ops.softmax")
+_kl_div = tritonplug.kernels_of("liger_kernel.ops.kl_div")
 calculate_settings = _utils.calculate_settings
 _relu_squared_forward_kernel = tritonplug.launch(_relu_squared._relu_squared_forward_kernel)
 _relu_squared_backward_kernel = tritonplug.launch(_relu_squared._relu_squared_backward_kernel)
@@ -33,6 +36,8 @@ _fused_add_backward_kernel = tritonplug.launch(_fused_add._fused_add_rms_norm_ba
 _dyt_fwd_kernel = tritonplug.launch(_dyt._dyt_fwd_kernel)
 _dyt_bwd_kernel = tritonplug.launch(_dyt._dyt_bwd_kernel)
 _softmax_backward_kernel = tritonplug.launch(_softmax._softmax_single_block_backward_kernel)
+_kldiv_kernel_forward = tritonplug.launch(_kl_div._kldiv_kernel_forward)
+_kldiv_kernel_backward = tritonplug.launch(_kl_div._kldiv_kernel_backward)
 LLAMA = 0   # Liger's _CASTING_MODE_LLAMA
 
 
@@ -117,3 +122,31 @@ def softmax_backward(dy, y):
     _softmax_backward_kernel[(n_rows,)](dy, dy.stride(0), y, y.stride(0), dx, dx.stride(0), n_cols,
                                         BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
     return dx
+
+
+#: Liger's ``MAX_FUSED_SIZE`` for KL divergence on CUDA (its module asks torch for the device to choose it)
+KL_MAX_FUSED_SIZE = 65536 // 4
+
+
+def _kl_block(V: int) -> int:
+    """Liger's ``min(MAX_FUSED_SIZE, next_power_of_2(V))``."""
+    return min(KL_MAX_FUSED_SIZE, triton.next_power_of_2(V))
+
+
+@tritonplug.torch_launcher
+def kldiv_forward(y_pred, y_true, reduction):
+    """``(rows, V)`` losses (``reduction`` 0, Liger's "none") or ``(rows,)`` sums (1, "sum"), in fp32."""
+    BT, V = y_pred.shape
+    out = tritonplug.zeros((BT, V) if reduction == 0 else (BT,), dtype=jnp.float32)
+    _kldiv_kernel_forward[(BT,)](y_pred, y_pred.stride(0), y_true, y_true.stride(0), out, out.stride(0), V, eps=1e-10,
+                                 BLOCK_SIZE=_kl_block(V), num_warps=8, log_target=False, reduction=reduction)
+    return out
+
+
+@tritonplug.torch_launcher
+def kldiv_backward(target):
+    BT, V = target.shape
+    new_grads = tritonplug.empty_like(target)
+    _kldiv_kernel_backward[(BT,)](target, target.stride(0), new_grads, new_grads.stride(0), V,
+                                  BLOCK_SIZE=_kl_block(V), num_warps=8, log_target=False)
+    return new_grads

@@ -100,7 +100,7 @@ class _Analysis:
         self.exact: set[str] = set()            # i1 values whose live lanes are their limits' box (mask_rules)
         self.exact_masked: set[Op] = set()      # loads/stores whose mask is exact
         self.columns: dict[str, Column] = {}    # i1 value → the column it compares (mask_rules.column)
-        self.access_columns: dict[Op, Column] = {}     # load/store → its mask's column
+        self.access_columns: dict[Op, tuple[Column, Loop | None]] = {}   # load/store → its mask's column (its loop)
         self.trips: dict[Op, int] = {}          # scf.for → its trip count, the same in every program
 
     def block(self, block: Block) -> list[str]:
@@ -149,7 +149,7 @@ class _Analysis:
                 if found is None:
                     self.access_columns.pop(op, None)
                 else:
-                    self.access_columns[op] = found
+                    self.access_columns[op] = (found, None if found.origin is None else self.loops.get(found.origin[0]))
             out = None
             for name in op.results:     # (names are reused by sibling regions)
                 self.masks.pop(name, None)
@@ -328,9 +328,19 @@ def analyse(fn: Function, arguments: dict[str, Lanes], grid: tuple[int, int, int
     dots = dict(analysis.labels.dots) if analysis.labels.sound else {}
     store_starts = {op: starts for op, lanes in analysis.stores.items()
                     if (starts := _starts(lanes, analysis.store_loops.get(op))) is not None}
+    columns = {op: expanded for op, (col, loop) in analysis.access_columns.items()
+               if (expanded := _expand_column(col, loop)) is not None}
     return Found(loads, dict(analysis.carried), dict(analysis.trips), dots, dict(analysis.stores),
                  dict(analysis.limits), dict(analysis.counts), store_starts,
-                 frozenset(analysis.exact_masked), dict(analysis.access_columns))
+                 frozenset(analysis.exact_masked), columns)
+
+
+def _expand_column(col: Column, loop: Loop | None) -> Column | None:
+    """``col`` with a base relative to a loop value expanded over the loop's trips (:func:`_starts`: trip-major)."""
+    if col.origin is None:
+        return col
+    base = _starts(Lanes((), None, col.base, col.origin), loop)
+    return None if base is None else replace(col, base=base, origin=None, per_trip=True)
 
 
 def _starts(lanes: Lanes, loop: Loop | None) -> np.ndarray | None:

@@ -77,6 +77,11 @@ class Column:
     base: np.ndarray
     stride: int
     limit: int
+    #: ``base`` relative to a loop value (``(name, coefficient)``: a row's column blocks walked by a loop, ``offs = i
+    #: + arange(BLOCK)``), until :func:`.lanes.analyse` expands it over the loop's trips
+    origin: tuple[str, int] | None = None
+    #: ``base`` runs over the trips of the loop of its origin, then the programs (trip-major): set by the expansion
+    per_trip: bool = False
 
 
 def column(op: Op, args: list) -> Column | None:
@@ -87,7 +92,7 @@ def column(op: Op, args: list) -> Column | None:
     if predicate not in _LESS or predicate[0] == "u":
         return None
     lanes, limit = args
-    if lanes is None or limit is None or lanes.value is None or lanes.origin is not None or lanes.buffer is not None:
+    if lanes is None or limit is None or lanes.value is None or lanes.buffer is not None:
         return None
     if limit.value is None or limit.origin is not None or limit.buffer is not None or any(limit.strides):
         return None
@@ -96,7 +101,8 @@ def column(op: Op, args: list) -> Column | None:
     if len(moving) != 1 or moving[0][1] <= 0 or bound.size != 1:
         return None
     (dim, stride), = moving
-    return Column(dim, np.asarray(lanes.value, np.int64), stride, int(bound[0]) + (1 if _LESS[predicate] else 0))
+    return Column(dim, np.asarray(lanes.value, np.int64), stride, int(bound[0]) + (1 if _LESS[predicate] else 0),
+                  lanes.origin)
 
 
 def _cmpi(op: Op, args: list, masks: list, shape: tuple[int, ...]) -> Limits | None:

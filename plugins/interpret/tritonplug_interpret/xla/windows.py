@@ -22,7 +22,8 @@ top-level ``tt.load``/``tt.store``, such a :class:`Window`:
 * 2-D blocks that cover part of a row (RoPE's half rows of every head) are boxes too;
 * a row in column tiles, one per program (a ``(tiles, rows)`` grid: DyT's), where the tiles do not divide the row:
   the innermost program axis folded into the block's first, each row padded to whole tiles, where the mask
-  compares exactly the merged column (``tile * BLOCK + i < n``, :class:`.mask_rules.Column`; :func:`_folded`).
+  compares exactly the merged column (``tile * BLOCK + i < n``, :class:`.mask_rules.Column`; :func:`_folded`); so is
+  a row walked in column blocks by a vectorised loop (``for start in range(0, n, BLOCK)``: the trips are the tiles).
 
 Everything else keeps the general gather/scatter (or :mod:`.strided`'s views, :mod:`.tiles`' tilings).
 """
@@ -30,7 +31,7 @@ Everything else keeps the general gather/scatter (or :mod:`.strided`'s views, :m
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -119,8 +120,9 @@ def windows(fn: Function, found: Found, programs: int, loops: Mapping[Op, int] |
         else:
             continue
         starts = _grid_starts(lanes, starts, names, programs, trips)
+        column = _grid_column(found.columns.get(op), programs, trips)
         window = None if starts is None else _window(lanes, access_shape(op), found.limits.get(op), starts,
-                                                     op.name == "tt.store", found.columns.get(op))
+                                                     op.name == "tt.store", column)
         if window is not None:
             out[op] = window
     return out
@@ -142,6 +144,23 @@ def _grid_starts(lanes: Lanes, starts: np.ndarray | None, names: set | None, pro
     if by_trip.shape[1] not in (1, programs):
         return None
     return np.broadcast_to(by_trip, (trips, programs)).T.reshape(-1)
+
+
+def _grid_column(column: Column | None, programs: int, trips: int) -> Column | None:
+    """``column`` with one base per lane 0 of the access, in :func:`_grid_starts`' order (program-major over the
+    trips of a vectorised loop), or None."""
+    if column is None:
+        return None
+    base = column.base.reshape(-1)
+    if column.per_trip:     # trip-major over (trips, programs or 1)
+        if base.size % trips or base.size // trips not in (1, programs):
+            return None
+        base = np.broadcast_to(base.reshape(trips, -1), (trips, programs)).T
+    elif base.size in (1, programs):    # the same in every trip
+        base = np.broadcast_to(base.reshape(-1, 1), (programs, trips)) if base.size == programs else base
+    else:
+        return None
+    return replace(column, base=np.ascontiguousarray(base).reshape(-1) if base.ndim else base)
 
 
 def _window(lanes: Lanes, shape: tuple[int, ...] | None, limits: Limits | None, starts: np.ndarray,
