@@ -42,6 +42,7 @@ def main(argv=None) -> None:
 
     import torch
     import torch.nn.functional as F
+    import triton
     from fla.ops.attn import parallel as fla
 
     B, T, HQ, H, K = opts.batch, opts.seq, opts.heads, opts.kv_heads, opts.head_dim
@@ -54,21 +55,18 @@ def main(argv=None) -> None:
     def forward(BT, BS, num_warps, num_stages):
         o = torch.empty(B, T, HQ, K, dtype=v.dtype, device="cuda")
         lse = torch.empty(B, T, HQ, dtype=torch.float, device="cuda")
-        grid = (triton_cdiv(T, BT), B * HQ)
+        grid = (triton.cdiv(T, BT), B * HQ)
         fla.parallel_attn_fwd_kernel[grid](
             q=q, k=k, v=v, o=o, g_cumsum=None, sink_bias=None, lse=lse, scale=scale, cu_seqlens=None,
             chunk_indices=None, B=B, T=T, W=None, H=H, HQ=HQ, G=G, K=K, V=K, BT=BT, BS=BS, BK=K, BV=K,
             num_warps=num_warps, num_stages=num_stages)
         return o, lse
 
-    def triton_cdiv(a, b):
-        return (a + b - 1) // b
-
     o_ref, lse_ref = forward(128, 64, 8, 3)
     delta = fla.parallel_attn_bwd_preprocess(o_ref, do)
 
     def backward(which, BT, BS, num_warps, num_stages):
-        grid = (triton_cdiv(T, BT), B * HQ)
+        grid = (triton.cdiv(T, BT), B * HQ)
         common = dict(q=q, k=k, v=v, g_cumsum=None, lse=lse_ref, delta=delta, do=do, cu_seqlens=None,
                       chunk_indices=None, scale=scale, T=T, W=None, B=B, H=H, HQ=HQ, G=G, K=K, V=K, BT=BT, BS=BS,
                       BK=K, BV=K, num_warps=num_warps, num_stages=num_stages)

@@ -36,17 +36,28 @@ _LESS = {"slt": False, "ult": False, "sle": True, "ule": True}           # predi
 _GREATER = {"sgt": False, "ugt": False, "sge": True, "uge": True}        # b > a, b >= a: the same, swapped
 
 
-def _counts(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned: bool) -> tuple[int, np.ndarray] | None:
-    """``(dim, lanes live per program)`` for ``lanes < limit`` (``<=`` when ``inclusive``): lanes moving along one
-    dimension only, by a positive stride, from a known base; ``limit`` known and the same for every lane."""
-    if lanes is None or limit is None or lanes.value is None or lanes.origin is not None or lanes.buffer is not None:
+def _moving(lanes: Lanes | None, limit: Lanes | None, loop_relative: bool = False) -> tuple[int, int] | None:
+    """``(dim, stride)`` of integer lanes compared with ``limit``: moving along one dimension only, by a positive
+    stride, from a known base (relative to a loop value where ``loop_relative``); ``limit`` known and the same for
+    every lane of a program. None otherwise."""
+    if lanes is None or limit is None or lanes.value is None or lanes.buffer is not None:
+        return None
+    if lanes.origin is not None and not loop_relative:
         return None
     if limit.value is None or limit.origin is not None or limit.buffer is not None or any(limit.strides):
         return None
     moving = [(d, s) for d, s in enumerate(lanes.strides) if s]
     if len(moving) != 1 or moving[0][1] < 0:
         return None
-    (dim, stride), = moving
+    return moving[0]
+
+
+def _counts(lanes: Lanes | None, limit: Lanes | None, inclusive: bool, unsigned: bool) -> tuple[int, np.ndarray] | None:
+    """``(dim, lanes live per program)`` for ``lanes < limit`` (``<=`` when ``inclusive``): :func:`_moving`'s lanes."""
+    found = _moving(lanes, limit)
+    if found is None or lanes is None or limit is None:
+        return None
+    dim, stride = found
     base, bound = np.asarray(lanes.value, np.int64), np.asarray(limit.value, np.int64)
     if unsigned and (np.any(base < 0) or np.any(bound < 0)):
         return None     # as unsigned, a negative value is huge: leave it unknown
@@ -92,15 +103,13 @@ def column(op: Op, args: list) -> Column | None:
     if predicate not in _LESS or predicate[0] == "u":
         return None
     lanes, limit = args
-    if lanes is None or limit is None or lanes.value is None or lanes.buffer is not None:
+    found = _moving(lanes, limit, loop_relative=True)
+    if found is None or lanes is None or limit is None:
         return None
-    if limit.value is None or limit.origin is not None or limit.buffer is not None or any(limit.strides):
-        return None
-    moving = [(d, s) for d, s in enumerate(lanes.strides) if s]
     bound = np.unique(np.asarray(limit.value, np.int64))
-    if len(moving) != 1 or moving[0][1] <= 0 or bound.size != 1:
+    if bound.size != 1:
         return None
-    (dim, stride), = moving
+    dim, stride = found
     return Column(dim, np.asarray(lanes.value, np.int64), stride, int(bound[0]) + (1 if _LESS[predicate] else 0),
                   lanes.origin)
 

@@ -186,14 +186,13 @@ def _folded(grid: list[Axis], block: list[Axis], column: Column | None,
     innermost program axis folded into the first block axis: one axis of ``tiles * BLOCK`` columns whose first
     ``N`` may be live, where the tiles alone (``BLOCK`` apart) do not divide the rows (``N`` apart). The mask must
     compare exactly the merged column (:class:`.mask_rules.Column`: its lanes per program the tile's first column,
-    ``tile * BLOCK``, plus ``i``); None otherwise."""
+    ``tile * BLOCK``, plus ``i``; its base one per lane 0 of the access or one for all, :func:`_grid_column`); None
+    otherwise."""
     if column is None or column.dim != 0 or column.stride != 1 or not grid or not block:
         return None
     tiles, lanes = grid[-1], block[0]
     if tiles.size < 2 or lanes.stride != 1 or lanes.extent != lanes.size or tiles.stride != lanes.size:
         return None
-    if column.base.size not in (1, programs):
-        return None     # (a loop's accesses: their starts run over the trips too)
     tile = np.arange(programs, dtype=np.int64) % tiles.size
     if not np.array_equal(np.broadcast_to(column.base, (programs,)), tile * lanes.size):
         return None
